@@ -1,0 +1,195 @@
+//! Expected failures as values.
+//!
+//! Every fallible call of the contract returns [`Result<T>`]. An [`Error`] carries a machine
+//! code ([`ErrorCode`]) a caller can branch on, a message for people that names the field or
+//! path and says why, and an optional source. Nothing in agentbox panics on bad input: it
+//! answers with one of these.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The result type of the whole contract.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What kind of failure an [`Error`] is. Callers branch on this, never on the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request is malformed: a field out of range, a bad name, a bad path.
+    Invalid,
+    /// The request is well formed but this provider cannot honour it.
+    Unsupported,
+    /// The thing named does not exist.
+    NotFound,
+    /// The box existed but has ended (destroyed, or its lifetime passed).
+    Gone,
+    /// A deadline passed.
+    Timeout,
+    /// The caller cancelled.
+    Aborted,
+    /// The other side refused (a claim held by another, a daemon that says no).
+    Refused,
+    /// Acting would be unsafe (a link where a directory was expected, a bad owner).
+    Unsafe,
+    /// A bound was passed (output, a file, a listing, an archive).
+    TooLarge,
+    /// Moving bytes between host and box failed.
+    TransferFailed,
+    /// Permission denied by the operating system.
+    PermissionDenied,
+    /// Anything else; the message says what.
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The code as written in JSON and in messages: `not_found`, `too_large`...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Invalid => "invalid",
+            ErrorCode::Unsupported => "unsupported",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Gone => "gone",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Aborted => "aborted",
+            ErrorCode::Refused => "refused",
+            ErrorCode::Unsafe => "unsafe",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::TransferFailed => "transfer_failed",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failure the caller is expected to handle.
+///
+/// ```
+/// use agentbox_core::{Error, ErrorCode};
+/// let e = Error::invalid("spec.max_lifetime: must be positive");
+/// assert_eq!(e.code(), ErrorCode::Invalid);
+/// assert_eq!(e.to_string(), "invalid: spec.max_lifetime: must be positive");
+/// ```
+#[derive(Clone)]
+pub struct Error {
+    code: ErrorCode,
+    message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Error {
+    /// An error with a code and a message that names what was wrong and why.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error { code, message: message.into(), source: None }
+    }
+
+    /// Attach the underlying cause.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// The machine code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The message, without the code.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same error with `context` put in front of its message: `"{context}: {message}"`.
+    pub fn context(mut self, context: impl fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+
+    /// An I/O failure while doing `what` (which should name the path), with the code the
+    /// errno maps to: ENOENT not_found, EACCES/EPERM permission_denied, EINVAL invalid...
+    pub fn io(err: std::io::Error, what: impl fmt::Display) -> Self {
+        let code = match err.kind() {
+            std::io::ErrorKind::NotFound => ErrorCode::NotFound,
+            std::io::ErrorKind::PermissionDenied => ErrorCode::PermissionDenied,
+            std::io::ErrorKind::InvalidInput => ErrorCode::Invalid,
+            std::io::ErrorKind::TimedOut => ErrorCode::Timeout,
+            _ => ErrorCode::Unknown,
+        };
+        Error::new(code, format!("{what}: {err}")).with_source(err)
+    }
+}
+
+macro_rules! constructors {
+    ($($name:ident => $code:ident),* $(,)?) => {
+        impl Error {
+            $(
+                #[doc = concat!("An error with code `", stringify!($name), "`.")]
+                pub fn $name(message: impl Into<String>) -> Self {
+                    Error::new(ErrorCode::$code, message)
+                }
+            )*
+        }
+    };
+}
+
+constructors! {
+    invalid => Invalid,
+    unsupported => Unsupported,
+    not_found => NotFound,
+    gone => Gone,
+    timeout => Timeout,
+    aborted => Aborted,
+    refused => Refused,
+    unsafe_ => Unsafe,
+    too_large => TooLarge,
+    transfer_failed => TransferFailed,
+    unknown => Unknown,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("code", &self.code).field("message", &self.message);
+        if let Some(s) = &self.source {
+            d.field("source", &s.to_string());
+        }
+        d.finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_map_errno_to_codes() {
+        let e = Error::io(std::io::Error::from_raw_os_error(2), "reading /x");
+        assert_eq!(e.code(), ErrorCode::NotFound);
+        assert!(e.message().starts_with("reading /x: "));
+        let e = Error::io(std::io::Error::from_raw_os_error(13), "p");
+        assert_eq!(e.code(), ErrorCode::PermissionDenied);
+    }
+
+    #[test]
+    fn codes_serialize_as_snake_case() {
+        assert_eq!(serde_json::to_string(&ErrorCode::TooLarge).unwrap(), "\"too_large\"");
+        assert_eq!(ErrorCode::TransferFailed.to_string(), "transfer_failed");
+    }
+}

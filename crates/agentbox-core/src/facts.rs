@@ -1,0 +1,174 @@
+//! What a box really got, and readers that fail closed.
+//!
+//! Every fact beyond the provider and isolation is optional, and an absent fact never grants
+//! anything: read them through [`Facts::fuse`], [`Facts::network`], [`Facts::no_port_exposed`]
+//! and friends, which treat "absent" as "unknown" or "no", never "yes".
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::PortKind;
+
+/// What a provider says, and where it matters measures, about one box.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Facts {
+    /// The provider's name: `local`, `docker`...
+    pub provider: String,
+    /// The isolation the box has: `none`, `container`, `gvisor`, `vm`...
+    pub isolation: String,
+    /// CPUs the box got, where bounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    /// Memory the box got in MiB, where bounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// At most this many processes, where bounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<u64>,
+    /// The GPU model served, as measured in the box.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    /// The network the box has; absent is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkFact>,
+    /// The exposed ports; absent is unknown, not none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<PortFact>>,
+    /// FUSE works for root in the box; absent is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse: Option<bool>,
+    /// `kernel.yama.ptrace_scope` read in the box; absent is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ptrace_scope: Option<i32>,
+    /// Whole GiB of the workspace's file system; absent is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_gb: Option<u64>,
+    /// When the box started, as milliseconds since the Unix epoch; absent is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_ms: Option<u64>,
+    /// When the provider will end the box, as milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_at_ms: Option<u64>,
+    /// Programs keep running between calls and take stdin.
+    pub live_processes: bool,
+    /// The longest one exec may run, where the provider bounds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_exec_ms: Option<u64>,
+    /// How a secret can reach a program without touching argv, env or a file: `fd` when an
+    /// exec's stdin is a real pipe. Absent: no such channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_via: Option<String>,
+    /// The directory programs start in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// Bind mounts the box has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<crate::spec::Mount>,
+}
+
+/// The network a box has, as its provider reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkFact {
+    /// Unrestricted.
+    Open,
+    /// No traffic.
+    None,
+    /// Only these hosts and CIDRs.
+    Allowlist(Vec<String>),
+}
+
+/// An exposed port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortFact {
+    /// The port in the box.
+    pub port: u16,
+    /// How it is reached.
+    pub kind: PortKind,
+}
+
+/// What the box's network is known to be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KnownNetwork<'a> {
+    /// The provider did not say: a caller that needs none or an allowlist must refuse the box.
+    Unknown,
+    /// Open.
+    Open,
+    /// None.
+    None,
+    /// An allowlist.
+    Allowlist(&'a [String]),
+}
+
+impl Facts {
+    /// FUSE is usable: true only when the provider measured it.
+    ///
+    /// ```
+    /// let facts = agentbox_core::Facts::default();
+    /// assert!(!facts.fuse());
+    /// assert!(!facts.no_port_exposed());
+    /// ```
+    pub fn fuse(&self) -> bool {
+        self.fuse == Some(true)
+    }
+
+    /// The network, with absent read as unknown.
+    pub fn network(&self) -> KnownNetwork<'_> {
+        match &self.network {
+            None => KnownNetwork::Unknown,
+            Some(NetworkFact::Open) => KnownNetwork::Open,
+            Some(NetworkFact::None) => KnownNetwork::None,
+            Some(NetworkFact::Allowlist(l)) => KnownNetwork::Allowlist(l),
+        }
+    }
+
+    /// True only for a port list that is known and empty.
+    pub fn no_port_exposed(&self) -> bool {
+        matches!(&self.ports, Some(p) if p.is_empty())
+    }
+
+    /// The ptrace scope, or `None` when unknown (never assume 1 or more).
+    pub fn ptrace_scope(&self) -> Option<i32> {
+        self.ptrace_scope
+    }
+
+    /// The disk size in GiB, or `None` when unknown.
+    pub fn disk_gb(&self) -> Option<u64> {
+        self.disk_gb
+    }
+
+    /// When the box started, or `None` when unknown (a receipt then uses the time the create
+    /// call answered).
+    pub fn started_at_ms(&self) -> Option<u64> {
+        self.started_at_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_facts_grant_nothing() {
+        let f = Facts::default();
+        assert!(!f.fuse());
+        assert_eq!(f.network(), KnownNetwork::Unknown);
+        assert!(!f.no_port_exposed());
+        assert_eq!(f.ptrace_scope(), None);
+        assert_eq!(f.disk_gb(), None);
+    }
+
+    #[test]
+    fn present_facts_are_read_as_given() {
+        let f = Facts {
+            fuse: Some(true),
+            network: Some(NetworkFact::None),
+            ports: Some(vec![]),
+            ..Default::default()
+        };
+        assert!(f.fuse());
+        assert_eq!(f.network(), KnownNetwork::None);
+        assert!(f.no_port_exposed());
+        let f = Facts { ports: Some(vec![PortFact { port: 1, kind: PortKind::Tcp }]), ..Default::default() };
+        assert!(!f.no_port_exposed());
+    }
+}

@@ -1,0 +1,32 @@
+//! The sandbox contract of agentbox.
+//!
+//! One contract over every place a command can run: a [`Provider`] makes [`Sandbox`]es from a
+//! [`Spec`], refusing what it cannot honour; a box reports [`Facts`] read the way that fails
+//! closed; every call takes a [`Ctx`] and answers a [`Result`] whose [`Error`] has a code.
+//!
+//! This crate does no I/O of its own and knows no provider. See `ARCHITECTURE.md` at the
+//! repository root for where it sits.
+
+#![warn(missing_docs)]
+
+mod ctx;
+mod error;
+mod facts;
+mod id;
+mod process;
+mod sandbox;
+mod spec;
+
+pub use ctx::Ctx;
+pub use error::{Error, ErrorCode, Result};
+pub use facts::{Facts, KnownNetwork, NetworkFact, PortFact};
+pub use id::SandboxId;
+pub use process::{
+    ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, Process, ProcessControl, SIGKILL,
+    SIGTERM, Stdin, finish, read_bounded,
+};
+pub use sandbox::{Endpoint, Provider, Sandbox, Status};
+pub use spec::{
+    Honours, Labels, MAX_LIFETIME, MAX_MOUNTS, Mount, Network, PortKind, PortSpec, RESERVED_LABEL_PREFIX, Spec,
+    check_spec, is_normal_absolute, is_reserved_label, parse_duration, validate_env, validate_labels,
+};
