@@ -38,12 +38,18 @@ impl Default for Ctx {
 impl Ctx {
     /// A context that never ends by itself.
     pub fn background() -> Self {
-        Ctx { token: CancellationToken::new(), deadline: None }
+        Ctx {
+            token: CancellationToken::new(),
+            deadline: None,
+        }
     }
 
     /// A context that ends when this one does, and that can be cancelled on its own.
     pub fn child(&self) -> Self {
-        Ctx { token: self.token.child_token(), deadline: self.deadline }
+        Ctx {
+            token: self.token.child_token(),
+            deadline: self.deadline,
+        }
     }
 
     /// A child whose deadline is at most `timeout` from now.
@@ -62,7 +68,10 @@ impl Ctx {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Ctx { token: self.token.child_token(), deadline }
+        Ctx {
+            token: self.token.child_token(),
+            deadline,
+        }
     }
 
     /// Cancel this context and its children.

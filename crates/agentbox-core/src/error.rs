@@ -85,7 +85,11 @@ pub struct Error {
 impl Error {
     /// An error with a code and a message that names what was wrong and why.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error { code, message: message.into(), source: None }
+        Error {
+            code,
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// Attach the underlying cause.

@@ -168,7 +168,13 @@ mod tests {
         assert!(f.fuse());
         assert_eq!(f.network(), KnownNetwork::None);
         assert!(f.no_port_exposed());
-        let f = Facts { ports: Some(vec![PortFact { port: 1, kind: PortKind::Tcp }]), ..Default::default() };
+        let f = Facts {
+            ports: Some(vec![PortFact {
+                port: 1,
+                kind: PortKind::Tcp,
+            }]),
+            ..Default::default()
+        };
         assert!(!f.no_port_exposed());
     }
 }

@@ -61,16 +61,22 @@ impl std::str::FromStr for SandboxId {
         let (provider, name) = s.split_once(':').ok_or_else(|| bad("must be <provider>:<id>"))?;
         if provider.is_empty()
             || provider.len() > 32
-            || !provider.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            || !provider
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         {
             return Err(bad("the provider must be 1 to 32 of a-z, 0-9 and -"));
         }
         if name.is_empty()
             || name.starts_with('.')
             || name.len() > 256
-            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
         {
-            return Err(bad("the id must be 1 to 256 of letters, digits and - _ . : not starting with ."));
+            return Err(bad(
+                "the id must be 1 to 256 of letters, digits and - _ . : not starting with .",
+            ));
         }
         Ok(SandboxId(s.to_string()))
     }
@@ -101,7 +107,17 @@ mod tests {
 
     #[test]
     fn ids_are_checked() {
-        for bad in ["", ":x", "local:", "Local:x", "local:a b", "local:../x", "local:..", "local:.x", "x:y/z"] {
+        for bad in [
+            "",
+            ":x",
+            "local:",
+            "Local:x",
+            "local:a b",
+            "local:../x",
+            "local:..",
+            "local:.x",
+            "x:y/z",
+        ] {
             assert!(bad.parse::<SandboxId>().is_err(), "{bad}");
         }
         let id: SandboxId = "docker:abc:def".parse().unwrap();

@@ -79,7 +79,10 @@ impl ExitStatus {
 
     /// A program that `signal` ended: code 128 + signal.
     pub fn signaled(signal: i32) -> Self {
-        ExitStatus { code: 128 + signal, signal: Some(signal) }
+        ExitStatus {
+            code: 128 + signal,
+            signal: Some(signal),
+        }
     }
 
     /// Exit code 0.
@@ -126,7 +129,10 @@ impl AsyncWrite for Stdin {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         match self.inner.as_mut() {
             Some(w) => w.as_mut().poll_write(cx, buf),
-            None => Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdin was closed"))),
+            None => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "stdin was closed",
+            ))),
         }
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -201,7 +207,13 @@ impl Process {
             };
             let _ = tx.send(Some(outcome));
         });
-        Process { stdin: stdin.map(Stdin::new), stdout, stderr, control, outcome: rx }
+        Process {
+            stdin: stdin.map(Stdin::new),
+            stdout,
+            stderr,
+            control,
+            outcome: rx,
+        }
     }
 
     /// Wait for the program to end. Close stdin first if the program reads it.
@@ -220,12 +232,15 @@ impl Process {
     }
 
     /// Kill the program (SIGKILL). Its [`Process::wait`] then answers 137.
-    pub async fn kill(&self) -> Result<()> {
+    ///
+    /// Takes `&mut self` so a `Process` need not be `Sync`; [`Process::killer`] kills from
+    /// another task.
+    pub async fn kill(&mut self) -> Result<()> {
         self.control.signal(SIGKILL).await
     }
 
     /// Send a signal to the program.
-    pub async fn signal(&self, signal: i32) -> Result<()> {
+    pub async fn signal(&mut self, signal: i32) -> Result<()> {
         self.control.signal(signal).await
     }
 
@@ -258,7 +273,10 @@ pub struct FinishOptions {
 
 impl Default for FinishOptions {
     fn default() -> Self {
-        FinishOptions { stdin: Vec::new(), max_output: 64 << 20 }
+        FinishOptions {
+            stdin: Vec::new(),
+            max_output: 64 << 20,
+        }
     }
 }
 
@@ -306,7 +324,11 @@ pub async fn finish(mut p: Process, opts: FinishOptions) -> Result<Finished> {
         Ok(())
     };
     let max = opts.max_output;
-    let (w, out, err) = tokio::join!(write, read_bounded(stdout, max, "stdout"), read_bounded(stderr, max, "stderr"));
+    let (w, out, err) = tokio::join!(
+        write,
+        read_bounded(stdout, max, "stdout"),
+        read_bounded(stderr, max, "stderr")
+    );
     if let Err(e) = out.as_ref().and(err.as_ref()) {
         let _ = p.kill().await;
         let _ = p.wait().await;
@@ -314,7 +336,11 @@ pub async fn finish(mut p: Process, opts: FinishOptions) -> Result<Finished> {
     }
     let status = p.wait().await?;
     w?;
-    Ok(Finished { status, stdout: out?, stderr: err? })
+    Ok(Finished {
+        status,
+        stdout: out?,
+        stderr: err?,
+    })
 }
 
 /// Read a stream to its end, refusing past `max` bytes with `too_large`.
@@ -323,7 +349,10 @@ pub async fn read_bounded(r: Option<ByteReader>, max: usize, what: &str) -> Resu
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        let n = r.read(&mut chunk).await.map_err(|e| Error::io(e, format!("reading {what}")))?;
+        let n = r
+            .read(&mut chunk)
+            .await
+            .map_err(|e| Error::io(e, format!("reading {what}")))?;
         if n == 0 {
             return Ok(buf);
         }
@@ -366,7 +395,11 @@ mod tests {
     }
 
     fn fake() -> Arc<Fake> {
-        Arc::new(Fake { ended: Notify::new(), signals: Mutex::new(vec![]), code: Mutex::new(None) })
+        Arc::new(Fake {
+            ended: Notify::new(),
+            signals: Mutex::new(vec![]),
+            code: Mutex::new(None),
+        })
     }
 
     #[tokio::test]
@@ -397,7 +430,15 @@ mod tests {
             let _ = w.write_all(&[7u8; 5000]).await;
         });
         p.stdin = None;
-        let e = finish(p, FinishOptions { max_output: 100, ..Default::default() }).await.unwrap_err();
+        let e = finish(
+            p,
+            FinishOptions {
+                max_output: 100,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.code(), crate::ErrorCode::TooLarge);
         assert!(e.message().contains("stdout"));
         assert_eq!(*f.signals.lock().unwrap(), vec![SIGKILL]);

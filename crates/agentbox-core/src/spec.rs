@@ -133,7 +133,10 @@ pub struct Mount {
 impl Spec {
     /// A spec with only a lifetime.
     pub fn new(max_lifetime: Duration) -> Self {
-        Spec { max_lifetime, ..Default::default() }
+        Spec {
+            max_lifetime,
+            ..Default::default()
+        }
     }
 
     /// Add a label.
@@ -166,7 +169,7 @@ impl Spec {
             validate_env(k, v).map_err(|e| e.context("spec.env"))?;
         }
         if let Some(c) = self.cpus
-            && !(c.is_finite() && c >= 0.01 && c <= 1024.0)
+            && !(c.is_finite() && (0.01..=1024.0).contains(&c))
         {
             return Err(Error::invalid(format!("spec.cpus: {c} is not between 0.01 and 1024")));
         }
@@ -191,7 +194,9 @@ impl Spec {
         }
         if let Some(Network::Allow(list)) = &self.network {
             if list.is_empty() {
-                return Err(Error::invalid("spec.network.allow: an empty allowlist; use network none"));
+                return Err(Error::invalid(
+                    "spec.network.allow: an empty allowlist; use network none",
+                ));
             }
             for entry in list {
                 validate_allow_entry(entry)?;
@@ -207,11 +212,19 @@ impl Spec {
             }
         }
         if !self.ports.is_empty() && self.network == Some(Network::None) {
-            return Err(Error::invalid("spec.ports: a box with network none cannot expose ports"));
+            return Err(Error::invalid(
+                "spec.ports: a box with network none cannot expose ports",
+            ));
         }
         for c in &self.capabilities {
-            if c.is_empty() || !c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit()) {
-                return Err(Error::invalid(format!("spec.capabilities: {c:?} is not a capability name")));
+            if c.is_empty()
+                || !c
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit())
+            {
+                return Err(Error::invalid(format!(
+                    "spec.capabilities: {c:?} is not a capability name"
+                )));
             }
         }
         if self.mounts.len() > MAX_MOUNTS {
@@ -230,7 +243,10 @@ impl Spec {
                 }
             }
             if !targets.insert(m.target.as_str()) {
-                return Err(Error::invalid(format!("spec.mounts.target: {:?} is bound twice", m.target)));
+                return Err(Error::invalid(format!(
+                    "spec.mounts.target: {:?} is bound twice",
+                    m.target
+                )));
             }
         }
         Ok(())
@@ -243,7 +259,9 @@ pub fn validate_labels(labels: &Labels) -> Result<()> {
     for (k, v) in labels {
         if k.is_empty()
             || k.len() > 128
-            || !k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'))
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'))
         {
             return Err(Error::invalid(format!(
                 "spec.labels: key {k:?} must be 1 to 128 characters of letters, digits and . _ / -"
@@ -278,7 +296,9 @@ pub fn validate_env(name: &str, value: &str) -> Result<()> {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
         && name.len() <= 256;
     if !ok {
-        return Err(Error::invalid(format!("{name:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")));
+        return Err(Error::invalid(format!(
+            "{name:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"
+        )));
     }
     if value.contains('\0') {
         return Err(Error::invalid(format!("the value of {name} holds a NUL byte")));
@@ -303,7 +323,11 @@ pub fn is_normal_absolute(p: &str) -> bool {
 }
 
 fn validate_allow_entry(entry: &str) -> Result<()> {
-    let bad = || Error::invalid(format!("spec.network.allow: {entry:?} is neither a domain nor an IPv4 CIDR"));
+    let bad = || {
+        Error::invalid(format!(
+            "spec.network.allow: {entry:?} is neither a domain nor an IPv4 CIDR"
+        ))
+    };
     if let Some((addr, bits)) = entry.split_once('/') {
         let bits: u8 = bits.parse().map_err(|_| bad())?;
         if bits > 32 || addr.parse::<std::net::Ipv4Addr>().is_err() {
@@ -413,7 +437,9 @@ pub fn check_spec(spec: &Spec, honours: &Honours, provider: &str) -> Result<()> 
     }
     for c in &spec.capabilities {
         if !honours.capabilities.contains(c) {
-            return Err(Error::unsupported(format!("spec.capabilities: {provider} boxes cannot give {c:?}")));
+            return Err(Error::unsupported(format!(
+                "spec.capabilities: {provider} boxes cannot give {c:?}"
+            )));
         }
     }
     if !spec.mounts.is_empty() && !honours.mounts {
@@ -519,7 +545,11 @@ mod tests {
     #[test]
     fn mounts_must_be_normal_absolute_paths() {
         let mut s = spec();
-        s.mounts.push(Mount { source: "/data/../etc".into(), target: "/w".into(), read_only: false });
+        s.mounts.push(Mount {
+            source: "/data/../etc".into(),
+            target: "/w".into(),
+            read_only: false,
+        });
         assert!(s.validate().unwrap_err().message().contains("mounts.source"));
         s.mounts[0].source = "/data".into();
         assert!(s.validate().is_ok());
@@ -529,8 +559,13 @@ mod tests {
 
     #[test]
     fn check_spec_names_each_unhonoured_field() {
-        let h = Honours { isolation: vec!["none".into()], env: true, ..Default::default() };
-        let cases: Vec<(&str, Box<dyn Fn(&mut Spec)>)> = vec![
+        let h = Honours {
+            isolation: vec!["none".into()],
+            env: true,
+            ..Default::default()
+        };
+        type Set = Box<dyn Fn(&mut Spec)>;
+        let cases: Vec<(&str, Set)> = vec![
             ("image", Box::new(|s| s.image = Some("x".into()))),
             ("snapshot", Box::new(|s| s.snapshot = Some("x".into()))),
             ("cpus", Box::new(|s| s.cpus = Some(1.0))),
@@ -539,7 +574,15 @@ mod tests {
             ("region", Box::new(|s| s.region = Some("eu".into()))),
             ("isolation", Box::new(|s| s.isolation = Some("vm".into()))),
             ("network", Box::new(|s| s.network = Some(Network::None))),
-            ("ports", Box::new(|s| s.ports.push(PortSpec { port: 80, kind: PortKind::Tcp }))),
+            (
+                "ports",
+                Box::new(|s| {
+                    s.ports.push(PortSpec {
+                        port: 80,
+                        kind: PortKind::Tcp,
+                    })
+                }),
+            ),
             ("capabilities", Box::new(|s| s.capabilities.push("fuse".into()))),
             ("workspace", Box::new(|s| s.workspace = Some("/w".into()))),
         ];

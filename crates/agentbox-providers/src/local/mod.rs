@@ -1,0 +1,555 @@
+//! Local boxes: a box is a directory on this machine, with no isolation.
+//!
+//! For development and tests. Each box is `<root>/boxes/<name>/` holding `record.json` (its
+//! id, labels, spec and end time), a private `home/` and `tmp/`, the workspace `work/` where
+//! programs start, and the socket of its **supervisor**: a detached process (see
+//! `agentbox_runner::supervisor`) that every program of the box descends from. The supervisor
+//! ends the box at its lifetime with no call from the host, killing every program, also one
+//! that went to the background, called setsid or double-forked, then removes the directory.
+//!
+//! A program gets a fixed PATH (`/usr/local/bin:/usr/bin:/bin`, or [`LocalOptions::path`]),
+//! `HOME` and `TMPDIR` inside the box, the spec's env and the exec's own variables, and
+//! nothing of the host's environment.
+//!
+//! ```no_run
+//! # async fn f() -> agentbox_core::Result<()> {
+//! use std::time::Duration;
+//! use agentbox_core::{finish, Ctx, ExecOptions, FinishOptions, Provider, Spec};
+//! use agentbox_providers::{LocalOptions, LocalProvider};
+//!
+//! let provider = LocalProvider::new(LocalOptions::from_env()?)?;
+//! let ctx = Ctx::background();
+//! let b = provider.create(&Spec::new(Duration::from_secs(600)), &ctx).await?;
+//! let p = b.exec(&["uname".into(), "-a".into()], &ExecOptions::default(), &ctx).await?;
+//! println!("{}", finish(p, FinishOptions::default()).await?.stdout_text());
+//! b.destroy(&ctx).await?;
+//! # Ok(()) }
+//! ```
+
+mod process;
+mod record;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{
+    Ctx, Endpoint, Error, ExecOptions, Facts, Honours, Labels, NetworkFact, Process, Provider, Result, Sandbox,
+    SandboxId, Spec, Status, check_spec,
+};
+use agentbox_protocol::supervisor::{READY_PREFIX, Reply, Request, SOCKET_NAME};
+use async_trait::async_trait;
+use tokio::io::AsyncBufReadExt;
+
+use crate::helper::HelperCommand;
+use crate::util::{now_ms, random_hex};
+use record::Record;
+
+/// The provider's name and id prefix.
+pub const NAME: &str = "local";
+
+/// The PATH programs get unless [`LocalOptions::path`] says otherwise.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The variable naming agentbox's home directory (boxes go under `boxes/` in it).
+pub const HOME_ENV: &str = "AGENTBOX_HOME";
+
+/// How long a supervisor may take to say it serves.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a destroy may take when the caller's context has no deadline.
+const DESTROY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A directory with no record older than this is the leftover of a create that died, and a
+/// listing removes it.
+const ORPHAN_DIR_AGE: Duration = Duration::from_secs(600);
+
+/// How a [`LocalProvider`] is set up.
+#[derive(Clone, Debug)]
+pub struct LocalOptions {
+    /// agentbox's home: boxes live in `<root>/boxes`.
+    pub root: PathBuf,
+    /// The PATH every program gets.
+    pub path: String,
+    /// The command that runs the supervisor.
+    pub supervisor: HelperCommand,
+}
+
+impl LocalOptions {
+    /// Options with `root` and the supervisor found by [`HelperCommand::discover`].
+    pub fn at(root: impl Into<PathBuf>) -> Result<Self> {
+        Ok(LocalOptions {
+            root: root.into(),
+            path: DEFAULT_PATH.into(),
+            supervisor: HelperCommand::discover()?,
+        })
+    }
+
+    /// Options from the environment: `$AGENTBOX_HOME`, else `$XDG_DATA_HOME/agentbox`, else
+    /// `~/.local/share/agentbox`.
+    pub fn from_env() -> Result<Self> {
+        LocalOptions::at(default_home()?)
+    }
+}
+
+/// agentbox's home directory from the environment (see [`LocalOptions::from_env`]).
+pub fn default_home() -> Result<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(h) = var(HOME_ENV) {
+        return Ok(h);
+    }
+    if let Some(d) = var("XDG_DATA_HOME") {
+        return Ok(d.join("agentbox"));
+    }
+    if let Some(h) = var("HOME") {
+        return Ok(h.join(".local/share/agentbox"));
+    }
+    Err(Error::not_found(format!("no home directory: set {HOME_ENV}")))
+}
+
+/// Makes local boxes. See the [module documentation](self).
+pub struct LocalProvider {
+    opts: LocalOptions,
+    boxes: PathBuf,
+}
+
+impl LocalProvider {
+    /// A provider over `opts.root`, whose `boxes/` directory is made (mode 0700) if missing.
+    pub fn new(opts: LocalOptions) -> Result<Self> {
+        if opts.path.contains('\0') {
+            return Err(Error::invalid("local path: holds a NUL byte"));
+        }
+        let boxes = opts.root.join("boxes");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&boxes)
+            .map_err(|e| Error::io(e, format!("creating {}", boxes.display())))?;
+        Ok(LocalProvider { opts, boxes })
+    }
+
+    /// The directory boxes live in.
+    pub fn boxes_dir(&self) -> &Path {
+        &self.boxes
+    }
+
+    fn sandbox(&self, dir: PathBuf, record: Record) -> Arc<dyn Sandbox> {
+        Arc::new(LocalSandbox::new(dir, record, self.opts.path.clone()))
+    }
+
+    /// Read the record of `name`, handing back only a box that still runs. A box whose
+    /// supervisor is gone is swept.
+    fn find(&self, name: &str) -> Result<Option<(PathBuf, Record)>> {
+        let dir = self.boxes.join(name);
+        let record = match Record::read(&dir) {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                sweep_if_orphan(&dir);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if record.supervisor_alive() {
+            if record.ends_at_ms > now_ms() {
+                return Ok(Some((dir, record)));
+            }
+            // Past its lifetime and still ending: not handed back, and the supervisor removes it.
+            return Ok(None);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(None)
+    }
+
+    async fn start_supervisor(&self, dir: &Path, ends_at_ms: u64, ctx: &Ctx) -> Result<(i32, u64)> {
+        let log_path = dir.join("supervisor.log");
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| Error::io(e, format!("creating {}", log_path.display())))?;
+        let sup = &self.opts.supervisor;
+        let mut cmd = tokio::process::Command::new(&sup.program);
+        cmd.args(&sup.args)
+            .arg("supervise")
+            .arg("--dir")
+            .arg(dir)
+            .arg("--deadline-ms")
+            .arg(ends_at_ms.to_string())
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::from(log))
+            .kill_on_drop(false);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::io(e, format!("starting the box supervisor {}", sup.program.display())))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::unknown("the supervisor has no stdout"))?;
+        let mut line = String::new();
+        let mut reader = tokio::io::BufReader::new(stdout);
+        let read = tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut line));
+        let outcome = ctx.run(read).await;
+        let pid = match outcome {
+            Ok(Ok(Ok(_))) => line
+                .trim()
+                .strip_prefix(READY_PREFIX)
+                .and_then(|p| p.parse::<i32>().ok()),
+            Ok(Err(_)) => None,
+            Ok(Ok(Err(_))) => None,
+            Err(e) => {
+                let _ = child.start_kill();
+                return Err(e);
+            }
+        };
+        let Some(pid) = pid else {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(Error::unknown(format!(
+                "the box supervisor did not start within {}s: {}",
+                START_TIMEOUT.as_secs(),
+                log.trim()
+            )));
+        };
+        // The child handle is dropped here; tokio reaps the supervisor when it exits, and if
+        // this process dies first, init does.
+        let start = agentbox_runner::proctree::stat(pid)
+            .map(|s| s.start_time)
+            .ok_or_else(|| Error::unknown("the box supervisor ended as it started"))?;
+        Ok((pid, start))
+    }
+}
+
+#[async_trait]
+impl Provider for LocalProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn honours(&self) -> Honours {
+        Honours {
+            isolation: vec!["none".into()],
+            env: true,
+            live_processes: true,
+            ..Default::default()
+        }
+    }
+
+    async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        check_spec(spec, &self.honours(), NAME)?;
+        if let Some(agentbox_core::Network::Allow(_) | agentbox_core::Network::None) = &spec.network {
+            return Err(Error::unsupported(
+                "spec.network: local boxes have the open network only",
+            ));
+        }
+        ctx.check()?;
+        let name = random_hex(8)?;
+        let id = SandboxId::new(NAME, &name)?;
+        let dir = self.boxes.join(&name);
+        let mut builder = std::fs::DirBuilder::new();
+        builder.mode(0o700);
+        builder
+            .create(&dir)
+            .map_err(|e| Error::io(e, format!("creating {}", dir.display())))?;
+        let made = async {
+            for sub in ["home", "tmp", "work"] {
+                builder
+                    .create(dir.join(sub))
+                    .map_err(|e| Error::io(e, format!("creating the box's {sub}")))?;
+            }
+            let created_at_ms = now_ms();
+            let ends_at_ms = created_at_ms.saturating_add(spec.max_lifetime.as_millis() as u64);
+            let (supervisor_pid, supervisor_start) = self.start_supervisor(&dir, ends_at_ms, ctx).await?;
+            let record = Record {
+                id: id.clone(),
+                labels: spec.labels.clone(),
+                spec: spec.clone(),
+                created_at_ms,
+                ends_at_ms,
+                supervisor_pid,
+                supervisor_start,
+            };
+            record.write(&dir)?;
+            Ok::<_, Error>(record)
+        }
+        .await;
+        match made {
+            Ok(record) => Ok(self.sandbox(dir, record)),
+            Err(e) => {
+                // A supervisor that started removes the directory when told to end.
+                let _ = destroy_dir(&dir, Duration::from_secs(5)).await;
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        id.expect_provider(NAME)?;
+        ctx.check()?;
+        Ok(self.find(id.name())?.map(|(dir, record)| self.sandbox(dir, record)))
+    }
+
+    async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        ctx.check()?;
+        let entries = match std::fs::read_dir(&self.boxes) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(Error::io(e, format!("listing {}", self.boxes.display()))),
+        };
+        let mut out = Vec::new();
+        let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        names.sort();
+        for name in names {
+            if let Ok(Some((dir, record))) = self.find(&name)
+                && labels.iter().all(|(k, v)| record.labels.get(k) == Some(v))
+            {
+                out.push(self.sandbox(dir, record));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One local box.
+pub struct LocalSandbox {
+    dir: PathBuf,
+    record: Record,
+    facts: Facts,
+    path: String,
+}
+
+impl LocalSandbox {
+    fn new(dir: PathBuf, record: Record, path: String) -> Self {
+        let facts = Facts {
+            provider: NAME.into(),
+            isolation: "none".into(),
+            network: Some(NetworkFact::Open),
+            started_at_ms: Some(record.created_at_ms),
+            ends_at_ms: Some(record.ends_at_ms),
+            live_processes: true,
+            secrets_via: Some("fd".into()),
+            workspace: Some(dir.join("work").to_string_lossy().into_owned()),
+            ..Default::default()
+        };
+        LocalSandbox {
+            dir,
+            record,
+            facts,
+            path,
+        }
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    fn running(&self) -> bool {
+        self.record.ends_at_ms > now_ms() && self.record.supervisor_alive()
+    }
+
+    fn ensure_running(&self) -> Result<()> {
+        if self.running() {
+            Ok(())
+        } else {
+            Err(Error::gone(format!("box {}: it has ended", self.record.id)))
+        }
+    }
+
+    /// A path in the box: absolute as given, relative from the workspace.
+    fn resolve(&self, path: &str) -> Result<PathBuf> {
+        if path.is_empty() || path.contains('\0') {
+            return Err(Error::invalid(format!("path {path:?}: must be non-empty with no NUL")));
+        }
+        let p = Path::new(path);
+        Ok(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.workspace().join(p)
+        })
+    }
+
+    fn env_for(&self, opts: &ExecOptions) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        env.insert("PATH".to_string(), self.path.clone());
+        env.insert("HOME".into(), self.dir.join("home").to_string_lossy().into_owned());
+        env.insert("TMPDIR".into(), self.dir.join("tmp").to_string_lossy().into_owned());
+        env.extend(self.record.spec.env.clone());
+        env.extend(opts.env.clone());
+        env
+    }
+}
+
+#[async_trait]
+impl Sandbox for LocalSandbox {
+    fn id(&self) -> &SandboxId {
+        &self.record.id
+    }
+
+    fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
+    fn labels(&self) -> &Labels {
+        &self.record.labels
+    }
+
+    async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
+        opts.validate(argv)?;
+        ctx.check()?;
+        self.ensure_running()?;
+        let cwd = match &opts.cwd {
+            Some(c) => self.resolve(c)?,
+            None => self.workspace(),
+        };
+        let req = Request::Exec {
+            argv: argv.to_vec(),
+            env: self.env_for(opts),
+            cwd: cwd.to_string_lossy().into_owned(),
+        };
+        process::start(&self.dir.join(SOCKET_NAME), req, ctx)
+            .await
+            .map_err(|e| {
+                if self.running() {
+                    e
+                } else {
+                    Error::gone(format!("box {}: it has ended", self.record.id))
+                }
+            })
+    }
+
+    async fn status(&self, ctx: &Ctx) -> Result<Status> {
+        ctx.check()?;
+        Ok(if self.running() { Status::Running } else { Status::Ended })
+    }
+
+    async fn upload(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<()> {
+        ctx.check()?;
+        self.ensure_running()?;
+        let p = self.resolve(path)?;
+        if let Some(parent) = p.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| Error::io(e, format!("creating {}", parent.display())))?;
+        }
+        ctx.run_result(async {
+            tokio::fs::write(&p, data)
+                .await
+                .map_err(|e| Error::io(e, format!("writing {}", p.display())))
+        })
+        .await
+    }
+
+    async fn download(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
+        ctx.check()?;
+        self.ensure_running()?;
+        let p = self.resolve(path)?;
+        let meta = tokio::fs::metadata(&p)
+            .await
+            .map_err(|e| Error::io(e, format!("reading {}", p.display())))?;
+        if meta.is_dir() {
+            return Err(Error::invalid(format!("{}: is a directory", p.display())));
+        }
+        if meta.len() > max_bytes {
+            return Err(Error::too_large(format!(
+                "{}: {} bytes, over the {max_bytes}-byte bound",
+                p.display(),
+                meta.len()
+            )));
+        }
+        ctx.run_result(async {
+            use tokio::io::AsyncReadExt;
+            let f = tokio::fs::File::open(&p)
+                .await
+                .map_err(|e| Error::io(e, format!("reading {}", p.display())))?;
+            let mut buf = Vec::with_capacity(meta.len() as usize);
+            // Bounded again while reading: the file may grow after the check.
+            f.take(max_bytes + 1)
+                .read_to_end(&mut buf)
+                .await
+                .map_err(|e| Error::io(e, format!("reading {}", p.display())))?;
+            if buf.len() as u64 > max_bytes {
+                return Err(Error::too_large(format!(
+                    "{}: grew over the {max_bytes}-byte bound",
+                    p.display()
+                )));
+            }
+            Ok(buf)
+        })
+        .await
+    }
+
+    async fn endpoint(&self, port: u16, ctx: &Ctx) -> Result<Endpoint> {
+        ctx.check()?;
+        self.ensure_running()?;
+        if port == 0 {
+            return Err(Error::invalid("endpoint: port 0 is not a port"));
+        }
+        // No isolation: a program of the box listens on this machine itself.
+        Ok(Endpoint {
+            host: "127.0.0.1".into(),
+            port,
+            url: None,
+        })
+    }
+
+    async fn destroy(&self, ctx: &Ctx) -> Result<()> {
+        let limit = ctx.remaining().unwrap_or(DESTROY_TIMEOUT).min(DESTROY_TIMEOUT);
+        ctx.run_result(destroy_dir(&self.dir, limit)).await?;
+        // The supervisor answers, then exits: give it a moment to be gone.
+        let t = tokio::time::Instant::now();
+        while self.record.supervisor_alive() {
+            if t.elapsed() > Duration::from_secs(5) {
+                return Err(Error::unknown(format!(
+                    "box {}: its supervisor did not end",
+                    self.record.id
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(())
+    }
+}
+
+/// Ask the supervisor of `dir` to end its box. A supervisor that does not answer has ended.
+async fn destroy_dir(dir: &Path, limit: Duration) -> Result<()> {
+    let sock = dir.join(SOCKET_NAME);
+    let Ok(stream) = tokio::net::UnixStream::connect(&sock).await else {
+        return Ok(());
+    };
+    let (mut rd, mut wr) = stream.into_split();
+    let ask = async {
+        use tokio::io::AsyncWriteExt;
+        let bytes = agentbox_protocol::frame::encode(&Request::Destroy).map_err(|e| Error::unknown(e.to_string()))?;
+        wr.write_all(&bytes)
+            .await
+            .map_err(|e| Error::io(e, "asking the supervisor to end the box"))?;
+        match crate::util::read_frame::<Reply>(&mut rd).await {
+            Ok(Some(Reply::Ok)) | Ok(None) => Ok(()),
+            Ok(Some(other)) => Err(Error::unknown(format!("the supervisor answered {other:?} to destroy"))),
+            Err(e) => Err(Error::io(e, "reading the supervisor's answer")),
+        }
+    };
+    match tokio::time::timeout(limit, ask).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::timeout(format!(
+            "the box's supervisor did not end it within {}s",
+            limit.as_secs()
+        ))),
+    }
+}
+
+/// Remove a box directory that has no record and no live supervisor, once it is old enough
+/// not to be a create under way.
+fn sweep_if_orphan(dir: &Path) {
+    let old = std::fs::metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > ORPHAN_DIR_AGE);
+    if old && !dir.join(SOCKET_NAME).exists() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,53 @@
+//! A local box's record on disk: what attach and list read from a new process.
+
+use std::path::Path;
+
+use agentbox_core::{Error, Labels, Result, SandboxId, Spec};
+use serde::{Deserialize, Serialize};
+
+use crate::util::write_atomic;
+
+const FILE: &str = "record.json";
+
+/// Written once when the box is made, never changed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Record {
+    pub id: SandboxId,
+    pub labels: Labels,
+    pub spec: Spec,
+    pub created_at_ms: u64,
+    pub ends_at_ms: u64,
+    /// The supervisor's pid and start time: together they name one process for ever, so a
+    /// reused pid is never taken for the supervisor.
+    pub supervisor_pid: i32,
+    pub supervisor_start: u64,
+}
+
+impl Record {
+    /// The record in `dir`; `None` when there is none (a create under way, or a sweep).
+    pub fn read(dir: &Path) -> Result<Option<Record>> {
+        let path = dir.join(FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            // A directory being removed under us reads as gone.
+            Err(e) if e.raw_os_error() == Some(20) => return Ok(None),
+            Err(e) => return Err(Error::io(e, format!("reading {}", path.display()))),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::invalid(format!("{}: not a box record: {e}", path.display())))
+    }
+
+    /// Write the record, whole or not at all.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::unknown(e.to_string()))?;
+        write_atomic(&dir.join(FILE), &bytes)
+    }
+
+    /// The supervisor still runs (and so the box has not been ended).
+    pub fn supervisor_alive(&self) -> bool {
+        agentbox_runner::proctree::stat(self.supervisor_pid)
+            .is_some_and(|s| s.start_time == self.supervisor_start && !s.is_zombie())
+    }
+}

@@ -1,0 +1,75 @@
+//! Small helpers shared by the providers.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agentbox_core::{Error, Result};
+use tokio::io::AsyncReadExt;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `n` random bytes as lowercase hex, from the kernel.
+pub fn random_hex(n: usize) -> Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| Error::io(e, "reading /dev/urandom"))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Write `bytes` to `path` so a reader sees the old file or the whole new one: a temporary
+/// file beside it, synced, then renamed over it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(e, format!("creating {}", tmp.display())))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| Error::io(e, format!("writing {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(e, format!("renaming {} into place", tmp.display())))
+}
+
+/// Read one length-prefixed frame from an async reader. `Ok(None)` at a clean end.
+pub async fn read_frame<T: serde::de::DeserializeOwned>(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> std::io::Result<Option<T>> {
+    let mut prefix = [0u8; 4];
+    match r.read_exact(&mut prefix).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let n = agentbox_protocol::frame::body_len(prefix)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let mut body = vec![0u8; n];
+    r.read_exact(&mut body).await?;
+    agentbox_protocol::frame::decode(&body)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Map an error code named on a wire to an [`agentbox_core::ErrorCode`].
+pub fn code_from_wire(code: &str) -> agentbox_core::ErrorCode {
+    use agentbox_core::ErrorCode as C;
+    match code {
+        "invalid" => C::Invalid,
+        "unsupported" => C::Unsupported,
+        "not_found" => C::NotFound,
+        "gone" => C::Gone,
+        "timeout" => C::Timeout,
+        "aborted" => C::Aborted,
+        "refused" => C::Refused,
+        "unsafe" => C::Unsafe,
+        "too_large" => C::TooLarge,
+        "transfer_failed" => C::TransferFailed,
+        "permission_denied" => C::PermissionDenied,
+        _ => C::Unknown,
+    }
+}

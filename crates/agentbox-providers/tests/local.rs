@@ -1,0 +1,146 @@
+//! Local boxes against the conformance suite, and a box whose creator was SIGKILLed.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentbox_core::{Ctx, ExecOptions, FinishOptions, Provider, SandboxId, Spec, finish};
+use agentbox_providers::{LocalOptions, LocalProvider};
+use agentbox_testing::conformance::{self, Options, Outside};
+use async_trait::async_trait;
+
+/// Asks the file system and the process table, never the provider.
+struct HostView {
+    boxes: PathBuf,
+}
+
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|c| c != 'Z' && c != 'X'),
+        Err(_) => false,
+    }
+}
+
+#[async_trait]
+impl Outside for HostView {
+    async fn ended(&self, id: &SandboxId) -> bool {
+        !self.boxes.join(id.name()).exists()
+    }
+    async fn any_alive(&self, _id: &SandboxId, pids: &[u32]) -> bool {
+        pids.iter().any(|&p| running(p))
+    }
+}
+
+fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
+    Arc::new(
+        LocalProvider::new(
+            LocalOptions::at(root).expect("the agentbox-runner binary (cargo build -p agentbox-runner)"),
+        )
+        .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_boxes_pass_the_conformance_suite() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().to_path_buf();
+    let outside = Arc::new(HostView {
+        boxes: path.join("boxes"),
+    });
+    let options = Options::new("local", Duration::from_secs(3), Duration::from_secs(4), outside);
+    let report = conformance::run(
+        conformance::factory(move || {
+            let path = path.clone();
+            async move { provider(&path) }
+        }),
+        options,
+    )
+    .await;
+    report.assert_passed();
+    assert!(
+        report.cases.iter().all(|(_, o, _)| *o == conformance::Outcome::Passed),
+        "local boxes leave no case out"
+    );
+}
+
+/// Run as a child of the test below: make a box, scatter programs in it, print the box's
+/// directory and the pids, then wait to be killed.
+#[tokio::test]
+async fn creator_child() {
+    let Some(root) = std::env::var_os("AGENTBOX_TEST_CREATOR_ROOT") else {
+        return;
+    };
+    let p = provider(std::path::Path::new(&root));
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(3)), &ctx).await.unwrap();
+    let script = "sleep 1000 >/dev/null 2>&1 & echo $!; setsid sh -c 'echo $$ > p2; exec sleep 1000' >/dev/null 2>&1 & \
+                  ( sh -c 'echo $$ > p3; exec sleep 1000' >/dev/null 2>&1 & ) ; \
+                  while [ ! -s p2 ] || [ ! -s p3 ]; do sleep 0.05; done; cat p2 p3";
+    let proc = b
+        .exec(
+            &["sh".into(), "-c".into(), script.into()],
+            &ExecOptions::default(),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    let out = finish(proc, FinishOptions::default()).await.unwrap();
+    // A program still running under the exec when the creator dies.
+    let _held = b
+        .exec(&["sleep".into(), "1000".into()], &ExecOptions::default(), &ctx)
+        .await
+        .unwrap();
+    println!("\nBOX {}", b.id());
+    for l in out.stdout_text().lines() {
+        println!("PID {l}");
+    }
+    println!("READY");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[test]
+fn a_box_whose_creator_was_sigkilled_ends_with_every_program_within_its_lifetime() {
+    let root = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "creator_child", "--nocapture", "--test-threads", "1"])
+        .env("AGENTBOX_TEST_CREATOR_ROOT", root.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let mut id = None;
+    let mut pids = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(i) = line.strip_prefix("BOX ") {
+            id = Some(i.parse::<SandboxId>().unwrap());
+        } else if let Some(p) = line.strip_prefix("PID ") {
+            pids.push(p.trim().parse::<u32>().unwrap());
+        } else if line.contains("READY") {
+            break;
+        }
+    }
+    let id = id.expect("the creator made a box");
+    assert_eq!(pids.len(), 3, "three programs scattered: {pids:?}");
+    assert!(pids.iter().all(|&p| running(p)), "the scattered programs run");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let dir = root.path().join("boxes").join(id.name());
+    loop {
+        let alive: Vec<_> = pids.iter().filter(|&&p| running(p)).collect();
+        if alive.is_empty() && !dir.exists() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(3 + 5),
+            "{:?} after create the box dir exists={} and programs {alive:?} run",
+            t.elapsed(),
+            dir.exists()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

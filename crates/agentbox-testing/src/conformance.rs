@@ -1,0 +1,1231 @@
+//! One behaviour suite for every provider, the way object_store and OpenDAL run one suite
+//! against every backend.
+//!
+//! A provider's tests call [`run`] with a factory of providers and [`Options`], then
+//! [`Report::assert_passed`]. Every case runs unless the options leave it out with a reason
+//! (`without_live_processes`, `without_env`); a case left out is replaced by one that checks
+//! the reason holds (the facts say so, and the provider refuses what it cannot do).
+//!
+//! Whether a box ended, and whether its programs still run, is asked of [`Outside`], never of
+//! the provider under test.
+//!
+//! ```no_run
+//! # async fn f(outside: std::sync::Arc<dyn agentbox_testing::conformance::Outside>,
+//! #            make: fn() -> std::sync::Arc<dyn agentbox_core::Provider>) {
+//! use std::time::Duration;
+//! use agentbox_testing::conformance::{factory, run, Options};
+//! let options = Options::new("my boxes", Duration::from_secs(3), Duration::from_secs(5), outside);
+//! run(factory(move || async move { make() }), options).await.assert_passed();
+//! # }
+//! ```
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentbox_core::{
+    Ctx, ErrorCode, ExecOptions, FinishOptions, Finished, Labels, Network, PortKind, PortSpec, Process, Provider,
+    Sandbox, SandboxId, Spec, Status, finish,
+};
+use async_trait::async_trait;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+/// Makes a fresh provider (a new client, as a new process would have).
+pub type Factory = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync>;
+
+/// Wrap an async closure as a [`Factory`].
+pub fn factory<F, Fut>(f: F) -> Factory
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Arc<dyn Provider>> + Send + 'static,
+{
+    Arc::new(move || Box::pin(f()))
+}
+
+/// A view of boxes from outside the provider under test: the vendor's own API, the host's
+/// process table, the Docker engine.
+#[async_trait]
+pub trait Outside: Send + Sync {
+    /// Whether the box has ended and its resources are gone.
+    async fn ended(&self, id: &SandboxId) -> bool;
+    /// Whether any of these programs of the box (pids as the box itself reports them) still
+    /// runs. A zombie does not run.
+    async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool;
+}
+
+/// How to run the suite against one provider.
+#[derive(Clone)]
+pub struct Options {
+    /// The provider's name in the report.
+    pub name: String,
+    /// The spec every box starts from (an image, for instance). Its lifetime is replaced.
+    pub base: Spec,
+    /// The lifetime of the box the lifetime case leaves alone.
+    pub lifetime: Duration,
+    /// How long past that lifetime the provider may take to end it.
+    pub grace: Duration,
+    /// Asks whether a box ended, from outside the provider.
+    pub outside: Arc<dyn Outside>,
+    /// The provider keeps no program running between calls and takes no stdin: why.
+    pub without_live_processes: Option<String>,
+    /// The provider's boxes carry no environment: why.
+    pub without_env: Option<String>,
+}
+
+impl Options {
+    /// Options with a lifetime and grace for the lifetime case and everything else default.
+    pub fn new(name: &str, lifetime: Duration, grace: Duration, outside: Arc<dyn Outside>) -> Self {
+        Options {
+            name: name.into(),
+            base: Spec::new(Duration::from_secs(600)),
+            lifetime,
+            grace,
+            outside,
+            without_live_processes: None,
+            without_env: None,
+        }
+    }
+}
+
+/// How one case went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It passed.
+    Passed,
+    /// It failed, and why.
+    Failed(String),
+    /// It was left out, and the reason the options gave.
+    LeftOut(String),
+}
+
+/// The outcome of every case.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The provider's name.
+    pub name: String,
+    /// Each case by name, in the order run.
+    pub cases: Vec<(String, Outcome, Duration)>,
+}
+
+impl Report {
+    /// The names of the failed cases.
+    pub fn failed(&self) -> Vec<&str> {
+        self.cases
+            .iter()
+            .filter(|(_, o, _)| matches!(o, Outcome::Failed(_)))
+            .map(|(n, _, _)| n.as_str())
+            .collect()
+    }
+
+    /// Print the report and panic if any case failed.
+    pub fn assert_passed(&self) {
+        let mut text = format!("conformance of {}:\n", self.name);
+        for (name, outcome, took) in &self.cases {
+            let line = match outcome {
+                Outcome::Passed => format!("  ok      {name} ({:.1}s)\n", took.as_secs_f64()),
+                Outcome::Failed(why) => format!("  FAILED  {name}: {why}\n"),
+                Outcome::LeftOut(why) => format!("  left out {name}: {why}\n"),
+            };
+            text.push_str(&line);
+        }
+        eprint!("{text}");
+        assert!(self.failed().is_empty(), "{text}");
+    }
+}
+
+type CaseResult = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+/// Every case's name, in the order [`run`] runs them.
+pub const CASES: &[&str] = &[
+    "lifetime_ends_the_box_with_no_call_from_the_host",
+    "create_exec_destroy",
+    "exit_codes_and_signals",
+    "stdin_round_trip_and_eof",
+    "stdout_and_stderr_kept_apart",
+    "sixteen_mib_of_output_without_deadlock",
+    "host_environment_invisible_spec_env_visible",
+    "labels_and_list",
+    "attach_from_a_fresh_provider",
+    "concurrent_execs",
+    "abort_and_deadline_through_ctx",
+    "kill_ends_the_program",
+    "destroy_ends_every_program",
+    "typed_refusals",
+    "upload_and_download",
+    "working_directory",
+    "a_missing_program",
+];
+
+/// Run every case against boxes of `make`'s providers.
+pub async fn run(make: Factory, options: Options) -> Report {
+    let provider = make().await;
+    let suite = Suite {
+        make,
+        provider,
+        options,
+        tag: unique_tag(),
+    };
+    let suite = Arc::new(suite);
+    let mut cases = Vec::new();
+
+    // The lifetime case waits a lifetime and a grace; it runs beside the others.
+    let lifetime = {
+        let s = suite.clone();
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let o = s
+                .outcome(
+                    "lifetime_ends_the_box_with_no_call_from_the_host",
+                    s.lifetime_ends_the_box(),
+                )
+                .await;
+            (o, t.elapsed())
+        })
+    };
+
+    for name in &CASES[1..] {
+        let t = Instant::now();
+        let outcome = suite.run_case(name).await;
+        cases.push((name.to_string(), outcome, t.elapsed()));
+    }
+    for (name, why) in [
+        ("without_live_processes", &suite.options.without_live_processes),
+        ("without_env", &suite.options.without_env),
+    ] {
+        if let Some(why) = why {
+            let t = Instant::now();
+            let case = format!("{name}: {why}");
+            let outcome = match name {
+                "without_live_processes" => suite.outcome(&case, suite.live_processes_refused()).await,
+                _ => suite.outcome(&case, suite.env_refused()).await,
+            };
+            cases.push((case, outcome, t.elapsed()));
+        }
+    }
+    let (o, took) = lifetime
+        .await
+        .unwrap_or_else(|e| (Outcome::Failed(format!("the case panicked: {e}")), Duration::ZERO));
+    cases.insert(0, (CASES[0].to_string(), o, took));
+    Report {
+        name: suite.options.name.clone(),
+        cases,
+    }
+}
+
+struct Suite {
+    make: Factory,
+    provider: Arc<dyn Provider>,
+    options: Options,
+    tag: String,
+}
+
+fn unique_tag() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("c{}-{}", std::process::id(), nanos % 1_000_000_000)
+}
+
+fn argv(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// A script that prints the state letter of pid $1, or nothing when it does not exist.
+const STATE_OF: &str = "sed -n 's/.*) \\(.\\).*/\\1/p' /proc/$1/stat 2>/dev/null";
+
+/// Starts three programs that leave the exec in three ways (background, setsid, double fork),
+/// each appending its own pid to `pids`.
+const SCATTER: &str = "
+sh -c 'echo $$ >> pids; exec sleep 1000' >/dev/null 2>&1 &
+setsid sh -c 'echo $$ >> pids; exec sleep 1000' >/dev/null 2>&1 &
+( sh -c 'echo $$ >> pids; exec sleep 1000' >/dev/null 2>&1 & ) &
+i=0; while [ \"$(wc -l < pids 2>/dev/null || echo 0)\" -lt 3 ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+cat pids
+";
+
+impl Suite {
+    fn live(&self) -> bool {
+        self.options.without_live_processes.is_none()
+    }
+
+    fn spec(&self) -> Spec {
+        let mut s = self.options.base.clone();
+        s.labels.insert("agentbox-conformance".into(), self.tag.clone());
+        s
+    }
+
+    async fn outcome(&self, name: &str, fut: impl Future<Output = CaseResult>) -> Outcome {
+        // No case may take forever: three minutes is far past any of them.
+        match tokio::time::timeout(Duration::from_secs(180), fut).await {
+            Ok(Ok(())) => Outcome::Passed,
+            Ok(Err(why)) => Outcome::Failed(why),
+            Err(_) => Outcome::Failed(format!("{name} did not finish within 180s")),
+        }
+    }
+
+    async fn run_case(&self, name: &str) -> Outcome {
+        let needs_live = matches!(
+            name,
+            "stdin_round_trip_and_eof"
+                | "abort_and_deadline_through_ctx"
+                | "kill_ends_the_program"
+                | "destroy_ends_every_program"
+        );
+        if needs_live && let Some(why) = &self.options.without_live_processes {
+            return Outcome::LeftOut(why.clone());
+        }
+        if name == "host_environment_invisible_spec_env_visible"
+            && let Some(why) = &self.options.without_env
+        {
+            return Outcome::LeftOut(why.clone());
+        }
+        match name {
+            "create_exec_destroy" => self.outcome(name, self.create_exec_destroy()).await,
+            "exit_codes_and_signals" => self.outcome(name, self.exit_codes()).await,
+            "stdin_round_trip_and_eof" => self.outcome(name, self.stdin_round_trip()).await,
+            "stdout_and_stderr_kept_apart" => self.outcome(name, self.streams_apart()).await,
+            "sixteen_mib_of_output_without_deadlock" => self.outcome(name, self.big_output()).await,
+            "host_environment_invisible_spec_env_visible" => self.outcome(name, self.environment()).await,
+            "labels_and_list" => self.outcome(name, self.labels_and_list()).await,
+            "attach_from_a_fresh_provider" => self.outcome(name, self.attach_fresh()).await,
+            "concurrent_execs" => self.outcome(name, self.concurrent()).await,
+            "abort_and_deadline_through_ctx" => self.outcome(name, self.abort_and_deadline()).await,
+            "kill_ends_the_program" => self.outcome(name, self.kill()).await,
+            "destroy_ends_every_program" => self.outcome(name, self.destroy_ends_all()).await,
+            "typed_refusals" => self.outcome(name, self.refusals()).await,
+            "upload_and_download" => self.outcome(name, self.files()).await,
+            "working_directory" => self.outcome(name, self.working_directory()).await,
+            "a_missing_program" => self.outcome(name, self.missing_program()).await,
+            other => Outcome::Failed(format!("no case named {other}")),
+        }
+    }
+
+    async fn create(&self, spec: &Spec) -> Result<Arc<dyn Sandbox>, String> {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
+        self.provider
+            .create(spec, &ctx)
+            .await
+            .map_err(|e| format!("create: {e}"))
+    }
+
+    /// Run `body` on a new box, and destroy the box whatever the body answered.
+    async fn with_box<F, Fut>(&self, body: F) -> CaseResult
+    where
+        F: FnOnce(Arc<dyn Sandbox>) -> Fut,
+        Fut: Future<Output = CaseResult>,
+    {
+        let b = self.create(&self.spec()).await?;
+        let r = body(b.clone()).await;
+        let d = b
+            .destroy(&Ctx::background().with_timeout(Duration::from_secs(60)))
+            .await;
+        r?;
+        d.map_err(|e| format!("destroy: {e}"))
+    }
+
+    async fn sh(&self, b: &dyn Sandbox, script: &str) -> Result<Finished, String> {
+        self.run_opts(b, &["sh", "-c", script], &ExecOptions::default(), Vec::new())
+            .await
+    }
+
+    async fn run_opts(
+        &self,
+        b: &dyn Sandbox,
+        args: &[&str],
+        opts: &ExecOptions,
+        stdin: Vec<u8>,
+    ) -> Result<Finished, String> {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(90));
+        let p = b
+            .exec(&argv(args), opts, &ctx)
+            .await
+            .map_err(|e| format!("exec {args:?}: {e}"))?;
+        finish(
+            p,
+            FinishOptions {
+                stdin,
+                max_output: 64 << 20,
+            },
+        )
+        .await
+        .map_err(|e| format!("finish {args:?}: {e}"))
+    }
+
+    async fn create_exec_destroy(&self) -> CaseResult {
+        let b = self.create(&self.spec()).await?;
+        ensure!(
+            b.id().provider() == self.provider.name(),
+            "id {} does not carry the provider {}",
+            b.id(),
+            self.provider.name()
+        );
+        ensure!(
+            b.facts().provider == self.provider.name(),
+            "facts name provider {:?}",
+            b.facts().provider
+        );
+        let out = self
+            .run_opts(&*b, &["echo", "hello", "box"], &ExecOptions::default(), vec![])
+            .await?;
+        ensure!(out.status.code == 0, "echo exited {}", out.status.code);
+        ensure!(out.stdout == b"hello box\n", "echo printed {:?}", out.stdout_text());
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+        ensure!(
+            matches!(b.status(&ctx).await, Ok(Status::Running)),
+            "a new box is not running"
+        );
+        b.destroy(&ctx).await.map_err(|e| format!("destroy: {e}"))?;
+        ensure!(
+            matches!(b.status(&ctx).await, Ok(Status::Ended)),
+            "a destroyed box does not read ended"
+        );
+        match b.exec(&argv(&["true"]), &ExecOptions::default(), &ctx).await {
+            Err(e) if e.code() == ErrorCode::Gone => {}
+            Err(e) => return Err(format!("exec on a destroyed box: {e}, expected gone")),
+            Ok(_) => return Err("exec on a destroyed box started a program".into()),
+        }
+        match b.upload("x", b"1", &ctx).await {
+            Err(e) if e.code() == ErrorCode::Gone => {}
+            other => return Err(format!("upload to a destroyed box answered {other:?}, expected gone")),
+        }
+        b.destroy(&ctx)
+            .await
+            .map_err(|e| format!("a second destroy failed: {e}"))?;
+        let again = self
+            .provider
+            .attach(b.id(), &ctx)
+            .await
+            .map_err(|e| format!("attach: {e}"))?;
+        ensure!(again.is_none(), "attach handed back a destroyed box");
+        ensure!(
+            self.options.outside.ended(b.id()).await,
+            "outside, the destroyed box has not ended"
+        );
+        Ok(())
+    }
+
+    async fn exit_codes(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            for (script, want) in [
+                ("exit 0", 0),
+                ("exit 3", 3),
+                ("exit 255", 255),
+                ("kill -TERM $$", 143),
+                ("kill -KILL $$", 137),
+            ] {
+                let out = self.sh(&*b, script).await?;
+                ensure!(
+                    out.status.code == want,
+                    "`{script}` gave {}, expected {want}",
+                    out.status.code
+                );
+            }
+            let out = self.sh(&*b, "kill -TERM $$").await?;
+            ensure!(
+                matches!(out.status.signal, None | Some(15)),
+                "signal reported as {:?}",
+                out.status.signal
+            );
+            Ok(())
+        })
+        .await
+    }
+
+    async fn stdin_round_trip(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            // Streaming: a line goes in and comes back while stdin is still open.
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            let mut p = b
+                .exec(&argv(&["cat"]), &ExecOptions::default(), &ctx)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut stdin = p.stdin.take().ok_or("no stdin")?;
+            let mut lines = tokio::io::BufReader::new(p.stdout.take().ok_or("no stdout")?);
+            stdin.write_all(b"ping\n").await.map_err(|e| e.to_string())?;
+            stdin.flush().await.map_err(|e| e.to_string())?;
+            let mut line = String::new();
+            tokio::time::timeout(Duration::from_secs(20), lines.read_line(&mut line))
+                .await
+                .map_err(|_| "cat did not echo a line while stdin was open")?
+                .map_err(|e| e.to_string())?;
+            ensure!(line == "ping\n", "cat echoed {line:?}");
+            stdin.close().await.map_err(|e| e.to_string())?;
+            let st = p.wait().await.map_err(|e| format!("cat after EOF: {e}"))?;
+            ensure!(st.code == 0, "cat exited {}", st.code);
+
+            // An empty stdin still ends: the EOF is not lost.
+            for _ in 0..5 {
+                let out = self.run_opts(&*b, &["cat"], &ExecOptions::default(), vec![]).await?;
+                ensure!(
+                    out.status.code == 0 && out.stdout.is_empty(),
+                    "cat of an empty stdin gave {:?}",
+                    out
+                );
+            }
+            // Every byte value, a MiB of them.
+            let data: Vec<u8> = (0..(1 << 20))
+                .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+                .collect();
+            let out = self
+                .run_opts(&*b, &["cat"], &ExecOptions::default(), data.clone())
+                .await?;
+            ensure!(
+                out.stdout == data,
+                "1 MiB through cat came back as {} different bytes",
+                out.stdout.len()
+            );
+            Ok(())
+        })
+        .await
+    }
+
+    async fn streams_apart(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            let out = self.sh(&*b, "echo out; echo err >&2; echo out2; echo err2 >&2").await?;
+            ensure!(out.stdout == b"out\nout2\n", "stdout was {:?}", out.stdout_text());
+            ensure!(out.stderr == b"err\nerr2\n", "stderr was {:?}", out.stderr_text());
+            Ok(())
+        })
+        .await
+    }
+
+    async fn big_output(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            let script = "head -c 16777216 /dev/zero | tr '\\0' a & head -c 16777216 /dev/zero | tr '\\0' b >&2; wait";
+            let out = self.sh(&*b, script).await?;
+            ensure!(out.status.code == 0, "exited {}", out.status.code);
+            ensure!(out.stdout.len() == 16 << 20, "stdout had {} bytes", out.stdout.len());
+            ensure!(out.stderr.len() == 16 << 20, "stderr had {} bytes", out.stderr.len());
+            ensure!(
+                out.stdout.iter().all(|&c| c == b'a'),
+                "stdout holds bytes of stderr or garbage"
+            );
+            ensure!(
+                out.stderr.iter().all(|&c| c == b'b'),
+                "stderr holds bytes of stdout or garbage"
+            );
+            Ok(())
+        })
+        .await
+    }
+
+    async fn environment(&self) -> CaseResult {
+        let value = "spaces, 'quotes', \"dq\", $dollar and ✓";
+        let mut spec = self.spec();
+        spec.env.insert("AGENTBOX_CONFORMANCE_SPEC".into(), value.into());
+        let b = self.create(&spec).await?;
+        let r = async {
+            let out = self.run_opts(&*b, &["env"], &ExecOptions::default(), vec![]).await?;
+            let text = out.stdout_text();
+            let names: BTreeSet<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+            // Names a box may have of its own whatever the host has.
+            let own = [
+                "PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "HOSTNAME", "LANG", "TERM", "USER", "LOGNAME", "SHELL",
+                "OLDPWD",
+            ];
+            let leaked: Vec<String> = std::env::vars()
+                .map(|(k, _)| k)
+                .filter(|k| !own.contains(&k.as_str()) && !k.starts_with("LC_") && names.contains(k.as_str()))
+                .collect();
+            ensure!(leaked.is_empty(), "the box sees the host's variables {leaked:?}");
+            ensure!(
+                text.lines().any(|l| l == format!("AGENTBOX_CONFORMANCE_SPEC={value}")),
+                "the spec's env is not visible as given: {text:?}"
+            );
+            let mut opts = ExecOptions::default();
+            opts.env.insert("AGENTBOX_CONFORMANCE_EXEC".into(), "per-exec".into());
+            let out = self
+                .run_opts(&*b, &["sh", "-c", "echo \"$AGENTBOX_CONFORMANCE_EXEC\""], &opts, vec![])
+                .await?;
+            ensure!(
+                out.stdout == b"per-exec\n",
+                "the exec's env is not visible: {:?}",
+                out.stdout_text()
+            );
+            let out = self.sh(&*b, "echo \"${AGENTBOX_CONFORMANCE_EXEC-unset}\"").await?;
+            ensure!(
+                out.stdout == b"unset\n",
+                "one exec's env reached the next: {:?}",
+                out.stdout_text()
+            );
+            Ok(())
+        }
+        .await;
+        let _ = b
+            .destroy(&Ctx::background().with_timeout(Duration::from_secs(60)))
+            .await;
+        r
+    }
+
+    async fn labels_and_list(&self) -> CaseResult {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+        let run = format!("{}-list", self.tag);
+        let mk = |n: &str| {
+            let mut s = self.spec();
+            s.labels.insert("conformance-run".into(), run.clone());
+            s.labels.insert("n".into(), n.into());
+            s
+        };
+        let b1 = self.create(&mk("1")).await?;
+        let b2 = self.create(&mk("2")).await;
+        let r = async {
+            let b2 = b2.as_ref().map_err(|e| e.clone())?;
+            let by = |pairs: &[(&str, &str)]| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<Labels>()
+            };
+            let ids = |l: Vec<Arc<dyn Sandbox>>| l.iter().map(|b| b.id().clone()).collect::<BTreeSet<_>>();
+            let both = self
+                .provider
+                .list(&by(&[("conformance-run", &run)]), &ctx)
+                .await
+                .map_err(|e| format!("list: {e}"))?;
+            ensure!(
+                ids(both.clone()) == [b1.id().clone(), b2.id().clone()].into(),
+                "list by run gave {:?}",
+                ids(both)
+            );
+            let one = self
+                .provider
+                .list(&by(&[("conformance-run", &run), ("n", "1")]), &ctx)
+                .await
+                .map_err(|e| e.to_string())?;
+            ensure!(
+                ids(one.clone()) == [b1.id().clone()].into(),
+                "list by run and n=1 gave {:?}",
+                ids(one.clone())
+            );
+            ensure!(
+                one[0].labels() == &mk("1").labels,
+                "a listed box's labels are {:?}",
+                one[0].labels()
+            );
+            ensure!(
+                !b1.labels().keys().any(|k| agentbox_core::is_reserved_label(k)),
+                "the provider's own labels leak into the host's: {:?}",
+                b1.labels()
+            );
+            let none = self
+                .provider
+                .list(&by(&[("conformance-run", &run), ("n", "3")]), &ctx)
+                .await
+                .map_err(|e| e.to_string())?;
+            ensure!(none.is_empty(), "list by a label no box has gave {} boxes", none.len());
+            b2.destroy(&ctx).await.map_err(|e| e.to_string())?;
+            let after = self
+                .provider
+                .list(&by(&[("conformance-run", &run)]), &ctx)
+                .await
+                .map_err(|e| e.to_string())?;
+            ensure!(
+                ids(after.clone()) == [b1.id().clone()].into(),
+                "after a destroy, list gave {:?}",
+                ids(after)
+            );
+            Ok(())
+        }
+        .await;
+        let _ = b1.destroy(&ctx).await;
+        if let Ok(b2) = b2 {
+            let _ = b2.destroy(&ctx).await;
+        }
+        r
+    }
+
+    async fn attach_fresh(&self) -> CaseResult {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+        let b = self.create(&self.spec().label("attach", "yes")).await?;
+        let r = async {
+            let fresh = (self.make)().await;
+            let a = fresh
+                .attach(b.id(), &ctx)
+                .await
+                .map_err(|e| format!("attach: {e}"))?
+                .ok_or("attach found no box")?;
+            ensure!(a.id() == b.id(), "attach handed back {}", a.id());
+            ensure!(
+                a.labels() == b.labels(),
+                "attach's labels {:?} differ from {:?}",
+                a.labels(),
+                b.labels()
+            );
+            let out = self
+                .run_opts(&*a, &["echo", "attached"], &ExecOptions::default(), vec![])
+                .await?;
+            ensure!(
+                out.stdout == b"attached\n",
+                "exec through the attached box printed {:?}",
+                out.stdout_text()
+            );
+            a.destroy(&ctx)
+                .await
+                .map_err(|e| format!("destroy through attach: {e}"))?;
+            ensure!(
+                matches!(b.status(&ctx).await, Ok(Status::Ended)),
+                "the first handle does not see the destroy"
+            );
+            ensure!(
+                fresh.attach(b.id(), &ctx).await.map_err(|e| e.to_string())?.is_none(),
+                "attach found a destroyed box"
+            );
+            let missing =
+                agentbox_core::SandboxId::new(fresh.name(), "conformance-nosuchbox").map_err(|e| e.to_string())?;
+            ensure!(
+                fresh.attach(&missing, &ctx).await.map_err(|e| e.to_string())?.is_none(),
+                "attach found a box that never was"
+            );
+            let foreign = agentbox_core::SandboxId::new("another-provider", "x").map_err(|e| e.to_string())?;
+            match fresh.attach(&foreign, &ctx).await {
+                Err(e) if e.code() == ErrorCode::Invalid => {}
+                other => {
+                    return Err(format!(
+                        "attach of another provider's id answered {:?}, expected invalid",
+                        other.map(|o| o.is_some())
+                    ));
+                }
+            }
+            Ok(())
+        }
+        .await;
+        let _ = b.destroy(&ctx).await;
+        r
+    }
+
+    async fn concurrent(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            let runs = (0..8).map(|i| {
+                let b = b.clone();
+                async move {
+                    let script = format!("sleep 0.3; echo {i}");
+                    let out = self.sh(&*b, &script).await?;
+                    ensure!(
+                        out.stdout_text() == format!("{i}\n"),
+                        "exec {i} printed {:?}",
+                        out.stdout_text()
+                    );
+                    Ok::<(), String>(())
+                }
+            });
+            let t = Instant::now();
+            for r in futures_join_all(runs).await {
+                r?;
+            }
+            // Eight 0.3 s sleeps one after another would take 2.4 s.
+            ensure!(
+                t.elapsed() < Duration::from_secs(60),
+                "eight concurrent execs took {:?}",
+                t.elapsed()
+            );
+            Ok(())
+        })
+        .await
+    }
+
+    async fn alive_in_box(&self, b: &dyn Sandbox, pid: u32) -> Result<bool, String> {
+        let out = self
+            .run_opts(
+                b,
+                &["sh", "-c", STATE_OF, "sh", &pid.to_string()],
+                &ExecOptions::default(),
+                vec![],
+            )
+            .await?;
+        let state = out.stdout_text().trim().to_string();
+        Ok(!state.is_empty() && state != "Z" && state != "X")
+    }
+
+    /// Start `sh -c 'echo $$; exec sleep 30'` and read its pid.
+    async fn start_sleeper(&self, b: &dyn Sandbox, ctx: &Ctx) -> Result<(Process, u32), String> {
+        let mut p = b
+            .exec(
+                &argv(&["sh", "-c", "echo $$; exec sleep 30"]),
+                &ExecOptions::default(),
+                ctx,
+            )
+            .await
+            .map_err(|e| format!("exec: {e}"))?;
+        let mut out = tokio::io::BufReader::new(p.stdout.take().ok_or("no stdout")?);
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(20), out.read_line(&mut line))
+            .await
+            .map_err(|_| "the sleeper printed no pid")?
+            .map_err(|e| e.to_string())?;
+        let pid = line
+            .trim()
+            .parse()
+            .map_err(|_| format!("the sleeper printed {line:?}"))?;
+        Ok((p, pid))
+    }
+
+    async fn gone_soon(&self, b: &dyn Sandbox, pid: u32) -> CaseResult {
+        for _ in 0..100 {
+            if !self.alive_in_box(b, pid).await? {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!("program {pid} still runs 10s after its context ended"))
+    }
+
+    async fn abort_and_deadline(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            // A deadline ends the program and wait answers timeout.
+            let ctx = Ctx::background().with_timeout(Duration::from_millis(1500));
+            let (mut p, pid) = self.start_sleeper(&*b, &ctx).await?;
+            let t = Instant::now();
+            match p.wait().await {
+                Err(e) if e.code() == ErrorCode::Timeout => {}
+                other => return Err(format!("wait past the deadline answered {other:?}, expected timeout")),
+            }
+            ensure!(
+                t.elapsed() < Duration::from_secs(15),
+                "the deadline took {:?} to end the wait",
+                t.elapsed()
+            );
+            self.gone_soon(&*b, pid).await?;
+
+            // A cancel ends the program and wait answers aborted.
+            let ctx = Ctx::background();
+            let (mut p, pid) = self.start_sleeper(&*b, &ctx).await?;
+            let c = ctx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                c.cancel();
+            });
+            match p.wait().await {
+                Err(e) if e.code() == ErrorCode::Aborted => {}
+                other => return Err(format!("wait after a cancel answered {other:?}, expected aborted")),
+            }
+            self.gone_soon(&*b, pid).await?;
+
+            // A context that already ended starts nothing.
+            let dead = Ctx::background();
+            dead.cancel();
+            match b.exec(&argv(&["true"]), &ExecOptions::default(), &dead).await {
+                Err(e) if e.code() == ErrorCode::Aborted => {}
+                Err(e) => return Err(format!("exec with a cancelled context: {e}, expected aborted")),
+                Ok(_) => return Err("exec with a cancelled context started a program".into()),
+            }
+            match self.provider.create(&self.spec(), &dead).await {
+                Err(e) if e.code() == ErrorCode::Aborted => {}
+                Err(e) => return Err(format!("create with a cancelled context: {e}, expected aborted")),
+                Ok(b2) => {
+                    let _ = b2.destroy(&Ctx::background()).await;
+                    return Err("create with a cancelled context made a box".into());
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn kill(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            let (mut p, pid) = self.start_sleeper(&*b, &ctx).await?;
+            p.kill().await.map_err(|e| format!("kill: {e}"))?;
+            let st = p.wait().await.map_err(|e| format!("wait after kill: {e}"))?;
+            ensure!(st.code == 137, "a killed program exited {}", st.code);
+            self.gone_soon(&*b, pid).await
+        })
+        .await
+    }
+
+    async fn scatter(&self, b: &dyn Sandbox) -> Result<Vec<u32>, String> {
+        let out = self.sh(b, SCATTER).await?;
+        let pids: Vec<u32> = out
+            .stdout_text()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        ensure!(
+            pids.len() == 3,
+            "the scattered programs reported {:?} ({})",
+            out.stdout_text(),
+            out.stderr_text()
+        );
+        for &pid in &pids {
+            ensure!(
+                self.alive_in_box(b, pid).await?,
+                "scattered program {pid} is not running"
+            );
+        }
+        Ok(pids)
+    }
+
+    async fn destroy_ends_all(&self) -> CaseResult {
+        let b = self.create(&self.spec()).await?;
+        let pids = match self.scatter(&*b).await {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = b.destroy(&Ctx::background()).await;
+                return Err(e);
+            }
+        };
+        ensure!(
+            self.options.outside.any_alive(b.id(), &pids).await,
+            "outside, the scattered programs {pids:?} are not seen running"
+        );
+        b.destroy(&Ctx::background().with_timeout(Duration::from_secs(60)))
+            .await
+            .map_err(|e| format!("destroy: {e}"))?;
+        for _ in 0..50 {
+            if !self.options.outside.any_alive(b.id(), &pids).await && self.options.outside.ended(b.id()).await {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!(
+            "5s after destroy, outside sees programs {pids:?} or the box still"
+        ))
+    }
+
+    async fn lifetime_ends_the_box(&self) -> CaseResult {
+        let mut spec = self.spec();
+        spec.max_lifetime = self.options.lifetime;
+        let t = Instant::now();
+        let b = self.create(&spec).await?;
+        let id = b.id().clone();
+        let pids = if self.live() { self.scatter(&*b).await? } else { vec![] };
+        drop(b); // no call from the host from here on
+        let limit = self.options.lifetime + self.options.grace;
+        loop {
+            let ended = self.options.outside.ended(&id).await;
+            let alive = !pids.is_empty() && self.options.outside.any_alive(&id, &pids).await;
+            if ended && !alive {
+                break;
+            }
+            ensure!(
+                t.elapsed() < limit,
+                "{:.1}s after create (lifetime {:?}, grace {:?}), outside says ended={ended}, programs alive={alive}",
+                t.elapsed().as_secs_f64(),
+                self.options.lifetime,
+                self.options.grace
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        ensure!(
+            t.elapsed() + Duration::from_millis(500) >= self.options.lifetime,
+            "the box ended after {:?}, before its lifetime {:?}",
+            t.elapsed(),
+            self.options.lifetime
+        );
+        let fresh = (self.make)().await;
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+        ensure!(
+            fresh.attach(&id, &ctx).await.map_err(|e| e.to_string())?.is_none(),
+            "attach handed back an ended box"
+        );
+        let listed = fresh.list(&self.spec().labels, &ctx).await.map_err(|e| e.to_string())?;
+        ensure!(!listed.iter().any(|b| b.id() == &id), "list handed back an ended box");
+        Ok(())
+    }
+
+    async fn refusals(&self) -> CaseResult {
+        let honours = self.provider.honours();
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+        let expect = |spec: Spec, code: ErrorCode, field: &'static str| {
+            let ctx = ctx.clone();
+            async move {
+                match self.provider.create(&spec, &ctx).await {
+                    Err(e) if e.code() == code && e.message().contains(field) => Ok(()),
+                    Err(e) => Err(format!(
+                        "a spec with {field} answered {e}, expected {code} naming {field}"
+                    )),
+                    Ok(b) => {
+                        let _ = b.destroy(&ctx).await;
+                        Err(format!("a spec with {field} made a box, expected {code}"))
+                    }
+                }
+            }
+        };
+        let with = |f: &dyn Fn(&mut Spec)| {
+            let mut s = self.spec();
+            f(&mut s);
+            s
+        };
+        expect(
+            with(&|s| s.max_lifetime = Duration::ZERO),
+            ErrorCode::Invalid,
+            "max_lifetime",
+        )
+        .await?;
+        expect(
+            with(&|s| drop(s.labels.insert("agentbox.mine".into(), "1".into()))),
+            ErrorCode::Invalid,
+            "labels",
+        )
+        .await?;
+        expect(
+            with(&|s| drop(s.env.insert("NOT-A-NAME".into(), "1".into()))),
+            ErrorCode::Invalid,
+            "env",
+        )
+        .await?;
+        let u = ErrorCode::Unsupported;
+        if !honours.snapshot {
+            expect(with(&|s| s.snapshot = Some("snap".into())), u, "snapshot").await?;
+        }
+        if !honours.image {
+            expect(with(&|s| s.image = Some("debian".into())), u, "image").await?;
+        }
+        if !honours.cpus {
+            expect(with(&|s| s.cpus = Some(1.0)), u, "cpus").await?;
+        }
+        if !honours.memory {
+            expect(with(&|s| s.memory_mb = Some(512)), u, "memory_mb").await?;
+        }
+        if !honours.gpu {
+            expect(with(&|s| s.gpu = Some("T4".into())), u, "gpu").await?;
+        }
+        if !honours.region {
+            expect(with(&|s| s.region = Some("eu-west".into())), u, "region").await?;
+        }
+        expect(
+            with(&|s| s.isolation = Some("conformance-no-such-isolation".into())),
+            u,
+            "isolation",
+        )
+        .await?;
+        if !honours.network_none {
+            expect(with(&|s| s.network = Some(Network::None)), u, "network").await?;
+        }
+        if !honours.network_allowlist {
+            expect(
+                with(&|s| s.network = Some(Network::Allow(vec!["example.com".into()]))),
+                u,
+                "network",
+            )
+            .await?;
+        }
+        if !honours.ports {
+            expect(
+                with(&|s| {
+                    s.ports.push(PortSpec {
+                        port: 8080,
+                        kind: PortKind::Tcp,
+                    })
+                }),
+                u,
+                "ports",
+            )
+            .await?;
+        }
+        if !honours.capabilities.iter().any(|c| c == "fuse") {
+            expect(with(&|s| s.capabilities.push("fuse".into())), u, "capabilities").await?;
+        }
+        if !honours.mounts {
+            let m = agentbox_core::Mount {
+                source: "/tmp".into(),
+                target: "/mnt/x".into(),
+                read_only: true,
+            };
+            expect(with(&|s| s.mounts.push(m.clone())), u, "mounts").await?;
+        }
+        if !honours.workspace {
+            expect(with(&|s| s.workspace = Some("/workspace".into())), u, "workspace").await?;
+        }
+        // Argv is checked too.
+        self.with_box(|b| async move {
+            match b.exec(&[], &ExecOptions::default(), &Ctx::background()).await {
+                Err(e) if e.code() == ErrorCode::Invalid => Ok(()),
+                Err(e) => Err(format!("an empty argv answered {e}, expected invalid")),
+                Ok(_) => Err("an empty argv started a program".into()),
+            }
+        })
+        .await
+    }
+
+    async fn files(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            let data: Vec<u8> = (0..(1 << 20)).map(|i: u32| (i % 251) as u8).collect();
+            b.upload("conf/sub/every-byte.bin", &data, &ctx)
+                .await
+                .map_err(|e| format!("upload: {e}"))?;
+            let back = b
+                .download("conf/sub/every-byte.bin", 2 << 20, &ctx)
+                .await
+                .map_err(|e| format!("download: {e}"))?;
+            ensure!(
+                back == data,
+                "download gave {} bytes that differ from the upload",
+                back.len()
+            );
+            let out = self.sh(&*b, "wc -c < conf/sub/every-byte.bin").await?;
+            ensure!(
+                out.stdout_text().trim() == "1048576",
+                "a program sees {:?} bytes of the upload",
+                out.stdout_text()
+            );
+            b.upload("conf/sub/every-byte.bin", b"short", &ctx)
+                .await
+                .map_err(|e| format!("second upload: {e}"))?;
+            let back = b
+                .download("conf/sub/every-byte.bin", 100, &ctx)
+                .await
+                .map_err(|e| e.to_string())?;
+            ensure!(
+                back == b"short",
+                "an upload over a file left {:?}",
+                String::from_utf8_lossy(&back)
+            );
+            match b.download("conf/none", 100, &ctx).await {
+                Err(e) if e.code() == ErrorCode::NotFound => {}
+                other => {
+                    return Err(format!(
+                        "download of a missing file answered {:?}, expected not_found",
+                        other.map(|v| v.len())
+                    ));
+                }
+            }
+            match b.download("conf/sub/every-byte.bin", 3, &ctx).await {
+                Err(e) if e.code() == ErrorCode::TooLarge => {}
+                other => {
+                    return Err(format!(
+                        "download over its bound answered {:?}, expected too_large",
+                        other.map(|v| v.len())
+                    ));
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn working_directory(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            b.upload("wd/inner/f", b"x", &ctx).await.map_err(|e| e.to_string())?;
+            let opts = ExecOptions {
+                cwd: Some("wd/inner".into()),
+                ..Default::default()
+            };
+            let out = self.run_opts(&*b, &["sh", "-c", "pwd; cat f"], &opts, vec![]).await?;
+            let text = out.stdout_text();
+            ensure!(text.ends_with("/wd/inner\nx"), "a relative cwd gave {text:?}");
+            let opts = ExecOptions {
+                cwd: Some("/".into()),
+                ..Default::default()
+            };
+            let out = self.run_opts(&*b, &["pwd"], &opts, vec![]).await?;
+            ensure!(out.stdout == b"/\n", "cwd / gave {:?}", out.stdout_text());
+            let opts = ExecOptions {
+                cwd: Some("wd/no-such-dir".into()),
+                ..Default::default()
+            };
+            match b.exec(&argv(&["pwd"]), &opts, &ctx).await {
+                Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+                Err(e) => Err(format!("a missing cwd answered {e}, expected not_found")),
+                Ok(_) => Err("a missing cwd started a program".into()),
+            }
+        })
+        .await
+    }
+
+    async fn missing_program(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            match b
+                .exec(
+                    &argv(&["agentbox-conformance-no-such-program"]),
+                    &ExecOptions::default(),
+                    &ctx,
+                )
+                .await
+            {
+                Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+                Err(e) => Err(format!("a missing program answered {e}, expected not_found")),
+                Ok(p) => {
+                    let out = finish(p, FinishOptions::default()).await.map_err(|e| e.to_string())?;
+                    ensure!(
+                        out.status.code == 127,
+                        "a missing program exited {}, expected not_found or 127",
+                        out.status.code
+                    );
+                    Ok(())
+                }
+            }
+        })
+        .await
+    }
+
+    async fn live_processes_refused(&self) -> CaseResult {
+        self.with_box(|b| async move {
+            ensure!(
+                !b.facts().live_processes,
+                "the facts say live_processes, but the options leave those cases out"
+            );
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            let mut p = b
+                .exec(&argv(&["cat"]), &ExecOptions::default(), &ctx)
+                .await
+                .map_err(|e| e.to_string())?;
+            match p.stdin.as_mut() {
+                None => Ok(()),
+                Some(stdin) => match stdin.write_all(b"x").await {
+                    Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Ok(()),
+                    other => Err(format!(
+                        "stdin of a box without live processes answered {other:?}, expected unsupported"
+                    )),
+                },
+            }
+        })
+        .await
+    }
+
+    async fn env_refused(&self) -> CaseResult {
+        let spec = self.spec().env("AGENTBOX_CONFORMANCE", "1");
+        match self.provider.create(&spec, &Ctx::background()).await {
+            Err(e) if e.code() == ErrorCode::Unsupported && e.message().contains("env") => Ok(()),
+            Err(e) => Err(format!("a spec with env answered {e}, expected unsupported naming env")),
+            Ok(b) => {
+                let _ = b.destroy(&Ctx::background()).await;
+                Err("a spec with env made a box, but the options say boxes carry none".into())
+            }
+        }
+    }
+}
+
+/// Await every future, concurrently, in order.
+async fn futures_join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
+    let mut out = Vec::with_capacity(futs.len());
+    let mut pending: Vec<_> = futs.into_iter().map(Some).collect();
+    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (i, slot) in pending.iter_mut().enumerate() {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        results[i] = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    out.extend(results.into_iter().flatten());
+    out
+}

@@ -1,0 +1,7 @@
+//! Testing support for agentbox: the conformance suite every provider passes.
+//!
+//! Never a dependency of non-test code.
+
+#![warn(missing_docs)]
+
+pub mod conformance;
