@@ -1,0 +1,172 @@
+//! `agentbox bench`: each operation beside its baseline, in one run, reported as ratios.
+//!
+//! Absolute times drift on shared machines; a ratio measured in one run, with the two sides
+//! interleaved sample by sample, does not drift with them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentbox_core::{Ctx, Error, ExecOptions, FinishOptions, Provider, Result, Sandbox, Spec, finish};
+use clap::Args;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Samples of each side.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
+    iterations: u32,
+    /// The provider to measure.
+    #[arg(long, default_value = "local")]
+    provider: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One comparison: the same work through agentbox and through its baseline.
+#[derive(serde::Serialize)]
+struct Pair {
+    name: String,
+    baseline: String,
+    subject: String,
+    baseline_ms: Stats,
+    subject_ms: Stats,
+    /// subject median / baseline median: how many times slower (or, below 1, faster).
+    ratio: f64,
+}
+
+#[derive(serde::Serialize)]
+struct Stats {
+    median: f64,
+    p90: f64,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1000.0;
+    Stats {
+        median: at(0.5),
+        p90: at(0.9),
+    }
+}
+
+/// Time `baseline` and `subject` alternately, `n` times each.
+async fn measure<B, BF, S, SF>(n: u32, mut baseline: B, mut subject: S) -> Result<(Stats, Stats)>
+where
+    B: FnMut() -> BF,
+    BF: Future<Output = Result<()>>,
+    S: FnMut() -> SF,
+    SF: Future<Output = Result<()>>,
+{
+    // One warm-up of each, not counted.
+    baseline().await?;
+    subject().await?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        baseline().await?;
+        a.push(t.elapsed());
+        let t = Instant::now();
+        subject().await?;
+        b.push(t.elapsed());
+    }
+    Ok((stats(a), stats(b)))
+}
+
+async fn host_true() -> Result<()> {
+    let out = tokio::process::Command::new("true")
+        .env_clear()
+        .output()
+        .await
+        .map_err(|e| Error::io(e, "spawning true on the host"))?;
+    if !out.status.success() {
+        return Err(Error::unknown("true failed on the host"));
+    }
+    Ok(())
+}
+
+async fn box_true(b: &dyn Sandbox) -> Result<()> {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let p = b.exec(&["true".to_string()], &ExecOptions::default(), &ctx).await?;
+    let out = finish(p, FinishOptions::default()).await?;
+    if !out.status.success() {
+        return Err(Error::unknown(format!("true exited {} in the box", out.status.code)));
+    }
+    Ok(())
+}
+
+async fn create_exec_destroy(p: &Arc<dyn Provider>) -> Result<()> {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
+    let spec = Spec::new(Duration::from_secs(300)).label("agentbox-bench", "1");
+    let b = p.create(&spec, &ctx).await?;
+    let r = box_true(&*b).await;
+    b.destroy(&ctx).await?;
+    r
+}
+
+pub async fn run(args: BenchArgs) -> Result<()> {
+    let provider = crate::boxes::provider(&args.provider)?;
+    let n = args.iterations;
+    let name = provider.name().to_string();
+    let mut pairs = Vec::new();
+    eprintln!("agentbox bench: {n} samples of each side, interleaved");
+
+    let (a, b) = measure(n, host_true, || create_exec_destroy(&provider)).await?;
+    pairs.push(pair(
+        "create → first exec → destroy",
+        "spawn true on the host",
+        &format!("{name} box"),
+        a,
+        b,
+    ));
+
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(600));
+    let sandbox = provider
+        .create(&Spec::new(Duration::from_secs(600)).label("agentbox-bench", "1"), &ctx)
+        .await?;
+    let measured = measure(n, host_true, || box_true(&*sandbox)).await;
+    sandbox.destroy(&ctx).await?;
+    let (a, b) = measured?;
+    pairs.push(pair(
+        "exec round trip of true",
+        "spawn true on the host",
+        &format!("exec in a {name} box"),
+        a,
+        b,
+    ));
+
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&pairs).map_err(|e| Error::unknown(e.to_string()))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<32} {:>14} {:>14} {:>8}",
+        "operation", "baseline ms", "agentbox ms", "ratio"
+    );
+    for p in &pairs {
+        println!(
+            "{:<32} {:>14} {:>14} {:>7.1}x",
+            p.name,
+            format!("{:.2} (p90 {:.2})", p.baseline_ms.median, p.baseline_ms.p90),
+            format!("{:.2} (p90 {:.2})", p.subject_ms.median, p.subject_ms.p90),
+            p.ratio
+        );
+        println!("    baseline: {}; agentbox: {}", p.baseline, p.subject);
+    }
+    Ok(())
+}
+
+fn pair(name: &str, baseline: &str, subject: &str, a: Stats, b: Stats) -> Pair {
+    let ratio = if a.median > 0.0 { b.median / a.median } else { f64::NAN };
+    Pair {
+        name: name.into(),
+        baseline: baseline.into(),
+        subject: subject.into(),
+        baseline_ms: a,
+        subject_ms: b,
+        ratio,
+    }
+}

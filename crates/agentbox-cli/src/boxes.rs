@@ -1,0 +1,335 @@
+//! `agentbox box …`: the contract, one subcommand per call.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{
+    Ctx, Error, ExecOptions, Labels, Network, Provider, Result, Sandbox, SandboxId, Spec, parse_duration,
+};
+use agentbox_providers::helper::HelperCommand;
+use agentbox_providers::{LocalOptions, LocalProvider};
+use clap::{Args, Subcommand};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The largest file `box cp` brings out of a box.
+const MAX_COPY_BYTES: u64 = 1 << 30;
+
+#[derive(Subcommand)]
+pub enum BoxCommand {
+    /// Make a box and print its id.
+    Create(CreateArgs),
+    /// Run a program in a box, passing stdin and streaming stdout and stderr; exit with its code.
+    Exec {
+        /// The box's id.
+        id: SandboxId,
+        /// The working directory, relative to the box's workspace.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// A variable for this program alone (repeatable).
+        #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
+        env: Vec<(String, String)>,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        argv: Vec<String>,
+    },
+    /// List running boxes.
+    Ls {
+        /// The provider to ask.
+        #[arg(long, default_value = "local")]
+        provider: String,
+        /// Only boxes with this label (repeatable).
+        #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
+        labels: Vec<(String, String)>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a box's facts as JSON.
+    Facts {
+        /// The box's id.
+        id: SandboxId,
+    },
+    /// End boxes and every program in them.
+    Rm {
+        /// The boxes' ids.
+        #[arg(required = true)]
+        ids: Vec<SandboxId>,
+    },
+    /// Copy a file between this machine and a box: `cp FILE ID:PATH` or `cp ID:PATH FILE`.
+    Cp {
+        /// The source: a file here, or ID:PATH.
+        src: String,
+        /// The destination: a file here, or ID:PATH.
+        dst: String,
+    },
+}
+
+#[derive(Args)]
+pub struct CreateArgs {
+    /// The provider.
+    #[arg(long, default_value = "local")]
+    provider: String,
+    /// How long the box may live (500ms, 90s, 10m, 6h, 2d).
+    #[arg(long, default_value = "10m", value_parser = lifetime)]
+    lifetime: Duration,
+    /// A label (repeatable).
+    #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
+    labels: Vec<(String, String)>,
+    /// A variable every program of the box sees (repeatable). Never a secret.
+    #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
+    env: Vec<(String, String)>,
+    /// The image (providers that take one).
+    #[arg(long)]
+    image: Option<String>,
+    /// CPUs.
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Memory: MiB, or with a unit (512m, 4g).
+    #[arg(long, value_parser = memory_mb)]
+    memory: Option<u64>,
+    /// `open` or `none`.
+    #[arg(long)]
+    network: Option<String>,
+    /// The isolation asked for.
+    #[arg(long)]
+    isolation: Option<String>,
+    /// Print the id and the facts as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn key_value(s: &str) -> std::result::Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not K=V")),
+    }
+}
+
+fn lifetime(s: &str) -> std::result::Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.message().to_string())
+}
+
+fn memory_mb(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mul) = match s.char_indices().last() {
+        Some((i, 'g')) => (&s[..i], 1024),
+        Some((i, 'm')) => (&s[..i], 1),
+        _ => (s.as_str(), 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{s:?} is not a memory size (512, 512m, 4g)"))
+}
+
+/// The provider called `name`, set up from the environment.
+pub fn provider(name: &str) -> Result<Arc<dyn Provider>> {
+    match name {
+        "local" => {
+            let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
+            Ok(Arc::new(LocalProvider::new(LocalOptions {
+                root: agentbox_providers::local::default_home()?,
+                path: agentbox_providers::local::DEFAULT_PATH.into(),
+                // This binary is its own supervisor: `agentbox runner supervise …`.
+                supervisor: HelperCommand::new(exe, vec!["runner".into()]),
+            })?))
+        }
+        other => Err(Error::invalid(format!(
+            "--provider: {other:?} is not a provider (local)"
+        ))),
+    }
+}
+
+async fn attach(id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+    provider(id.provider())?
+        .attach(id, ctx)
+        .await?
+        .ok_or_else(|| Error::not_found(format!("box {id}: no such box, or it has ended")))
+}
+
+pub async fn run(cmd: BoxCommand) -> Result<i32> {
+    let ctx = Ctx::background();
+    match cmd {
+        BoxCommand::Create(a) => {
+            let mut spec = Spec::new(a.lifetime);
+            spec.labels = a.labels.into_iter().collect();
+            spec.env = a.env.into_iter().collect();
+            spec.image = a.image;
+            spec.cpus = a.cpus;
+            spec.memory_mb = a.memory;
+            spec.isolation = a.isolation;
+            spec.network = match a.network.as_deref() {
+                None => None,
+                Some("open") => Some(Network::Open),
+                Some("none") => Some(Network::None),
+                Some(other) => return Err(Error::invalid(format!("--network: {other:?} is not open or none"))),
+            };
+            let b = provider(&a.provider)?.create(&spec, &ctx).await?;
+            if a.json {
+                println!("{}", serde_json::json!({ "id": b.id(), "facts": b.facts() }));
+            } else {
+                println!("{}", b.id());
+            }
+            Ok(0)
+        }
+        BoxCommand::Exec { id, cwd, env, argv } => exec(&id, cwd, env.into_iter().collect(), argv).await,
+        BoxCommand::Ls {
+            provider: p,
+            labels,
+            json,
+        } => {
+            let labels: Labels = labels.into_iter().collect();
+            let boxes = provider(&p)?.list(&labels, &ctx).await?;
+            if json {
+                let rows: Vec<_> = boxes
+                    .iter()
+                    .map(|b| serde_json::json!({ "id": b.id(), "labels": b.labels(), "facts": b.facts() }))
+                    .collect();
+                println!("{}", serde_json::Value::Array(rows));
+            } else {
+                for b in boxes {
+                    let left = b.facts().ends_at_ms.map(|e| {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_millis() as u64)
+                            .unwrap_or(0);
+                        format!("{}s", e.saturating_sub(now) / 1000)
+                    });
+                    let labels: Vec<String> = b.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    println!(
+                        "{}\t{}\t{}",
+                        b.id(),
+                        left.unwrap_or_else(|| "-".into()),
+                        labels.join(",")
+                    );
+                }
+            }
+            Ok(0)
+        }
+        BoxCommand::Facts { id } => {
+            let b = attach(&id, &ctx).await?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(b.facts()).map_err(|e| Error::unknown(e.to_string()))?
+            );
+            Ok(0)
+        }
+        BoxCommand::Rm { ids } => {
+            for id in ids {
+                attach(&id, &ctx).await?.destroy(&ctx).await?;
+                println!("{id}");
+            }
+            Ok(0)
+        }
+        BoxCommand::Cp { src, dst } => copy(&src, &dst, &ctx).await.map(|_| 0),
+    }
+}
+
+/// Split `ID:PATH`, when `s` starts with a box id.
+fn box_path(s: &str) -> Option<(SandboxId, String)> {
+    let (provider, rest) = s.split_once(':')?;
+    let (name, path) = rest.split_once(':')?;
+    let id = SandboxId::new(provider, name).ok()?;
+    Some((id, path.to_string()))
+}
+
+async fn copy(src: &str, dst: &str, ctx: &Ctx) -> Result<()> {
+    match (box_path(src), box_path(dst)) {
+        (None, Some((id, path))) => {
+            let data = tokio::fs::read(src)
+                .await
+                .map_err(|e| Error::io(e, format!("reading {src}")))?;
+            attach(&id, ctx).await?.upload(&path, &data, ctx).await
+        }
+        (Some((id, path)), None) => {
+            let data = attach(&id, ctx).await?.download(&path, MAX_COPY_BYTES, ctx).await?;
+            tokio::fs::write(dst, data)
+                .await
+                .map_err(|e| Error::io(e, format!("writing {dst}")))
+        }
+        (Some(_), Some(_)) => Err(Error::invalid(
+            "cp: copy between two boxes through this machine, in two steps",
+        )),
+        (None, None) => Err(Error::invalid(
+            "cp: one side must be ID:PATH (for example local:3f9a…:notes.txt)",
+        )),
+    }
+}
+
+async fn exec(id: &SandboxId, cwd: Option<String>, env: BTreeMap<String, String>, argv: Vec<String>) -> Result<i32> {
+    let ctx = Ctx::background();
+    let b = attach(id, &ctx).await?;
+    let mut p = b.exec(&argv, &ExecOptions { cwd, env }, &ctx).await?;
+    let interrupt = ctx.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            interrupt.cancel();
+        }
+    });
+    let stdin = p.stdin.take();
+    tokio::spawn(async move {
+        if let Some(mut w) = stdin {
+            let mut input = tokio::io::stdin();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match input.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if w.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                        let _ = w.flush().await;
+                    }
+                }
+            }
+            let _ = w.close().await;
+        }
+    });
+    let out = pump(p.stdout.take(), tokio::io::stdout());
+    let err = pump(p.stderr.take(), tokio::io::stderr());
+    let (o, e) = tokio::join!(out, err);
+    o?;
+    e?;
+    match p.wait().await {
+        Ok(status) => Ok(status.code),
+        Err(e) if e.code() == agentbox_core::ErrorCode::Aborted => Ok(130),
+        Err(e) => Err(e),
+    }
+}
+
+async fn pump(from: Option<agentbox_core::ByteReader>, mut to: impl tokio::io::AsyncWrite + Unpin) -> Result<()> {
+    let Some(mut from) = from else { return Ok(()) };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from
+            .read(&mut buf)
+            .await
+            .map_err(|e| Error::io(e, "reading the program's output"))?;
+        if n == 0 {
+            return Ok(());
+        }
+        // A closed pipe on our side (agentbox … | head) is not the program's failure.
+        if to.write_all(&buf[..n]).await.is_err() || to.flush().await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn box_paths_and_sizes_parse() {
+        let (id, p) = box_path("local:ab12:dir/f.txt").unwrap();
+        assert_eq!((id.as_str(), p.as_str()), ("local:ab12", "dir/f.txt"));
+        assert!(box_path("./file.txt").is_none());
+        assert!(box_path("/abs/x").is_none());
+        assert_eq!(memory_mb("4g").unwrap(), 4096);
+        assert_eq!(memory_mb("512").unwrap(), 512);
+        assert!(memory_mb("lots").is_err());
+        assert!(memory_mb("0").is_err());
+    }
+}

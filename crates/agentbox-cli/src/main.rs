@@ -1,0 +1,92 @@
+//! `agentbox`: make boxes, run programs in them, measure them.
+//!
+//! Exit codes: a usage error is 2, any other error 1, each with one line naming the problem
+//! on stderr; `box exec` exits with the program's own code.
+
+mod bench;
+mod boxes;
+mod demo;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Sandboxes for AI agents' tool calls.
+#[derive(Parser)]
+#[command(name = "agentbox", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Make, use and end boxes.
+    #[command(name = "box", subcommand)]
+    Box(boxes::BoxCommand),
+    /// A short tour on local boxes, with no key, no daemon and no setup.
+    Demo,
+    /// Measure boxes side by side with their baseline, as ratios.
+    Bench(bench::BenchArgs),
+    /// The in-box program (the local box supervisor); run by agentbox itself.
+    #[command(hide = true)]
+    Runner {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                let _ = e.print();
+                return ExitCode::from(2);
+            }
+            let text = e.render().to_string();
+            let line = text
+                .lines()
+                .next()
+                .unwrap_or("usage error")
+                .trim_start_matches("error: ");
+            eprintln!("agentbox: {line} (see agentbox --help)");
+            return ExitCode::from(2);
+        }
+    };
+    if let Command::Runner { args } = &cli.command {
+        // The supervisor is synchronous and must not start inside a runtime.
+        return ExitCode::from(agentbox_runner::main_with_args(args).clamp(0, 255) as u8);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentbox: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Box(cmd) => boxes::run(cmd).await,
+            Command::Demo => demo::run().await.map(|_| 0),
+            Command::Bench(args) => bench::run(args).await.map(|_| 0),
+            Command::Runner { .. } => unreachable!("handled above"),
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("agentbox: {}", one_line(&e.to_string()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim).collect::<Vec<_>>().join(" ")
+}

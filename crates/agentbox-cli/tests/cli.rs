@@ -1,0 +1,152 @@
+//! The `agentbox` binary as a person or a script uses it.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+struct Home(tempfile::TempDir);
+
+impl Home {
+    fn new() -> Self {
+        Home(tempfile::tempdir().unwrap())
+    }
+
+    fn run(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+            .args(args)
+            .env("AGENTBOX_HOME", self.0.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args, b"");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+fn one_line_error(out: &Output, code: i32, needle: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.starts_with("agentbox: ") && err.contains(needle),
+        "{err:?} should name {needle:?}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_with_one_line() {
+    let h = Home::new();
+    one_line_error(&h.run(&["box", "create", "--bogus"], b""), 2, "--bogus");
+    one_line_error(&h.run(&["box", "create", "--lifetime", "ten"], b""), 2, "lifetime");
+    one_line_error(&h.run(&["box", "exec", "not-an-id", "true"], b""), 2, "not-an-id");
+    one_line_error(&h.run(&["box", "create", "--label", "novalue"], b""), 2, "K=V");
+}
+
+#[test]
+fn other_errors_exit_1_with_one_line_naming_the_problem() {
+    let h = Home::new();
+    one_line_error(&h.run(&["box", "create", "--image", "debian"], b""), 1, "spec.image");
+    one_line_error(&h.run(&["box", "create", "--provider", "nowhere"], b""), 1, "nowhere");
+    one_line_error(
+        &h.run(&["box", "exec", "local:feedfeed", "true"], b""),
+        1,
+        "local:feedfeed",
+    );
+    one_line_error(
+        &h.run(&["box", "create", "--label", "agentbox.x=1"], b""),
+        1,
+        "providers' namespace",
+    );
+}
+
+#[test]
+fn a_box_from_create_to_rm() {
+    let h = Home::new();
+    let id = h
+        .ok(&[
+            "box",
+            "create",
+            "--lifetime",
+            "2m",
+            "--label",
+            "team=infra",
+            "--env",
+            "MODE=test",
+        ])
+        .trim()
+        .to_string();
+    assert!(id.starts_with("local:"), "{id}");
+
+    // stdin in, stdout and stderr apart, the program's exit code out.
+    let out = h.run(
+        &[
+            "box",
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "cat; echo \"$MODE\"; echo oops >&2; exit 7",
+        ],
+        b"piped\n",
+    );
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "piped\ntest\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+    let out = h.run(&["box", "exec", &id, "--env", "ONE=1", "--", "printenv", "ONE"], b"");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n");
+
+    let ls: serde_json::Value = serde_json::from_str(&h.ok(&["box", "ls", "--label", "team=infra", "--json"])).unwrap();
+    assert_eq!(ls.as_array().unwrap().len(), 1);
+    assert_eq!(ls[0]["id"], id.as_str());
+    assert_eq!(ls[0]["labels"]["team"], "infra");
+    assert_eq!(h.ok(&["box", "ls", "--label", "team=other", "--json"]).trim(), "[]");
+
+    let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+    assert_eq!(facts["provider"], "local");
+    assert_eq!(facts["network"], "open");
+
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.bin");
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    std::fs::write(&src, &bytes).unwrap();
+    h.ok(&["box", "cp", src.to_str().unwrap(), &format!("{id}:sub/in.bin")]);
+    assert_eq!(
+        h.ok(&["box", "exec", &id, "--", "sh", "-c", "wc -c < sub/in.bin"])
+            .trim(),
+        "100000"
+    );
+    let back = dir.path().join("back.bin");
+    h.ok(&["box", "cp", &format!("{id}:sub/in.bin"), back.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&back).unwrap(), bytes);
+    one_line_error(&h.run(&["box", "cp", "a", "b"], b""), 1, "ID:PATH");
+
+    assert_eq!(h.ok(&["box", "rm", &id]).trim(), id);
+    one_line_error(&h.run(&["box", "exec", &id, "true"], b""), 1, "no such box");
+    assert_eq!(h.ok(&["box", "ls", "--json"]).trim(), "[]");
+}
+
+#[test]
+fn the_demo_runs() {
+    let h = Home::new();
+    let out = h.ok(&["demo"]);
+    assert!(out.contains("hello from the box"), "{out}");
+    assert!(out.contains("destroyed local:"), "{out}");
+    assert_eq!(h.ok(&["box", "ls", "--json"]).trim(), "[]");
+}
