@@ -4,14 +4,18 @@
 //! | provider | module | isolation | lifetime enforced by |
 //! | --- | --- | --- | --- |
 //! | local | [`local`] | none (development, tests) | the box's supervisor, a detached process |
+//! | docker | [`docker`] | a container per box | the container's own process, `sleep <lifetime>` |
 //!
 //! This crate knows nothing of hands, tools, transport or runs.
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "docker")]
+pub mod docker;
 pub mod helper;
 #[cfg(feature = "local")]
 pub mod local;
+pub mod transfer;
 pub(crate) mod util;
 
 #[cfg(feature = "local")]

@@ -1,0 +1,636 @@
+//! Docker boxes: a container per box, over the Docker Engine API (bollard).
+//!
+//! The container's own process is `sleep <lifetime>` in place of the image's entrypoint, and
+//! the container is auto-removed when it stops, so Docker ends the box whatever happens to
+//! the host. Every box carries the label `agentbox.provider=docker`; attach and list see only
+//! those. Programs run through `docker exec` behind a small `sh` shim (see [`sandbox`]) that
+//! reports a missing working directory or program before anything runs and tells the
+//! program's pid, so a kill can reach it.
+//!
+//! ```no_run
+//! # async fn f() -> agentbox_core::Result<()> {
+//! use std::time::Duration;
+//! use agentbox_core::{Ctx, Provider, Spec};
+//! use agentbox_providers::docker::{DockerOptions, DockerProvider};
+//! let provider = DockerProvider::new(DockerOptions { pids_limit: Some(1024), ..Default::default() }).await?;
+//! let b = provider.create(&Spec::new(Duration::from_secs(600)), &Ctx::background()).await?;
+//! b.destroy(&Ctx::background()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod daemon;
+mod sandbox;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agentbox_core::{
+    Ctx, Error, Facts, Honours, Labels, Network, NetworkFact, Provider, Result, Sandbox, SandboxId, Spec, check_spec,
+    is_normal_absolute,
+};
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, Mount, MountType};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+};
+
+use crate::util::{now_ms, random_hex};
+pub use sandbox::DockerSandbox;
+
+/// The provider's name and id prefix.
+pub const NAME: &str = "docker";
+
+/// The image boxes start from unless a spec names one: built by `scripts/box-image`.
+pub const DEFAULT_IMAGE: &str = "agentbox-box:bookworm";
+
+/// Where programs start unless a spec names a workspace.
+pub const DEFAULT_WORKSPACE: &str = "/workspace";
+
+const LABEL_PROVIDER: &str = "agentbox.provider";
+const LABEL_ENDS_AT: &str = "agentbox.ends_at_ms";
+const LABEL_DROP_CAPS: &str = "agentbox.drop_capabilities";
+const LABEL_WORKSPACE: &str = "agentbox.workspace";
+const LABEL_USER: &str = "agentbox.user";
+
+/// A named Docker volume mounted on every box (after the spec's binds).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedVolume {
+    /// The volume's name.
+    pub name: String,
+    /// An absolute path in normal form, in the box.
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// How every box of a [`DockerProvider`] is made.
+#[derive(Clone, Debug)]
+pub struct DockerOptions {
+    /// The image when a spec names none.
+    pub image: String,
+    /// `uid:gid` every program runs as, so files written in a bind stay the host user's.
+    pub user: Option<String>,
+    /// CPUs (the CFS quota `--cpus` would set); a spec's own `cpus` wins.
+    pub cpus: Option<f64>,
+    /// Memory in bytes, with swap equal (so swap never adds to it); a spec's `memory_mb` wins.
+    pub memory_bytes: Option<i64>,
+    /// At most this many processes (1 to 4194304).
+    pub pids_limit: Option<i64>,
+    /// `--cap-drop ALL` and `no-new-privileges`; attach then ends a box made without them.
+    pub drop_capabilities: bool,
+    /// Named volumes on every box.
+    pub volumes: Vec<NamedVolume>,
+    /// Where programs start unless a spec names a workspace.
+    pub workspace: String,
+}
+
+impl Default for DockerOptions {
+    fn default() -> Self {
+        DockerOptions {
+            image: DEFAULT_IMAGE.into(),
+            user: None,
+            cpus: None,
+            memory_bytes: None,
+            pids_limit: None,
+            drop_capabilities: false,
+            volumes: Vec::new(),
+            workspace: DEFAULT_WORKSPACE.into(),
+        }
+    }
+}
+
+impl DockerOptions {
+    /// Check every option, naming the one that is wrong.
+    pub fn validate(&self) -> Result<()> {
+        if self.image.is_empty() || self.image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::invalid(format!(
+                "docker image: {:?} is not an image name",
+                self.image
+            )));
+        }
+        if let Some(u) = &self.user {
+            let ok = u.split_once(':').is_some_and(|(a, b)| {
+                !a.is_empty()
+                    && !b.is_empty()
+                    && a.bytes().all(|c| c.is_ascii_digit())
+                    && b.bytes().all(|c| c.is_ascii_digit())
+            });
+            if !ok {
+                return Err(Error::invalid(format!(
+                    "docker user: {u:?} is not uid:gid (for example 1000:1000)"
+                )));
+            }
+        }
+        if let Some(c) = self.cpus
+            && !(c.is_finite() && c >= 0.01)
+        {
+            return Err(Error::invalid(format!("docker cpus: {c} is below 0.01")));
+        }
+        if let Some(m) = self.memory_bytes
+            && m < 6 * 1024 * 1024
+        {
+            return Err(Error::invalid(format!(
+                "docker memory: {m} bytes is below Docker's 6 MiB minimum"
+            )));
+        }
+        if let Some(p) = self.pids_limit
+            && !(1..=4_194_304).contains(&p)
+        {
+            return Err(Error::invalid(format!(
+                "docker pids_limit: {p} is not between 1 and 4194304"
+            )));
+        }
+        if !is_normal_absolute(&self.workspace) {
+            return Err(Error::invalid(format!(
+                "docker workspace: {:?} is not an absolute path in normal form",
+                self.workspace
+            )));
+        }
+        let mut targets = std::collections::BTreeSet::new();
+        for v in &self.volumes {
+            let name_ok = v.name.len() >= 2
+                && v.name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+                && v.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+            if !name_ok {
+                return Err(Error::invalid(format!(
+                    "docker volumes: {:?} is not a name Docker takes",
+                    v.name
+                )));
+            }
+            if !is_normal_absolute(&v.target) || v.target == "/" {
+                return Err(Error::invalid(format!(
+                    "docker volumes: target {:?} is not an absolute path in normal form",
+                    v.target
+                )));
+            }
+            if !targets.insert(v.target.as_str()) {
+                return Err(Error::invalid(format!(
+                    "docker volumes: target {:?} is used twice",
+                    v.target
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parse a Docker size (`512m`, `4g`, `1073741824`) into bytes.
+///
+/// ```
+/// assert_eq!(agentbox_providers::docker::parse_size("4g").unwrap(), 4 << 30);
+/// assert!(agentbox_providers::docker::parse_size("4 gigs").is_err());
+/// ```
+pub fn parse_size(s: &str) -> Result<i64> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (num, mul): (&str, i64) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<i64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| Error::invalid(format!("{s:?} is not a size (bytes, or 512m, 4g)")))
+}
+
+/// Makes Docker boxes. See the [module documentation](self).
+pub struct DockerProvider {
+    docker: Docker,
+    opts: Arc<DockerOptions>,
+}
+
+impl DockerProvider {
+    /// Connect to the daemon the environment names (`DOCKER_HOST`, else the local socket),
+    /// agree on an API version with it, and check the options.
+    pub async fn new(opts: DockerOptions) -> Result<Self> {
+        opts.validate()?;
+        let docker = Docker::connect_with_local_defaults()
+            .map_err(|e| Error::unknown(format!("connecting to the Docker daemon: {e}")))?;
+        // bollard asks for a newer API than Debian's engine serves unless told.
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| Error::unknown(format!("the Docker daemon does not answer: {e}")))?;
+        Ok(DockerProvider {
+            docker,
+            opts: Arc::new(opts),
+        })
+    }
+
+    fn sandbox(&self, name: String, facts: Facts, labels: Labels, workspace: String) -> Arc<dyn Sandbox> {
+        Arc::new(DockerSandbox::new(
+            self.docker.clone(),
+            self.opts.clone(),
+            name,
+            facts,
+            labels,
+            workspace,
+        ))
+    }
+
+    /// Build the handle of a container we made, from its inspect; `None` when it is not ours
+    /// or has ended.
+    async fn find_container(&self, name: &str) -> Result<Option<Arc<dyn Sandbox>>> {
+        let info = match self
+            .docker
+            .inspect_container(name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(i) => i,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(Error::unknown(format!("inspecting container {name}: {e}"))),
+        };
+        let config = info.config.clone().unwrap_or_default();
+        let all_labels = config.labels.clone().unwrap_or_default();
+        if all_labels.get(LABEL_PROVIDER).map(String::as_str) != Some(NAME) {
+            return Ok(None);
+        }
+        let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+        let ends_at: u64 = all_labels.get(LABEL_ENDS_AT).and_then(|v| v.parse().ok()).unwrap_or(0);
+        if !running || ends_at <= now_ms() {
+            return Ok(None);
+        }
+        if self.opts.drop_capabilities && all_labels.get(LABEL_DROP_CAPS).map(String::as_str) != Some("1") {
+            // Made without dropped capabilities: end it rather than take it.
+            let _ = self.docker.remove_container(name, Some(remove_options())).await;
+            return Ok(None);
+        }
+        let host = info.host_config.clone().unwrap_or_default();
+        let labels: Labels = all_labels
+            .iter()
+            .filter(|(k, _)| !agentbox_core::is_reserved_label(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let workspace = all_labels
+            .get(LABEL_WORKSPACE)
+            .cloned()
+            .unwrap_or_else(|| self.opts.workspace.clone());
+        let created_ms = info
+            .state
+            .as_ref()
+            .and_then(|s| s.started_at.as_deref())
+            .and_then(parse_rfc3339_ms);
+        let facts = facts_of(&host, ends_at, created_ms, &workspace);
+        Ok(Some(self.sandbox(name.to_string(), facts, labels, workspace)))
+    }
+}
+
+fn remove_options() -> RemoveContainerOptions {
+    RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }
+    )
+}
+
+fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, workspace: &str) -> Facts {
+    let cpus = match (host.cpu_quota, host.cpu_period) {
+        (Some(q), Some(p)) if q > 0 && p > 0 => Some(q as f64 / p as f64),
+        _ => None,
+    };
+    let memory_mb = host.memory.filter(|m| *m > 0).map(|m| (m as u64) >> 20);
+    let network = if host.network_mode.as_deref() == Some("none") {
+        NetworkFact::None
+    } else {
+        NetworkFact::Open
+    };
+    let mounts = host
+        .mounts
+        .iter()
+        .flatten()
+        .filter(|m| m.typ == Some(MountType::BIND))
+        .filter_map(|m| {
+            Some(agentbox_core::Mount {
+                source: m.source.clone()?,
+                target: m.target.clone()?,
+                read_only: m.read_only.unwrap_or(false),
+            })
+        })
+        .collect();
+    Facts {
+        provider: NAME.into(),
+        isolation: "container".into(),
+        cpus,
+        memory_mb,
+        pids_limit: host.pids_limit.filter(|p| *p > 0).map(|p| p as u64),
+        network: Some(network),
+        ports: Some(vec![]),
+        started_at_ms,
+        ends_at_ms: Some(ends_at_ms),
+        live_processes: true,
+        secrets_via: Some("fd".into()),
+        workspace: Some(workspace.to_string()),
+        mounts,
+        ..Default::default()
+    }
+}
+
+/// `2026-11-30T04:40:00.123456789Z` as milliseconds since the epoch (UTC only, as Docker writes).
+fn parse_rfc3339_ms(s: &str) -> Option<u64> {
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let time = time.strip_suffix('Z')?;
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let ms: i64 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let total = ((days * 24 + hh) * 60 + mm) * 60 + ss;
+    u64::try_from(total * 1000 + ms).ok()
+}
+
+#[async_trait]
+impl Provider for DockerProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn honours(&self) -> Honours {
+        Honours {
+            image: true,
+            cpus: true,
+            memory: true,
+            gpu: true,
+            isolation: vec!["container".into()],
+            network_none: true,
+            mounts: daemon::is_local(),
+            workspace: true,
+            env: true,
+            live_processes: true,
+            ..Default::default()
+        }
+    }
+
+    async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        // Asked at every create: a `docker context use` since the provider was made counts.
+        check_spec(spec, &self.honours(), NAME)?;
+        if let Some(ws) = &spec.workspace
+            && !is_normal_absolute(ws)
+        {
+            return Err(Error::invalid(format!(
+                "spec.workspace: {ws:?} is not an absolute path in normal form"
+            )));
+        }
+        let mut mounts = Vec::new();
+        for m in &spec.mounts {
+            match std::fs::canonicalize(&m.source) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::not_found(format!(
+                        "spec.mounts.source: {} does not exist on this machine",
+                        m.source
+                    )));
+                }
+                Err(e) => return Err(Error::io(e, format!("spec.mounts.source: {}", m.source))),
+                Ok(c) if c.to_string_lossy() != m.source => {
+                    return Err(Error::invalid(format!(
+                        "spec.mounts.source: {} is not canonical (it resolves to {})",
+                        m.source,
+                        c.display()
+                    )));
+                }
+                Ok(_) => {}
+            }
+            if self.opts.volumes.iter().any(|v| v.target == m.target) {
+                return Err(Error::invalid(format!(
+                    "spec.mounts.target: {} is a volume's target",
+                    m.target
+                )));
+            }
+            mounts.push(Mount {
+                typ: Some(MountType::BIND),
+                source: Some(m.source.clone()),
+                target: Some(m.target.clone()),
+                read_only: Some(m.read_only),
+                ..Default::default()
+            });
+        }
+        for v in &self.opts.volumes {
+            mounts.push(Mount {
+                typ: Some(MountType::VOLUME),
+                source: Some(v.name.clone()),
+                target: Some(v.target.clone()),
+                read_only: Some(v.read_only),
+                ..Default::default()
+            });
+        }
+        ctx.check()?;
+
+        let name = format!("agentbox-{}", random_hex(8)?);
+        let id = SandboxId::new(NAME, &name)?;
+        let workspace = spec.workspace.clone().unwrap_or_else(|| self.opts.workspace.clone());
+        let created = now_ms();
+        let secs = spec.max_lifetime.as_millis().div_ceil(1000).max(1) as u64;
+        let ends_at = created.saturating_add(secs * 1000);
+        let mut labels: HashMap<String, String> = spec.labels.clone().into_iter().collect();
+        labels.insert(LABEL_PROVIDER.into(), NAME.into());
+        labels.insert(LABEL_ENDS_AT.into(), ends_at.to_string());
+        labels.insert(
+            LABEL_DROP_CAPS.into(),
+            if self.opts.drop_capabilities { "1" } else { "0" }.into(),
+        );
+        labels.insert(LABEL_WORKSPACE.into(), workspace.clone());
+        if let Some(u) = &self.opts.user {
+            labels.insert(LABEL_USER.into(), u.clone());
+        }
+
+        let cpus = spec.cpus.or(self.opts.cpus);
+        let memory = spec.memory_mb.map(|m| (m as i64) << 20).or(self.opts.memory_bytes);
+        let host = HostConfig {
+            auto_remove: Some(true),
+            cpu_period: cpus.map(|_| 100_000),
+            cpu_quota: cpus.map(|c| (c * 100_000.0).round() as i64),
+            memory,
+            memory_swap: memory,
+            pids_limit: self.opts.pids_limit,
+            cap_drop: self.opts.drop_capabilities.then(|| vec!["ALL".to_string()]),
+            security_opt: self
+                .opts
+                .drop_capabilities
+                .then(|| vec!["no-new-privileges".to_string()]),
+            network_mode: (spec.network == Some(Network::None)).then(|| "none".to_string()),
+            mounts: (!mounts.is_empty()).then_some(mounts),
+            device_requests: spec.gpu.as_ref().map(|_| {
+                // Docker cannot choose a model: any gpu gives every GPU of the host.
+                vec![DeviceRequest {
+                    count: Some(-1),
+                    capabilities: Some(vec![vec!["gpu".to_string()]]),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone().unwrap_or_else(|| self.opts.image.clone())),
+            entrypoint: Some(vec!["sleep".into(), secs.to_string()]),
+            cmd: None,
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(labels),
+            working_dir: Some(workspace.clone()),
+            user: self.opts.user.clone(),
+            host_config: Some(host),
+            ..Default::default()
+        };
+        let create = self.docker.create_container(
+            Some(CreateContainerOptions {
+                name: Some(name.clone()),
+                ..Default::default()
+            }),
+            body,
+        );
+        ctx.run(create).await?.map_err(|e| map_create_error(e, spec))?;
+        let started = ctx.run(self.docker.start_container(&name, None)).await;
+        let started = match started {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::unknown(format!("starting container {name}: {e}"))),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            let _ = self.docker.remove_container(&name, Some(remove_options())).await;
+            return Err(e);
+        }
+        let b = DockerSandbox::new(
+            self.docker.clone(),
+            self.opts.clone(),
+            name.clone(),
+            Facts::default(),
+            spec.labels.clone(),
+            workspace.clone(),
+        );
+        // A workspace Docker made is root's: give it to the box's user.
+        if let Some(user) = &self.opts.user
+            && let Err(e) = b.as_root(&["chown", user, &workspace], ctx).await
+        {
+            let _ = self.docker.remove_container(&name, Some(remove_options())).await;
+            return Err(e.context("giving the workspace to the box's user"));
+        }
+        let inspected = self
+            .docker
+            .inspect_container(&name, None::<InspectContainerOptions>)
+            .await;
+        let host = inspected.ok().and_then(|i| i.host_config).unwrap_or_default();
+        let facts = facts_of(&host, ends_at, Some(created), &workspace);
+        debug_assert_eq!(id.name(), name);
+        Ok(self.sandbox(name, facts, spec.labels.clone(), workspace))
+    }
+
+    async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        id.expect_provider(NAME)?;
+        ctx.run_result(self.find_container(id.name())).await
+    }
+
+    async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        let mut filters = vec![format!("{LABEL_PROVIDER}={NAME}")];
+        filters.extend(labels.iter().map(|(k, v)| format!("{k}={v}")));
+        let opts = ListContainersOptions {
+            all: false,
+            filters: Some(HashMap::from([("label".to_string(), filters)])),
+            ..Default::default()
+        };
+        let found = ctx
+            .run(self.docker.list_containers(Some(opts)))
+            .await?
+            .map_err(|e| Error::unknown(format!("listing containers: {e}")))?;
+        let mut out = Vec::new();
+        for c in found {
+            let Some(name) = c
+                .names
+                .iter()
+                .flatten()
+                .next()
+                .map(|n| n.trim_start_matches('/').to_string())
+            else {
+                continue;
+            };
+            if let Some(b) = self.find_container(&name).await? {
+                out.push(b);
+            }
+        }
+        out.sort_by(|a, b| a.id().cmp(b.id()));
+        Ok(out)
+    }
+}
+
+fn map_create_error(e: bollard::errors::Error, spec: &Spec) -> Error {
+    let text = e.to_string();
+    if is_not_found(&e) {
+        let image = spec.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into());
+        return Error::not_found(format!(
+            "image {image}: not on the Docker daemon (build it with scripts/box-image): {text}"
+        ));
+    }
+    Error::unknown(format!("creating the container: {text}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_checked_by_name() {
+        let bad = |f: &dyn Fn(&mut DockerOptions)| {
+            let mut o = DockerOptions::default();
+            f(&mut o);
+            o.validate().unwrap_err().message().to_string()
+        };
+        assert!(bad(&|o| o.user = Some("root".into())).contains("docker user"));
+        assert!(bad(&|o| o.cpus = Some(0.001)).contains("docker cpus"));
+        assert!(bad(&|o| o.pids_limit = Some(0)).contains("pids_limit"));
+        assert!(bad(&|o| o.pids_limit = Some(4_194_305)).contains("pids_limit"));
+        assert!(bad(&|o| o.memory_bytes = Some(1024)).contains("memory"));
+        let vol = |name: &str, target: &str| NamedVolume {
+            name: name.into(),
+            target: target.into(),
+            read_only: false,
+        };
+        assert!(bad(&|o| o.volumes = vec![vol("-x", "/v")]).contains("volumes"));
+        assert!(bad(&|o| o.volumes = vec![vol("good", "/v/../etc")]).contains("target"));
+        assert!(bad(&|o| o.volumes = vec![vol("a1", "/v"), vol("b1", "/v")]).contains("twice"));
+        let mut o = DockerOptions {
+            user: Some("1000:1000".into()),
+            pids_limit: Some(1024),
+            ..Default::default()
+        };
+        o.volumes.push(vol("cache_1", "/run/x"));
+        assert!(o.validate().is_ok());
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("512m").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1024").unwrap(), 1024);
+        assert_eq!(parse_size("2GB").unwrap(), 2 << 30);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("-1g").is_err());
+        assert!(parse_size("99999999999999999g").is_err());
+    }
+
+    #[test]
+    fn docker_times_parse() {
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1500));
+        assert_eq!(
+            parse_rfc3339_ms("2026-11-30T04:40:00.123456789Z"),
+            Some(1_796_013_600_123)
+        );
+        assert_eq!(parse_rfc3339_ms("garbage"), None);
+    }
+}

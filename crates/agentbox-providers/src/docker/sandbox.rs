@@ -1,0 +1,468 @@
+//! One Docker box, and its programs.
+//!
+//! Every program starts through [`SHIM`]: `sh -c SHIM agentbox-exec CWD ARGV…`. Before the
+//! program runs, the shim writes one header line on stdout: `\0agentbox <pid>` when it is
+//! about to `exec` the program (same pid), `\0agentbox nocwd` or `\0agentbox noprog` when it
+//! cannot. The provider reads and strips that line, so `exec` answers `not_found` like every
+//! other provider, and a kill can reach the program by pid (Docker has no API to signal an
+//! exec'd process).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agentbox_core::{
+    ByteWriter, Ctx, Endpoint, Error, ExecOptions, ExitStatus, Facts, FinishOptions, Labels, Process, ProcessControl,
+    Result, Sandbox, SandboxId, Status, finish,
+};
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::query_parameters::InspectContainerOptions;
+use futures_util::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::sync::{Mutex, oneshot};
+
+use super::{DockerOptions, NAME, is_not_found, remove_options};
+use crate::transfer::{CONTROL_TIMEOUT, download_by_exec, upload_by_exec};
+
+/// The exec shim. `$1` is the working directory, the rest is the program and its arguments.
+pub const SHIM: &str = r#"d=$1; shift
+cd -- "$d" 2>/dev/null || { printf '\000agentbox nocwd\n'; exit 126; }
+command -v -- "$1" >/dev/null 2>&1 || { printf '\000agentbox noprog\n'; exit 127; }
+printf '\000agentbox %s\n' "$$"
+exec "$@""#;
+
+/// How long the shim may take to write its header.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest header the shim writes.
+const MAX_HEADER: usize = 64;
+/// Bytes of each output stream held between Docker and a slow reader.
+const PIPE_BUFFER: usize = 256 * 1024;
+
+/// One Docker box.
+pub struct DockerSandbox {
+    docker: Docker,
+    opts: Arc<DockerOptions>,
+    name: String,
+    id: SandboxId,
+    facts: Facts,
+    labels: Labels,
+    workspace: String,
+}
+
+impl DockerSandbox {
+    pub(super) fn new(
+        docker: Docker,
+        opts: Arc<DockerOptions>,
+        name: String,
+        facts: Facts,
+        labels: Labels,
+        workspace: String,
+    ) -> Self {
+        let id = SandboxId::new(NAME, &name).expect("container names we make are valid ids");
+        DockerSandbox {
+            docker,
+            opts,
+            name,
+            id,
+            facts,
+            labels,
+            workspace,
+        }
+    }
+
+    async fn running(&self) -> Result<bool> {
+        match self
+            .docker
+            .inspect_container(&self.name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(i) => Ok(i.state.and_then(|s| s.running).unwrap_or(false)),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(Error::unknown(format!("inspecting {}: {e}", self.name))),
+        }
+    }
+
+    fn gone(&self) -> Error {
+        Error::gone(format!("box {}: it has ended", self.id))
+    }
+
+    /// Run a short program as root (for setup) and require exit 0.
+    pub(super) async fn as_root(&self, argv: &[&str], ctx: &Ctx) -> Result<()> {
+        let ctx = ctx.with_timeout(CONTROL_TIMEOUT);
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let p = self.start(&argv, &ExecOptions::default(), Some("0:0"), &ctx).await?;
+        let out = finish(p, FinishOptions::default()).await?;
+        if out.status.code != 0 {
+            return Err(Error::unknown(format!(
+                "{argv:?} exited {}: {}",
+                out.status.code,
+                out.stderr_text().trim()
+            )));
+        }
+        Ok(())
+    }
+
+    async fn start(&self, argv: &[String], opts: &ExecOptions, user: Option<&str>, ctx: &Ctx) -> Result<Process> {
+        opts.validate(argv)?;
+        ctx.check()?;
+        let cwd = match opts.cwd.as_deref() {
+            None => self.workspace.clone(),
+            Some(c) if c.starts_with('/') => c.to_string(),
+            Some(c) => format!("{}/{c}", self.workspace.trim_end_matches('/')),
+        };
+        let mut cmd = vec![
+            "sh".to_string(),
+            "-c".into(),
+            SHIM.into(),
+            "agentbox-exec".into(),
+            cwd.clone(),
+        ];
+        cmd.extend(argv.iter().cloned());
+        let config = CreateExecOptions {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            env: Some(opts.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            cmd: Some(cmd),
+            user: user.map(String::from).or_else(|| self.opts.user.clone()),
+            working_dir: Some("/".into()),
+            ..Default::default()
+        };
+        let created = match ctx.run(self.docker.create_exec(&self.name, config)).await? {
+            Ok(c) => c,
+            Err(e) if is_not_found(&e) => return Err(self.gone()),
+            Err(e) if e.to_string().contains("is not running") => return Err(self.gone()),
+            Err(e) => return Err(Error::unknown(format!("docker exec in {}: {e}", self.name))),
+        };
+        let start = StartExecOptions {
+            detach: false,
+            tty: false,
+            output_capacity: Some(64 * 1024),
+        };
+        let (mut output, input) = match ctx.run(self.docker.start_exec(&created.id, Some(start))).await? {
+            Ok(StartExecResults::Attached { output, input }) => (output, input),
+            Ok(StartExecResults::Detached) => return Err(Error::unknown("docker started the exec detached")),
+            Err(e) if e.to_string().contains("is not running") => return Err(self.gone()),
+            Err(e) => return Err(Error::unknown(format!("starting the exec in {}: {e}", self.name))),
+        };
+
+        // Read the shim's header: everything up to its newline on stdout.
+        let mut header = Vec::new();
+        let mut early_err = Vec::new();
+        let read_header = async {
+            while !header.contains(&b'\n') {
+                match output.next().await {
+                    Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
+                        header.extend_from_slice(&message)
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => early_err.extend_from_slice(&message),
+                    Some(Ok(LogOutput::StdIn { .. })) => {}
+                    Some(Err(e)) => return Err(Error::unknown(format!("reading the exec's output: {e}"))),
+                    None => break,
+                }
+                if header.len() > MAX_HEADER && !header[..MAX_HEADER].contains(&b'\n') {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(START_TIMEOUT, ctx.run_result(read_header)).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::timeout(format!(
+                    "the program did not start within {}s",
+                    START_TIMEOUT.as_secs()
+                )));
+            }
+        }
+        let nl = header.iter().position(|&b| b == b'\n');
+        let line = nl
+            .map(|i| String::from_utf8_lossy(&header[..i]).into_owned())
+            .unwrap_or_default();
+        let rest = nl.map(|i| header[i + 1..].to_vec()).unwrap_or_default();
+        let pid: u32 = match line.strip_prefix("\0agentbox ") {
+            Some("nocwd") => {
+                return Err(Error::not_found(format!(
+                    "working directory {cwd} does not exist in the box"
+                )));
+            }
+            Some("noprog") => return Err(Error::not_found(format!("program {:?} not found in the box", argv[0]))),
+            Some(p) => p
+                .parse()
+                .map_err(|_| Error::unknown(format!("the exec shim wrote {line:?}")))?,
+            None => {
+                let said = String::from_utf8_lossy(if header.is_empty() { &early_err } else { &header });
+                if !self.running().await.unwrap_or(true) {
+                    return Err(self.gone());
+                }
+                return Err(Error::unknown(format!("the exec did not start: {}", said.trim())));
+            }
+        };
+
+        let (out_w, out_r) = tokio::io::duplex(PIPE_BUFFER);
+        let (err_w, err_r) = tokio::io::duplex(PIPE_BUFFER);
+        let (tx, rx) = oneshot::channel();
+        let ended = Arc::new(AtomicBool::new(false));
+        let docker = self.docker.clone();
+        let exec_id = created.id.clone();
+        let flag = ended.clone();
+        let box_name = self.name.clone();
+        tokio::spawn(async move {
+            let streamed = pump(output, rest, early_err, out_w, err_w).await;
+            let status = match streamed {
+                Ok(()) => exit_of(&docker, &exec_id, &box_name).await,
+                Err(e) => Err(e),
+            };
+            flag.store(true, Ordering::SeqCst);
+            let _ = tx.send(status);
+        });
+        let control = Arc::new(DockerControl {
+            docker: self.docker.clone(),
+            container: self.name.clone(),
+            user: user.map(String::from).or_else(|| self.opts.user.clone()),
+            pid,
+            ended,
+            exit: Mutex::new(Some(rx)),
+        });
+        let stdin: ByteWriter = Box::pin(ShutdownOnDrop(Some(input)));
+        Ok(Process::new(
+            Some(stdin),
+            Some(Box::pin(out_r)),
+            Some(Box::pin(err_r)),
+            control,
+            ctx,
+        ))
+    }
+}
+
+/// Copy Docker's multiplexed output into two pipes, to its end. A reader that went away is
+/// no reason to stop: the stream is read to its end so the exec's exit code stays real.
+async fn pump(
+    mut output: Pin<
+        Box<dyn futures_util::Stream<Item = std::result::Result<LogOutput, bollard::errors::Error>> + Send>,
+    >,
+    first_out: Vec<u8>,
+    first_err: Vec<u8>,
+    out_w: DuplexStream,
+    err_w: DuplexStream,
+) -> Result<()> {
+    let mut out = Some(out_w);
+    let mut err = Some(err_w);
+    async fn put(w: &mut Option<DuplexStream>, bytes: &[u8]) {
+        if let Some(s) = w.as_mut()
+            && !bytes.is_empty()
+            && s.write_all(bytes).await.is_err()
+        {
+            *w = None;
+        }
+    }
+    put(&mut out, &first_out).await;
+    put(&mut err, &first_err).await;
+    while let Some(item) = output.next().await {
+        match item {
+            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => put(&mut out, &message).await,
+            Ok(LogOutput::StdErr { message }) => put(&mut err, &message).await,
+            Ok(LogOutput::StdIn { .. }) => {}
+            Err(e) => return Err(Error::unknown(format!("reading the exec's output: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// The exit code Docker recorded, once the exec is no longer running.
+async fn exit_of(docker: &Docker, exec_id: &str, container: &str) -> Result<ExitStatus> {
+    for _ in 0..200 {
+        match docker.inspect_exec(exec_id).await {
+            Ok(i) if i.running == Some(false) => {
+                let code = i.exit_code.unwrap_or(-1);
+                return Ok(ExitStatus::exited(i32::try_from(code).unwrap_or(-1)));
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) if is_not_found(&e) => {
+                return Err(Error::gone(format!(
+                    "box docker:{container} ended while the program ran"
+                )));
+            }
+            Err(e) => return Err(Error::unknown(format!("inspecting the exec: {e}"))),
+        }
+    }
+    Err(Error::unknown(
+        "the exec's output ended but Docker still reports it running",
+    ))
+}
+
+/// bollard keeps the exec's socket open through its read half, so dropping the writer does
+/// not deliver EOF: a shutdown does. This writer shuts down when dropped, too.
+struct ShutdownOnDrop(Option<Pin<Box<dyn AsyncWrite + Send>>>);
+
+impl AsyncWrite for ShutdownOnDrop {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.0.as_mut() {
+            Some(w) => w.as_mut().poll_write(cx, buf),
+            None => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.0.as_mut() {
+            Some(w) => w.as_mut().poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = match self.0.as_mut() {
+            Some(w) => w.as_mut().poll_shutdown(cx),
+            None => return Poll::Ready(Ok(())),
+        };
+        if r.is_ready() {
+            self.0 = None;
+        }
+        r
+    }
+}
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut w) = self.0.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = w.shutdown().await;
+            });
+        }
+    }
+}
+
+struct DockerControl {
+    docker: Docker,
+    container: String,
+    user: Option<String>,
+    pid: u32,
+    ended: Arc<AtomicBool>,
+    exit: Mutex<Option<oneshot::Receiver<Result<ExitStatus>>>>,
+}
+
+#[async_trait]
+impl ProcessControl for DockerControl {
+    async fn wait(&self) -> Result<ExitStatus> {
+        let Some(rx) = self.exit.lock().await.take() else {
+            return Err(Error::unknown("wait was called twice"));
+        };
+        rx.await
+            .unwrap_or_else(|_| Err(Error::unknown("the exec's reader ended")))
+    }
+
+    async fn signal(&self, signal: i32) -> Result<()> {
+        if self.ended.load(Ordering::SeqCst) || !(1..=31).contains(&signal) {
+            return Ok(());
+        }
+        // Docker cannot signal an exec: a second exec does, by the pid the shim reported.
+        let config = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(vec![
+                "kill".into(),
+                "-s".into(),
+                signal.to_string(),
+                self.pid.to_string(),
+            ]),
+            user: self.user.clone(),
+            ..Default::default()
+        };
+        let run = async {
+            let e = self.docker.create_exec(&self.container, config).await?;
+            if let StartExecResults::Attached { mut output, .. } = self.docker.start_exec(&e.id, None).await? {
+                while output.next().await.is_some() {}
+            }
+            Ok::<_, bollard::errors::Error>(())
+        };
+        match tokio::time::timeout(CONTROL_TIMEOUT, run).await {
+            Ok(Ok(())) => Ok(()),
+            // A box that ended has ended its programs.
+            Ok(Err(e)) if is_not_found(&e) || e.to_string().contains("is not running") => Ok(()),
+            Ok(Err(e)) => Err(Error::unknown(format!("signalling the program: {e}"))),
+            Err(_) => Err(Error::timeout("signalling the program took over 30s")),
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    fn id(&self) -> &SandboxId {
+        &self.id
+    }
+
+    fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
+    fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
+        self.start(argv, opts, None, ctx).await
+    }
+
+    async fn status(&self, ctx: &Ctx) -> Result<Status> {
+        Ok(if ctx.run_result(self.running()).await? {
+            Status::Running
+        } else {
+            Status::Ended
+        })
+    }
+
+    async fn upload(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<()> {
+        upload_by_exec(self, path, data, ctx).await
+    }
+
+    async fn download(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
+        download_by_exec(self, path, max_bytes, ctx).await
+    }
+
+    async fn endpoint(&self, port: u16, ctx: &Ctx) -> Result<Endpoint> {
+        if port == 0 {
+            return Err(Error::invalid("endpoint: port 0 is not a port"));
+        }
+        let info = match ctx
+            .run(
+                self.docker
+                    .inspect_container(&self.name, None::<InspectContainerOptions>),
+            )
+            .await?
+        {
+            Ok(i) => i,
+            Err(e) if is_not_found(&e) => return Err(self.gone()),
+            Err(e) => return Err(Error::unknown(format!("inspecting {}: {e}", self.name))),
+        };
+        let ip = info.network_settings.and_then(|n| n.networks).and_then(|nets| {
+            nets.values()
+                .find_map(|n| n.ip_address.clone().filter(|ip| !ip.is_empty()))
+        });
+        match ip {
+            Some(host) => Ok(Endpoint { host, port, url: None }),
+            None => Err(Error::unsupported(format!(
+                "box {}: it has no network address (network none)",
+                self.id
+            ))),
+        }
+    }
+
+    async fn destroy(&self, ctx: &Ctx) -> Result<()> {
+        match ctx
+            .run(self.docker.remove_container(&self.name, Some(remove_options())))
+            .await?
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            // Auto-removal already under way.
+            Err(e) if e.to_string().contains("is already in progress") => Ok(()),
+            Err(e) => Err(Error::unknown(format!("removing {}: {e}", self.name))),
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Docker boxes against a real engine: the conformance suite, a holder SIGKILLed, the options.
+
+use std::io::{BufRead, BufReader};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentbox_core::{Ctx, ErrorCode, ExecOptions, FinishOptions, Mount, Network, Provider, SandboxId, Spec, finish};
+use agentbox_providers::docker::{DockerOptions, DockerProvider, NamedVolume};
+use agentbox_testing::conformance::{self, Options, Outside};
+use agentbox_testing::services::docker_available;
+use async_trait::async_trait;
+
+/// The `docker` CLI: a client of its own, not the provider under test.
+struct DockerCli;
+
+fn docker(args: &[&str]) -> Option<String> {
+    let out = Command::new("docker").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn container_running(name: &str) -> bool {
+    docker(&["inspect", "--format", "{{.State.Running}}", name]).is_some_and(|s| s == "true")
+}
+
+#[async_trait]
+impl Outside for DockerCli {
+    async fn ended(&self, id: &SandboxId) -> bool {
+        !container_running(id.name())
+    }
+    async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool {
+        if !container_running(id.name()) {
+            return false;
+        }
+        pids.iter().any(|p| {
+            let script = format!("sed -n 's/.*) \\(.\\).*/\\1/p' /proc/{p}/stat 2>/dev/null");
+            docker(&["exec", id.name(), "sh", "-c", &script]).is_some_and(|s| !s.is_empty() && s != "Z" && s != "X")
+        })
+    }
+}
+
+async fn provider(opts: DockerOptions) -> Arc<dyn Provider> {
+    Arc::new(DockerProvider::new(opts).await.expect("the Docker daemon answers"))
+}
+
+fn ctx() -> Ctx {
+    Ctx::background().with_timeout(Duration::from_secs(120))
+}
+
+async fn sh(b: &dyn agentbox_core::Sandbox, script: &str) -> agentbox_core::Finished {
+    let argv = vec!["sh".into(), "-c".into(), script.into()];
+    finish(
+        b.exec(&argv, &ExecOptions::default(), &ctx()).await.unwrap(),
+        FinishOptions::default(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_boxes_pass_the_conformance_suite() {
+    if !docker_available("docker_boxes_pass_the_conformance_suite") {
+        return;
+    }
+    let options = Options::new(
+        "docker",
+        Duration::from_secs(5),
+        Duration::from_secs(10),
+        Arc::new(DockerCli),
+    );
+    let report = conformance::run(
+        conformance::factory(|| async { provider(DockerOptions::default()).await }),
+        options,
+    )
+    .await;
+    report.assert_passed();
+    assert!(
+        report.cases.iter().all(|(_, o, _)| *o == conformance::Outcome::Passed),
+        "docker leaves no case out"
+    );
+}
+
+/// Run as a child of the test below: make two boxes, print their ids, wait to be killed.
+#[tokio::test]
+async fn docker_holder_child() {
+    if std::env::var_os("AGENTBOX_TEST_DOCKER_HOLDER").is_none() {
+        return;
+    }
+    let p = provider(DockerOptions::default()).await;
+    for _ in 0..2 {
+        let b = p
+            .create(&Spec::new(Duration::from_secs(5)).label("holder", "sigkill"), &ctx())
+            .await
+            .unwrap();
+        // A program running under an exec when the holder dies.
+        let _held = b
+            .exec(
+                &["sleep".into(), "1000".into()],
+                &ExecOptions::default(),
+                &Ctx::background(),
+            )
+            .await
+            .unwrap();
+        println!("\nBOX {}", b.id());
+        std::mem::forget(_held);
+    }
+    println!("\nREADY");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[test]
+fn a_process_holding_docker_boxes_is_sigkilled_and_the_engine_ends_them() {
+    if !docker_available("a_process_holding_docker_boxes_is_sigkilled_and_the_engine_ends_them") {
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "docker_holder_child", "--nocapture", "--test-threads", "1"])
+        .env("AGENTBOX_TEST_DOCKER_HOLDER", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let mut names = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(id) = line.strip_prefix("BOX ") {
+            names.push(id.parse::<SandboxId>().unwrap().name().to_string());
+        } else if line.starts_with("READY") {
+            break;
+        }
+    }
+    assert_eq!(names.len(), 2, "the holder made two boxes");
+    assert!(names.iter().all(|n| container_running(n)), "both run before the kill");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    loop {
+        let left: Vec<_> = names
+            .iter()
+            .filter(|n| docker(&["inspect", n.as_str()]).is_some())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5 + 15),
+            "{:?} after create, containers {left:?} still exist",
+            t.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_from_options_and_spec_are_applied_and_reported() {
+    if !docker_available("limits_from_options_and_spec_are_applied_and_reported") {
+        return;
+    }
+    let opts = DockerOptions {
+        cpus: Some(1.5),
+        memory_bytes: Some(256 << 20),
+        pids_limit: Some(64),
+        ..Default::default()
+    };
+    let p = provider(opts).await;
+    let b = p.create(&Spec::new(Duration::from_secs(120)), &ctx()).await.unwrap();
+    let f = b.facts().clone();
+    assert_eq!((f.cpus, f.memory_mb, f.pids_limit), (Some(1.5), Some(256), Some(64)));
+    let name = b.id().name().to_string();
+    let hc = docker(&["inspect", "--format", "{{.HostConfig.CpuQuota}} {{.HostConfig.CpuPeriod}} {{.HostConfig.Memory}} {{.HostConfig.MemorySwap}} {{.HostConfig.PidsLimit}}", &name]).unwrap();
+    assert_eq!(hc, format!("150000 100000 {m} {m} 64", m = 256 << 20));
+    // The pids limit holds in the box.
+    let out = sh(
+        &*b,
+        "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_text().trim(),
+        "64",
+        "the pids limit as the box sees it: {out:?}"
+    );
+    b.destroy(&ctx()).await.unwrap();
+
+    // A spec's own cpus and memory win over the options.
+    let mut spec = Spec::new(Duration::from_secs(120));
+    spec.cpus = Some(0.5);
+    spec.memory_mb = Some(128);
+    let b = p.create(&spec, &ctx()).await.unwrap();
+    assert_eq!((b.facts().cpus, b.facts().memory_mb), (Some(0.5), Some(128)));
+    b.destroy(&ctx()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_none_binds_user_and_refusals() {
+    if !docker_available("network_none_binds_user_and_refusals") {
+        return;
+    }
+    let p = provider(DockerOptions {
+        user: Some("1234:2345".into()),
+        ..Default::default()
+    })
+    .await;
+
+    let mut spec = Spec::new(Duration::from_secs(120));
+    spec.network = Some(Network::None);
+    let host_dir = tempfile::tempdir().unwrap();
+    let src = std::fs::canonicalize(host_dir.path())
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    std::fs::write(host_dir.path().join("seen.txt"), "from the host\n").unwrap();
+    std::fs::set_permissions(host_dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    spec.mounts.push(Mount {
+        source: src.clone(),
+        target: "/mnt/host".into(),
+        read_only: false,
+    });
+    let b = p.create(&spec, &ctx()).await.unwrap();
+    assert_eq!(b.facts().network(), agentbox_core::KnownNetwork::None);
+    assert!(b.facts().no_port_exposed());
+    assert_eq!(b.facts().mounts, spec.mounts);
+    let out = sh(&*b, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '").await;
+    assert_eq!(out.stdout_text().trim(), "lo", "a network-none box sees only lo");
+    let out = sh(
+        &*b,
+        "id -u; id -g; cat /mnt/host/seen.txt; echo made > /mnt/host/made.txt; touch w && echo ws-ok",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_text(),
+        "1234\n2345\nfrom the host\nws-ok\n",
+        "{}",
+        out.stderr_text()
+    );
+    let meta = std::fs::metadata(host_dir.path().join("made.txt")).unwrap();
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            std::os::unix::fs::MetadataExt::gid(&meta)
+        ),
+        (1234, 2345),
+        "a file the box wrote in the bind is the configured user's"
+    );
+    assert_eq!(b.endpoint(80, &ctx()).await.unwrap_err().code(), ErrorCode::Unsupported);
+    b.destroy(&ctx()).await.unwrap();
+
+    let refused = |f: &dyn Fn(&mut Spec)| {
+        let mut s = Spec::new(Duration::from_secs(60));
+        f(&mut s);
+        s
+    };
+    for (spec, code, field) in [
+        (
+            refused(&|s| s.snapshot = Some("x".into())),
+            ErrorCode::Unsupported,
+            "snapshot",
+        ),
+        (
+            refused(&|s| s.region = Some("eu".into())),
+            ErrorCode::Unsupported,
+            "region",
+        ),
+        (
+            refused(&|s| s.isolation = Some("vm".into())),
+            ErrorCode::Unsupported,
+            "isolation",
+        ),
+        (
+            refused(&|s| s.network = Some(Network::Allow(vec!["example.com".into()]))),
+            ErrorCode::Unsupported,
+            "network",
+        ),
+        (
+            refused(&|s| {
+                s.mounts.push(Mount {
+                    source: "/nonexistent-agentbox".into(),
+                    target: "/m".into(),
+                    read_only: true,
+                })
+            }),
+            ErrorCode::NotFound,
+            "mounts.source",
+        ),
+        (
+            refused(&|s| {
+                s.mounts.push(Mount {
+                    source: "/usr/../usr".into(),
+                    target: "/m".into(),
+                    read_only: true,
+                })
+            }),
+            ErrorCode::Invalid,
+            "mounts.source",
+        ),
+        (
+            refused(&|s| s.image = Some("agentbox-no-such-image:1".into())),
+            ErrorCode::NotFound,
+            "image",
+        ),
+    ] {
+        let e = match p.create(&spec, &ctx()).await {
+            Err(e) => e,
+            Ok(b) => {
+                let _ = b.destroy(&ctx()).await;
+                panic!("{field}: a box was made");
+            }
+        };
+        assert_eq!(e.code(), code, "{field}: {e}");
+        assert!(e.message().contains(field), "{field}: {e}");
+    }
+    let mut isolated = Spec::new(Duration::from_secs(60));
+    isolated.isolation = Some("container".into());
+    let b = p.create(&isolated, &ctx()).await.unwrap();
+    b.destroy(&ctx()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_capabilities_and_volumes() {
+    if !docker_available("dropped_capabilities_and_volumes") {
+        return;
+    }
+    let volume = "agentbox-test-volume";
+    let _ = docker(&["volume", "create", volume]);
+    let opts = DockerOptions {
+        drop_capabilities: true,
+        volumes: vec![NamedVolume {
+            name: volume.into(),
+            target: "/run/shared".into(),
+            read_only: false,
+        }],
+        ..Default::default()
+    };
+    let dropped = provider(opts).await;
+    let b = dropped
+        .create(&Spec::new(Duration::from_secs(120)), &ctx())
+        .await
+        .unwrap();
+    let out = sh(
+        &*b,
+        "grep CapEff /proc/self/status; mknod /tmp/dev c 1 3 2>&1; echo x > /run/shared/f && echo vol-ok",
+    )
+    .await;
+    let text = out.stdout_text();
+    assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
+    assert!(
+        text.contains("Operation not permitted") && text.contains("vol-ok"),
+        "{text}"
+    );
+    b.destroy(&ctx()).await.unwrap();
+
+    // A box made without dropped capabilities is ended by an attach that requires them.
+    let plain = provider(DockerOptions::default())
+        .await
+        .create(&Spec::new(Duration::from_secs(120)), &ctx())
+        .await
+        .unwrap();
+    assert!(dropped.attach(plain.id(), &ctx()).await.unwrap().is_none());
+    assert!(!container_running(plain.id().name()), "the attach ended it");
+
+    // A bind on a volume's target is refused.
+    let mut s = Spec::new(Duration::from_secs(60));
+    s.mounts.push(Mount {
+        source: "/tmp".into(),
+        target: "/run/shared".into(),
+        read_only: true,
+    });
+    assert_eq!(dropped.create(&s, &ctx()).await.unwrap_err().code(), ErrorCode::Invalid);
+    let _ = docker(&["volume", "rm", volume]);
+}
+
+/// Run as a child of the test below, with DOCKER_HOST naming a remote daemon.
+#[tokio::test]
+async fn remote_daemon_child() {
+    if std::env::var_os("AGENTBOX_TEST_REMOTE_CHILD").is_none() {
+        return;
+    }
+    // The remote daemon is never reached: honours() and the spec check come first.
+    let honours = agentbox_providers::docker::daemon::is_local();
+    println!("\nLOCAL {honours}");
+}
+
+#[test]
+fn a_remote_daemon_binds_nothing() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "remote_daemon_child", "--nocapture", "--test-threads", "1"])
+        .env("AGENTBOX_TEST_REMOTE_CHILD", "1")
+        .env("DOCKER_HOST", "tcp://192.0.2.1:2375")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("LOCAL false"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -1,0 +1,23 @@
+//! Whether the services a test needs are here. A developer's machine without them is told
+//! so loudly; CI (`CI=true`) is never allowed to skip.
+
+/// True when the Docker engine answers the `docker` CLI. Without one: panics under CI, else
+/// prints a loud notice and returns false so the caller returns early.
+pub fn docker_available(test: &str) -> bool {
+    let ok = std::process::Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI needs a Docker engine and none answers (scripts/test starts one)");
+    }
+    eprintln!(
+        "\n!!!! {test}: NO DOCKER ENGINE ANSWERS: this test did NOT run. Run scripts/test, which starts one. !!!!\n"
+    );
+    false
+}
