@@ -104,17 +104,52 @@ async fn create_exec_destroy(p: &Arc<dyn Provider>) -> Result<()> {
     r
 }
 
+/// Run `docker ARGS…` and return its trimmed stdout.
+async fn docker_cli(args: &[&str]) -> Result<String> {
+    let out = tokio::process::Command::new("docker")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| Error::io(e, "running the docker CLI"))?;
+    if !out.status.success() {
+        return Err(Error::unknown(format!(
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// What the docker CLI does for one create → first exec → destroy.
+async fn docker_cli_cycle() -> Result<()> {
+    let image = agentbox_providers::docker::DEFAULT_IMAGE;
+    let id = docker_cli(&["run", "-d", "--rm", "--entrypoint", "sleep", image, "300"]).await?;
+    let r = docker_cli(&["exec", &id, "true"]).await;
+    docker_cli(&["rm", "-f", &id]).await?;
+    r.map(|_| ())
+}
+
 pub async fn run(args: BenchArgs) -> Result<()> {
-    let provider = crate::boxes::provider(&args.provider)?;
+    let provider = crate::boxes::provider(&args.provider).await?;
     let n = args.iterations;
     let name = provider.name().to_string();
+    let docker = name == "docker";
     let mut pairs = Vec::new();
     eprintln!("agentbox bench: {n} samples of each side, interleaved");
 
-    let (a, b) = measure(n, host_true, || create_exec_destroy(&provider)).await?;
+    let (a, b) = if docker {
+        measure(n, docker_cli_cycle, || create_exec_destroy(&provider)).await?
+    } else {
+        measure(n, host_true, || create_exec_destroy(&provider)).await?
+    };
+    let base = if docker {
+        "docker run -d + docker exec true + docker rm -f"
+    } else {
+        "spawn true on the host"
+    };
     pairs.push(pair(
         "create → first exec → destroy",
-        "spawn true on the host",
+        base,
         &format!("{name} box"),
         a,
         b,
@@ -124,12 +159,27 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let sandbox = provider
         .create(&Spec::new(Duration::from_secs(600)).label("agentbox-bench", "1"), &ctx)
         .await?;
-    let measured = measure(n, host_true, || box_true(&*sandbox)).await;
+    let measured = if docker {
+        let container = sandbox.id().name().to_string();
+        measure(
+            n,
+            || async { docker_cli(&["exec", &container, "true"]).await.map(|_| ()) },
+            || box_true(&*sandbox),
+        )
+        .await
+    } else {
+        measure(n, host_true, || box_true(&*sandbox)).await
+    };
     sandbox.destroy(&ctx).await?;
     let (a, b) = measured?;
+    let base = if docker {
+        "docker exec <box> true (the CLI)"
+    } else {
+        "spawn true on the host"
+    };
     pairs.push(pair(
         "exec round trip of true",
-        "spawn true on the host",
+        base,
         &format!("exec in a {name} box"),
         a,
         b,
@@ -143,12 +193,12 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<32} {:>14} {:>14} {:>8}",
+        "{:<32} {:>20} {:>20} {:>8}",
         "operation", "baseline ms", "agentbox ms", "ratio"
     );
     for p in &pairs {
         println!(
-            "{:<32} {:>14} {:>14} {:>7.1}x",
+            "{:<32} {:>20} {:>20} {:>7.2}x",
             p.name,
             format!("{:.2} (p90 {:.2})", p.baseline_ms.median, p.baseline_ms.p90),
             format!("{:.2} (p90 {:.2})", p.subject_ms.median, p.subject_ms.p90),

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, ExecOptions, Labels, Network, Provider, Result, Sandbox, SandboxId, Spec, parse_duration,
+    Ctx, Error, ExecOptions, Labels, Mount, Network, Provider, Result, Sandbox, SandboxId, Spec, parse_duration,
 };
+use agentbox_providers::docker::{DockerOptions, DockerProvider};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_providers::{LocalOptions, LocalProvider};
 use clap::{Args, Subcommand};
@@ -18,7 +19,7 @@ const MAX_COPY_BYTES: u64 = 1 << 30;
 #[derive(Subcommand)]
 pub enum BoxCommand {
     /// Make a box and print its id.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Run a program in a box, passing stdin and streaming stdout and stderr; exit with its code.
     Exec {
         /// The box's id.
@@ -94,9 +95,38 @@ pub struct CreateArgs {
     /// The isolation asked for.
     #[arg(long)]
     isolation: Option<String>,
+    /// Bind a directory of this machine: SRC:DST or SRC:DST:ro (repeatable; docker).
+    #[arg(long = "mount", value_name = "SRC:DST[:ro]")]
+    mounts: Vec<String>,
+    /// At most this many processes in the box (docker).
+    #[arg(long)]
+    pids_limit: Option<i64>,
+    /// Run every program as UID:GID (docker), so files written in a bind stay yours.
+    #[arg(long, value_name = "UID:GID")]
+    user: Option<String>,
+    /// Drop every capability and forbid new privileges (docker).
+    #[arg(long)]
+    drop_capabilities: bool,
     /// Print the id and the facts as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `SRC:DST[:ro]`, with SRC made canonical (it must exist on this machine).
+fn mount(s: &str) -> Result<Mount> {
+    let (rest, read_only) = match s.strip_suffix(":ro") {
+        Some(r) => (r, true),
+        None => (s.strip_suffix(":rw").unwrap_or(s), false),
+    };
+    let (src, dst) = rest
+        .split_once(':')
+        .ok_or_else(|| Error::invalid(format!("--mount: {s:?} is not SRC:DST or SRC:DST:ro")))?;
+    let source = std::fs::canonicalize(src).map_err(|e| Error::io(e, format!("--mount: source {src}")))?;
+    Ok(Mount {
+        source: source.to_string_lossy().into_owned(),
+        target: dst.to_string(),
+        read_only,
+    })
 }
 
 fn key_value(s: &str) -> std::result::Result<(String, String), String> {
@@ -125,8 +155,14 @@ fn memory_mb(s: &str) -> std::result::Result<u64, String> {
 }
 
 /// The provider called `name`, set up from the environment.
-pub fn provider(name: &str) -> Result<Arc<dyn Provider>> {
+pub async fn provider(name: &str) -> Result<Arc<dyn Provider>> {
+    provider_with(name, DockerOptions::default()).await
+}
+
+/// The provider called `name`; `docker` is how a Docker provider makes its boxes.
+pub async fn provider_with(name: &str, docker: DockerOptions) -> Result<Arc<dyn Provider>> {
     match name {
+        "docker" => Ok(Arc::new(DockerProvider::new(docker).await?)),
         "local" => {
             let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
             Ok(Arc::new(LocalProvider::new(LocalOptions {
@@ -143,7 +179,8 @@ pub fn provider(name: &str) -> Result<Arc<dyn Provider>> {
 }
 
 async fn attach(id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-    provider(id.provider())?
+    provider(id.provider())
+        .await?
         .attach(id, ctx)
         .await?
         .ok_or_else(|| Error::not_found(format!("box {id}: no such box, or it has ended")))
@@ -166,7 +203,30 @@ pub async fn run(cmd: BoxCommand) -> Result<i32> {
                 Some("none") => Some(Network::None),
                 Some(other) => return Err(Error::invalid(format!("--network: {other:?} is not open or none"))),
             };
-            let b = provider(&a.provider)?.create(&spec, &ctx).await?;
+            for m in &a.mounts {
+                spec.mounts.push(mount(m)?);
+            }
+            let docker = DockerOptions {
+                user: a.user.clone(),
+                pids_limit: a.pids_limit,
+                drop_capabilities: a.drop_capabilities,
+                ..Default::default()
+            };
+            if a.provider != "docker" {
+                for (set, flag) in [
+                    (a.user.is_some(), "--user"),
+                    (a.pids_limit.is_some(), "--pids-limit"),
+                    (a.drop_capabilities, "--drop-capabilities"),
+                ] {
+                    if set {
+                        return Err(Error::unsupported(format!(
+                            "{flag}: {} boxes do not take it",
+                            a.provider
+                        )));
+                    }
+                }
+            }
+            let b = provider_with(&a.provider, docker).await?.create(&spec, &ctx).await?;
             if a.json {
                 println!("{}", serde_json::json!({ "id": b.id(), "facts": b.facts() }));
             } else {
@@ -181,7 +241,7 @@ pub async fn run(cmd: BoxCommand) -> Result<i32> {
             json,
         } => {
             let labels: Labels = labels.into_iter().collect();
-            let boxes = provider(&p)?.list(&labels, &ctx).await?;
+            let boxes = provider(&p).await?.list(&labels, &ctx).await?;
             if json {
                 let rows: Vec<_> = boxes
                     .iter()

@@ -5,7 +5,7 @@ use std::time::Duration;
 use agentbox_core::{Ctx, ExecOptions, FinishOptions, Result, Spec, finish};
 
 pub async fn run() -> Result<()> {
-    let provider = crate::boxes::provider("local")?;
+    let provider = crate::boxes::provider("local").await?;
     let ctx = Ctx::background();
     let spec = Spec::new(Duration::from_secs(120))
         .label("agentbox-demo", "1")

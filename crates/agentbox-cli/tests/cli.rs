@@ -150,3 +150,62 @@ fn the_demo_runs() {
     assert!(out.contains("destroyed local:"), "{out}");
     assert_eq!(h.ok(&["box", "ls", "--json"]).trim(), "[]");
 }
+
+#[test]
+fn a_docker_box_from_the_cli() {
+    if !agentbox_testing::services::docker_available("a_docker_box_from_the_cli") {
+        return;
+    }
+    let h = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.txt"), "bound\n").unwrap();
+    let mount = format!("{}:/mnt/in:ro", dir.path().display());
+    let id = h
+        .ok(&[
+            "box",
+            "create",
+            "--provider",
+            "docker",
+            "--lifetime",
+            "2m",
+            "--pids-limit",
+            "50",
+            "--memory",
+            "256m",
+            "--network",
+            "none",
+            "--mount",
+            &mount,
+            "--user",
+            "1000:1000",
+            "--label",
+            "cli=docker",
+        ])
+        .trim()
+        .to_string();
+    assert!(id.starts_with("docker:"), "{id}");
+    let out = h.run(
+        &[
+            "box",
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "id -u; cat /mnt/in/in.txt; cat; exit 4",
+        ],
+        b"stdin\n",
+    );
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1000\nbound\nstdin\n");
+    let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+    assert_eq!(
+        (facts["pids_limit"].as_u64(), facts["memory_mb"].as_u64()),
+        (Some(50), Some(256))
+    );
+    assert_eq!(facts["network"], "none");
+    let ls = h.ok(&["box", "ls", "--provider", "docker", "--label", "cli=docker"]);
+    assert!(ls.contains(&id), "{ls}");
+    h.ok(&["box", "rm", &id]);
+    one_line_error(&h.run(&["box", "exec", &id, "true"], b""), 1, "no such box");
+}

@@ -310,6 +310,22 @@ async fn network_none_binds_user_and_refusals() {
         assert_eq!(e.code(), code, "{field}: {e}");
         assert!(e.message().contains(field), "{field}: {e}");
     }
+    // This engine has no GPU runtime: a GPU is refused by the engine, never ignored, and
+    // nothing is left behind.
+    let mut gpu = Spec::new(Duration::from_secs(60)).label("gpu-test", "1");
+    gpu.gpu = Some("any".into());
+    if docker(&["info", "--format", "{{json .Runtimes}}"]).is_some_and(|r| !r.contains("nvidia")) {
+        assert!(
+            p.create(&gpu, &ctx()).await.is_err(),
+            "a gpu box on an engine without GPUs"
+        );
+        assert_eq!(
+            docker(&["ps", "-aq", "--filter", "label=gpu-test=1"]).as_deref(),
+            Some(""),
+            "no container left"
+        );
+    }
+
     let mut isolated = Spec::new(Duration::from_secs(60));
     isolated.isolation = Some("container".into());
     let b = p.create(&isolated, &ctx()).await.unwrap();
