@@ -1,0 +1,152 @@
+//! The fixed scripts `BoxEnv` runs, one per operation. Paths and values are arguments
+//! (`$1`, `$2`…), never part of the text. They need POSIX sh and GNU coreutils, findutils
+//! and util-linux; they run with `LC_ALL=C`, so a failure's text is the kernel's strerror,
+//! which [`super::code_of`] maps to the same codes the host's errno gives.
+
+/// `stat` format for one path: kind|size|mtime with milliseconds.
+pub const INFO: &str = r#"exec stat -c '%F|%s|%.3Y' -- "$1""#;
+
+pub const READ: &str = r#"exec cat -- "$1""#;
+
+pub const READ_LINES: &str = r#"exec head -n "$2" -- "$1""#;
+
+/// The lstat line, then the bytes; refused before a byte moves when a link (with no_follow)
+/// or over the bound.
+pub const OPEN_READER: &str = r#"info=$(stat -c '%F|%s|%.3Y' -- "$1") || exit 1
+case $info in "symbolic link|"*) [ "$3" = 1 ] && { echo "agentbox:symlink" >&2; exit 3; } ;; esac
+size=$(stat -L -c '%s' -- "$1") || exit 1
+[ -d "$1" ] && { echo "cat: $1: Is a directory" >&2; exit 1; }
+[ "$size" -le "$2" ] || { echo "agentbox:too_large $size" >&2; exit 4; }
+printf '%s\n' "$info"
+exec cat -- "$1""#;
+
+pub const WRITE: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; exec tee -- "$1" >/dev/null"#;
+
+pub const APPEND: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; exec tee -a -- "$1" >/dev/null"#;
+
+pub const TRUNCATE: &str = r#"stat -L -c '' -- "$1" >/dev/null || exit 1; exec truncate -c -s "$2" -- "$1""#;
+
+pub const FLUSH: &str = r#"exec sync -- "$1""#;
+
+/// rename(2): the same file is no error; the rest is `mv -T`.
+pub const RENAME: &str = r#"[ "$1" -ef "$2" ] && exit 0; exec mv -T -- "$1" "$2""#;
+
+/// Entries NUL-separated: name, type letter, size, mtime seconds with fraction.
+pub const LIST: &str = r#"k=$(stat -L -c '%F' -- "$1") || exit 1
+[ "$k" = directory ] || { echo "agentbox:not_directory $1: Not a directory" >&2; exit 1; }
+exec find "$1/" -mindepth 1 -maxdepth 1 -printf '%f\0%y\0%s\0%T@\0'"#;
+
+pub const CANONICAL: &str = r#"exec realpath -e -z -- "$1""#;
+
+pub const READ_LINK: &str = r#"stat -c '' -- "$1" >/dev/null || exit 1
+readlink -z -- "$1" || { echo "agentbox:invalid $1: Invalid argument (not a symbolic link)" >&2; exit 1; }"#;
+
+/// Exit 0 and `yes` or `no`; a failure other than a missing path is an error.
+pub const EXISTS: &str = r#"if err=$(stat -c '' -- "$1" 2>&1 >/dev/null); then echo yes; exit 0; fi
+case $err in *"No such file or directory"*|*"Not a directory"*) echo no; exit 0 ;; esac
+echo "$err" >&2; exit 1"#;
+
+pub const MKDIR: &str = r#"exec mkdir -- "$1""#;
+pub const MKDIR_P: &str = r#"exec mkdir -p -- "$1""#;
+
+/// `$2` is `rf`, `r`, `f` or `-` (no flag).
+pub const REMOVE: &str = r#"case $2 in
+  rf) exec rm -rf -- "$1" ;;
+  r) exec rm -r -- "$1" ;;
+  f) exec rm -f -- "$1" ;;
+  *) exec rm -- "$1" ;;
+esac"#;
+
+pub const TEMP_DIR: &str = r#"exec mktemp -d -p "${TMPDIR:-/tmp}" "$1XXXXXX""#;
+pub const TEMP_FILE: &str = r#"exec mktemp -p "${TMPDIR:-/tmp}" --suffix="$2" "$1XXXXXX""#;
+
+/// Every path under each target: path, type, size, mtime (NUL-separated). `$1` is the max
+/// depth (`-1` for the whole subtree), the rest are the targets.
+pub const SNAPSHOT: &str = r#"d=$1; shift
+for t in "$@"; do
+  if [ "$d" = -1 ]; then find "$t" -printf '%p\0%y\0%s\0%T@\0' 2>/dev/null
+  else find "$t" -maxdepth "$d" -printf '%p\0%y\0%s\0%T@\0' 2>/dev/null; fi
+done; exit 0"#;
+
+/// Starts [`COMMAND`] (its text is `$1`) in a session of its own and waits for it. This shell
+/// parks its own stdout and stderr, so nothing it might print (dash reports a child a signal
+/// ended) reaches the command's streams; the subshell restores them and `exec`s `setsid`,
+/// which, in a process that is not a group leader (a forked child never is), takes the new
+/// session in place. The exit is the command's, 128 + the signal for a signalled one.
+pub const OUTER: &str = r#"w=$1; shift
+exec 3>&2 4>&1 1>/dev/null 2>/dev/null
+( exec 1>&4 2>&3 3>&- 4>&-; exec setsid sh -c "$w" agentbox-cmd "$@" )
+exit $?"#;
+
+/// Runs a command in a process group of its own (started by [`OUTER`]). Writes a header
+/// line on stdout first: `\0agentbox-cmd <pgid>`, or `nocwd`, `noprog`, `noshell`, then
+/// `exec`s the command, so the group's leader is the command itself and no shell waits on it
+/// (a waiting dash would print "Terminated" into the command's own stderr). The group is
+/// written down as `$TMPDIR/.agentbox-hands/<pgid>` holding the leader's start time, so a
+/// later kill never reaches a reused pid; files of groups that ended are swept here and by
+/// [`END_LEFT`]. `$1` is `shell` or `argv`, `$2` the working directory, the rest the
+/// command. The caller's PATH arrives as AGENTBOX_CALLER_PATH so these lines keep the box's
+/// own search path.
+pub const COMMAND: &str = r#"mode=$1; cwd=$2; shift 2
+T="${TMPDIR:-/tmp}/.agentbox-hands"
+shbin=$(command -v bash || command -v sh)
+[ -n "$shbin" ] || { printf '\000agentbox-cmd noshell\n'; exit 127; }
+cd -- "$cwd" 2>/dev/null || { printf '\000agentbox-cmd nocwd\n'; exit 126; }
+if [ "$mode" = argv ]; then
+  ( [ -n "${AGENTBOX_CALLER_PATH+x}" ] && PATH=$AGENTBOX_CALLER_PATH; command -v -- "$1" >/dev/null 2>&1 ) ||
+    { printf '\000agentbox-cmd noprog\n'; exit 127; }
+fi
+started() { read -r l < "/proc/$1/stat" || return 1; r=${l##*) }; set -- $r; echo "${20}"; }
+if mkdir -p "$T" 2>/dev/null; then
+  for f in "$T"/*; do [ -f "$f" ] && [ ! -d "/proc/${f##*/}" ] && rm -f "$f"; done
+  started $$ > "$T/$$"
+fi
+if [ "${AGENTBOX_NOINHERIT-}" = 1 ]; then
+  names=$(export -p | while IFS= read -r l; do
+    case $l in "export "*|"declare -x "*) n=${l#export }; n=${n#declare -x }; n=${n%%=*}
+      case $n in ""|*[!A-Za-z0-9_]*) ;; *) echo "$n" ;; esac ;; esac; done)
+  for n in $names; do
+    case " $AGENTBOX_KEEP AGENTBOX_CALLER_PATH shbin mode PATH " in *" $n "*) ;; *) unset "$n" 2>/dev/null ;; esac
+  done
+  PATH=/usr/local/bin:/usr/bin:/bin
+fi
+[ -n "${AGENTBOX_CALLER_PATH+x}" ] && PATH=$AGENTBOX_CALLER_PATH
+export PATH
+unset AGENTBOX_CALLER_PATH AGENTBOX_NOINHERIT AGENTBOX_KEEP T l r f n names cwd
+unset -f started
+printf '\000agentbox-cmd %s\n' "$$"
+if [ "$mode" = shell ]; then exec "$shbin" -c "$1"; else exec "$@"; fi"#;
+
+/// Ask group `$1` to end, kill it a second later, and say whether a live process of it is
+/// left (`gone` or `alive`). A zombie does not count.
+pub const KILL_GROUP: &str = r#"g=$1
+alive() {
+  for s in /proc/[0-9]*/stat; do
+    read -r l < "$s" 2>/dev/null || continue
+    r=${l##*) }; set -- $r
+    [ "$3" = "$g" ] && [ "$1" != Z ] && [ "$1" != X ] && return 0
+  done
+  return 1
+}
+kill -TERM -- "-$g" 2>/dev/null
+i=0; while [ $i -lt 10 ] && alive; do sleep 0.1; i=$((i+1)); done
+kill -KILL -- "-$g" 2>/dev/null
+i=0; while [ $i -lt 20 ] && alive; do sleep 0.05; i=$((i+1)); done
+if alive; then echo alive; else rm -f "${TMPDIR:-/tmp}/.agentbox-hands/$g"; echo gone; fi"#;
+
+/// Kill every group an environment wrote down whose leader is still the process it wrote
+/// down (same start time), and forget every file. Prints the groups it killed.
+pub const END_LEFT: &str = r#"T="${TMPDIR:-/tmp}/.agentbox-hands"
+for f in "$T"/*; do
+  [ -f "$f" ] || continue
+  g=${f##*/}
+  case $g in ""|*[!0-9]*) continue ;; esac
+  want=$(cat "$f" 2>/dev/null)
+  if read -r l < "/proc/$g/stat" 2>/dev/null; then
+    r=${l##*) }; set -- $r
+    if [ "${20}" = "$want" ]; then kill -KILL -- "-$g" 2>/dev/null && echo "$g"; fi
+  fi
+  rm -f "$f"
+done; exit 0"#;
+
+pub const REMOVE_ALL: &str = r#"exec rm -rf -- "$@""#;

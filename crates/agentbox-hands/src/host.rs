@@ -1,0 +1,511 @@
+//! `HostEnv`: the reference `ExecutionEnv`, on this machine.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentbox_core::Ctx;
+use async_trait::async_trait;
+
+use crate::env::*;
+use crate::output::collect;
+use crate::path::{absolute, base_name};
+use crate::watch::{Seen, Watcher, excluded};
+
+/// The PATH a command gets when it inherits no environment and names none.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// This machine's file system and shell, rooted at a working directory.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use agentbox_core::Ctx;
+/// use agentbox_hands::{Command, ExecOptions, ExecutionEnv, HostEnv};
+/// let env = HostEnv::new("/tmp")?;
+/// env.write_file("notes/a.txt", b"hello", &Ctx::background()).await?;
+/// let done = env.exec(Command::Shell("wc -c notes/a.txt".into()), ExecOptions::default(), &Ctx::background()).await?;
+/// assert_eq!(done.exit_code, 0);
+/// # Ok(()) }
+/// ```
+pub struct HostEnv {
+    cwd: String,
+    temps: Mutex<BTreeSet<String>>,
+    groups: Arc<Mutex<BTreeSet<i32>>>,
+    max_reader_bytes: u64,
+}
+
+impl HostEnv {
+    /// An environment whose cwd is `cwd` (absolute).
+    pub fn new(cwd: impl Into<String>) -> Result<Self, FsError> {
+        let cwd = cwd.into();
+        if !cwd.starts_with('/') {
+            return Err(FsError::new(
+                FsCode::Invalid,
+                &cwd,
+                format!("cwd {cwd:?} must be absolute"),
+            ));
+        }
+        Ok(HostEnv {
+            cwd: crate::path::normalize(&cwd),
+            temps: Mutex::new(BTreeSet::new()),
+            groups: Arc::new(Mutex::new(BTreeSet::new())),
+            max_reader_bytes: MAX_READER_BYTES,
+        })
+    }
+
+    /// The same, with another reader bound.
+    pub fn with_max_reader_bytes(mut self, max: u64) -> Self {
+        self.max_reader_bytes = max;
+        self
+    }
+
+    fn p(&self, path: &str) -> Result<String, FsError> {
+        if path.contains('\0') {
+            return Err(FsError::new(FsCode::Invalid, path, "a path holds a NUL byte"));
+        }
+        Ok(absolute(&self.cwd, path))
+    }
+}
+
+fn aborted(path: &str) -> FsError {
+    FsError::new(
+        FsCode::Aborted,
+        path,
+        "the operation was cancelled or its deadline passed",
+    )
+}
+
+async fn fs<T>(
+    ctx: &Ctx,
+    path: &str,
+    fut: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, FsError> {
+    match ctx.run(fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(FsError::from_io(&e, path)),
+        Err(_) => Err(aborted(path)),
+    }
+}
+
+/// An lstat as a [`FileInfo`].
+pub(crate) fn info_of(path: &str, m: &std::fs::Metadata) -> FileInfo {
+    let kind = if m.file_type().is_symlink() {
+        FileKind::Symlink
+    } else if m.is_dir() {
+        FileKind::Directory
+    } else {
+        FileKind::File
+    };
+    FileInfo {
+        name: base_name(path),
+        path: path.to_string(),
+        kind,
+        size: m.len(),
+        mtime_ms: m.mtime() * 1000 + m.mtime_nsec() / 1_000_000,
+    }
+}
+
+fn random_suffix() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 6];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    b.iter()
+        .map(|x| ALPHABET[*x as usize % ALPHABET.len()] as char)
+        .collect()
+}
+
+#[async_trait]
+impl ExecutionEnv for HostEnv {
+    fn id(&self) -> String {
+        "host".into()
+    }
+
+    fn cwd(&self) -> String {
+        self.cwd.clone()
+    }
+
+    async fn read_text_file(&self, path: &str, ctx: &Ctx) -> Result<String, FsError> {
+        let p = self.p(path)?;
+        let b = fs(ctx, &p, tokio::fs::read(&p)).await?;
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+
+    async fn read_text_lines(&self, path: &str, max_lines: Option<usize>, ctx: &Ctx) -> Result<Vec<String>, FsError> {
+        let text = self.read_text_file(path, ctx).await?;
+        Ok(crate::path_lines(&text, max_lines))
+    }
+
+    async fn read_binary_file(&self, path: &str, ctx: &Ctx) -> Result<Vec<u8>, FsError> {
+        let p = self.p(path)?;
+        fs(ctx, &p, tokio::fs::read(&p)).await
+    }
+
+    async fn open_text_line_reader(&self, path: &str, ctx: &Ctx) -> Result<TextLineReader, FsError> {
+        let r = self.open_binary_reader(path, false, ctx).await?;
+        Ok(TextLineReader::new(
+            String::from_utf8_lossy(r.read(0, usize::MAX)).into_owned(),
+        ))
+    }
+
+    async fn open_binary_reader(&self, path: &str, no_follow: bool, ctx: &Ctx) -> Result<BinaryReader, FsError> {
+        let p = self.p(path)?;
+        let lmeta = fs(ctx, &p, tokio::fs::symlink_metadata(&p)).await?;
+        if no_follow && lmeta.file_type().is_symlink() {
+            return Err(FsError::new(
+                FsCode::Invalid,
+                &p,
+                format!("Refusing to follow a symbolic link: {p}"),
+            ));
+        }
+        let meta = fs(ctx, &p, tokio::fs::metadata(&p)).await?;
+        if meta.is_dir() {
+            return Err(FsError::new(FsCode::IsDirectory, &p, format!("{p}: Is a directory")));
+        }
+        if meta.len() > self.max_reader_bytes {
+            return Err(FsError::new(
+                FsCode::NotSupported,
+                &p,
+                format!(
+                    "{p}: {} bytes, over the reader's {} bytes",
+                    meta.len(),
+                    self.max_reader_bytes
+                ),
+            ));
+        }
+        let data = fs(ctx, &p, tokio::fs::read(&p)).await?;
+        Ok(BinaryReader::new(info_of(&p, &lmeta), data))
+    }
+
+    async fn write_file(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<(), FsError> {
+        let p = self.p(path)?;
+        if let Some(parent) = std::path::Path::new(&p).parent() {
+            // A parent that cannot be made shows as the open's own error below.
+            let _ = tokio::fs::create_dir_all(parent).await;
+        }
+        fs(ctx, &p, tokio::fs::write(&p, data)).await
+    }
+
+    async fn append_file(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<(), FsError> {
+        use tokio::io::AsyncWriteExt;
+        let p = self.p(path)?;
+        if let Some(parent) = std::path::Path::new(&p).parent() {
+            let _ = tokio::fs::create_dir_all(parent).await;
+        }
+        fs(ctx, &p, async {
+            let mut f = tokio::fs::OpenOptions::new().append(true).create(true).open(&p).await?;
+            f.write_all(data).await?;
+            f.flush().await
+        })
+        .await
+    }
+
+    async fn truncate_file(&self, path: &str, size: u64, ctx: &Ctx) -> Result<(), FsError> {
+        let p = self.p(path)?;
+        fs(ctx, &p, async {
+            let f = tokio::fs::OpenOptions::new().write(true).open(&p).await?;
+            f.set_len(size).await
+        })
+        .await
+    }
+
+    async fn flush_file(&self, path: &str, ctx: &Ctx) -> Result<(), FsError> {
+        let p = self.p(path)?;
+        fs(ctx, &p, async { tokio::fs::File::open(&p).await?.sync_all().await }).await
+    }
+
+    async fn rename_file(&self, src: &str, dst: &str, ctx: &Ctx) -> Result<(), FsError> {
+        let (s, d) = (self.p(src)?, self.p(dst)?);
+        fs(ctx, &s, tokio::fs::rename(&s, &d)).await
+    }
+
+    async fn file_info(&self, path: &str, ctx: &Ctx) -> Result<FileInfo, FsError> {
+        let p = self.p(path)?;
+        let m = fs(ctx, &p, tokio::fs::symlink_metadata(&p)).await?;
+        Ok(info_of(&p, &m))
+    }
+
+    async fn list_dir(&self, path: &str, ctx: &Ctx) -> Result<Vec<FileInfo>, FsError> {
+        let p = self.p(path)?;
+        let mut out = fs(ctx, &p, async {
+            let mut rd = tokio::fs::read_dir(&p).await?;
+            let mut out = Vec::new();
+            while let Some(e) = rd.next_entry().await? {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let full = crate::path::join(&[&p, &name]);
+                if let Ok(m) = tokio::fs::symlink_metadata(e.path()).await {
+                    let mut i = info_of(&full, &m);
+                    i.name = name;
+                    out.push(i);
+                }
+            }
+            Ok(out)
+        })
+        .await?;
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn canonical_path(&self, path: &str, ctx: &Ctx) -> Result<String, FsError> {
+        let p = self.p(path)?;
+        let c = fs(ctx, &p, tokio::fs::canonicalize(&p)).await?;
+        Ok(c.to_string_lossy().into_owned())
+    }
+
+    async fn read_link(&self, path: &str, ctx: &Ctx) -> Result<String, FsError> {
+        let p = self.p(path)?;
+        let t = fs(ctx, &p, tokio::fs::read_link(&p)).await?;
+        Ok(t.to_string_lossy().into_owned())
+    }
+
+    async fn exists(&self, path: &str, ctx: &Ctx) -> Result<bool, FsError> {
+        let p = self.p(path)?;
+        match fs(ctx, &p, tokio::fs::symlink_metadata(&p)).await {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.code, FsCode::NotFound | FsCode::NotDirectory) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_dir(&self, path: &str, recursive: bool, ctx: &Ctx) -> Result<(), FsError> {
+        let p = self.p(path)?;
+        if recursive {
+            fs(ctx, &p, tokio::fs::create_dir_all(&p)).await
+        } else {
+            fs(ctx, &p, tokio::fs::create_dir(&p)).await
+        }
+    }
+
+    async fn remove(&self, path: &str, recursive: bool, force: bool, ctx: &Ctx) -> Result<(), FsError> {
+        let p = self.p(path)?;
+        let m = match fs(ctx, &p, tokio::fs::symlink_metadata(&p)).await {
+            Ok(m) => m,
+            Err(e) if force && matches!(e.code, FsCode::NotFound | FsCode::NotDirectory) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if m.is_dir() {
+            if !recursive {
+                return Err(FsError::new(FsCode::IsDirectory, &p, format!("{p}: Is a directory")));
+            }
+            fs(ctx, &p, tokio::fs::remove_dir_all(&p)).await
+        } else {
+            fs(ctx, &p, tokio::fs::remove_file(&p)).await
+        }
+    }
+
+    async fn create_temp_dir(&self, prefix: &str, ctx: &Ctx) -> Result<String, FsError> {
+        let base = std::env::temp_dir().to_string_lossy().into_owned();
+        for _ in 0..16 {
+            let p = crate::path::join(&[&base, &format!("{prefix}{}", random_suffix())]);
+            match fs(ctx, &p, tokio::fs::create_dir(&p)).await {
+                Ok(()) => {
+                    self.temps.lock().unwrap().insert(p.clone());
+                    return Ok(p);
+                }
+                Err(e) if e.code == FsCode::Unknown => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(FsError::new(FsCode::Unknown, base, "no free temporary name"))
+    }
+
+    async fn create_temp_file(&self, prefix: &str, suffix: &str, ctx: &Ctx) -> Result<String, FsError> {
+        let base = std::env::temp_dir().to_string_lossy().into_owned();
+        for _ in 0..16 {
+            let p = crate::path::join(&[&base, &format!("{prefix}{}{suffix}", random_suffix())]);
+            let made = fs(
+                ctx,
+                &p,
+                tokio::fs::OpenOptions::new().write(true).create_new(true).open(&p),
+            )
+            .await;
+            match made {
+                Ok(_) => {
+                    self.temps.lock().unwrap().insert(p.clone());
+                    return Ok(p);
+                }
+                Err(e) if e.code == FsCode::Unknown => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(FsError::new(FsCode::Unknown, base, "no free temporary name"))
+    }
+
+    async fn watch(
+        &self,
+        targets: Vec<WatchTarget>,
+        on_change: Arc<dyn Fn(Change) + Send + Sync>,
+        _ctx: &Ctx,
+    ) -> Result<Watcher, FsError> {
+        let targets: Vec<WatchTarget> = targets
+            .into_iter()
+            .map(|t| WatchTarget {
+                path: absolute(&self.cwd, &t.path),
+                ..t
+            })
+            .collect();
+        let snapshot: crate::watch::Snapshot = Arc::new(move || {
+            let targets = targets.clone();
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || Some(host_snapshot(&targets)))
+                    .await
+                    .ok()
+                    .flatten()
+            })
+        });
+        Ok(Watcher::start(snapshot, Duration::from_millis(250), on_change))
+    }
+
+    async fn exec(&self, command: Command, opts: ExecOptions, ctx: &Ctx) -> Result<ExecOutcome, ExecError> {
+        let (program, args): (String, Vec<String>) = match &command {
+            Command::Argv(a) if a.is_empty() || a[0].is_empty() => {
+                return Err(ExecError::new(ExecCode::SpawnError, "Empty argv: no program to run"));
+            }
+            Command::Argv(a) => (a[0].clone(), a[1..].to_vec()),
+            Command::Shell(s) => {
+                let shell = ["/bin/bash", "/usr/bin/bash", "/bin/sh"]
+                    .into_iter()
+                    .find(|p| std::path::Path::new(p).exists())
+                    .ok_or_else(|| ExecError::new(ExecCode::ShellUnavailable, "no bash or sh on this machine"))?;
+                (shell.to_string(), vec!["-c".into(), s.clone()])
+            }
+        };
+        let cwd = absolute(&self.cwd, opts.cwd.as_deref().unwrap_or("."));
+        if !std::path::Path::new(&cwd).is_dir() {
+            return Err(ExecError::new(
+                ExecCode::SpawnError,
+                format!("Working directory does not exist: {cwd}"),
+            ));
+        }
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&args).current_dir(&cwd).process_group(0).kill_on_drop(false);
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if opts.inherit_env == Some(false) {
+            cmd.env_clear();
+            if !opts.env.contains_key("PATH") {
+                cmd.env("PATH", DEFAULT_PATH);
+            }
+        }
+        cmd.envs(&opts.env);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| ExecError::new(ExecCode::SpawnError, format!("{program}: {e}")))?;
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        self.groups.lock().unwrap().insert(pgid);
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let run = async {
+            let c = collect(stdout, stderr, opts.on_output.as_ref()).await?;
+            let status = child
+                .wait()
+                .await
+                .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
+            Ok::<_, ExecError>((c, status))
+        };
+        let deadline = opts.timeout.map(|t| Duration::from_secs_f64(t.max(0.0)));
+        let outcome = tokio::select! {
+            r = run => Ok(r),
+            e = ctx.done() => Err(if e.code() == agentbox_core::ErrorCode::Timeout { ExecCode::Timeout } else { ExecCode::Aborted }),
+            _ = async { match deadline { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => Err(ExecCode::Timeout),
+        };
+        match outcome {
+            Ok(r) => {
+                self.groups.lock().unwrap().remove(&pgid);
+                let (collected, status) = r?;
+                use std::os::unix::process::ExitStatusExt;
+                let exit_code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1);
+                let spill_path = if collected.spills(opts.spill) {
+                    let p = self
+                        .create_temp_file("agentbox-output-", ".log", &Ctx::background())
+                        .await
+                        .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
+                    tokio::fs::write(&p, &collected.bytes)
+                        .await
+                        .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
+                    Some(p)
+                } else {
+                    None
+                };
+                Ok(ExecOutcome { exit_code, spill_path })
+            }
+            Err(code) => {
+                stop_group(pgid).await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                self.groups.lock().unwrap().remove(&pgid);
+                Err(ExecError::new(
+                    code,
+                    if code == ExecCode::Timeout {
+                        "the command timed out"
+                    } else {
+                        "the command was aborted"
+                    },
+                ))
+            }
+        }
+    }
+
+    async fn cleanup(&self, _ctx: &Ctx) -> Result<(), FsError> {
+        let groups: Vec<i32> = std::mem::take(&mut *self.groups.lock().unwrap()).into_iter().collect();
+        for g in groups {
+            stop_group(g).await;
+        }
+        let temps: Vec<String> = std::mem::take(&mut *self.temps.lock().unwrap()).into_iter().collect();
+        for t in temps {
+            let _ = tokio::fs::remove_dir_all(&t).await;
+            let _ = tokio::fs::remove_file(&t).await;
+        }
+        Ok(())
+    }
+}
+
+/// Ask a process group to end, and kill it a second later.
+async fn stop_group(pgid: i32) {
+    if pgid <= 1 {
+        return;
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", "--", &format!("-{pgid}")])
+        .status();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+}
+
+fn host_snapshot(targets: &[WatchTarget]) -> Seen {
+    let mut seen = Seen::new();
+    fn walk(root: &str, dir: &str, depth_left: Option<usize>, exclude: &[String], seen: &mut Seen) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = crate::path::join(&[dir, &e.file_name().to_string_lossy()]);
+            if excluded(root, &p, exclude) {
+                continue;
+            }
+            if let Ok(m) = std::fs::symlink_metadata(&p) {
+                let i = info_of(&p, &m);
+                seen.insert(p.clone(), (i.kind, i.size, i.mtime_ms));
+                if i.kind == FileKind::Directory && depth_left != Some(0) {
+                    walk(root, &p, depth_left.map(|d| d - 1), exclude, seen);
+                }
+            }
+        }
+    }
+    for t in targets {
+        if let Ok(m) = std::fs::symlink_metadata(&t.path) {
+            let i = info_of(&t.path, &m);
+            seen.insert(t.path.clone(), (i.kind, i.size, i.mtime_ms));
+            if i.kind == FileKind::Directory {
+                walk(
+                    &t.path,
+                    &t.path,
+                    if t.recursive { None } else { Some(0) },
+                    &t.exclude,
+                    &mut seen,
+                );
+            }
+        }
+    }
+    seen
+}

@@ -1,0 +1,142 @@
+//! Collecting a command's output the same way on the host and in a box: streamed to
+//! `on_output` as text (a UTF-8 sequence never split across two calls), counted against the
+//! spill thresholds, and kept in memory up to a bound (its tail past it).
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::env::{ExecCode, ExecError, OnOutput, Spill, Stream};
+
+/// At most this much output is kept in memory; past it, its tail.
+pub const MAX_KEPT: usize = 32 << 20;
+
+/// Everything a command wrote, merged in arrival order.
+#[derive(Default)]
+pub struct Collected {
+    /// The kept bytes (the tail, when `dropped` > 0).
+    pub bytes: Vec<u8>,
+    /// Bytes dropped from the head to stay within [`MAX_KEPT`].
+    pub dropped: u64,
+    /// Lines seen in all.
+    pub lines: u64,
+}
+
+impl Collected {
+    /// All bytes seen.
+    pub fn total(&self) -> u64 {
+        self.dropped + self.bytes.len() as u64
+    }
+
+    /// Whether `spill` says this output goes to a file.
+    pub fn spills(&self, spill: Option<Spill>) -> bool {
+        spill.is_some_and(|s| {
+            s.after_bytes.is_some_and(|b| self.total() > b) || s.after_lines.is_some_and(|l| self.lines > l)
+        })
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.lines += chunk.iter().filter(|&&b| b == b'\n').count() as u64;
+        self.bytes.extend_from_slice(chunk);
+        if self.bytes.len() > MAX_KEPT {
+            let cut = self.bytes.len() - MAX_KEPT;
+            self.bytes.drain(..cut);
+            self.dropped += cut as u64;
+        }
+    }
+}
+
+/// Hands out text a valid UTF-8 sequence at a time.
+#[derive(Default)]
+struct Utf8Chunks {
+    pending: Vec<u8>,
+}
+
+impl Utf8Chunks {
+    fn feed(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.pending.len(),
+        };
+        let text = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+        self.pending.drain(..valid);
+        text
+    }
+    fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        text
+    }
+}
+
+/// Read stdout and stderr to their ends together, merged in arrival order.
+pub async fn collect(
+    stdout: Option<impl AsyncRead + Unpin>,
+    stderr: Option<impl AsyncRead + Unpin>,
+    on_output: Option<&OnOutput>,
+) -> Result<Collected, ExecError> {
+    let mut out = stdout;
+    let mut err = stderr;
+    let mut collected = Collected::default();
+    let (mut dec_out, mut dec_err) = (Utf8Chunks::default(), Utf8Chunks::default());
+    let mut buf_out = vec![0u8; 64 * 1024];
+    let mut buf_err = vec![0u8; 64 * 1024];
+    let call = |text: String, stream: Stream| -> Result<(), ExecError> {
+        if let Some(cb) = on_output
+            && !text.is_empty()
+        {
+            cb(&text, stream).map_err(|e| ExecError::new(ExecCode::CallbackError, format!("on_output failed: {e}")))?;
+        }
+        Ok(())
+    };
+    while out.is_some() || err.is_some() {
+        tokio::select! {
+            n = async { out.as_mut().unwrap().read(&mut buf_out).await }, if out.is_some() => {
+                match n {
+                    Ok(0) | Err(_) => { out = None; call(dec_out.finish(), Stream::Stdout)?; }
+                    Ok(n) => { collected.push(&buf_out[..n]); call(dec_out.feed(&buf_out[..n]), Stream::Stdout)?; }
+                }
+            }
+            n = async { err.as_mut().unwrap().read(&mut buf_err).await }, if err.is_some() => {
+                match n {
+                    Ok(0) | Err(_) => { err = None; call(dec_err.finish(), Stream::Stderr)?; }
+                    Ok(n) => { collected.push(&buf_err[..n]); call(dec_err.feed(&buf_err[..n]), Stream::Stderr)?; }
+                }
+            }
+        }
+    }
+    Ok(collected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_utf8_sequence_is_never_split() {
+        let mut d = Utf8Chunks::default();
+        let bytes = "é✓".as_bytes();
+        assert_eq!(d.feed(&bytes[..1]), "");
+        assert_eq!(d.feed(&bytes[1..3]), "é");
+        assert_eq!(d.feed(&bytes[3..]), "✓");
+        assert_eq!(d.feed(&[0xff, b'a']), "\u{fffd}a");
+    }
+
+    #[test]
+    fn the_tail_is_kept_past_the_bound() {
+        let mut c = Collected::default();
+        c.push(&vec![b'a'; MAX_KEPT]);
+        c.push(b"tail\n");
+        assert_eq!(c.bytes.len(), MAX_KEPT);
+        assert!(c.bytes.ends_with(b"tail\n"));
+        assert_eq!(c.total(), MAX_KEPT as u64 + 5);
+        assert!(c.spills(Some(Spill {
+            after_bytes: Some(10),
+            after_lines: None
+        })));
+        assert!(!c.spills(Some(Spill {
+            after_bytes: None,
+            after_lines: Some(1)
+        })));
+    }
+}

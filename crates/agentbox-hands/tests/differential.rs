@@ -1,0 +1,279 @@
+//! HostEnv and BoxEnv give the same values and error codes for the same operations: random
+//! sequences run against both, on a local box and on a Docker box.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use agentbox_core::{Ctx, Provider, Sandbox, Spec};
+use agentbox_hands::{BoxEnv, Command, ExecOptions, ExecutionEnv, FileInfo, FsError, HostEnv};
+use agentbox_providers::docker::{DockerOptions, DockerProvider};
+use agentbox_providers::{LocalOptions, LocalProvider};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(String, Vec<u8>),
+    Append(String, Vec<u8>),
+    ReadText(String),
+    ReadBinary(String),
+    ReadLines(String, Option<usize>),
+    Info(String),
+    List(String),
+    Exists(String),
+    Mkdir(String, bool),
+    Remove(String, bool, bool),
+    Rename(String, String),
+    Truncate(String, u64),
+    Canonical(String),
+    ReadLink(String),
+    Reader(String, bool),
+    Symlink(String, String),
+    Shell(String),
+}
+
+fn name() -> impl Strategy<Value = String> {
+    // Never `..`, never absolute: HostEnv is this machine with no confinement, so a case must
+    // not be able to name anything outside its own directory.
+    prop_oneof![
+        Just("a"),
+        Just("b"),
+        Just("dir"),
+        Just("é ✓"),
+        Just("sp ace"),
+        Just(".hidden"),
+        Just(".")
+    ]
+    .prop_map(String::from)
+}
+
+fn path() -> impl Strategy<Value = String> {
+    prop::collection::vec(name(), 1..4).prop_map(|v| v.join("/"))
+}
+
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(Vec::new()),
+        Just(b"line one\nline two\n\nlast".to_vec()),
+        Just(b"\r\nwindows\r\n".to_vec()),
+        prop::collection::vec(any::<u8>(), 0..64),
+        (1usize..3).prop_map(|n| vec![b'x'; n * 200_000]),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (path(), bytes()).prop_map(|(p, b)| Op::Write(p, b)),
+        1 => (path(), bytes()).prop_map(|(p, b)| Op::Append(p, b)),
+        2 => path().prop_map(Op::ReadText),
+        1 => path().prop_map(Op::ReadBinary),
+        1 => (path(), prop::option::of(0usize..4)).prop_map(|(p, n)| Op::ReadLines(p, n)),
+        2 => path().prop_map(Op::Info),
+        2 => prop_oneof![Just(".".to_string()), path()].prop_map(Op::List),
+        1 => path().prop_map(Op::Exists),
+        2 => (path(), any::<bool>()).prop_map(|(p, r)| Op::Mkdir(p, r)),
+        2 => (path(), any::<bool>(), any::<bool>()).prop_map(|(p, r, f)| Op::Remove(p, r, f)),
+        2 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => (path(), 0u64..100).prop_map(|(p, n)| Op::Truncate(p, n)),
+        1 => path().prop_map(Op::Canonical),
+        1 => path().prop_map(Op::ReadLink),
+        1 => (path(), any::<bool>()).prop_map(|(p, nf)| Op::Reader(p, nf)),
+        1 => (prop_oneof![path(), Just("missing-target".to_string())], path()).prop_map(|(t, p)| Op::Symlink(t, p)),
+        1 => prop_oneof![
+            Just("printf 'w\\377x' > \"$(printf 'bad\\377name')\"; echo made".to_string()),
+            Just("ls -1A | sort | head -c 2000; exit 3".to_string()),
+            Just("echo out; echo err >&2; kill -TERM $$".to_string()),
+        ]
+        .prop_map(Op::Shell),
+    ]
+}
+
+/// What an operation gave, with the environment's own cwd written as `<cwd>`.
+#[derive(Debug, PartialEq)]
+enum Got {
+    Unit,
+    Bool(bool),
+    Text(String),
+    Bytes(Vec<u8>),
+    Lines(Vec<String>),
+    Info(String, agentbox_hands::FileKind, u64),
+    List(Vec<(String, agentbox_hands::FileKind, u64)>),
+    Exec(i32, String),
+    Err(agentbox_hands::FsCode),
+    ExecErr(agentbox_hands::ExecCode),
+}
+
+fn info(i: FileInfo, cwd: &str) -> Got {
+    // Times differ between two writes; a directory's size is the file system's own.
+    let size = if i.kind == agentbox_hands::FileKind::Directory {
+        0
+    } else {
+        i.size
+    };
+    Got::Info(i.path.replace(cwd, "<cwd>"), i.kind, size)
+}
+
+async fn apply(env: &dyn ExecutionEnv, op: &Op) -> Got {
+    let ctx = Ctx::background();
+    let cwd = env.cwd();
+    let r = |x: Result<Got, FsError>| x.unwrap_or_else(|e| Got::Err(e.code));
+    match op {
+        Op::Write(p, b) => r(env.write_file(p, b, &ctx).await.map(|_| Got::Unit)),
+        Op::Append(p, b) => r(env.append_file(p, b, &ctx).await.map(|_| Got::Unit)),
+        Op::ReadText(p) => r(env.read_text_file(p, &ctx).await.map(Got::Text)),
+        Op::ReadBinary(p) => r(env.read_binary_file(p, &ctx).await.map(Got::Bytes)),
+        Op::ReadLines(p, n) => r(env.read_text_lines(p, *n, &ctx).await.map(Got::Lines)),
+        Op::Info(p) => r(env.file_info(p, &ctx).await.map(|i| info(i, &cwd))),
+        Op::List(p) => r(env.list_dir(p, &ctx).await.map(|l| {
+            Got::List(
+                l.into_iter()
+                    .map(|i| {
+                        let size = if i.kind == agentbox_hands::FileKind::Directory {
+                            0
+                        } else {
+                            i.size
+                        };
+                        (i.name, i.kind, size)
+                    })
+                    .collect(),
+            )
+        })),
+        Op::Exists(p) => r(env.exists(p, &ctx).await.map(Got::Bool)),
+        Op::Mkdir(p, rec) => r(env.create_dir(p, *rec, &ctx).await.map(|_| Got::Unit)),
+        Op::Remove(p, rec, f) => r(env.remove(p, *rec, *f, &ctx).await.map(|_| Got::Unit)),
+        Op::Rename(a, b) => r(env.rename_file(a, b, &ctx).await.map(|_| Got::Unit)),
+        Op::Truncate(p, n) => r(env.truncate_file(p, *n, &ctx).await.map(|_| Got::Unit)),
+        Op::Canonical(p) => {
+            let base = canon_cwd(env).await;
+            r(env
+                .canonical_path(p, &ctx)
+                .await
+                .map(|c| Got::Text(c.replace(&base, "<cwd>"))))
+        }
+        Op::ReadLink(p) => r(env.read_link(p, &ctx).await.map(Got::Text)),
+        Op::Reader(p, nf) => r(env.open_binary_reader(p, *nf, &ctx).await.map(|rd| {
+            let i = info(rd.info.clone(), &cwd);
+            Got::Lines(vec![
+                format!("{i:?}"),
+                String::from_utf8_lossy(rd.read(1, 5)).into_owned(),
+                rd.scan_lines().count().to_string(),
+            ])
+        })),
+        Op::Symlink(t, p) => {
+            let argv = vec!["ln".to_string(), "-s".into(), t.clone(), p.clone()];
+            exec(env, Command::Argv(argv)).await
+        }
+        Op::Shell(s) => exec(env, Command::Shell(s.clone())).await,
+    }
+}
+
+async fn canon_cwd(env: &dyn ExecutionEnv) -> String {
+    env.canonical_path(".", &Ctx::background())
+        .await
+        .unwrap_or_else(|_| env.cwd())
+}
+
+async fn exec(env: &dyn ExecutionEnv, cmd: Command) -> Got {
+    let out = Arc::new(Mutex::new(String::new()));
+    let sink = out.clone();
+    // The host's own variables are the host's: give both the same locale.
+    let opts = ExecOptions {
+        env: [("LANG".to_string(), "C.UTF-8".to_string())].into(),
+        on_output: Some(Arc::new(move |t: &str, _| {
+            sink.lock().unwrap().push_str(t);
+            Ok(())
+        })),
+        ..Default::default()
+    };
+    match env.exec(cmd, opts, &Ctx::background()).await {
+        Ok(o) => {
+            let mut text = out.lock().unwrap().clone();
+            // stdout and stderr interleave as they arrive: compare them as sorted lines.
+            let mut lines: Vec<&str> = text.lines().collect();
+            lines.sort();
+            text = lines.join("\n");
+            Got::Exec(o.exit_code, text)
+        }
+        Err(e) => Got::ExecErr(e.code),
+    }
+}
+
+struct Boxes {
+    rt: tokio::runtime::Runtime,
+    local: Arc<dyn Sandbox>,
+    docker: Option<Arc<dyn Sandbox>>,
+    _home: tempfile::TempDir,
+}
+
+fn boxes() -> &'static Boxes {
+    static B: OnceLock<Boxes> = OnceLock::new();
+    B.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let (local, docker) = rt.block_on(async {
+            let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
+            let spec = Spec::new(Duration::from_secs(1800));
+            let local = lp.create(&spec, &Ctx::background()).await.unwrap();
+            let docker = if agentbox_testing::services::docker_available("differential tests on a Docker box") {
+                let dp = DockerProvider::new(DockerOptions::default()).await.unwrap();
+                Some(dp.create(&spec, &Ctx::background()).await.unwrap())
+            } else {
+                None
+            };
+            (local, docker)
+        });
+        Boxes {
+            rt,
+            local,
+            docker,
+            _home: home,
+        }
+    })
+}
+
+static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Run `ops` on a fresh host directory and a fresh directory of the box; every result must
+/// be the same.
+fn same(b: &Arc<dyn Sandbox>, ops: &[Op]) -> Result<(), TestCaseError> {
+    let rt = &boxes().rt;
+    let host_dir = tempfile::tempdir().unwrap();
+    let n = CASE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    rt.block_on(async {
+        let host = HostEnv::new(host_dir.path().to_string_lossy()).unwrap();
+        let base = BoxEnv::new(b.clone());
+        let dir = format!("{}/case-{n}", base.cwd());
+        base.create_dir(&dir, true, &Ctx::background()).await.unwrap();
+        let boxed = BoxEnv::new(b.clone()).with_cwd(&dir);
+        for (i, op) in ops.iter().enumerate() {
+            let h = apply(&host, op).await;
+            let x = apply(&boxed, op).await;
+            prop_assert_eq!(&h, &x, "op {} of {:?}: {:?}", i, ops, op);
+        }
+        let _ = base.remove(&dir, true, true, &Ctx::background()).await;
+        Ok(())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_local_box_agree(ops in prop::collection::vec(op(), 1..14)) {
+        same(&boxes().local, &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_docker_box_agree(ops in prop::collection::vec(op(), 1..12)) {
+        if let Some(d) = &boxes().docker {
+            same(d, &ops)?;
+        }
+    }
+}
