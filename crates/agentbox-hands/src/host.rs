@@ -9,7 +9,7 @@ use agentbox_core::Ctx;
 use async_trait::async_trait;
 
 use crate::env::*;
-use crate::output::collect;
+use crate::output::spawn_collect;
 use crate::path::{absolute, base_name};
 use crate::watch::{Seen, Watcher, excluded};
 
@@ -396,8 +396,11 @@ impl ExecutionEnv for HostEnv {
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
         self.groups.lock().unwrap().insert(pgid);
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let mut output = spawn_collect(stdout, stderr, opts.on_output.clone());
         let run = async {
-            let c = collect(stdout, stderr, opts.on_output.as_ref()).await?;
+            let c = (&mut output)
+                .await
+                .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))??;
             let status = child
                 .wait()
                 .await
@@ -433,6 +436,8 @@ impl ExecutionEnv for HostEnv {
             Err(code) => {
                 stop_group(pgid).await;
                 let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                // What the command printed as it was asked to end still reaches on_output.
+                let _ = tokio::time::timeout(Duration::from_secs(2), output).await;
                 self.groups.lock().unwrap().remove(&pgid);
                 Err(ExecError::new(
                     code,
@@ -462,16 +467,12 @@ impl ExecutionEnv for HostEnv {
 
 /// Ask a process group to end, and kill it a second later.
 async fn stop_group(pgid: i32) {
-    if pgid <= 1 {
+    let Some(pid) = rustix::process::Pid::from_raw(pgid).filter(|_| pgid > 1) else {
         return;
-    }
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", "--", &format!("-{pgid}")])
-        .status();
+    };
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .status();
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
 }
 
 fn host_snapshot(targets: &[WatchTarget]) -> Seen {

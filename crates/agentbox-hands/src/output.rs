@@ -69,6 +69,16 @@ impl Utf8Chunks {
     }
 }
 
+/// [`collect`] in a task of its own, so a stop can keep draining output (what a command
+/// prints as it is asked to end) while the group is killed.
+pub fn spawn_collect(
+    stdout: Option<impl AsyncRead + Unpin + Send + 'static>,
+    stderr: Option<impl AsyncRead + Unpin + Send + 'static>,
+    on_output: Option<OnOutput>,
+) -> tokio::task::JoinHandle<Result<Collected, ExecError>> {
+    tokio::spawn(async move { collect(stdout, stderr, on_output.as_ref()).await })
+}
+
 /// Read stdout and stderr to their ends together, merged in arrival order.
 pub async fn collect(
     stdout: Option<impl AsyncRead + Unpin>,

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
 
 use crate::env::*;
-use crate::output::collect;
+use crate::output::spawn_collect;
 use crate::path::{absolute, base_name};
 use crate::watch::{Seen, Watcher};
 
@@ -653,8 +653,11 @@ impl ExecutionEnv for BoxEnv {
         };
         self.groups.lock().unwrap().insert(pgid);
         let stderr = p.stderr.take();
+        let mut output = spawn_collect(Some(stdout), stderr, opts.on_output.clone());
         let run = async {
-            let c = collect(Some(stdout), stderr, opts.on_output.as_ref()).await?;
+            let c = (&mut output)
+                .await
+                .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))??;
             let st = p
                 .wait()
                 .await
@@ -691,6 +694,8 @@ impl ExecutionEnv for BoxEnv {
             }
             Err(code) => {
                 let confirmed = self.stop_group(pgid).await;
+                // What the command printed as it was asked to end still reaches on_output.
+                let _ = tokio::time::timeout(Duration::from_secs(2), output).await;
                 let what = if code == ExecCode::Timeout {
                     "the command timed out"
                 } else {

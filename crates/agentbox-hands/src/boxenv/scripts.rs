@@ -105,14 +105,15 @@ if [ "${AGENTBOX_NOINHERIT-}" = 1 ]; then
   names=$(export -p | while IFS= read -r l; do
     case $l in "export "*|"declare -x "*) n=${l#export }; n=${n#declare -x }; n=${n%%=*}
       case $n in ""|*[!A-Za-z0-9_]*) ;; *) echo "$n" ;; esac ;; esac; done)
+  keep=" $AGENTBOX_KEEP AGENTBOX_CALLER_PATH "
   for n in $names; do
-    case " $AGENTBOX_KEEP AGENTBOX_CALLER_PATH shbin mode PATH " in *" $n "*) ;; *) unset "$n" 2>/dev/null ;; esac
+    case $keep in *" $n "*) ;; *) unset "$n" 2>/dev/null ;; esac
   done
   PATH=/usr/local/bin:/usr/bin:/bin
 fi
 [ -n "${AGENTBOX_CALLER_PATH+x}" ] && PATH=$AGENTBOX_CALLER_PATH
 export PATH
-unset AGENTBOX_CALLER_PATH AGENTBOX_NOINHERIT AGENTBOX_KEEP T l r f n names cwd
+unset AGENTBOX_CALLER_PATH AGENTBOX_NOINHERIT AGENTBOX_KEEP T l r f n names cwd keep
 unset -f started
 printf '\000agentbox-cmd %s\n' "$$"
 if [ "$mode" = shell ]; then exec "$shbin" -c "$1"; else exec "$@"; fi"#;
@@ -128,9 +129,9 @@ alive() {
   done
   return 1
 }
-kill -TERM -- "-$g" 2>/dev/null
+kill -s TERM -- "-$g" 2>/dev/null
 i=0; while [ $i -lt 10 ] && alive; do sleep 0.1; i=$((i+1)); done
-kill -KILL -- "-$g" 2>/dev/null
+kill -s KILL -- "-$g" 2>/dev/null
 i=0; while [ $i -lt 20 ] && alive; do sleep 0.05; i=$((i+1)); done
 if alive; then echo alive; else rm -f "${TMPDIR:-/tmp}/.agentbox-hands/$g"; echo gone; fi"#;
 
@@ -144,7 +145,7 @@ for f in "$T"/*; do
   want=$(cat "$f" 2>/dev/null)
   if read -r l < "/proc/$g/stat" 2>/dev/null; then
     r=${l##*) }; set -- $r
-    if [ "${20}" = "$want" ]; then kill -KILL -- "-$g" 2>/dev/null && echo "$g"; fi
+    if [ "${20}" = "$want" ]; then kill -s KILL -- "-$g" 2>/dev/null && echo "$g"; fi
   fi
   rm -f "$f"
 done; exit 0"#;
