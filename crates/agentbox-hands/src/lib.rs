@@ -12,6 +12,7 @@ mod env;
 mod host;
 pub mod output;
 pub mod path;
+pub mod tools;
 pub mod watch;
 
 pub use boxenv::{BoxEnv, end_left_commands};

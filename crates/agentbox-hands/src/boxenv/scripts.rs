@@ -8,7 +8,9 @@ pub const INFO: &str = r#"exec stat -c '%F|%s|%.3Y' -- "$1""#;
 
 pub const READ: &str = r#"exec cat -- "$1""#;
 
-pub const READ_LINES: &str = r#"exec head -n "$2" -- "$1""#;
+/// `head -n 0` never reads, so a directory is refused first, as a read would refuse it.
+pub const READ_LINES: &str = r#"[ -d "$1" ] && { echo "head: $1: Is a directory" >&2; exit 1; }
+exec head -n "$2" -- "$1""#;
 
 /// The lstat line, then the bytes; refused before a byte moves when a link (with no_follow)
 /// or over the bound.
@@ -28,8 +30,23 @@ pub const TRUNCATE: &str = r#"stat -L -c '' -- "$1" >/dev/null || exit 1; exec t
 
 pub const FLUSH: &str = r#"exec sync -- "$1""#;
 
-/// rename(2): the same file is no error; the rest is `mv -T`.
-pub const RENAME: &str = r#"[ "$1" -ef "$2" ] && exit 0; exec mv -T -- "$1" "$2""#;
+/// rename(2), failing the way the kernel fails it where `mv -T` would refuse in its own
+/// words: a source that is an ancestor of the target is EINVAL, a target that is an ancestor
+/// of the source ENOTEMPTY, a non-directory onto a directory EISDIR. The same file is no
+/// error. Paths arrive absolute and folded; their parents are resolved as the kernel would.
+pub const RENAME: &str = r#"[ "$1" -ef "$2" ] && exit 0
+stat -L -c '' -- "${1%/*}/" >/dev/null || exit 1
+stat -L -c '' -- "${2%/*}/" >/dev/null || exit 1
+if [ -e "$1" ] || [ -L "$1" ]; then
+  s="$(realpath -m -- "${1%/*}/")/${1##*/}"
+  d="$(realpath -m -- "${2%/*}/")/${2##*/}"
+  case "$d/" in "$s"/*) echo "mv: $2: Invalid argument" >&2; exit 1 ;; esac
+  case "$s/" in "$d"/*) echo "mv: $2: Directory not empty" >&2; exit 1 ;; esac
+  if [ -d "$2" ] && [ ! -L "$2" ] && { [ ! -d "$1" ] || [ -L "$1" ]; }; then
+    echo "mv: $2: Is a directory" >&2; exit 1
+  fi
+fi
+exec mv -T -- "$1" "$2""#;
 
 /// Entries NUL-separated: name, type letter, size, mtime seconds with fraction.
 pub const LIST: &str = r#"k=$(stat -L -c '%F' -- "$1") || exit 1

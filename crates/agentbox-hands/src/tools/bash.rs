@@ -1,0 +1,122 @@
+//! `bash {command, timeout?}`: stdout and stderr merged, the tail kept, the whole output in
+//! a file of the environment when it is cut.
+
+use std::sync::{Arc, Mutex};
+
+use agentbox_core::Ctx;
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::truncate::{MAX_BYTES, MAX_LINES, tail};
+use super::{Tool, ToolError, ToolResult, object, required};
+use crate::env::{Command, ExecCode, ExecOptions, ExecutionEnv, Spill};
+
+pub struct Bash;
+
+#[async_trait]
+impl Tool for Bash {
+    fn name(&self) -> &'static str {
+        "bash"
+    }
+    fn description(&self) -> &'static str {
+        "Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to the last 2000 lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds."
+    }
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "Bash command to execute"},
+                "timeout": {"type": "number", "description": "Timeout in seconds (optional, no default timeout)"}
+            },
+            "required": ["command"]
+        })
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        object(&args)?;
+        let command = required(&args, "command")?;
+        let timeout =
+            match args.get("timeout") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_f64().filter(|t| t.is_finite() && *t > 0.0).ok_or_else(|| {
+                    ToolError("Invalid arguments: timeout must be a positive number of seconds".into())
+                })?),
+            };
+        let merged = Arc::new(Mutex::new(String::new()));
+        let sink = merged.clone();
+        let opts = ExecOptions {
+            timeout,
+            on_output: Some(Arc::new(move |t: &str, _| {
+                sink.lock().unwrap().push_str(t);
+                Ok(())
+            })),
+            spill: Some(Spill {
+                after_bytes: Some(MAX_BYTES as u64),
+                after_lines: Some(MAX_LINES as u64),
+            }),
+            ..Default::default()
+        };
+        // One stream, in the order written: stderr is stdout for the whole command.
+        let result = env
+            .exec(Command::Shell(format!("exec 2>&1\n{command}")), opts, ctx)
+            .await;
+        let text = merged.lock().unwrap().clone();
+        let t = tail(&text, MAX_LINES, MAX_BYTES);
+        let mut output = if t.content.is_empty() {
+            String::new()
+        } else {
+            t.content.clone()
+        };
+        let spill = result.as_ref().ok().and_then(|r| r.spill_path.clone());
+        if t.truncated {
+            let start = t.total_lines - t.output_lines + 1;
+            let full = spill
+                .as_deref()
+                .map(|f| format!(" Full output: {f}"))
+                .unwrap_or_default();
+            output.push_str(&format!(
+                "\n\n[Showing lines {start}-{} of {}.{full}]",
+                t.total_lines, t.total_lines
+            ));
+        }
+        let details = json!({ "fullOutputPath": spill, "truncation": if t.truncated { serde_json::to_value(&t).unwrap_or(Value::Null) } else { Value::Null } });
+        let with = |tail_msg: String| {
+            if output.is_empty() {
+                tail_msg
+            } else {
+                format!("{output}\n\n{tail_msg}")
+            }
+        };
+        match result {
+            Ok(r) if r.exit_code == 0 => Ok(ToolResult::ok(
+                if output.is_empty() {
+                    "(no output)".into()
+                } else {
+                    output.clone()
+                },
+                details,
+            )),
+            Ok(r) => Err(ToolError(with(format!("Command exited with code {}", r.exit_code)))),
+            Err(e) => Err(ToolError(match e.code {
+                ExecCode::Timeout => with(format!(
+                    "Command timed out after {} seconds",
+                    timeout.map(fmt_secs).unwrap_or_default()
+                )),
+                ExecCode::Aborted => with("Command aborted".into()),
+                _ if e.message.starts_with("Working directory does not exist") => e.message,
+                _ => with(e.message),
+            })),
+        }
+    }
+}
+
+fn fmt_secs(t: f64) -> String {
+    if t.fract() == 0.0 {
+        format!("{}", t as u64)
+    } else {
+        format!("{t}")
+    }
+}

@@ -1,0 +1,116 @@
+//! `find {pattern, path?, limit? = 1000}`: a glob over the tree, with GNU find in the
+//! environment (a box needs no fd). Skips `.git` and `node_modules`.
+
+use std::sync::{Arc, Mutex};
+
+use agentbox_core::Ctx;
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::truncate::{MAX_BYTES, format_size, head};
+use super::{Tool, ToolError, ToolResult, glob, number, object, required, string};
+use crate::env::{Command, ExecOptions, ExecutionEnv, FsCode, Stream};
+
+pub struct Find;
+
+/// Every path under `$1` with its type letter, NUL-separated, bounded at 16 MiB.
+const SCRIPT: &str =
+    r#"find "$1" -mindepth 1 \( -name .git -o -name node_modules \) -prune -o -printf '%y %P\0' | head -c 16777216"#;
+
+#[async_trait]
+impl Tool for Find {
+    fn name(&self) -> &'static str {
+        "find"
+    }
+    fn description(&self) -> &'static str {
+        "Search for files by glob pattern. Returns matching file paths relative to the search directory. Skips .git and node_modules. Output is truncated to 1000 results or 50KB (whichever is hit first)."
+    }
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'"},
+                "path": {"type": "string", "description": "Directory to search in (default: current directory)"},
+                "limit": {"type": "number", "description": "Maximum number of results (default: 1000)"}
+            },
+            "required": ["pattern"]
+        })
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        object(&args)?;
+        let pattern = required(&args, "pattern")?;
+        let path = string(&args, "path")?.unwrap_or_else(|| ".".into());
+        let limit = number(&args, "limit")?.unwrap_or(1000).max(1) as usize;
+        env.list_dir(&path, ctx).await.map_err(|e| match e.code {
+            FsCode::NotFound => ToolError(format!("Path not found: {path}")),
+            FsCode::NotDirectory => ToolError(format!("Not a directory: {path}")),
+            _ => ToolError(e.message),
+        })?;
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let o = out.clone();
+        let opts = ExecOptions {
+            on_output: Some(Arc::new(move |t: &str, s| {
+                if s == Stream::Stdout {
+                    o.lock().unwrap().extend_from_slice(t.as_bytes());
+                }
+                Ok(())
+            })),
+            ..Default::default()
+        };
+        let root = env.absolute_path(&path);
+        let argv = vec![
+            "sh".to_string(),
+            "-c".into(),
+            SCRIPT.into(),
+            "agentbox-find".into(),
+            root,
+        ];
+        env.exec(Command::Argv(argv), opts, ctx)
+            .await
+            .map_err(|e| ToolError(e.message))?;
+        let bytes = out.lock().unwrap().clone();
+        let mut found: Vec<String> = bytes
+            .split(|&b| b == 0)
+            .filter_map(|rec| {
+                let rec = String::from_utf8_lossy(rec);
+                let (kind, rel) = rec.split_once(' ')?;
+                glob::matches(&pattern, rel).then(|| {
+                    if kind == "d" {
+                        format!("{rel}/")
+                    } else {
+                        rel.to_string()
+                    }
+                })
+            })
+            .collect();
+        found.sort();
+        if found.is_empty() {
+            return Ok(ToolResult::ok("No files found matching pattern".into(), Value::Null));
+        }
+        let reached = found.len() > limit;
+        found.truncate(limit);
+        let t = head(&found.join("\n"), usize::MAX, MAX_BYTES);
+        let mut output = t.content.clone();
+        let mut notices = Vec::new();
+        if reached {
+            notices.push(format!(
+                "{limit} results limit reached. Use limit={} for more, or refine pattern",
+                limit * 2
+            ));
+        }
+        if t.truncated {
+            notices.push(format!("{} limit reached", format_size(MAX_BYTES)));
+        }
+        if !notices.is_empty() {
+            output.push_str(&format!("\n\n[{}]", notices.join(". ")));
+        }
+        Ok(ToolResult::ok(
+            output,
+            json!({ "resultLimitReached": reached.then_some(limit) }),
+        ))
+    }
+}

@@ -1,0 +1,227 @@
+//! `grep {pattern, path?, glob?, ignoreCase?, literal?, context?, limit? = 100}`, with GNU grep
+//! in the environment: a box needs no ripgrep. The pattern and paths are arguments of one
+//! fixed script, never part of its text.
+
+use std::sync::{Arc, Mutex};
+
+use agentbox_core::Ctx;
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::truncate::{MAX_BYTES, format_size, head};
+use super::{Tool, ToolError, ToolResult, boolean, glob, number, object, required, string};
+use crate::env::{Command, ExecOptions, ExecutionEnv, FileKind, FsCode, Stream};
+
+pub struct Grep;
+
+/// Lines longer than this are cut.
+const MAX_LINE: usize = 500;
+
+/// `$1` is the regex flavour flag, then grep's arguments; grep's status follows on stderr.
+const SCRIPT: &str = r#"f=$1; shift
+grep "$f" "$@"
+echo "agentbox-grep-status $?" >&2"#;
+
+async fn run_grep(
+    env: &dyn ExecutionEnv,
+    flavour: &str,
+    args: &[String],
+    ctx: &Ctx,
+) -> Result<(Vec<u8>, String), ToolError> {
+    let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let err = Arc::new(Mutex::new(String::new()));
+    let (o, e) = (out.clone(), err.clone());
+    let opts = ExecOptions {
+        on_output: Some(Arc::new(move |t: &str, s| {
+            match s {
+                Stream::Stdout => {
+                    let mut o = o.lock().unwrap();
+                    if o.len() < 16 << 20 {
+                        o.extend_from_slice(t.as_bytes());
+                    }
+                }
+                Stream::Stderr => e.lock().unwrap().push_str(t),
+            }
+            Ok(())
+        })),
+        ..Default::default()
+    };
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".into(),
+        SCRIPT.into(),
+        "agentbox-grep".into(),
+        flavour.into(),
+    ];
+    argv.extend(args.iter().cloned());
+    env.exec(Command::Argv(argv), opts, ctx)
+        .await
+        .map_err(|e| ToolError(e.message))?;
+    let stdout = out.lock().unwrap().clone();
+    let stderr = err.lock().unwrap().clone();
+    Ok((stdout, stderr))
+}
+
+fn status_of(stderr: &str) -> Option<i32> {
+    stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("agentbox-grep-status "))
+        .and_then(|s| s.trim().parse().ok())
+}
+
+#[async_trait]
+impl Tool for Grep {
+    fn name(&self) -> &'static str {
+        "grep"
+    }
+    fn description(&self) -> &'static str {
+        "Search file contents for a pattern. Returns matching lines with file paths and line numbers. Skips .git and node_modules. Output is truncated to 100 matches or 50KB (whichever is hit first). Long lines are truncated to 500 chars."
+    }
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Search pattern (regex or literal string)"},
+                "path": {"type": "string", "description": "Directory or file to search (default: current directory)"},
+                "glob": {"type": "string", "description": "Filter files by glob pattern, e.g. '*.ts' or '**/*.spec.ts'"},
+                "ignoreCase": {"type": "boolean", "description": "Case-insensitive search (default: false)"},
+                "literal": {"type": "boolean", "description": "Treat pattern as literal string instead of regex (default: false)"},
+                "context": {"type": "number", "description": "Number of lines to show before and after each match (default: 0)"},
+                "limit": {"type": "number", "description": "Maximum number of matches to return (default: 100)"}
+            },
+            "required": ["pattern"]
+        })
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        object(&args)?;
+        let pattern = required(&args, "pattern")?;
+        let path = string(&args, "path")?.unwrap_or_else(|| ".".into());
+        let glob_pat = string(&args, "glob")?;
+        let limit = number(&args, "limit")?.unwrap_or(100).max(1) as usize;
+        let context = number(&args, "context")?.unwrap_or(0);
+        let info = env.file_info(&path, ctx).await.map_err(|e| {
+            if matches!(e.code, FsCode::NotFound | FsCode::NotDirectory) {
+                ToolError(format!("Path not found: {path}"))
+            } else {
+                ToolError(e.message)
+            }
+        })?;
+        let root = env.absolute_path(&path);
+        let is_dir = info.kind == FileKind::Directory || env.list_dir(&root, ctx).await.is_ok();
+        let mut gargs = vec![
+            "-r".to_string(),
+            "-n".into(),
+            "-H".into(),
+            "-Z".into(),
+            "-I".into(),
+            "--exclude-dir=.git".into(),
+            "--exclude-dir=node_modules".into(),
+        ];
+        if boolean(&args, "ignoreCase")? {
+            gargs.push("-i".into());
+        }
+        if context > 0 {
+            gargs.push(format!("-C{context}"));
+        }
+        gargs.extend(["-e".into(), pattern.clone(), "--".into(), root.clone()]);
+        let literal = boolean(&args, "literal")?;
+        let (mut stdout, mut stderr) = run_grep(env, if literal { "-F" } else { "-P" }, &gargs, ctx).await?;
+        if !literal && status_of(&stderr) == Some(2) && stderr.contains("-P") {
+            // A grep built without PCRE: extended regular expressions instead.
+            (stdout, stderr) = run_grep(env, "-E", &gargs, ctx).await?;
+        }
+        if status_of(&stderr) == Some(2) {
+            let why: Vec<&str> = stderr
+                .lines()
+                .filter(|l| !l.starts_with("agentbox-grep-status"))
+                .collect();
+            return Err(ToolError(why.join("\n")));
+        }
+        let rel = |file: &str| -> String {
+            if is_dir {
+                file.strip_prefix(&root)
+                    .map(|r| r.trim_start_matches('/').to_string())
+                    .unwrap_or_else(|| file.to_string())
+            } else {
+                crate::path::base_name(file)
+            }
+        };
+        // grep walks in directory order: results go by file, each file's lines in order.
+        let mut records: Vec<(String, String)> = stdout
+            .split(|&b| b == b'\n')
+            .filter(|raw| !raw.is_empty() && *raw != b"--")
+            .filter_map(|raw| {
+                let z = raw.iter().position(|&b| b == 0)?;
+                Some((
+                    String::from_utf8_lossy(&raw[..z]).into_owned(),
+                    String::from_utf8_lossy(&raw[z + 1..]).into_owned(),
+                ))
+            })
+            .collect();
+        records.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut lines = Vec::new();
+        let mut matches = 0usize;
+        let mut reached = false;
+        let mut cut = false;
+        for (file, rest) in records {
+            let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+            let (num, sep, text) = (
+                &rest[..digits],
+                rest[digits..].chars().next().unwrap_or(':'),
+                rest.get(digits + 1..).unwrap_or(""),
+            );
+            let shown = rel(&file);
+            if let Some(g) = &glob_pat
+                && !glob::matches(g, &shown)
+            {
+                continue;
+            }
+            if sep == ':' {
+                if matches == limit {
+                    reached = true;
+                    break;
+                }
+                matches += 1;
+            }
+            let mut text = text.to_string();
+            if text.chars().count() > MAX_LINE {
+                text = text.chars().take(MAX_LINE).collect::<String>() + "... [truncated]";
+                cut = true;
+            }
+            lines.push(format!("{shown}{sep}{num}{sep} {text}"));
+        }
+        if matches == 0 {
+            return Ok(ToolResult::ok("No matches found".into(), Value::Null));
+        }
+        // A context line of the next match past the limit is not shown.
+        let t = head(&lines.join("\n"), usize::MAX, MAX_BYTES);
+        let mut output = t.content.clone();
+        let mut notices = Vec::new();
+        if reached {
+            notices.push(format!(
+                "{limit} matches limit reached. Use limit={} for more, or refine pattern",
+                limit * 2
+            ));
+        }
+        if t.truncated {
+            notices.push(format!("{} limit reached", format_size(MAX_BYTES)));
+        }
+        if cut {
+            notices.push(format!(
+                "Some lines truncated to {MAX_LINE} chars. Use read tool to see full lines"
+            ));
+        }
+        if !notices.is_empty() {
+            output.push_str(&format!("\n\n[{}]", notices.join(". ")));
+        }
+        Ok(ToolResult::ok(
+            output,
+            json!({ "matchLimitReached": reached.then_some(limit), "linesTruncated": cut }),
+        ))
+    }
+}

@@ -1,0 +1,187 @@
+//! The tools a model calls (read, write, edit, bash, ls, grep, find) over any
+//! [`ExecutionEnv`], with the schemas, defaults, limits and messages of `TOOLS.md`.
+//!
+//! A tool's failure is an error result carrying the message the model should read, never a
+//! crash of the host.
+//!
+//! ```no_run
+//! # async fn f(env: &dyn agentbox_hands::ExecutionEnv) {
+//! use agentbox_core::Ctx;
+//! let r = agentbox_hands::tools::call("read", env, serde_json::json!({"path": "notes.md"}), &Ctx::background()).await;
+//! println!("{}", r.text());
+//! # }
+//! ```
+
+mod bash;
+mod edit;
+mod find;
+pub mod glob;
+mod grep;
+mod ls;
+mod read;
+pub mod truncate;
+mod write;
+
+use agentbox_core::Ctx;
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::env::ExecutionEnv;
+
+/// One part of a tool's result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Content {
+    /// Text for the model.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image for the model.
+    Image {
+        /// Base64 of the bytes.
+        data: String,
+        /// `image/png`…
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+}
+
+/// What a tool call gave the model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResult {
+    /// The parts the model reads.
+    pub content: Vec<Content>,
+    /// Structured details for the host (a diff, a truncation…).
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub details: Value,
+    /// The call failed; `content` holds the message.
+    pub is_error: bool,
+}
+
+impl ToolResult {
+    /// A text result.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|c| match c {
+                Content::Text { text } => Some(text.as_str()),
+                Content::Image { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .join("")
+    }
+
+    fn ok(text: String, details: Value) -> Self {
+        ToolResult {
+            content: vec![Content::Text { text }],
+            details,
+            is_error: false,
+        }
+    }
+
+    fn error(message: String) -> Self {
+        ToolResult {
+            content: vec![Content::Text { text: message }],
+            details: Value::Null,
+            is_error: true,
+        }
+    }
+}
+
+/// A tool's failure: the message the model reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolError(pub String);
+
+impl<T: std::fmt::Display> From<T> for ToolError {
+    fn from(e: T) -> Self {
+        ToolError(e.to_string())
+    }
+}
+
+/// One tool.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// Its name: `read`, `bash`…
+    fn name(&self) -> &'static str;
+    /// What it does, for the model.
+    fn description(&self) -> &'static str;
+    /// The JSON schema of its arguments.
+    fn schema(&self) -> Value;
+    /// Whether it only reads (an MCP read-only hint).
+    fn read_only(&self) -> bool;
+    /// Run it.
+    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError>;
+}
+
+/// Every tool, in pi's order.
+pub fn all() -> Vec<Box<dyn Tool>> {
+    vec![
+        Box::new(read::Read),
+        Box::new(bash::Bash),
+        Box::new(edit::Edit),
+        Box::new(write::Write),
+        Box::new(grep::Grep),
+        Box::new(find::Find),
+        Box::new(ls::Ls),
+    ]
+}
+
+/// The tool called `name`.
+pub fn by_name(name: &str) -> Option<Box<dyn Tool>> {
+    all().into_iter().find(|t| t.name() == name)
+}
+
+/// Run the tool `name` with `args`; every failure is an error result with its message.
+pub async fn call(name: &str, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> ToolResult {
+    let Some(tool) = by_name(name) else {
+        return ToolResult::error(format!("Unknown tool: {name}"));
+    };
+    match tool.run(env, args, ctx).await {
+        Ok(r) => r,
+        Err(ToolError(m)) => ToolResult::error(m),
+    }
+}
+
+/// A string argument.
+fn string(args: &Value, key: &str) -> Result<Option<String>, ToolError> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ToolError(format!("Invalid arguments: {key} must be a string"))),
+    }
+}
+
+fn required(args: &Value, key: &str) -> Result<String, ToolError> {
+    string(args, key)?.ok_or_else(|| ToolError(format!("Invalid arguments: {key} is required")))
+}
+
+/// A positive whole-number argument.
+fn number(args: &Value, key: &str) -> Result<Option<u64>, ToolError> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|n| n.is_finite() && *n >= 0.0 && n.fract() == 0.0)
+            .map(|n| Some(n as u64))
+            .ok_or_else(|| ToolError(format!("Invalid arguments: {key} must be a non-negative whole number"))),
+    }
+}
+
+fn boolean(args: &Value, key: &str) -> Result<bool, ToolError> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ToolError(format!("Invalid arguments: {key} must be a boolean"))),
+    }
+}
+
+fn object(args: &Value) -> Result<(), ToolError> {
+    if args.is_object() {
+        Ok(())
+    } else {
+        Err(ToolError("Invalid arguments: expected an object".into()))
+    }
+}
