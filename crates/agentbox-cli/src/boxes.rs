@@ -178,7 +178,7 @@ pub async fn provider_with(name: &str, docker: DockerOptions) -> Result<Arc<dyn 
     }
 }
 
-async fn attach(id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+pub async fn attach(id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
     provider(id.provider())
         .await?
         .attach(id, ctx)

@@ -6,6 +6,7 @@
 mod bench;
 mod boxes;
 mod demo;
+mod tool;
 
 use std::process::ExitCode;
 
@@ -24,6 +25,8 @@ enum Command {
     /// Make, use and end boxes.
     #[command(name = "box", subcommand)]
     Box(boxes::BoxCommand),
+    /// Run one of the agent's tools (read, write, edit, bash, ls, grep, find) on a box.
+    Tool(tool::ToolArgs),
     /// A short tour on local boxes, with no key, no daemon and no setup.
     Demo,
     /// Measure boxes side by side with their baseline, as ratios.
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Box(cmd) => boxes::run(cmd).await,
+            Command::Tool(args) => tool::run(args).await,
             Command::Demo => demo::run().await.map(|_| 0),
             Command::Bench(args) => bench::run(args).await.map(|_| 0),
             Command::Runner { .. } => unreachable!("handled above"),

@@ -209,3 +209,39 @@ fn a_docker_box_from_the_cli() {
     h.ok(&["box", "rm", &id]);
     one_line_error(&h.run(&["box", "exec", &id, "true"], b""), 1, "no such box");
 }
+
+#[test]
+fn a_tool_call_prints_what_the_model_reads() {
+    let h = Home::new();
+    let id = h.ok(&["box", "create"]).trim().to_string();
+    assert_eq!(
+        h.ok(&[
+            "tool",
+            &id,
+            "write",
+            "--args",
+            r#"{"path":"notes/a.md","content":"one\ntwo\n"}"#
+        ])
+        .trim(),
+        "Successfully wrote 8 bytes to notes/a.md"
+    );
+    assert_eq!(
+        h.ok(&["tool", &id, "read", "--args", r#"{"path":"notes/a.md","limit":1}"#]),
+        "one\n\n[2 more lines in file. Use offset=2 to continue.]\n"
+    );
+    let out = h.run(
+        &["tool", &id, "bash", "--args", r#"{"command":"echo partial; exit 4"}"#],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "partial\n\n\nCommand exited with code 4\n"
+    );
+    let json: serde_json::Value = serde_json::from_str(&h.ok(&["tool", &id, "ls", "--json"])).unwrap();
+    assert_eq!(json["content"][0]["text"], "notes/");
+    assert_eq!(json["isError"], false);
+    one_line_error(&h.run(&["tool", &id, "frobnicate"], b""), 1, "not a tool");
+    one_line_error(&h.run(&["tool", &id, "read", "--args", "[1]"], b""), 2, "JSON object");
+    h.ok(&["box", "rm", &id]);
+}
