@@ -194,6 +194,20 @@ pub struct ExecOptions {
     pub on_output: Option<OnOutput>,
     /// Past this many bytes or lines of output, the whole output goes to a file.
     pub spill: Option<Spill>,
+    /// Deliver `on_output` in batches: at most one call per interval, each cut to its last
+    /// bytes and lines (a rolling view). Without it, every chunk is passed as it arrives.
+    pub window: Option<Window>,
+}
+
+/// How [`ExecOptions::on_output`] is batched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Each batch keeps at most its last this many bytes (on a character boundary).
+    pub max_bytes: Option<usize>,
+    /// Each batch keeps at most its last this many lines.
+    pub max_lines: Option<usize>,
+    /// At most one call per this many milliseconds.
+    pub interval_ms: u64,
 }
 
 /// When output is written to a spill file.

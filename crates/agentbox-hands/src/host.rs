@@ -396,7 +396,14 @@ impl ExecutionEnv for HostEnv {
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
         self.groups.lock().unwrap().insert(pgid);
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let mut output = spawn_collect(stdout, stderr, opts.on_output.clone());
+        let (on_output, window_flush) = match (opts.on_output.clone(), opts.window) {
+            (Some(cb), Some(w)) => {
+                let (cb, f) = crate::output::windowed(cb, w);
+                (Some(cb), Some(f))
+            }
+            (cb, _) => (cb, None),
+        };
+        let mut output = spawn_collect(stdout, stderr, on_output);
         let run = async {
             let c = (&mut output)
                 .await
@@ -417,6 +424,9 @@ impl ExecutionEnv for HostEnv {
             Ok(r) => {
                 self.groups.lock().unwrap().remove(&pgid);
                 let (collected, status) = r?;
+                if let Some(f) = &window_flush {
+                    f.flush()?;
+                }
                 use std::os::unix::process::ExitStatusExt;
                 let exit_code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1);
                 let spill_path = if collected.spills(opts.spill) {

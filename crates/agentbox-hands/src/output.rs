@@ -4,7 +4,9 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::env::{ExecCode, ExecError, OnOutput, Spill, Stream};
+use std::sync::{Arc, Mutex};
+
+use crate::env::{ExecCode, ExecError, OnOutput, Spill, Stream, Window};
 
 /// At most this much output is kept in memory; past it, its tail.
 pub const MAX_KEPT: usize = 32 << 20;
@@ -148,5 +150,127 @@ mod tests {
             after_bytes: None,
             after_lines: Some(1)
         })));
+    }
+}
+
+/// Wrap `on_output` so it is called at most once per `window.interval_ms` with what arrived
+/// since, cut to the window's last bytes and lines. A final call on drop delivers the rest.
+pub fn windowed(on_output: OnOutput, window: Window) -> (OnOutput, WindowFlush) {
+    let state = Arc::new(Mutex::new((String::new(), std::time::Instant::now(), None::<Stream>)));
+    let st = state.clone();
+    let cb = on_output.clone();
+    let wrapped: OnOutput = Arc::new(move |text: &str, stream: Stream| {
+        let mut s = st.lock().unwrap();
+        s.0.push_str(text);
+        s.2 = Some(stream);
+        if s.1.elapsed().as_millis() as u64 >= window.interval_ms {
+            let batch = cut(std::mem::take(&mut s.0), window);
+            s.1 = std::time::Instant::now();
+            drop(s);
+            if !batch.is_empty() {
+                return cb(&batch, stream);
+            }
+        }
+        Ok(())
+    });
+    (
+        wrapped,
+        WindowFlush {
+            state,
+            on_output,
+            window,
+        },
+    )
+}
+
+/// Delivers what a window still holds.
+pub struct WindowFlush {
+    state: Arc<Mutex<(String, std::time::Instant, Option<Stream>)>>,
+    on_output: OnOutput,
+    window: Window,
+}
+
+impl WindowFlush {
+    /// Pass what is left to `on_output`.
+    pub fn flush(&self) -> Result<(), ExecError> {
+        let mut s = self.state.lock().unwrap();
+        let batch = cut(std::mem::take(&mut s.0), self.window);
+        let stream = s.2.unwrap_or(Stream::Stdout);
+        drop(s);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        (self.on_output)(&batch, stream)
+            .map_err(|e| ExecError::new(ExecCode::CallbackError, format!("on_output failed: {e}")))
+    }
+}
+
+fn cut(mut text: String, w: Window) -> String {
+    if let Some(max) = w.max_lines {
+        let n = text.matches('\n').count();
+        if n > max {
+            let mut skip = n - max;
+            let at = text
+                .char_indices()
+                .find(|&(_, c)| {
+                    if c == '\n' {
+                        skip -= 1;
+                    }
+                    skip == 0 && c == '\n'
+                })
+                .map(|(i, _)| i + 1)
+                .unwrap_or(0);
+            text.drain(..at);
+        }
+    }
+    if let Some(max) = w.max_bytes
+        && text.len() > max
+    {
+        let mut at = text.len() - max;
+        while !text.is_char_boundary(at) {
+            at += 1;
+        }
+        text.drain(..at);
+    }
+    text
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    #[test]
+    fn a_window_batches_and_keeps_the_tail() {
+        let got = Arc::new(Mutex::new(Vec::<String>::new()));
+        let g = got.clone();
+        let cb: OnOutput = Arc::new(move |t: &str, _| {
+            g.lock().unwrap().push(t.to_string());
+            Ok(())
+        });
+        let (w, flush) = windowed(
+            cb,
+            Window {
+                max_bytes: Some(8),
+                max_lines: Some(2),
+                interval_ms: 60_000,
+            },
+        );
+        for l in ["a\n", "b\n", "c\n", "dddddddddd\n"] {
+            w(l, Stream::Stdout).unwrap();
+        }
+        assert!(got.lock().unwrap().is_empty(), "nothing before the interval");
+        flush.flush().unwrap();
+        assert_eq!(*got.lock().unwrap(), vec!["ddddddd\n".to_string()]);
+        assert_eq!(
+            cut(
+                "1\n2\n3\n".into(),
+                Window {
+                    max_bytes: None,
+                    max_lines: Some(2),
+                    interval_ms: 0
+                }
+            ),
+            "2\n3\n"
+        );
     }
 }

@@ -267,6 +267,25 @@ async fn output_past_the_spill_threshold_goes_whole_to_a_file() {
             .await
             .unwrap();
         assert_eq!(r.spill_path, None, "{name}");
+        // A window: batched, each batch the tail.
+        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let c = calls.clone();
+        let opts = ExecOptions {
+            on_output: Some(Arc::new(move |t: &str, _| {
+                c.lock().unwrap().push(t.to_string());
+                Ok(())
+            })),
+            window: Some(Window {
+                max_bytes: None,
+                max_lines: Some(3),
+                interval_ms: 60_000,
+            }),
+            ..Default::default()
+        };
+        env.exec(Command::Shell("seq 1 1000".into()), opts, &Ctx::background())
+            .await
+            .unwrap();
+        assert_eq!(*calls.lock().unwrap(), vec!["998\n999\n1000\n".to_string()], "{name}");
         env.cleanup(&Ctx::background()).await.unwrap();
         assert!(
             !env.exists(&spilled, &Ctx::background()).await.unwrap(),

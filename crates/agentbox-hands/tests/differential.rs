@@ -29,6 +29,8 @@ enum Op {
     Reader(String, bool),
     Symlink(String, String),
     Shell(String),
+    /// Three commands at once, each on its own file.
+    Concurrent(u8),
 }
 
 fn name() -> impl Strategy<Value = String> {
@@ -84,6 +86,7 @@ fn op() -> impl Strategy<Value = Op> {
             Just("echo out; echo err >&2; kill -TERM $$".to_string()),
         ]
         .prop_map(Op::Shell),
+        1 => any::<u8>().prop_map(Op::Concurrent),
     ]
 }
 
@@ -163,6 +166,15 @@ async fn apply(env: &dyn ExecutionEnv, op: &Op) -> Got {
             exec(env, Command::Argv(argv)).await
         }
         Op::Shell(s) => exec(env, Command::Shell(s.clone())).await,
+        Op::Concurrent(n) => {
+            let c = |i: u8| {
+                Command::Shell(format!(
+                    "for j in 1 2 3; do echo {n}-{i}-$j >> conc-{i}; done; cat conc-{i}; exit {i}"
+                ))
+            };
+            let (a, b, d) = tokio::join!(exec(env, c(0)), exec(env, c(1)), exec(env, c(2)));
+            Got::Lines(vec![format!("{a:?}"), format!("{b:?}"), format!("{d:?}")])
+        }
     }
 }
 

@@ -653,7 +653,14 @@ impl ExecutionEnv for BoxEnv {
         };
         self.groups.lock().unwrap().insert(pgid);
         let stderr = p.stderr.take();
-        let mut output = spawn_collect(Some(stdout), stderr, opts.on_output.clone());
+        let (on_output, window_flush) = match (opts.on_output.clone(), opts.window) {
+            (Some(cb), Some(w)) => {
+                let (cb, f) = crate::output::windowed(cb, w);
+                (Some(cb), Some(f))
+            }
+            (cb, _) => (cb, None),
+        };
+        let mut output = spawn_collect(Some(stdout), stderr, on_output);
         let run = async {
             let c = (&mut output)
                 .await
@@ -674,6 +681,9 @@ impl ExecutionEnv for BoxEnv {
             Ok(r) => {
                 self.groups.lock().unwrap().remove(&pgid);
                 let (collected, status) = r?;
+                if let Some(f) = &window_flush {
+                    f.flush()?;
+                }
                 let spill_path = if collected.spills(opts.spill) {
                     let bg = Ctx::background();
                     let f = self
