@@ -71,6 +71,21 @@ impl Utf8Chunks {
     }
 }
 
+/// Run `fut` until it ends, the context ends, or `timeout` seconds pass; the last two are
+/// the stop's code (`aborted` or `timeout`).
+pub async fn race<T>(
+    fut: impl std::future::Future<Output = T>,
+    ctx: &agentbox_core::Ctx,
+    timeout: Option<f64>,
+) -> Result<T, ExecCode> {
+    let deadline = timeout.map(|t| std::time::Duration::from_secs_f64(t.max(0.0)));
+    tokio::select! {
+        r = fut => Ok(r),
+        e = ctx.done() => Err(if e.code() == agentbox_core::ErrorCode::Timeout { ExecCode::Timeout } else { ExecCode::Aborted }),
+        _ = async { match deadline { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => Err(ExecCode::Timeout),
+    }
+}
+
 /// [`collect`] in a task of its own, so a stop can keep draining output (what a command
 /// prints as it is asked to end) while the group is killed.
 pub fn spawn_collect(

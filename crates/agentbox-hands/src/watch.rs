@@ -89,6 +89,17 @@ pub fn diff(a: &Seen, b: &Seen) -> Vec<Change> {
     out
 }
 
+/// The targets with their paths made absolute against `cwd`.
+pub fn absolute_targets(cwd: &str, targets: Vec<crate::env::WatchTarget>) -> Vec<crate::env::WatchTarget> {
+    targets
+        .into_iter()
+        .map(|t| crate::env::WatchTarget {
+            path: crate::path::absolute(cwd, &t.path),
+            ..t
+        })
+        .collect()
+}
+
 /// Whether `path` under `root` passes the target's excludes (a name matching any segment).
 pub fn excluded(root: &str, path: &str, exclude: &[String]) -> bool {
     let rel = path.strip_prefix(root).unwrap_or(path);

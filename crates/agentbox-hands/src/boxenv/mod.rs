@@ -491,13 +491,7 @@ impl ExecutionEnv for BoxEnv {
         on_change: Arc<dyn Fn(Change) + Send + Sync>,
         _ctx: &Ctx,
     ) -> Result<Watcher, FsError> {
-        let targets: Vec<WatchTarget> = targets
-            .into_iter()
-            .map(|t| WatchTarget {
-                path: absolute(&self.cwd, &t.path),
-                ..t
-            })
-            .collect();
+        let targets = crate::watch::absolute_targets(&self.cwd, targets);
         let env = Arc::new(BoxEnv::new(self.sandbox.clone()).with_cwd(&self.cwd));
         let snapshot: crate::watch::Snapshot = Arc::new(move || {
             let env = env.clone();
@@ -671,12 +665,7 @@ impl ExecutionEnv for BoxEnv {
                 .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
             Ok::<_, ExecError>((c, st))
         };
-        let deadline = opts.timeout.map(|t| Duration::from_secs_f64(t.max(0.0)));
-        let outcome = tokio::select! {
-            r = run => Ok(r),
-            e = ctx.done() => Err(if e.code() == ErrorCode::Timeout { ExecCode::Timeout } else { ExecCode::Aborted }),
-            _ = async { match deadline { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => Err(ExecCode::Timeout),
-        };
+        let outcome = crate::output::race(run, ctx, opts.timeout).await;
         match outcome {
             Ok(r) => {
                 self.groups.lock().unwrap().remove(&pgid);

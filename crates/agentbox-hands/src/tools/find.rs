@@ -1,15 +1,12 @@
 //! `find {pattern, path?, limit? = 1000}`: a glob over the tree, with GNU find in the
 //! environment (a box needs no fd). Skips `.git` and `node_modules`.
 
-use std::sync::{Arc, Mutex};
-
 use agentbox_core::Ctx;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::truncate::{MAX_BYTES, format_size, head};
-use super::{Tool, ToolError, ToolResult, glob, number, object, required, string};
-use crate::env::{Command, ExecOptions, ExecutionEnv, FsCode, Stream};
+use super::{Tool, ToolError, ToolResult, capture, glob, number, object, required, string, with_notices};
+use crate::env::{ExecutionEnv, FsCode};
 
 pub struct Find;
 
@@ -50,17 +47,6 @@ impl Tool for Find {
             FsCode::NotDirectory => ToolError(format!("Not a directory: {path}")),
             _ => ToolError(e.message),
         })?;
-        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-        let o = out.clone();
-        let opts = ExecOptions {
-            on_output: Some(Arc::new(move |t: &str, s| {
-                if s == Stream::Stdout {
-                    o.lock().unwrap().extend_from_slice(t.as_bytes());
-                }
-                Ok(())
-            })),
-            ..Default::default()
-        };
         let root = env.absolute_path(&path);
         let argv = vec![
             "sh".to_string(),
@@ -69,10 +55,7 @@ impl Tool for Find {
             "agentbox-find".into(),
             root,
         ];
-        env.exec(Command::Argv(argv), opts, ctx)
-            .await
-            .map_err(|e| ToolError(e.message))?;
-        let bytes = out.lock().unwrap().clone();
+        let (bytes, _) = capture(env, argv, ctx).await?;
         let mut found: Vec<String> = bytes
             .split(|&b| b == 0)
             .filter_map(|rec| {
@@ -93,21 +76,15 @@ impl Tool for Find {
         }
         let reached = found.len() > limit;
         found.truncate(limit);
-        let t = head(&found.join("\n"), usize::MAX, MAX_BYTES);
-        let mut output = t.content.clone();
-        let mut notices = Vec::new();
-        if reached {
-            notices.push(format!(
+        let notices = if reached {
+            vec![format!(
                 "{limit} results limit reached. Use limit={} for more, or refine pattern",
                 limit * 2
-            ));
-        }
-        if t.truncated {
-            notices.push(format!("{} limit reached", format_size(MAX_BYTES)));
-        }
-        if !notices.is_empty() {
-            output.push_str(&format!("\n\n[{}]", notices.join(". ")));
-        }
+            )]
+        } else {
+            vec![]
+        };
+        let output = with_notices(&found, notices);
         Ok(ToolResult::ok(
             output,
             json!({ "resultLimitReached": reached.then_some(limit) }),

@@ -2,15 +2,12 @@
 //! in the environment: a box needs no ripgrep. The pattern and paths are arguments of one
 //! fixed script, never part of its text.
 
-use std::sync::{Arc, Mutex};
-
 use agentbox_core::Ctx;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::truncate::{MAX_BYTES, format_size, head};
-use super::{Tool, ToolError, ToolResult, boolean, glob, number, object, required, string};
-use crate::env::{Command, ExecOptions, ExecutionEnv, FileKind, FsCode, Stream};
+use super::{Tool, ToolError, ToolResult, boolean, capture, glob, number, object, required, string, with_notices};
+use crate::env::{ExecutionEnv, FileKind, FsCode};
 
 pub struct Grep;
 
@@ -28,24 +25,6 @@ async fn run_grep(
     args: &[String],
     ctx: &Ctx,
 ) -> Result<(Vec<u8>, String), ToolError> {
-    let out = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let err = Arc::new(Mutex::new(String::new()));
-    let (o, e) = (out.clone(), err.clone());
-    let opts = ExecOptions {
-        on_output: Some(Arc::new(move |t: &str, s| {
-            match s {
-                Stream::Stdout => {
-                    let mut o = o.lock().unwrap();
-                    if o.len() < 16 << 20 {
-                        o.extend_from_slice(t.as_bytes());
-                    }
-                }
-                Stream::Stderr => e.lock().unwrap().push_str(t),
-            }
-            Ok(())
-        })),
-        ..Default::default()
-    };
     let mut argv = vec![
         "sh".to_string(),
         "-c".into(),
@@ -54,12 +33,7 @@ async fn run_grep(
         flavour.into(),
     ];
     argv.extend(args.iter().cloned());
-    env.exec(Command::Argv(argv), opts, ctx)
-        .await
-        .map_err(|e| ToolError(e.message))?;
-    let stdout = out.lock().unwrap().clone();
-    let stderr = err.lock().unwrap().clone();
-    Ok((stdout, stderr))
+    capture(env, argv, ctx).await
 }
 
 fn status_of(stderr: &str) -> Option<i32> {
@@ -198,9 +172,6 @@ impl Tool for Grep {
         if matches == 0 {
             return Ok(ToolResult::ok("No matches found".into(), Value::Null));
         }
-        // A context line of the next match past the limit is not shown.
-        let t = head(&lines.join("\n"), usize::MAX, MAX_BYTES);
-        let mut output = t.content.clone();
         let mut notices = Vec::new();
         if reached {
             notices.push(format!(
@@ -208,17 +179,12 @@ impl Tool for Grep {
                 limit * 2
             ));
         }
-        if t.truncated {
-            notices.push(format!("{} limit reached", format_size(MAX_BYTES)));
-        }
         if cut {
             notices.push(format!(
                 "Some lines truncated to {MAX_LINE} chars. Use read tool to see full lines"
             ));
         }
-        if !notices.is_empty() {
-            output.push_str(&format!("\n\n[{}]", notices.join(". ")));
-        }
+        let output = with_notices(&lines, notices);
         Ok(ToolResult::ok(
             output,
             json!({ "matchLimitReached": reached.then_some(limit), "linesTruncated": cut }),

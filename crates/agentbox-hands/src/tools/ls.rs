@@ -4,8 +4,7 @@ use agentbox_core::Ctx;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::truncate::{MAX_BYTES, format_size, head};
-use super::{Tool, ToolError, ToolResult, number, object, string};
+use super::{Tool, ToolError, ToolResult, number, object, string, with_notices};
 use crate::env::{ExecutionEnv, FileKind, FsCode};
 
 pub struct Ls;
@@ -66,21 +65,15 @@ impl Tool for Ls {
             };
             names.push(if dir { format!("{}/", e.name) } else { e.name });
         }
-        let t = head(&names.join("\n"), usize::MAX, MAX_BYTES);
-        let mut output = t.content.clone();
-        let mut notices = Vec::new();
-        if reached {
-            notices.push(format!(
+        let notices = if reached {
+            vec![format!(
                 "{limit} entries limit reached. Use limit={} for more",
                 limit * 2
-            ));
-        }
-        if t.truncated {
-            notices.push(format!("{} limit reached", format_size(MAX_BYTES)));
-        }
-        if !notices.is_empty() {
-            output.push_str(&format!("\n\n[{}]", notices.join(". ")));
-        }
+            )]
+        } else {
+            vec![]
+        };
+        let output = with_notices(&names, notices);
         Ok(ToolResult::ok(
             output,
             json!({ "entryLimitReached": reached.then_some(limit) }),

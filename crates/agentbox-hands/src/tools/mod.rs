@@ -185,3 +185,45 @@ fn object(args: &Value) -> Result<(), ToolError> {
         Err(ToolError("Invalid arguments: expected an object".into()))
     }
 }
+
+/// Run `argv` in the environment and keep its stdout (at most 16 MiB) and its stderr.
+async fn capture(env: &dyn ExecutionEnv, argv: Vec<String>, ctx: &Ctx) -> Result<(Vec<u8>, String), ToolError> {
+    use std::sync::{Arc, Mutex};
+    let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let err = Arc::new(Mutex::new(String::new()));
+    let (o, e) = (out.clone(), err.clone());
+    let opts = crate::env::ExecOptions {
+        on_output: Some(Arc::new(move |t: &str, s| {
+            match s {
+                crate::env::Stream::Stdout => {
+                    let mut o = o.lock().unwrap();
+                    if o.len() < 16 << 20 {
+                        o.extend_from_slice(t.as_bytes());
+                    }
+                }
+                crate::env::Stream::Stderr => e.lock().unwrap().push_str(t),
+            }
+            Ok(())
+        })),
+        ..Default::default()
+    };
+    env.exec(crate::env::Command::Argv(argv), opts, ctx)
+        .await
+        .map_err(|e| ToolError(e.message))?;
+    let stdout = out.lock().unwrap().clone();
+    let stderr = err.lock().unwrap().clone();
+    Ok((stdout, stderr))
+}
+
+/// `lines` cut to 50 KB, with `notices` (and the byte limit's, when it cut) after a blank line.
+fn with_notices(lines: &[String], mut notices: Vec<String>) -> String {
+    let t = truncate::head(&lines.join("\n"), usize::MAX, truncate::MAX_BYTES);
+    let mut output = t.content;
+    if t.truncated {
+        notices.push(format!("{} limit reached", truncate::format_size(truncate::MAX_BYTES)));
+    }
+    if !notices.is_empty() {
+        output.push_str(&format!("\n\n[{}]", notices.join(". ")));
+    }
+    output
+}
