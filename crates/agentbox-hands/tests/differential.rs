@@ -190,6 +190,8 @@ async fn exec(env: &dyn ExecutionEnv, cmd: Command) -> Got {
     // The host's own variables are the host's: give both the same locale.
     let opts = ExecOptions {
         env: [("LANG".to_string(), "C.UTF-8".to_string())].into(),
+        // A command that hangs is a failure naming its op, never a hung suite.
+        timeout: Some(60.0),
         on_output: Some(Arc::new(move |t: &str, _| {
             sink.lock().unwrap().push_str(t);
             Ok(())
@@ -261,8 +263,12 @@ fn same(b: &Arc<dyn Sandbox>, ops: &[Op]) -> Result<(), TestCaseError> {
         base.create_dir(&dir, true, &Ctx::background()).await.unwrap();
         let boxed = BoxEnv::new(b.clone()).with_cwd(&dir);
         for (i, op) in ops.iter().enumerate() {
-            let h = apply(&host, op).await;
-            let x = apply(&boxed, op).await;
+            let limit = Duration::from_secs(180);
+            let h = tokio::time::timeout(limit, apply(&host, op)).await;
+            prop_assert!(h.is_ok(), "op {} ({:?}) hung on the host", i, op);
+            let x = tokio::time::timeout(limit, apply(&boxed, op)).await;
+            prop_assert!(x.is_ok(), "op {} ({:?}) hung in the box", i, op);
+            let (h, x) = (h.unwrap(), x.unwrap());
             prop_assert_eq!(&h, &x, "op {} of {:?}: {:?}", i, ops, op);
         }
         let _ = base.remove(&dir, true, true, &Ctx::background()).await;
