@@ -12,9 +12,9 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// What to measure: `boxes` (create, exec) or `hands` (each file operation and a
-    /// command, on the host and in boxes).
-    #[arg(default_value = "boxes", value_parser = ["boxes", "hands"])]
+    /// What to measure: `boxes` (create, exec), `hands` (each file operation and a command,
+    /// on the host and in boxes) or `sync` (extracting a 10,000-file tree vs GNU tar).
+    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "sync"])]
     what: String,
     /// Samples of each side.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
@@ -136,6 +136,9 @@ async fn docker_cli_cycle() -> Result<()> {
 pub async fn run(args: BenchArgs) -> Result<()> {
     if args.what == "hands" {
         return hands(args).await;
+    }
+    if args.what == "sync" {
+        return sync(args).await;
     }
     let provider = crate::boxes::provider(&args.provider).await?;
     let n = args.iterations;
@@ -343,6 +346,95 @@ async fn hands(args: BenchArgs) -> Result<()> {
             print!(" {cell:>24}");
         }
         println!();
+    }
+    Ok(())
+}
+
+/// Extraction of a 10,000-file tree into an empty directory: agentbox's extractor vs GNU tar,
+/// the same archive, interleaved.
+async fn sync(args: BenchArgs) -> Result<()> {
+    let work = std::env::temp_dir().join(format!("agentbox-bench-sync-{}", std::process::id()));
+    let src = work.join("src");
+    for i in 0..10_000 {
+        let p = src.join(format!("d{:02}/s{:02}/f{i}.txt", i % 50, (i / 50) % 20));
+        std::fs::create_dir_all(p.parent().unwrap_or(&src)).map_err(|e| Error::io(e, "making the tree"))?;
+        std::fs::write(&p, format!("file {i}\n").repeat(1 + i % 40)).map_err(|e| Error::io(e, "making the tree"))?;
+    }
+    let out = std::process::Command::new("tar")
+        .args(["-c", "-f", "-", "-C"])
+        .arg(&src)
+        .arg(".")
+        .output()
+        .map_err(|e| Error::io(e, "running GNU tar"))?;
+    let archive = std::sync::Arc::new(out.stdout);
+    eprintln!(
+        "agentbox bench sync: a {}-byte archive of 10,000 files, {} samples of each side",
+        archive.len(),
+        args.iterations
+    );
+    let n = args.iterations;
+    let (mut ka, mut kb) = (0u32, 0u32);
+    let (a, b) = measure(
+        n,
+        || {
+            ka += 1;
+            let dest = work.join(format!("gnu-{ka}"));
+            let archive = archive.clone();
+            async move {
+                std::fs::create_dir_all(&dest).map_err(|e| Error::io(e, "bench"))?;
+                let mut child = std::process::Command::new("tar")
+                    .args(["-x", "-f", "-", "-C"])
+                    .arg(&dest)
+                    .stdin(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| Error::io(e, "running GNU tar"))?;
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .map(|mut s| s.write_all(&archive))
+                    .transpose()
+                    .map_err(|e| Error::io(e, "feeding tar"))?;
+                let st = child.wait().map_err(|e| Error::io(e, "waiting for tar"))?;
+                let _ = std::fs::remove_dir_all(&dest);
+                if st.success() {
+                    Ok(())
+                } else {
+                    Err(Error::unknown("GNU tar failed"))
+                }
+            }
+        },
+        || {
+            kb += 1;
+            let dest = work.join(format!("ours-{kb}"));
+            let archive = archive.clone();
+            async move {
+                let r = agentbox_sync::extract(&archive[..], &dest, &Default::default());
+                let _ = std::fs::remove_dir_all(&dest);
+                match r.stopped {
+                    None if r.written >= 10_000 => Ok(()),
+                    _ => Err(Error::unknown(format!("the extraction stopped: {:?}", r.stopped))),
+                }
+            }
+        },
+    )
+    .await?;
+    let _ = std::fs::remove_dir_all(&work);
+    let p = pair("extract 10,000 files", "GNU tar -x", "agentbox_sync::extract", a, b);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&[p]).map_err(|e| Error::unknown(e.to_string()))?
+        );
+    } else {
+        println!(
+            "{:<24} {:>14} {:>14} {:>8}",
+            "operation", "GNU tar ms", "agentbox ms", "ratio"
+        );
+        println!(
+            "{:<24} {:>14.1} {:>14.1} {:>7.2}x",
+            p.name, p.baseline_ms.median, p.subject_ms.median, p.ratio
+        );
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 mod bench;
 mod boxes;
 mod demo;
+mod sync;
 mod tool;
 
 use std::process::ExitCode;
@@ -27,6 +28,9 @@ enum Command {
     Box(boxes::BoxCommand),
     /// Run one of the agent's tools (read, write, edit, bash, ls, grep, find) on a box.
     Tool(tool::ToolArgs),
+    /// A box's files on this machine: safe extraction (seed and pull to come).
+    #[command(subcommand)]
+    Sync(sync::SyncCommand),
     /// A short tour on local boxes, with no key, no daemon and no setup.
     Demo,
     /// Measure boxes side by side with their baseline, as ratios.
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Box(cmd) => boxes::run(cmd).await,
             Command::Tool(args) => tool::run(args).await,
+            Command::Sync(cmd) => sync::run(cmd).await,
             Command::Demo => demo::run().await.map(|_| 0),
             Command::Bench(args) => bench::run(args).await.map(|_| 0),
             Command::Runner { .. } => unreachable!("handled above"),

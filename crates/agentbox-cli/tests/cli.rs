@@ -245,3 +245,35 @@ fn a_tool_call_prints_what_the_model_reads() {
     one_line_error(&h.run(&["tool", &id, "read", "--args", "[1]"], b""), 2, "JSON object");
     h.ok(&["box", "rm", &id]);
 }
+
+#[test]
+fn sync_extract_reads_stdin_and_prints_the_receipt() {
+    let h = Home::new();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir(src.path().join("d")).unwrap();
+    std::fs::write(src.path().join("d/f.txt"), "content").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", src.path().join("link")).unwrap();
+    let tar = Command::new("tar")
+        .args(["-c", "-f", "-", "-C"])
+        .arg(src.path())
+        .arg(".")
+        .output()
+        .unwrap()
+        .stdout;
+    let dest = tempfile::tempdir().unwrap();
+    let out = h.run(&["sync", "extract", dest.path().to_str().unwrap()], &tar);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["written"], 2);
+    assert_eq!(r["skipped"]["symlink"], 1);
+    assert_eq!(r["skips"][0]["target"], "/etc/passwd");
+    assert_eq!(std::fs::read_to_string(dest.path().join("d/f.txt")).unwrap(), "content");
+    // Cut short: exit 1, the stop in the receipt.
+    let out = h.run(
+        &["sync", "extract", dest.path().to_str().unwrap(), "--max-bytes", "1024"],
+        &tar,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["stopped"]["reason"], "too_large");
+}

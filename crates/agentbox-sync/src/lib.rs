@@ -7,6 +7,8 @@
 #![warn(missing_docs)]
 
 mod extract;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod names;
 pub mod pax;
 mod receipt;

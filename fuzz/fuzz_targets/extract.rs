@@ -1,0 +1,8 @@
+//! `cargo +nightly fuzz run extract` (from the repository root): the extractor over arbitrary
+//! bytes. Its corpus, `fuzz/corpus/extract`, also runs in CI through
+//! `crates/agentbox-sync/tests/fuzz_corpus.rs`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    agentbox_sync::fuzzing::extract_confined(data);
+});
