@@ -9,7 +9,7 @@ use agentbox_core::Ctx;
 use async_trait::async_trait;
 
 use crate::env::*;
-use crate::output::spawn_collect;
+use crate::output::{Ran, run_command, stopped_message};
 use crate::path::{absolute, base_name};
 use crate::watch::{Seen, Watcher, excluded};
 
@@ -390,62 +390,24 @@ impl ExecutionEnv for HostEnv {
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
         self.groups.lock().unwrap().insert(pgid);
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let (on_output, window_flush) = match (opts.on_output.clone(), opts.window) {
-            (Some(cb), Some(w)) => {
-                let (cb, f) = crate::output::windowed(cb, w);
-                (Some(cb), Some(f))
-            }
-            (cb, _) => (cb, None),
-        };
-        let mut output = spawn_collect(stdout, stderr, on_output);
-        let run = async {
-            let c = (&mut output)
-                .await
-                .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))??;
+        let wait = async {
+            use std::os::unix::process::ExitStatusExt;
             let status = child
                 .wait()
                 .await
                 .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
-            Ok::<_, ExecError>((c, status))
+            Ok(status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1))
         };
-        let outcome = crate::output::race(run, ctx, opts.timeout).await;
-        match outcome {
-            Ok(r) => {
-                self.groups.lock().unwrap().remove(&pgid);
-                let (collected, status) = r?;
-                if let Some(f) = &window_flush {
-                    f.flush()?;
-                }
-                use std::os::unix::process::ExitStatusExt;
-                let exit_code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1);
-                let spill_path = if collected.spills(opts.spill) {
-                    let p = self
-                        .create_temp_file("agentbox-output-", ".log", &Ctx::background())
-                        .await
-                        .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
-                    tokio::fs::write(&p, &collected.bytes)
-                        .await
-                        .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
-                    Some(p)
-                } else {
-                    None
-                };
-                Ok(ExecOutcome { exit_code, spill_path })
-            }
-            Err(code) => {
+        let ran = run_command(self, stdout, stderr, wait, &opts, ctx).await;
+        self.groups.lock().unwrap().remove(&pgid);
+        match ran? {
+            Ran::Exited(outcome) => Ok(outcome),
+            Ran::Stopped { code, drain } => {
                 stop_group(pgid).await;
                 let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
                 // What the command printed as it was asked to end still reaches on_output.
-                let _ = tokio::time::timeout(Duration::from_secs(2), output).await;
-                self.groups.lock().unwrap().remove(&pgid);
-                Err(ExecError::new(
-                    code,
-                    if code == ExecCode::Timeout {
-                        "the command timed out"
-                    } else {
-                        "the command was aborted"
-                    },
-                ))
+                let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+                Err(ExecError::new(code, stopped_message(code)))
             }
         }
     }

@@ -86,6 +86,76 @@ pub async fn race<T>(
     }
 }
 
+/// How a started command's run ended.
+pub enum Ran {
+    /// It exited; its output was delivered (and spilled, when past the threshold).
+    Exited(crate::env::ExecOutcome),
+    /// Its context or timeout ended it first: the caller stops its group, then awaits
+    /// `drain` (bounded) so what it prints while ending still reaches `on_output`.
+    Stopped {
+        /// `timeout` or `aborted`.
+        code: ExecCode,
+        /// The output collector, still reading.
+        drain: tokio::task::JoinHandle<Result<Collected, ExecError>>,
+    },
+}
+
+/// Everything after a command started that the host and the box do alike: `on_output`
+/// (windowed when asked), the race against the context and the timeout, and the spill of
+/// the whole output to a temporary file of `env`. `wait` resolves to the exit code.
+pub async fn run_command(
+    env: &dyn crate::env::ExecutionEnv,
+    stdout: Option<impl AsyncRead + Unpin + Send + 'static>,
+    stderr: Option<impl AsyncRead + Unpin + Send + 'static>,
+    wait: impl std::future::Future<Output = Result<i32, ExecError>>,
+    opts: &crate::env::ExecOptions,
+    ctx: &agentbox_core::Ctx,
+) -> Result<Ran, ExecError> {
+    let (on_output, window) = match (opts.on_output.clone(), opts.window) {
+        (Some(cb), Some(w)) => {
+            let (cb, f) = windowed(cb, w);
+            (Some(cb), Some(f))
+        }
+        (cb, _) => (cb, None),
+    };
+    let mut output = spawn_collect(stdout, stderr, on_output);
+    let run = async {
+        let c = (&mut output)
+            .await
+            .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))??;
+        Ok::<_, ExecError>((c, wait.await?))
+    };
+    let (collected, exit_code) = match race(run, ctx, opts.timeout).await {
+        Ok(r) => r?,
+        Err(code) => return Ok(Ran::Stopped { code, drain: output }),
+    };
+    if let Some(f) = &window {
+        f.flush()?;
+    }
+    let unknown = |e: crate::env::FsError| ExecError::new(ExecCode::Unknown, e.message);
+    let spill_path = if collected.spills(opts.spill) {
+        let bg = agentbox_core::Ctx::background();
+        let f = env
+            .create_temp_file("agentbox-output-", ".log", &bg)
+            .await
+            .map_err(unknown)?;
+        env.write_file(&f, &collected.bytes, &bg).await.map_err(unknown)?;
+        Some(f)
+    } else {
+        None
+    };
+    Ok(Ran::Exited(crate::env::ExecOutcome { exit_code, spill_path }))
+}
+
+/// The message of a stop.
+pub fn stopped_message(code: ExecCode) -> &'static str {
+    if code == ExecCode::Timeout {
+        "the command timed out"
+    } else {
+        "the command was aborted"
+    }
+}
+
 /// [`collect`] in a task of its own, so a stop can keep draining output (what a command
 /// prints as it is asked to end) while the group is killed.
 pub fn spawn_collect(

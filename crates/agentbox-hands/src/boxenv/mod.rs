@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
 
 use crate::env::*;
-use crate::output::spawn_collect;
+use crate::output::{Ran, run_command, stopped_message};
 use crate::path::{absolute, base_name};
 use crate::watch::{Seen, Watcher};
 
@@ -647,59 +647,27 @@ impl ExecutionEnv for BoxEnv {
         };
         self.groups.lock().unwrap().insert(pgid);
         let stderr = p.stderr.take();
-        let (on_output, window_flush) = match (opts.on_output.clone(), opts.window) {
-            (Some(cb), Some(w)) => {
-                let (cb, f) = crate::output::windowed(cb, w);
-                (Some(cb), Some(f))
-            }
-            (cb, _) => (cb, None),
-        };
-        let mut output = spawn_collect(Some(stdout), stderr, on_output);
-        let run = async {
-            let c = (&mut output)
+        let wait = async {
+            p.wait()
                 .await
-                .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))??;
-            let st = p
-                .wait()
-                .await
-                .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
-            Ok::<_, ExecError>((c, st))
+                .map(|st| st.code)
+                .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))
         };
-        let outcome = crate::output::race(run, ctx, opts.timeout).await;
-        match outcome {
-            Ok(r) => {
+        let ran = run_command(self, Some(stdout), stderr, wait, &opts, ctx).await;
+        match ran {
+            Ok(Ran::Exited(outcome)) => {
                 self.groups.lock().unwrap().remove(&pgid);
-                let (collected, status) = r?;
-                if let Some(f) = &window_flush {
-                    f.flush()?;
-                }
-                let spill_path = if collected.spills(opts.spill) {
-                    let bg = Ctx::background();
-                    let f = self
-                        .create_temp_file("agentbox-output-", ".log", &bg)
-                        .await
-                        .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
-                    self.write_file(&f, &collected.bytes, &bg)
-                        .await
-                        .map_err(|e| ExecError::new(ExecCode::Unknown, e.to_string()))?;
-                    Some(f)
-                } else {
-                    None
-                };
-                Ok(ExecOutcome {
-                    exit_code: status.code,
-                    spill_path,
-                })
+                Ok(outcome)
             }
-            Err(code) => {
+            Err(e) => {
+                self.groups.lock().unwrap().remove(&pgid);
+                Err(e)
+            }
+            Ok(Ran::Stopped { code, drain }) => {
                 let confirmed = self.stop_group(pgid).await;
                 // What the command printed as it was asked to end still reaches on_output.
-                let _ = tokio::time::timeout(Duration::from_secs(2), output).await;
-                let what = if code == ExecCode::Timeout {
-                    "the command timed out"
-                } else {
-                    "the command was aborted"
-                };
+                let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+                let what = stopped_message(code);
                 if confirmed {
                     Err(ExecError::new(code, what))
                 } else {
