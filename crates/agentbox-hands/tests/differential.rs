@@ -229,7 +229,8 @@ fn boxes() -> &'static Boxes {
         let home = tempfile::tempdir().unwrap();
         let (local, docker) = rt.block_on(async {
             let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
-            let spec = Spec::new(Duration::from_secs(1800));
+            // The boxes live for the test process; their lifetime ends them soon after it.
+            let spec = Spec::new(Duration::from_secs(600));
             let local = lp.create(&spec, &Ctx::background()).await.unwrap();
             let docker = if agentbox_testing::services::docker_available("differential tests on a Docker box") {
                 let dp = DockerProvider::new(DockerOptions::default()).await.unwrap();
