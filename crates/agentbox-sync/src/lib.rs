@@ -1,20 +1,25 @@
 //! A run's files between this machine and a box.
 //!
 //! Nothing that comes out of a box is trusted: [`extract`] unpacks a tar with its own reader
-//! into one directory, and nothing escapes it (see [`extract`]'s module for how). This crate
-//! trusts no byte from a box.
+//! into one directory, and nothing escapes it. [`seed_dir`] and [`pull_dir`] move a run's
+//! files in and out of any box through exec alone, every pulled member through [`extract`].
 
 #![warn(missing_docs)]
 
 mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
+mod movers;
 pub mod names;
 pub mod pax;
 mod receipt;
 mod remove;
 
 pub use extract::{Admit, Kind, MAX_BYTES, MAX_ENTRIES, MAX_EXTENSION, Options, extract};
+pub use movers::{
+    LEARNING, MAX_LISTING_BYTES, Mark, MarkEntry, PullOptions, Pulled, SeedOptions, Seeded, pull_agent_home, pull_dir,
+    seed_agent_home, seed_dir,
+};
 pub use receipt::{MAX_NAMED_SKIPS, Receipt, Skip, SkipReason, StopReason, Stopped};
 pub use remove::{Removed, remove_entries};
 

@@ -1,0 +1,471 @@
+//! A run's files between this machine and a box: seed (host to box) and pull (box to host).
+//!
+//! Seed packs the host directory with this process's own walker (a link on the host is never
+//! followed: it is skipped and counted), so nothing from outside the directory reaches the
+//! box. Pull is incremental by the box's listing (kind, size, mode, mtime to the nanosecond,
+//! NUL-separated): a path comes back when it is new or listed differently from the mark of
+//! the seed or last pull. The box's clock is never compared with the host's. Every pulled
+//! member goes through [`crate::extract`], never `tar`. No name is ever put in a shell
+//! string: the box reads its list on stdin.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex as StdMutex};
+
+use agentbox_core::{Ctx, Error, ExecOptions, FinishOptions, Result, Sandbox, finish};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use crate::{Options, Receipt, extract_tar};
+
+/// The default bound on the box's listing.
+pub const MAX_LISTING_BYTES: usize = 64 << 20;
+/// The largest seed archive.
+pub const MAX_SEED_BYTES: u64 = 1 << 30;
+
+/// One path as the box listed it, and the SHA-256 of what the host knows it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkEntry {
+    /// `f` file, `d` directory, `l` link, other letters as find prints them.
+    pub kind: String,
+    /// Bytes.
+    pub size: u64,
+    /// Permission bits in octal.
+    pub mode: String,
+    /// Modification time as the box printed it (seconds with nanoseconds): compared as text.
+    pub mtime: String,
+    /// SHA-256 of the bytes the host sent or pulled, for files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// The box's listing at the last seed or pull, keyed by relative path.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// Every path under the box directory.
+    pub entries: BTreeMap<String, MarkEntry>,
+}
+
+/// What to seed.
+#[derive(Clone, Debug, Default)]
+pub struct SeedOptions {
+    /// The host directory.
+    pub from: PathBuf,
+    /// The box directory (made if missing).
+    pub to: String,
+    /// Relative paths left out (a path and everything under it).
+    pub exclude: Vec<String>,
+    /// Relative paths sent without a write bit.
+    pub read_only: Vec<String>,
+}
+
+/// What a seed did.
+#[derive(Clone, Debug, Serialize)]
+pub struct Seeded {
+    /// Files and directories sent.
+    pub sent: u64,
+    /// Host entries not sent, by reason (`link`, `other`: pipes, sockets, devices).
+    pub skipped: BTreeMap<String, u64>,
+    /// The box's listing after the seed, with the SHA-256 of each file sent.
+    pub mark: Mark,
+}
+
+/// What to pull.
+#[derive(Clone, Debug, Default)]
+pub struct PullOptions {
+    /// The box directory.
+    pub from: String,
+    /// The host directory.
+    pub to: PathBuf,
+    /// The mark of the seed or last pull; without one, everything comes back.
+    pub since: Option<Mark>,
+    /// Remove from the host what the box no longer has (files and links; directories when empty).
+    pub mirror_deletes: bool,
+    /// Relative paths left out of the listing, the deletions and the archive.
+    pub exclude: Vec<String>,
+    /// Replace (or delete) a host file only while it is still the bytes the mark records.
+    pub if_unchanged: bool,
+    /// Bytes of listing read at most.
+    pub max_listing_bytes: Option<usize>,
+}
+
+/// What a pull did.
+#[derive(Clone, Debug, Serialize)]
+pub struct Pulled {
+    /// Paths asked of the box.
+    pub fetched: u64,
+    /// The extraction's receipt.
+    pub receipt: Receipt,
+    /// Host paths removed by mirror deletes.
+    pub deleted: u64,
+    /// Paths left as the host has them because the host's copy changed since the mark.
+    pub host_changed: Vec<String>,
+    /// The next mark.
+    pub mark: Mark,
+}
+
+fn excluded(path: &str, exclude: &[String]) -> bool {
+    exclude.iter().any(|e| {
+        let e = e.trim_matches('/');
+        path == e || path.starts_with(&format!("{e}/"))
+    })
+}
+
+/// A member name as the listing writes it: no leading `./`, no trailing `/`.
+fn relative(name: &str) -> String {
+    let n = String::from_utf8_lossy(crate::names::strip_dot_prefix(name.as_bytes())).into_owned();
+    n.trim_end_matches('/').to_string()
+}
+
+fn sha256_file(p: &Path) -> Option<String> {
+    let mut f = std::fs::File::open(p).ok()?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = f.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A packed seed.
+struct Packed {
+    archive: Vec<u8>,
+    sent: u64,
+    skipped: BTreeMap<String, u64>,
+    /// The SHA-256 of every file packed, by relative path.
+    hashes: BTreeMap<String, String>,
+}
+
+/// Pack `from` (links skipped, modes capped), with the SHA-256 of every file packed.
+fn pack(opts: &SeedOptions) -> Result<Packed> {
+    let mut b = tar::Builder::new(Vec::new());
+    let (mut sent, mut skipped, mut hashes) = (0u64, BTreeMap::new(), BTreeMap::new());
+    let mut stack = vec![(opts.from.clone(), String::new())];
+    let mut total = 0u64;
+    while let Some((dir, rel)) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(|e| Error::io(e, format!("reading {}", dir.display())))?
+            .flatten()
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let r = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            if excluded(&r, &opts.exclude) {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(e.path()).map_err(|err| Error::io(err, format!("reading {r}")))?;
+            let ro = excluded(&r, &opts.read_only);
+            let mut h = tar::Header::new_gnu();
+            h.set_mtime(meta.mtime().max(0) as u64);
+            if meta.file_type().is_symlink() {
+                *skipped.entry("link".to_string()).or_default() += 1;
+            } else if meta.is_dir() {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(if ro { 0o555 } else { 0o755 });
+                h.set_size(0);
+                b.append_data(&mut h, format!("{r}/"), std::io::empty())
+                    .map_err(|err| Error::io(err, "packing"))?;
+                sent += 1;
+                stack.push((e.path(), r));
+            } else if meta.is_file() {
+                total += meta.len();
+                if total > MAX_SEED_BYTES {
+                    return Err(Error::too_large(format!(
+                        "seed: more than {MAX_SEED_BYTES} bytes under {}",
+                        opts.from.display()
+                    )));
+                }
+                let data = std::fs::read(e.path()).map_err(|err| Error::io(err, format!("reading {r}")))?;
+                let exec = meta.mode() & 0o111 != 0;
+                let mode = match (exec, ro) {
+                    (true, false) => 0o755,
+                    (true, true) => 0o555,
+                    (false, false) => 0o644,
+                    (false, true) => 0o444,
+                };
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_mode(mode);
+                h.set_size(data.len() as u64);
+                hashes.insert(
+                    r.clone(),
+                    Sha256::digest(&data).iter().map(|x| format!("{x:02x}")).collect(),
+                );
+                b.append_data(&mut h, &r, &data[..])
+                    .map_err(|err| Error::io(err, "packing"))?;
+                sent += 1;
+            } else {
+                *skipped.entry("other".to_string()).or_default() += 1;
+            }
+        }
+    }
+    let archive = b.into_inner().map_err(|e| Error::io(e, "packing"))?;
+    Ok(Packed {
+        archive,
+        sent,
+        skipped,
+        hashes,
+    })
+}
+
+const UNPACK: &str = r#"mkdir -p -- "$1" && exec tar -x -f - -p --no-same-owner -C "$1""#;
+
+/// Every path under `$1`: kind, size, mode, mtime, path, each NUL-terminated.
+const LIST: &str = r#"cd -- "$1" || exit 3
+exec find . -mindepth 1 -printf '%y\0%s\0%m\0%T@\0%P\0'"#;
+
+/// Pack the paths read NUL-separated on stdin, relative to `$1`; two names of one inode
+/// both come back as files.
+const PACK: &str = r#"cd -- "$1" || exit 3
+exec tar -c -f - --null --no-recursion --hard-dereference -T -"#;
+
+/// Send `opts.from` into the box at `opts.to`.
+pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<Seeded> {
+    let Packed {
+        archive,
+        sent,
+        skipped,
+        hashes,
+    } = pack(opts)?;
+    let argv = ["sh", "-c", UNPACK, "agentbox-seed", &opts.to]
+        .map(String::from)
+        .to_vec();
+    let p = b.exec(&argv, &ExecOptions::default(), ctx).await?;
+    let out = finish(
+        p,
+        FinishOptions {
+            stdin: archive,
+            max_output: 1 << 20,
+        },
+    )
+    .await?;
+    if out.status.code != 0 {
+        return Err(Error::transfer_failed(format!(
+            "unpacking in the box: exit {}: {}",
+            out.status.code,
+            out.stderr_text().trim()
+        )));
+    }
+    let mut mark = list(b, &opts.to, &opts.exclude, MAX_LISTING_BYTES, ctx).await?;
+    for (path, e) in mark.entries.iter_mut() {
+        e.sha256 = hashes.get(path).cloned();
+    }
+    Ok(Seeded { sent, skipped, mark })
+}
+
+async fn list(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize, ctx: &Ctx) -> Result<Mark> {
+    let argv = ["sh", "-c", LIST, "agentbox-list", dir].map(String::from).to_vec();
+    let p = b
+        .exec(
+            &argv,
+            &ExecOptions {
+                cwd: None,
+                env: [("LC_ALL".into(), "C".into())].into(),
+            },
+            ctx,
+        )
+        .await?;
+    let out = finish(
+        p,
+        FinishOptions {
+            stdin: Vec::new(),
+            max_output: max,
+        },
+    )
+    .await
+    .map_err(|e| {
+        if e.code() == agentbox_core::ErrorCode::TooLarge {
+            Error::too_large(format!("the listing of {dir} is over {max} bytes"))
+        } else {
+            e
+        }
+    })?;
+    if out.status.code != 0 {
+        return Err(Error::not_found(format!(
+            "listing {dir} in the box: {}",
+            out.stderr_text().trim()
+        )));
+    }
+    let fields: Vec<&[u8]> = out.stdout.split(|&c| c == 0).collect();
+    let mut mark = Mark::default();
+    for rec in fields.chunks(5).filter(|c| c.len() == 5) {
+        let text = |i: usize| String::from_utf8_lossy(rec[i]).into_owned();
+        let path = text(4);
+        if path.is_empty() || excluded(&path, exclude) {
+            continue;
+        }
+        let entry = MarkEntry {
+            kind: text(0),
+            size: text(1).parse().unwrap_or(0),
+            mode: text(2),
+            mtime: text(3),
+            sha256: None,
+        };
+        mark.entries.insert(path, entry);
+    }
+    Ok(mark)
+}
+
+fn pull_lock(to: &Path) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: StdMutex<Option<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = StdMutex::new(None);
+    let key = std::fs::canonicalize(to).unwrap_or_else(|_| to.to_path_buf());
+    let mut g = LOCKS.lock().unwrap();
+    g.get_or_insert_with(HashMap::new).entry(key).or_default().clone()
+}
+
+/// Bring back from the box what changed since `opts.since`.
+pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<Pulled> {
+    std::fs::create_dir_all(&opts.to).map_err(|e| Error::io(e, format!("making {}", opts.to.display())))?;
+    // Pulls into one directory run one at a time, from the first check to the mark.
+    let lock = pull_lock(&opts.to);
+    let _held = lock.lock().await;
+    let listed = list(
+        b,
+        &opts.from,
+        &opts.exclude,
+        opts.max_listing_bytes.unwrap_or(MAX_LISTING_BYTES),
+        ctx,
+    )
+    .await?;
+    let since = opts.since.clone().unwrap_or_default();
+    let host_hash = |p: &str| sha256_file(&opts.to.join(p));
+    let mut host_changed = Vec::new();
+    let mut wanted = Vec::new();
+    for (path, e) in &listed.entries {
+        let old = since.entries.get(path);
+        let same = old.is_some_and(|o| o.kind == e.kind && o.size == e.size && o.mode == e.mode && o.mtime == e.mtime);
+        if same || (e.kind != "f" && e.kind != "d") {
+            continue;
+        }
+        if opts.if_unchanged && e.kind == "f" && opts.to.join(path).exists() {
+            let recorded = old.and_then(|o| o.sha256.clone());
+            if recorded.is_none() || host_hash(path) != recorded {
+                host_changed.push(path.clone());
+                continue;
+            }
+        }
+        wanted.push(path.clone());
+    }
+    let mut receipt = Receipt::default();
+    if !wanted.is_empty() {
+        let argv = ["sh", "-c", PACK, "agentbox-pull", &opts.from]
+            .map(String::from)
+            .to_vec();
+        let mut p = b
+            .exec(
+                &argv,
+                &ExecOptions {
+                    cwd: None,
+                    env: [("LC_ALL".into(), "C".into())].into(),
+                },
+                ctx,
+            )
+            .await?;
+        let mut list_bytes = Vec::new();
+        for w in &wanted {
+            list_bytes.extend_from_slice(w.as_bytes());
+            list_bytes.push(0);
+        }
+        let mut stdin = p.stdin.take();
+        let writer = async move {
+            if let Some(s) = stdin.as_mut() {
+                let _ = s.write_all(&list_bytes).await;
+                let _ = s.close().await;
+            }
+        };
+        let wanted_set: std::collections::HashSet<String> = wanted.iter().cloned().collect();
+        let admit: crate::Admit = Arc::new(move |path: &str, _| wanted_set.contains(&relative(path)));
+        let stdout = p
+            .stdout
+            .take()
+            .ok_or_else(|| Error::unknown("the pack has no stdout"))?;
+        let extract_opts = Options {
+            admit: Some(admit),
+            ..Default::default()
+        };
+        let (_, r) = tokio::join!(writer, extract_tar(stdout, opts.to.clone(), extract_opts));
+        receipt = r;
+        let _ = p.wait().await;
+    }
+    // The next mark: the box's listing, with the hash of what the host now holds.
+    let mut mark = listed.clone();
+    for (path, e) in mark.entries.iter_mut() {
+        if e.kind != "f" {
+            continue;
+        }
+        e.sha256 = if host_changed.contains(path) {
+            since.entries.get(path).and_then(|o| o.sha256.clone())
+        } else if wanted.contains(path) {
+            host_hash(path)
+        } else {
+            since.entries.get(path).and_then(|o| o.sha256.clone())
+        };
+    }
+    let mut deleted = 0;
+    if opts.mirror_deletes {
+        let mut gone: Vec<String> = since
+            .entries
+            .keys()
+            .filter(|p| !listed.entries.contains_key(*p) && !excluded(p, &opts.exclude))
+            .cloned()
+            .collect();
+        gone.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+        let mut removable = Vec::new();
+        for p in gone {
+            if opts.if_unchanged
+                && since.entries[&p].kind == "f"
+                && host_hash(&p) != since.entries[&p].sha256
+                && opts.to.join(&p).exists()
+            {
+                host_changed.push(p);
+                continue;
+            }
+            removable.push(p);
+        }
+        deleted = crate::remove_entries(&opts.to, &removable)
+            .map_err(|e| Error::io(e, "mirroring deletes"))?
+            .removed;
+    }
+    Ok(Pulled {
+        fetched: wanted.len() as u64,
+        receipt,
+        deleted,
+        host_changed,
+        mark,
+    })
+}
+
+/// The part of an agent's home that is its memory: seeded read-only, never pulled back, never
+/// removed by a pull.
+pub const LEARNING: &str = "learning";
+
+/// Seed an agent's home: `learning/` goes read-only.
+pub async fn seed_agent_home(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<Seeded> {
+    let mut o = opts.clone();
+    if !o.read_only.iter().any(|r| r == LEARNING) {
+        o.read_only.push(LEARNING.into());
+    }
+    seed_dir(b, &o, ctx).await
+}
+
+/// Pull an agent's home: `learning/` is never brought back nor removed, and a home file
+/// another run wrote stays (`if_unchanged` is always on).
+pub async fn pull_agent_home(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<Pulled> {
+    let mut o = opts.clone();
+    o.if_unchanged = true;
+    if !o.exclude.iter().any(|e| e == LEARNING) {
+        o.exclude.push(LEARNING.into());
+    }
+    pull_dir(b, &o, ctx).await
+}

@@ -1,0 +1,212 @@
+//! Seed and pull round trips on a local box and a Docker box.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Ctx, ErrorCode, ExecOptions, FinishOptions, Provider, Sandbox, Spec, finish};
+use agentbox_providers::docker::{DockerOptions, DockerProvider};
+use agentbox_providers::{LocalOptions, LocalProvider};
+use agentbox_sync::{PullOptions, SeedOptions, pull_dir, seed_dir};
+
+async fn sh(b: &dyn Sandbox, script: &str) -> String {
+    let argv = vec!["sh".to_string(), "-c".into(), script.into()];
+    let out = finish(
+        b.exec(&argv, &ExecOptions::default(), &Ctx::background())
+            .await
+            .unwrap(),
+        FinishOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code, 0, "{script}: {}", out.stderr_text());
+    out.stdout_text()
+}
+
+async fn boxes(home: &std::path::Path) -> Vec<Arc<dyn Sandbox>> {
+    let spec = Spec::new(Duration::from_secs(600));
+    let mut v = vec![
+        LocalProvider::new(LocalOptions::at(home).unwrap())
+            .unwrap()
+            .create(&spec, &Ctx::background())
+            .await
+            .unwrap(),
+    ];
+    if agentbox_testing::services::docker_available("seed and pull on a Docker box") {
+        v.push(
+            DockerProvider::new(DockerOptions::default())
+                .await
+                .unwrap()
+                .create(&spec, &Ctx::background())
+                .await
+                .unwrap(),
+        );
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_then_incremental_pulls_round_trip_a_tree() {
+    let home = tempfile::tempdir().unwrap();
+    for b in boxes(home.path()).await {
+        let name = b.id().provider().to_string();
+        let ctx = Ctx::background();
+        let work = format!("{}/run", b.facts().workspace.clone().unwrap());
+        let src = tempfile::tempdir().unwrap();
+        let s = src.path();
+        std::fs::create_dir_all(s.join("src/deep")).unwrap();
+        std::fs::write(s.join("src/deep/a.txt"), "alpha\n").unwrap();
+        std::fs::write(s.join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(s.join("run.sh"), std::fs::Permissions::from_mode(0o4777)).unwrap();
+        std::fs::write(s.join(".hidden"), "dot\n").unwrap();
+        std::fs::create_dir_all(s.join("skipme")).unwrap();
+        std::fs::write(s.join("skipme/x"), "x").unwrap();
+        std::fs::create_dir_all(s.join("learning")).unwrap();
+        std::fs::write(s.join("learning/notes"), "keep").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", s.join("link")).unwrap();
+
+        let seeded = seed_dir(
+            &*b,
+            &SeedOptions {
+                from: s.to_path_buf(),
+                to: work.clone(),
+                exclude: vec!["skipme".into()],
+                read_only: vec!["learning".into()],
+            },
+            &ctx,
+        )
+        .await
+        .unwrap();
+        assert_eq!(seeded.skipped.get("link"), Some(&1), "{name}");
+        let listing = sh(
+            &*b,
+            &format!("cd {work} && find . | sort && stat -c '%a %n' run.sh learning/notes"),
+        )
+        .await;
+        assert!(
+            listing.contains("./src/deep/a.txt") && listing.contains("./.hidden"),
+            "{name}: {listing}"
+        );
+        assert!(
+            !listing.contains("skipme") && !listing.contains("./link"),
+            "{name}: {listing}"
+        );
+        assert!(
+            listing.contains("755 run.sh") && listing.contains("444 learning/notes"),
+            "{name}: {listing}"
+        );
+        assert!(seeded.mark.entries["src/deep/a.txt"].sha256.is_some(), "{name}");
+
+        // Nothing changed: nothing moves.
+        let dest = tempfile::tempdir().unwrap();
+        let opts = |since| PullOptions {
+            from: work.clone(),
+            to: dest.path().to_path_buf(),
+            since,
+            mirror_deletes: true,
+            ..Default::default()
+        };
+        let first = pull_dir(&*b, &opts(None), &ctx).await.unwrap();
+        assert!(first.receipt.stopped.is_none(), "{name}: {:?}", first.receipt);
+        assert_eq!(
+            std::fs::read_to_string(dest.path().join("src/deep/a.txt")).unwrap(),
+            "alpha\n"
+        );
+        let again = pull_dir(&*b, &opts(Some(first.mark.clone())), &ctx).await.unwrap();
+        assert_eq!(again.fetched, 0, "{name}");
+
+        // One file changed, one new, one restored with an old time, one deleted, a link made.
+        sh(&*b, &format!("cd {work} && echo beta >> src/deep/a.txt && echo new > new.txt && touch -d 2001-01-01 .hidden && rm run.sh && ln -s /etc/shadow evil")).await;
+        let next = pull_dir(&*b, &opts(Some(again.mark.clone())), &ctx).await.unwrap();
+        assert_eq!((next.fetched, next.deleted), (3, 1), "{name}: {:?}", next.receipt);
+        assert_eq!(
+            std::fs::read_to_string(dest.path().join("src/deep/a.txt")).unwrap(),
+            "alpha\nbeta\n"
+        );
+        assert_eq!(std::fs::read_to_string(dest.path().join("new.txt")).unwrap(), "new\n");
+        assert!(
+            !dest.path().join("run.sh").exists() && !dest.path().join("evil").exists(),
+            "{name}"
+        );
+
+        // A host copy changed since the mark wins; the box's file is not fetched.
+        std::fs::write(dest.path().join("new.txt"), "host edit\n").unwrap();
+        sh(&*b, &format!("cd {work} && echo box edit > new.txt")).await;
+        let guarded = PullOptions {
+            if_unchanged: true,
+            ..opts(Some(next.mark.clone()))
+        };
+        let kept = pull_dir(&*b, &guarded, &ctx).await.unwrap();
+        assert_eq!(kept.host_changed, vec!["new.txt"], "{name}");
+        assert_eq!(
+            std::fs::read_to_string(dest.path().join("new.txt")).unwrap(),
+            "host edit\n"
+        );
+
+        // A listing over its bound is too_large.
+        let tiny = PullOptions {
+            max_listing_bytes: Some(10),
+            ..opts(None)
+        };
+        assert_eq!(
+            pull_dir(&*b, &tiny, &ctx).await.unwrap_err().code(),
+            ErrorCode::TooLarge,
+            "{name}"
+        );
+        b.destroy(&ctx).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_home_keeps_its_learning() {
+    let home = tempfile::tempdir().unwrap();
+    let b = LocalProvider::new(LocalOptions::at(home.path()).unwrap())
+        .unwrap()
+        .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
+        .await
+        .unwrap();
+    let ctx = Ctx::background();
+    let h = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(h.path().join("learning")).unwrap();
+    std::fs::write(h.path().join("learning/lesson"), "one").unwrap();
+    std::fs::write(h.path().join("notes"), "n").unwrap();
+    let to = format!("{}/home", b.facts().workspace.clone().unwrap());
+    let seeded = agentbox_sync::seed_agent_home(
+        &*b,
+        &SeedOptions {
+            from: h.path().to_path_buf(),
+            to: to.clone(),
+            ..Default::default()
+        },
+        &ctx,
+    )
+    .await
+    .unwrap();
+    assert_eq!(sh(&*b, &format!("stat -c %a {to}/learning/lesson")).await.trim(), "444");
+    sh(
+        &*b,
+        &format!("chmod u+w {to}/learning {to}/learning/lesson; echo changed > {to}/learning/lesson; rm {to}/notes"),
+    )
+    .await;
+    let pulled = agentbox_sync::pull_agent_home(
+        &*b,
+        &PullOptions {
+            from: to,
+            to: h.path().to_path_buf(),
+            since: Some(seeded.mark),
+            mirror_deletes: true,
+            ..Default::default()
+        },
+        &ctx,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(h.path().join("learning/lesson")).unwrap(),
+        "one",
+        "learning never comes back"
+    );
+    assert!(!h.path().join("notes").exists(), "other deletions mirror");
+    assert_eq!(pulled.deleted, 1);
+    b.destroy(&ctx).await.unwrap();
+}
