@@ -419,22 +419,91 @@ async fn sync(args: BenchArgs) -> Result<()> {
         },
     )
     .await?;
-    let _ = std::fs::remove_dir_all(&work);
     let p = pair("extract 10,000 files", "GNU tar -x", "agentbox_sync::extract", a, b);
+
+    // A full pull of the tree from a local box vs an incremental one after one file changed.
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(1800));
+    let provider = crate::boxes::provider("local").await?;
+    let sandbox = provider
+        .create(&Spec::new(Duration::from_secs(1800)).label("agentbox-bench", "1"), &ctx)
+        .await?;
+    let seed = agentbox_sync::SeedOptions {
+        from: src.clone(),
+        to: "tree".into(),
+        ..Default::default()
+    };
+    let seeded = agentbox_sync::seed_dir(&*sandbox, &seed, &ctx).await?;
+    let rounds = n.min(3);
+    let (mut full_ms, mut inc_ms, mut full_bytes, mut inc_bytes) = (Vec::new(), Vec::new(), 0, 0);
+    let mut mark = seeded.mark.clone();
+    for i in 0..rounds {
+        let dest = work.join(format!("full-{i}"));
+        let t = Instant::now();
+        let all = agentbox_sync::PullOptions {
+            from: "tree".into(),
+            to: dest.clone(),
+            ..Default::default()
+        };
+        let full = agentbox_sync::pull_dir(&*sandbox, &all, &ctx).await?;
+        full_ms.push(t.elapsed());
+        full_bytes = full.bytes;
+        let _ = std::fs::remove_dir_all(&dest);
+        let argv = vec![
+            "sh".to_string(),
+            "-c".into(),
+            format!("echo change {i} >> tree/d00/s00/f0.txt"),
+        ];
+        finish(
+            sandbox.exec(&argv, &ExecOptions::default(), &ctx).await?,
+            FinishOptions::default(),
+        )
+        .await?;
+        let t = Instant::now();
+        let since = agentbox_sync::PullOptions {
+            from: "tree".into(),
+            to: src.clone(),
+            since: Some(mark.clone()),
+            ..Default::default()
+        };
+        let inc = agentbox_sync::pull_dir(&*sandbox, &since, &ctx).await?;
+        inc_ms.push(t.elapsed());
+        inc_bytes = inc.bytes;
+        if inc.fetched != 1 {
+            return Err(Error::unknown(format!(
+                "the incremental pull fetched {} paths, not 1",
+                inc.fetched
+            )));
+        }
+        mark = inc.mark;
+    }
+    sandbox.destroy(&ctx).await?;
+    let _ = std::fs::remove_dir_all(&work);
+    let q = pair(
+        "pull after 1 of 10,000 changed",
+        "a full pull",
+        "an incremental pull",
+        stats(full_ms),
+        stats(inc_ms),
+    );
     if args.json {
+        let v = serde_json::json!({ "extract": p, "pull": q, "full_pull_bytes": full_bytes, "incremental_pull_bytes": inc_bytes });
         println!(
             "{}",
-            serde_json::to_string_pretty(&[p]).map_err(|e| Error::unknown(e.to_string()))?
+            serde_json::to_string_pretty(&v).map_err(|e| Error::unknown(e.to_string()))?
         );
     } else {
         println!(
-            "{:<24} {:>14} {:>14} {:>8}",
-            "operation", "GNU tar ms", "agentbox ms", "ratio"
+            "{:<32} {:>14} {:>14} {:>8}",
+            "operation", "baseline ms", "agentbox ms", "ratio"
         );
-        println!(
-            "{:<24} {:>14.1} {:>14.1} {:>7.2}x",
-            p.name, p.baseline_ms.median, p.subject_ms.median, p.ratio
-        );
+        for x in [&p, &q] {
+            println!(
+                "{:<32} {:>14.1} {:>14.1} {:>7.3}x",
+                x.name, x.baseline_ms.median, x.subject_ms.median, x.ratio
+            );
+            println!("    baseline: {}; agentbox: {}", x.baseline, x.subject);
+        }
+        println!("bytes out of the box: full pull {full_bytes}, incremental pull {inc_bytes}");
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ enum Command {
     Box(boxes::BoxCommand),
     /// Run one of the agent's tools (read, write, edit, bash, ls, grep, find) on a box.
     Tool(tool::ToolArgs),
-    /// A box's files on this machine: safe extraction (seed and pull to come).
+    /// A run's files between this machine and a box: extract, seed, pull.
     #[command(subcommand)]
     Sync(sync::SyncCommand),
     /// A short tour on local boxes, with no key, no daemon and no setup.

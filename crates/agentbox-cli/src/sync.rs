@@ -1,6 +1,8 @@
 //! `agentbox sync …`: a box's files on this machine, trusting nothing the box sends.
 
-use agentbox_core::{Error, Result};
+use std::path::{Path, PathBuf};
+
+use agentbox_core::{Ctx, Error, Result, SandboxId};
 use clap::Subcommand;
 
 #[derive(Subcommand)]
@@ -17,6 +19,59 @@ pub enum SyncCommand {
         #[arg(long, default_value_t = agentbox_sync::MAX_ENTRIES)]
         max_entries: u64,
     },
+    /// Send a directory of this machine into a box (links skipped); print what was sent.
+    Seed {
+        /// The box's id.
+        id: SandboxId,
+        /// The directory here.
+        #[arg(long)]
+        from: PathBuf,
+        /// The directory in the box.
+        #[arg(long)]
+        to: String,
+        /// Leave a relative path out (repeatable).
+        #[arg(long)]
+        exclude: Vec<String>,
+        /// Send a relative path without a write bit (repeatable).
+        #[arg(long)]
+        read_only: Vec<String>,
+    },
+    /// Bring back what changed in a box directory since the last seed or pull of it.
+    Pull {
+        /// The box's id.
+        id: SandboxId,
+        /// The directory in the box.
+        #[arg(long)]
+        from: String,
+        /// The directory here.
+        #[arg(long)]
+        to: PathBuf,
+        /// Remove here what the box no longer has.
+        #[arg(long)]
+        mirror_deletes: bool,
+        /// Leave a relative path out (repeatable).
+        #[arg(long)]
+        exclude: Vec<String>,
+    },
+}
+
+/// Where the mark of (box, box directory, host directory) is kept between calls.
+fn mark_path(id: &SandboxId, boxdir: &str, host: &Path) -> Result<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let host = std::fs::canonicalize(host).unwrap_or_else(|_| host.to_path_buf());
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (id.as_str(), boxdir, host.to_string_lossy().as_ref()).hash(&mut h);
+    let dir = agentbox_providers::local::default_home()?.join("marks");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
+    Ok(dir.join(format!("{}-{:016x}.json", id.name(), h.finish())))
+}
+
+fn print(v: &impl serde::Serialize) -> Result<()> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).map_err(|e| Error::unknown(e.to_string()))?
+    );
+    Ok(())
 }
 
 pub async fn run(cmd: SyncCommand) -> Result<i32> {
@@ -35,6 +90,59 @@ pub async fn run(cmd: SyncCommand) -> Result<i32> {
             let json = serde_json::to_string_pretty(&receipt).map_err(|e| Error::unknown(e.to_string()))?;
             println!("{json}");
             Ok(if receipt.stopped.is_some() { 1 } else { 0 })
+        }
+        SyncCommand::Seed {
+            id,
+            from,
+            to,
+            exclude,
+            read_only,
+        } => {
+            let ctx = Ctx::background();
+            let b = crate::boxes::attach(&id, &ctx).await?;
+            let seeded = agentbox_sync::seed_dir(
+                &*b,
+                &agentbox_sync::SeedOptions {
+                    from: from.clone(),
+                    to: to.clone(),
+                    exclude,
+                    read_only,
+                },
+                &ctx,
+            )
+            .await?;
+            let mark = serde_json::to_vec(&seeded.mark).map_err(|e| Error::unknown(e.to_string()))?;
+            std::fs::write(mark_path(&id, &to, &from)?, mark).map_err(|e| Error::io(e, "keeping the mark"))?;
+            print(&serde_json::json!({ "sent": seeded.sent, "skipped": seeded.skipped }))?;
+            Ok(0)
+        }
+        SyncCommand::Pull {
+            id,
+            from,
+            to,
+            mirror_deletes,
+            exclude,
+        } => {
+            let ctx = Ctx::background();
+            let b = crate::boxes::attach(&id, &ctx).await?;
+            let path = mark_path(&id, &from, &to)?;
+            let since = std::fs::read(&path).ok().and_then(|m| serde_json::from_slice(&m).ok());
+            let opts = agentbox_sync::PullOptions {
+                from,
+                to,
+                since,
+                mirror_deletes,
+                exclude,
+                ..Default::default()
+            };
+            let pulled = agentbox_sync::pull_dir(&*b, &opts, &ctx).await?;
+            let mark = serde_json::to_vec(&pulled.mark).map_err(|e| Error::unknown(e.to_string()))?;
+            std::fs::write(&path, mark).map_err(|e| Error::io(e, "keeping the mark"))?;
+            print(&serde_json::json!({
+                "fetched": pulled.fetched, "bytes": pulled.bytes, "deleted": pulled.deleted,
+                "host_changed": pulled.host_changed, "receipt": pulled.receipt,
+            }))?;
+            Ok(if pulled.receipt.stopped.is_some() { 1 } else { 0 })
         }
     }
 }

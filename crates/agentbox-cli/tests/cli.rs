@@ -277,3 +277,48 @@ fn sync_extract_reads_stdin_and_prints_the_receipt() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["stopped"]["reason"], "too_large");
 }
+
+#[test]
+fn sync_seed_then_pull_keeps_its_mark_between_calls() {
+    let h = Home::new();
+    let id = h.ok(&["box", "create"]).trim().to_string();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a.txt"), "one").unwrap();
+    let seeded: serde_json::Value = serde_json::from_str(&h.ok(&[
+        "sync",
+        "seed",
+        &id,
+        "--from",
+        src.path().to_str().unwrap(),
+        "--to",
+        "proj",
+    ]))
+    .unwrap();
+    assert_eq!(seeded["sent"], 1);
+    h.ok(&["box", "exec", &id, "--", "sh", "-c", "echo two > proj/b.txt"]);
+    // The pull goes back into the seeded directory: only the new file moves.
+    let pulled: serde_json::Value = serde_json::from_str(&h.ok(&[
+        "sync",
+        "pull",
+        &id,
+        "--from",
+        "proj",
+        "--to",
+        src.path().to_str().unwrap(),
+    ]))
+    .unwrap();
+    assert_eq!(pulled["fetched"], 1, "{pulled}");
+    assert_eq!(std::fs::read_to_string(src.path().join("b.txt")).unwrap(), "two\n");
+    let again: serde_json::Value = serde_json::from_str(&h.ok(&[
+        "sync",
+        "pull",
+        &id,
+        "--from",
+        "proj",
+        "--to",
+        src.path().to_str().unwrap(),
+    ]))
+    .unwrap();
+    assert_eq!(again["fetched"], 0);
+    h.ok(&["box", "rm", &id]);
+}

@@ -90,6 +90,8 @@ pub struct PullOptions {
     pub if_unchanged: bool,
     /// Bytes of listing read at most.
     pub max_listing_bytes: Option<usize>,
+    /// Bytes of archive read at most (default 1 GiB).
+    pub max_bytes: Option<u64>,
 }
 
 /// What a pull did.
@@ -97,6 +99,8 @@ pub struct PullOptions {
 pub struct Pulled {
     /// Paths asked of the box.
     pub fetched: u64,
+    /// Bytes of archive that came out of the box.
+    pub bytes: u64,
     /// The extraction's receipt.
     pub receipt: Receipt,
     /// Host paths removed by mirror deletes.
@@ -358,6 +362,7 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         wanted.push(path.clone());
     }
     let mut receipt = Receipt::default();
+    let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if !wanted.is_empty() {
         let argv = ["sh", "-c", PACK, "agentbox-pull", &opts.from]
             .map(String::from)
@@ -392,9 +397,20 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
             .ok_or_else(|| Error::unknown("the pack has no stdout"))?;
         let extract_opts = Options {
             admit: Some(admit),
+            max_bytes: opts.max_bytes.unwrap_or(crate::MAX_BYTES),
             ..Default::default()
         };
-        let (_, r) = tokio::join!(writer, extract_tar(stdout, opts.to.clone(), extract_opts));
+        let (_, r) = tokio::join!(
+            writer,
+            extract_tar(
+                Counted {
+                    inner: stdout,
+                    bytes: bytes.clone()
+                },
+                opts.to.clone(),
+                extract_opts
+            )
+        );
         receipt = r;
         let _ = p.wait().await;
     }
@@ -411,6 +427,16 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         } else {
             since.entries.get(path).and_then(|o| o.sha256.clone())
         };
+    }
+    if receipt.stopped.is_some() {
+        // Which asked-for files were written is unknown: each keeps its old entry, so the
+        // next pull asks for it again.
+        for w in &wanted {
+            match since.entries.get(w) {
+                Some(old) => mark.entries.insert(w.clone(), old.clone()),
+                None => mark.entries.remove(w),
+            };
+        }
     }
     let mut deleted = 0;
     if opts.mirror_deletes {
@@ -437,8 +463,10 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
             .map_err(|e| Error::io(e, "mirroring deletes"))?
             .removed;
     }
+    let bytes = bytes.load(std::sync::atomic::Ordering::Relaxed);
     Ok(Pulled {
         fetched: wanted.len() as u64,
+        bytes,
         receipt,
         deleted,
         host_changed,
@@ -468,4 +496,24 @@ pub async fn pull_agent_home(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> 
         o.exclude.push(LEARNING.into());
     }
     pull_dir(b, &o, ctx).await
+}
+
+/// Counts the bytes read through it.
+struct Counted<R> {
+    inner: R,
+    bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = (buf.filled().len() - before) as u64;
+        self.bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        r
+    }
 }

@@ -116,9 +116,15 @@ async fn seed_then_incremental_pulls_round_trip_a_tree() {
         assert_eq!(again.fetched, 0, "{name}");
 
         // One file changed, one new, one restored with an old time, one deleted, a link made.
-        sh(&*b, &format!("cd {work} && echo beta >> src/deep/a.txt && echo new > new.txt && touch -d 2001-01-01 .hidden && rm run.sh && ln -s /etc/shadow evil")).await;
+        sh(&*b, &format!("cd {work} && echo beta >> src/deep/a.txt && echo new > new.txt && ln new.txt twin.txt && touch -d 2001-01-01 .hidden && rm run.sh && ln -s /etc/shadow evil")).await;
         let next = pull_dir(&*b, &opts(Some(again.mark.clone())), &ctx).await.unwrap();
-        assert_eq!((next.fetched, next.deleted), (3, 1), "{name}: {:?}", next.receipt);
+        assert_eq!((next.fetched, next.deleted), (4, 1), "{name}: {:?}", next.receipt);
+        // Two names of one inode both come back as files.
+        assert_eq!(
+            std::fs::read_to_string(dest.path().join("twin.txt")).unwrap(),
+            "new\n",
+            "{name}"
+        );
         assert_eq!(
             std::fs::read_to_string(dest.path().join("src/deep/a.txt")).unwrap(),
             "alpha\nbeta\n"
@@ -141,6 +147,27 @@ async fn seed_then_incremental_pulls_round_trip_a_tree() {
         assert_eq!(
             std::fs::read_to_string(dest.path().join("new.txt")).unwrap(),
             "host edit\n"
+        );
+
+        // A pull that stops keeps the asked-for paths' old entries: the next pull asks again.
+        sh(&*b, &format!("cd {work} && head -c 4096 /dev/zero > big.bin")).await;
+        let bounded = PullOptions {
+            max_bytes: Some(2048),
+            ..opts(Some(kept.mark.clone()))
+        };
+        let stopped = pull_dir(&*b, &bounded, &ctx).await.unwrap();
+        assert_eq!(
+            stopped.receipt.stopped.as_ref().map(|s| s.reason),
+            Some(agentbox_sync::StopReason::TooLarge),
+            "{name}"
+        );
+        assert!(!dest.path().join("big.bin").exists(), "{name}");
+        let second = pull_dir(&*b, &opts(Some(stopped.mark)), &ctx).await.unwrap();
+        assert!(second.receipt.stopped.is_none(), "{name}");
+        assert_eq!(
+            std::fs::metadata(dest.path().join("big.bin")).unwrap().len(),
+            4096,
+            "{name}: asked for again"
         );
 
         // A listing over its bound is too_large.
