@@ -141,16 +141,14 @@ fn lifetime(s: &str) -> std::result::Result<Duration, String> {
 }
 
 fn memory_mb(s: &str) -> std::result::Result<u64, String> {
-    let s = s.trim().to_ascii_lowercase();
-    let (num, mul) = match s.char_indices().last() {
-        Some((i, 'g')) => (&s[..i], 1024),
-        Some((i, 'm')) => (&s[..i], 1),
-        _ => (s.as_str(), 1),
+    let t = s.trim();
+    // A bare number is MiB here; with a unit it is Docker's size.
+    let mb = if t.bytes().all(|b| b.is_ascii_digit()) {
+        t.parse::<u64>().ok()
+    } else {
+        agentbox_providers::docker::parse_size(t).ok().map(|b| b as u64 >> 20)
     };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
-        .filter(|&n| n > 0)
+    mb.filter(|&n| n > 0)
         .ok_or_else(|| format!("{s:?} is not a memory size (512, 512m, 4g)"))
 }
 

@@ -368,7 +368,12 @@ pub trait ExecutionEnv: Send + Sync {
     /// A file's bytes.
     async fn read_binary_file(&self, path: &str, ctx: &Ctx) -> Result<Vec<u8>, FsError>;
     /// A line reader over the file, read whole at open (refused above the reader bound).
-    async fn open_text_line_reader(&self, path: &str, ctx: &Ctx) -> Result<TextLineReader, FsError>;
+    async fn open_text_line_reader(&self, path: &str, ctx: &Ctx) -> Result<TextLineReader, FsError> {
+        let r = self.open_binary_reader(path, false, ctx).await?;
+        Ok(TextLineReader::new(
+            String::from_utf8_lossy(r.read(0, usize::MAX)).into_owned(),
+        ))
+    }
     /// A binary reader, read whole at open; `no_follow` refuses a symbolic link (`invalid`).
     async fn open_binary_reader(&self, path: &str, no_follow: bool, ctx: &Ctx) -> Result<BinaryReader, FsError>;
 

@@ -358,13 +358,6 @@ impl ExecutionEnv for BoxEnv {
         self.ok(scripts::READ, &[&p], vec![], ctx).await
     }
 
-    async fn open_text_line_reader(&self, path: &str, ctx: &Ctx) -> Result<TextLineReader, FsError> {
-        let r = self.open_binary_reader(path, false, ctx).await?;
-        Ok(TextLineReader::new(
-            String::from_utf8_lossy(r.read(0, usize::MAX)).into_owned(),
-        ))
-    }
-
     async fn open_binary_reader(&self, path: &str, no_follow: bool, ctx: &Ctx) -> Result<BinaryReader, FsError> {
         let p = self.p(path)?;
         let max = self.max_reader_bytes.to_string();

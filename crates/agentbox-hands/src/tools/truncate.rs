@@ -41,22 +41,29 @@ pub struct Truncation {
     pub first_line_exceeds_limit: bool,
 }
 
+impl Truncation {
+    /// `content` kept whole.
+    fn untouched(content: &str) -> Self {
+        Truncation {
+            content: content.to_string(),
+            truncated: false,
+            truncated_by: None,
+            total_lines: content.split('\n').count(),
+            total_bytes: content.len(),
+            output_lines: content.split('\n').count(),
+            output_bytes: content.len(),
+            first_line_exceeds_limit: false,
+        }
+    }
+}
+
 /// Keep the first lines within the limits (for reading a file).
 pub fn head(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
     let lines: Vec<&str> = content.split('\n').collect();
     let (total_lines, total_bytes) = (lines.len(), content.len());
-    let whole = |c: &str| Truncation {
-        content: c.to_string(),
-        truncated: false,
-        truncated_by: None,
-        total_lines,
-        total_bytes,
-        output_lines: total_lines,
-        output_bytes: total_bytes,
-        first_line_exceeds_limit: false,
-    };
+    let whole = Truncation::untouched(content);
     if total_lines <= max_lines && total_bytes <= max_bytes {
-        return whole(content);
+        return whole;
     }
     if lines[0].len() > max_bytes {
         return Truncation {
@@ -66,7 +73,7 @@ pub fn head(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
             output_lines: 0,
             output_bytes: 0,
             first_line_exceeds_limit: true,
-            ..whole("")
+            ..whole.clone()
         };
     }
     let mut kept = Vec::new();
@@ -92,7 +99,7 @@ pub fn head(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
         content,
         truncated: true,
         truncated_by: Some(by),
-        ..whole("")
+        ..whole.clone()
     }
 }
 
@@ -100,16 +107,7 @@ pub fn head(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
 pub fn tail(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
     let lines: Vec<&str> = content.split('\n').collect();
     let (total_lines, total_bytes) = (lines.len(), content.len());
-    let base = Truncation {
-        content: content.to_string(),
-        truncated: false,
-        truncated_by: None,
-        total_lines,
-        total_bytes,
-        output_lines: total_lines,
-        output_bytes: total_bytes,
-        first_line_exceeds_limit: false,
-    };
+    let base = Truncation::untouched(content);
     if total_lines <= max_lines && total_bytes <= max_bytes {
         return base;
     }
