@@ -6,4 +6,5 @@
 #![warn(missing_docs)]
 
 pub mod frame;
+pub mod runner;
 pub mod supervisor;

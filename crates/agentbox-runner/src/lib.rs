@@ -1,13 +1,14 @@
 //! agentbox's in-box program.
 //!
-//! Today it is the supervisor of a local box ([`supervisor`]); the runner server (one
-//! connection for every process and file of a box) joins it here. It depends on the protocol
-//! crate alone, never on providers, hands or runs, so it stays small enough to copy into any
-//! box.
+//! Two programs in one binary: the runner server ([`server`]: one connection for every process
+//! and file of a box, what a provider starts in a box on request) and the supervisor of a local
+//! box ([`supervisor`]). It depends on the protocol crate alone, never on providers, hands or
+//! runs, so it stays small enough to copy into any box (a static build needs nothing there).
 
 #![warn(missing_docs)]
 
 pub mod proctree;
+pub mod server;
 pub mod supervisor;
 
 /// The program's entry for a list of arguments (without the program name): what both the
@@ -21,13 +22,43 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 1
             }
         },
+        Some("relay") => match args.get(1) {
+            Some(target) if args.len() == 2 => exit_code("relay", server::relay(target)),
+            _ => {
+                eprintln!("usage: agentbox-runner relay unix:PATH");
+                2
+            }
+        },
         Some("--version") => {
             println!("agentbox-runner {}", env!("CARGO_PKG_VERSION"));
             0
         }
-        _ => {
-            eprintln!("usage: agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS");
-            2
+        Some("--help" | "-h" | "help") => {
+            println!(
+                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS",
+                server::USAGE
+            );
+            0
+        }
+        first => {
+            let rest = if first == Some("serve") { &args[1..] } else { args };
+            match server::Config::from_args(rest) {
+                Ok(c) => exit_code("serve", server::main(c)),
+                Err(e) => {
+                    eprintln!("agentbox-runner: {e}\n{}", server::USAGE);
+                    2
+                }
+            }
+        }
+    }
+}
+
+fn exit_code(what: &str, r: Result<(), String>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("agentbox-runner {what}: {e}");
+            1
         }
     }
 }

@@ -323,7 +323,7 @@ fn wait_for(pid: i32) -> Reply {
 }
 
 /// The standard signals 1 to 31; the real-time ones belong to the C library.
-fn signal_from(n: i32) -> Option<Signal> {
+pub(crate) fn signal_from(n: i32) -> Option<Signal> {
     if (1..=31).contains(&n) {
         // SAFETY: 1..=31 are the standard signals, none reserved by libc.
         Some(unsafe { Signal::from_raw_unchecked(n) })

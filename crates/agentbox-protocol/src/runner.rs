@@ -1,0 +1,601 @@
+//! The runner's protocol: one connection per client carrying many processes and file
+//! operations of a box.
+//!
+//! Protocol 2 is the seed's, byte for byte: text frames are JSON control, each carrying the
+//! `id` of the process or request it is about; binary frames are `id` (u32, big-endian),
+//! `stream` (u8: [`STDIN`], [`STDOUT`], [`STDERR`], [`FILE`]), then the bytes. A client that
+//! says nothing more is a protocol-2 client and never sees anything else.
+//!
+//! Protocol 3 is negotiated: the client's first request is [`Request::Hello`] asking for
+//! [`EXTENDED`], and the runner answers [`Answer::Hello`]. On such a connection:
+//! - `run` may carry `argv` instead of `command`, and is answered [`Answer::Started`] with a
+//!   `handle` that names the process across connections;
+//! - output frames carry a sequence number after the stream byte ([`frame_seq`]), the runner
+//!   keeps a bounded tail of each process's output, and [`Request::Resume`] on a later
+//!   connection replays it from a number on; a dropped connection ends no process;
+//! - `exit` also carries the `signal` that ended a process;
+//! - the file operations hands need: `stat`, `list`, `mkdir`, `remove`, `rename`, `append`,
+//!   `truncate`, `read` of a range, and `forget` for a process whose exit was seen.
+//!
+//! Over a byte stream with no WebSocket (the stdin and stdout of one long exec, a unix
+//! socket), the same messages travel as [`Message`]s: a u32 big-endian length of what
+//! follows, one kind byte ([`KIND_TEXT`] or [`KIND_BINARY`]), then the payload.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The port the runner listens on in a box.
+pub const PORT: u16 = 7700;
+/// Where the runner answers its health (not `/health`, which some vendors' edges answer
+/// themselves).
+pub const HEALTH_PATH: &str = "/runner/health";
+/// The protocol every runner speaks, and its health answers.
+pub const PROTOCOL: u32 = 2;
+/// The extended protocol a client asks for with [`Request::Hello`].
+pub const EXTENDED: u32 = 3;
+
+/// A binary frame's stream: a process's stdin.
+pub const STDIN: u8 = 0;
+/// A binary frame's stream: a process's stdout.
+pub const STDOUT: u8 = 1;
+/// A binary frame's stream: a process's stderr.
+pub const STDERR: u8 = 2;
+/// A binary frame's stream: a file read or written.
+pub const FILE: u8 = 3;
+
+/// The largest message either end accepts (16 MiB), text or binary, header included. A file
+/// read or written in one frame must fit; larger files move by ranges.
+pub const MAX_MESSAGE: usize = 16 << 20;
+
+/// What the runner's health answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// The protocol it speaks ([`PROTOCOL`]).
+    pub protocol: u32,
+    /// Its pid, which a backend replacing it ends.
+    pub pid: u32,
+}
+
+/// What the client says, as text. A `write`'s or `append`'s bytes follow it as the binary
+/// frame `(id, FILE)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    /// Start a process: `command` through the shell (protocol 2), or `argv` (protocol 3).
+    Run {
+        /// The request's id, which its frames and answers carry.
+        id: u32,
+        /// A shell command line (`bash -c`, or `sh -c` where the box has no bash).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        /// A program and its arguments (protocol 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        argv: Option<Vec<String>>,
+        /// The working directory; relative to the runner's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// Variables over the runner's own environment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        env: Option<BTreeMap<String, String>>,
+        /// Whether stdin frames will follow; without, the process reads EOF.
+        #[serde(default)]
+        stdin: bool,
+    },
+    /// The process's stdin ends.
+    StdinEnd {
+        /// The process's id.
+        id: u32,
+    },
+    /// Send a signal (a name such as `SIGTERM`) to the process's group.
+    Kill {
+        /// The process's id.
+        id: u32,
+        /// The signal's name; `SIGKILL` when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<String>,
+    },
+    /// Read a file: answered by the frame `(id, FILE)`, or `absent`.
+    Read {
+        /// The request's id.
+        id: u32,
+        /// The file.
+        path: String,
+        /// Where to start (protocol 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        offset: Option<u64>,
+        /// At most this many bytes (protocol 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        length: Option<u64>,
+    },
+    /// Write a file from the frame `(id, FILE)` that follows: answered `ok`.
+    Write {
+        /// The request's id.
+        id: u32,
+        /// The file.
+        path: String,
+        /// Its permission bits when it is created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<u32>,
+    },
+    /// Kill every process of the box: answered `ok`.
+    Stop {
+        /// The request's id.
+        id: u32,
+    },
+    /// Ask for a protocol beyond 2.
+    Hello {
+        /// The request's id.
+        id: u32,
+        /// The protocol asked for.
+        protocol: u32,
+    },
+    /// Bind a process started on an earlier connection to this one under `id`, and replay
+    /// its output after sequence number `after`.
+    Resume {
+        /// The id the process takes on this connection.
+        id: u32,
+        /// The process's handle, from `started`.
+        handle: u64,
+        /// The last sequence number the client saw (0 for none).
+        after: u64,
+    },
+    /// Forget a process whose exit the client saw: its buffered output is freed.
+    Forget {
+        /// The process's id.
+        id: u32,
+    },
+    /// What a path is.
+    Stat {
+        /// The request's id.
+        id: u32,
+        /// The path.
+        path: String,
+        /// Describe a symbolic link's target rather than the link.
+        #[serde(default)]
+        follow: bool,
+    },
+    /// A directory's entries.
+    List {
+        /// The request's id.
+        id: u32,
+        /// The directory.
+        path: String,
+    },
+    /// Make a directory.
+    Mkdir {
+        /// The request's id.
+        id: u32,
+        /// The directory.
+        path: String,
+        /// Make missing parents, and accept one that exists.
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// Remove a file, link or directory.
+    Remove {
+        /// The request's id.
+        id: u32,
+        /// The path.
+        path: String,
+        /// Remove a directory with what it holds.
+        #[serde(default)]
+        recursive: bool,
+        /// A missing path is no error.
+        #[serde(default)]
+        force: bool,
+    },
+    /// Rename `from` to `to` (rename(2)).
+    Rename {
+        /// The request's id.
+        id: u32,
+        /// The old path.
+        from: String,
+        /// The new path.
+        to: String,
+    },
+    /// Append the frame `(id, FILE)` that follows to a file, made if missing.
+    Append {
+        /// The request's id.
+        id: u32,
+        /// The file.
+        path: String,
+    },
+    /// Cut or extend a file to `size` bytes.
+    Truncate {
+        /// The request's id.
+        id: u32,
+        /// The file.
+        path: String,
+        /// Its new length.
+        size: u64,
+    },
+}
+
+impl Request {
+    /// The id the request carries.
+    pub fn id(&self) -> u32 {
+        match self {
+            Request::Run { id, .. }
+            | Request::StdinEnd { id }
+            | Request::Kill { id, .. }
+            | Request::Read { id, .. }
+            | Request::Write { id, .. }
+            | Request::Stop { id }
+            | Request::Hello { id, .. }
+            | Request::Resume { id, .. }
+            | Request::Forget { id }
+            | Request::Stat { id, .. }
+            | Request::List { id, .. }
+            | Request::Mkdir { id, .. }
+            | Request::Remove { id, .. }
+            | Request::Rename { id, .. }
+            | Request::Append { id, .. }
+            | Request::Truncate { id, .. } => *id,
+        }
+    }
+
+    /// Whether only a protocol-3 connection may send it.
+    pub fn is_extended(&self) -> bool {
+        match self {
+            Request::Run { argv, .. } => argv.is_some(),
+            Request::Read { offset, length, .. } => offset.is_some() || length.is_some(),
+            Request::StdinEnd { .. }
+            | Request::Kill { .. }
+            | Request::Write { .. }
+            | Request::Stop { .. }
+            | Request::Hello { .. } => false,
+            _ => true,
+        }
+    }
+}
+
+/// What a path is, as `stat` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// Anything else (a socket, a fifo, a device).
+    Other,
+}
+
+/// One path's metadata.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// The entry's name (its last component).
+    pub name: String,
+    /// What it is.
+    pub kind: Kind,
+    /// Its length in bytes.
+    pub size: u64,
+    /// Its permission bits.
+    pub mode: u32,
+    /// Its modification time, in ms since the epoch.
+    pub mtime_ms: i64,
+}
+
+/// What the runner answers, as text. A `read` that finds a file is answered by the frame
+/// `(id, FILE)` instead.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Answer {
+    /// A process ended.
+    Exit {
+        /// The process's id.
+        id: u32,
+        /// Its exit code: 128 + the signal for one a signal ended.
+        code: i32,
+        /// The signal that ended it (protocol 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+    },
+    /// A `read` found no file.
+    Absent {
+        /// The request's id.
+        id: u32,
+    },
+    /// A request succeeded.
+    Ok {
+        /// The request's id.
+        id: u32,
+    },
+    /// A request failed, or a frame was not understood (then with no id).
+    Error {
+        /// The request's id, when the frame named one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u32>,
+        /// What went wrong, naming the field or path.
+        message: String,
+        /// A stable code (`invalid`, `not_found`, `too_large`, …) or an errno name
+        /// (`ENOENT`, `EISDIR`, …) for a file operation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+        /// The errno of a failed system call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        errno: Option<i32>,
+    },
+    /// The protocol this connection now speaks.
+    Hello {
+        /// The request's id.
+        id: u32,
+        /// The protocol granted.
+        protocol: u32,
+        /// The runner's pid.
+        pid: u32,
+    },
+    /// A process started (protocol 3).
+    Started {
+        /// The process's id.
+        id: u32,
+        /// The name of the process across connections, for `resume`.
+        handle: u64,
+        /// Its pid in the box.
+        pid: u32,
+    },
+    /// A resumed process's replay starts at `from` (over `after + 1` when output was lost
+    /// to the buffer's bound).
+    Resumed {
+        /// The process's id on this connection.
+        id: u32,
+        /// The first sequence number that follows.
+        from: u64,
+    },
+    /// A `stat`'s answer.
+    Stat {
+        /// The request's id.
+        id: u32,
+        /// The path's metadata.
+        meta: Meta,
+    },
+    /// A `list`'s answer.
+    Entries {
+        /// The request's id.
+        id: u32,
+        /// The directory's entries, in the order the directory gave them.
+        entries: Vec<Meta>,
+    },
+}
+
+impl Answer {
+    /// An error answer about `id`.
+    pub fn error(id: Option<u32>, code: &str, message: impl Into<String>) -> Self {
+        Answer::Error {
+            id,
+            message: message.into(),
+            code: Some(code.to_string()),
+            errno: None,
+        }
+    }
+}
+
+/// A binary frame, protocol 2: `id`, `stream`, then `bytes`.
+///
+/// ```
+/// use agentbox_protocol::runner::{frame, unframe, STDOUT};
+/// let f = frame(7, STDOUT, b"hi");
+/// assert_eq!(f, [0, 0, 0, 7, 1, b'h', b'i']);
+/// assert_eq!(unframe(&f), Some((7, STDOUT, &b"hi"[..])));
+/// ```
+pub fn frame(id: u32, stream: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + bytes.len());
+    out.extend_from_slice(&id.to_be_bytes());
+    out.push(stream);
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// A binary frame's parts, or `None` for one shorter than its 5-byte header.
+pub fn unframe(f: &[u8]) -> Option<(u32, u8, &[u8])> {
+    if f.len() < 5 {
+        return None;
+    }
+    Some((u32::from_be_bytes(f[..4].try_into().ok()?), f[4], &f[5..]))
+}
+
+/// An output frame on a protocol-3 connection: `id`, `stream`, the chunk's sequence number
+/// (u64, big-endian), then `bytes`.
+pub fn frame_seq(id: u32, stream: u8, seq: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(13 + bytes.len());
+    out.extend_from_slice(&id.to_be_bytes());
+    out.push(stream);
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// A protocol-3 output frame's parts, or `None` for one shorter than its 13-byte header.
+pub fn unframe_seq(f: &[u8]) -> Option<(u32, u8, u64, &[u8])> {
+    if f.len() < 13 {
+        return None;
+    }
+    let id = u32::from_be_bytes(f[..4].try_into().ok()?);
+    let seq = u64::from_be_bytes(f[5..13].try_into().ok()?);
+    Some((id, f[4], seq, &f[13..]))
+}
+
+/// One message of a connection: what a WebSocket frame carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// JSON control.
+    Text(String),
+    /// A binary frame.
+    Binary(Vec<u8>),
+}
+
+/// The kind byte of a text [`Message`] on a byte stream.
+pub const KIND_TEXT: u8 = b't';
+/// The kind byte of a binary [`Message`] on a byte stream.
+pub const KIND_BINARY: u8 = b'b';
+
+impl Message {
+    /// The message as it travels on a byte stream: length, kind, payload.
+    ///
+    /// ```
+    /// use agentbox_protocol::runner::{Message, stream_len};
+    /// let m = Message::Text("{}".into());
+    /// let bytes = m.encode();
+    /// assert_eq!(stream_len(bytes[..4].try_into().unwrap()), Ok(3));
+    /// assert_eq!(Message::decode(bytes[4..].to_vec()), Ok(m));
+    /// ```
+    pub fn encode(&self) -> Vec<u8> {
+        let (kind, payload) = match self {
+            Message::Text(t) => (KIND_TEXT, t.as_bytes()),
+            Message::Binary(b) => (KIND_BINARY, b.as_slice()),
+        };
+        let mut out = Vec::with_capacity(5 + payload.len());
+        out.extend_from_slice(&((payload.len() + 1) as u32).to_be_bytes());
+        out.push(kind);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// A message from the bytes after its length (kind and payload).
+    pub fn decode(mut body: Vec<u8>) -> Result<Message, String> {
+        if body.is_empty() {
+            return Err("an empty message has no kind byte".into());
+        }
+        let kind = body.remove(0);
+        match kind {
+            KIND_TEXT => String::from_utf8(body)
+                .map(Message::Text)
+                .map_err(|_| "a text message is not UTF-8".into()),
+            KIND_BINARY => Ok(Message::Binary(body)),
+            other => Err(format!("kind byte {other:#04x} is neither text ('t') nor binary ('b')")),
+        }
+    }
+}
+
+/// The length a stream message's prefix announces, refused over [`MAX_MESSAGE`] before a
+/// byte of it is read.
+pub fn stream_len(prefix: [u8; 4]) -> Result<usize, String> {
+    let n = u32::from_be_bytes(prefix) as usize;
+    if n > MAX_MESSAGE {
+        return Err(format!("a message of {n} bytes is over the {MAX_MESSAGE}-byte bound"));
+    }
+    Ok(n)
+}
+
+/// A signal's number from its name (`SIGTERM`, `TERM`), for the signals a runner sends.
+pub fn signal_number(name: &str) -> Option<i32> {
+    let bare = name.strip_prefix("SIG").unwrap_or(name);
+    Some(match bare {
+        "HUP" => 1,
+        "INT" => 2,
+        "QUIT" => 3,
+        "ABRT" => 6,
+        "KILL" => 9,
+        "USR1" => 10,
+        "SEGV" => 11,
+        "USR2" => 12,
+        "PIPE" => 13,
+        "ALRM" => 14,
+        "TERM" => 15,
+        "CONT" => 18,
+        "STOP" => 19,
+        "TSTP" => 20,
+        "WINCH" => 28,
+        _ => return None,
+    })
+}
+
+/// A signal's name from its number, for [`Request::Kill`].
+pub fn signal_name(n: i32) -> Option<&'static str> {
+    Some(match n {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        18 => "SIGCONT",
+        19 => "SIGSTOP",
+        20 => "SIGTSTP",
+        28 => "SIGWINCH",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_2_requests_parse_as_the_seed_sends_them() {
+        let r: Request = serde_json::from_str(r#"{"op":"run","id":1,"command":"echo hi","stdin":false}"#).unwrap();
+        assert!(
+            matches!(r, Request::Run { id: 1, ref command, stdin: false, .. } if command.as_deref() == Some("echo hi"))
+        );
+        assert!(!r.is_extended());
+        let r: Request = serde_json::from_str(r#"{"op":"kill","id":3,"signal":"SIGTERM"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Kill {
+                id: 3,
+                signal: Some("SIGTERM".into())
+            }
+        );
+        let r: Request = serde_json::from_str(r#"{"op":"stdin-end","id":4}"#).unwrap();
+        assert_eq!(r, Request::StdinEnd { id: 4 });
+        let r: Request = serde_json::from_str(r#"{"op":"write","id":5,"path":"a"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Write {
+                id: 5,
+                path: "a".into(),
+                mode: None
+            }
+        );
+    }
+
+    #[test]
+    fn answers_serialise_as_the_seed_reads_them() {
+        let s = serde_json::to_string(&Answer::Exit {
+            id: 1,
+            code: 0,
+            signal: None,
+        })
+        .unwrap();
+        assert_eq!(s, r#"{"op":"exit","id":1,"code":0}"#);
+        let s = serde_json::to_string(&Answer::Absent { id: 2 }).unwrap();
+        assert_eq!(s, r#"{"op":"absent","id":2}"#);
+        let s = serde_json::to_string(&Answer::Ok { id: 3 }).unwrap();
+        assert_eq!(s, r#"{"op":"ok","id":3}"#);
+        let s = serde_json::to_string(&Answer::Error {
+            id: None,
+            message: "m".into(),
+            code: None,
+            errno: None,
+        })
+        .unwrap();
+        assert_eq!(s, r#"{"op":"error","message":"m"}"#);
+    }
+
+    #[test]
+    fn short_frames_and_bad_kinds_are_refused() {
+        assert_eq!(unframe(&[0, 0, 0, 1]), None);
+        assert_eq!(unframe_seq(&frame(1, STDOUT, b"1234567")), None);
+        assert!(Message::decode(vec![]).is_err());
+        assert!(Message::decode(vec![b'x', 1]).is_err());
+        assert!(Message::decode(vec![b't', 0xff]).is_err());
+        assert!(stream_len(((MAX_MESSAGE + 1) as u32).to_be_bytes()).is_err());
+    }
+
+    #[test]
+    fn signal_names_round_trip() {
+        for n in [1, 2, 3, 6, 9, 10, 11, 12, 13, 14, 15, 18, 19, 20, 28] {
+            assert_eq!(signal_number(signal_name(n).unwrap()), Some(n));
+        }
+        assert_eq!(signal_number("TERM"), Some(15));
+        assert_eq!(signal_number("SIGNOPE"), None);
+    }
+}

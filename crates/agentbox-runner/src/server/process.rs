@@ -1,0 +1,224 @@
+//! One process of the runner: a task that owns the child, its pipes and the numbered tail of
+//! its output, and sends that output to whichever connection the process is attached to.
+//!
+//! A process outlives its connection. Started by a protocol-3 connection, it keeps up to
+//! `max_buffered` bytes of output that no connection has taken, then stops reading its pipes
+//! (the program blocks on a full pipe) until a client resumes it: nothing is lost. Started by a
+//! protocol-2 connection, which cannot resume, its output goes nowhere once that connection
+//! drops. Either way only `kill`, `stop` or its own exit ends it.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agentbox_protocol::runner::{Answer, Message, STDERR, STDOUT, frame, frame_seq};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Child;
+use tokio::sync::mpsc;
+
+/// How long output may still arrive after a process exits (a pipe's last bytes) before its
+/// exit is answered. A program it left running that holds the pipe is not waited for.
+const DRAIN: Duration = Duration::from_millis(100);
+
+/// A connection's end that a process sends to.
+#[derive(Clone)]
+pub struct Attachment {
+    /// The connection's number in this runner.
+    pub conn: u64,
+    /// The id the process has on that connection.
+    pub id: u32,
+    /// Whether the connection speaks protocol 3 (numbered output frames, `signal` in `exit`).
+    pub extended: bool,
+    /// The connection's outgoing messages.
+    pub tx: mpsc::Sender<Message>,
+}
+
+/// What a connection asks of a process.
+pub enum Command {
+    /// Send output to this connection from sequence number `after + 1` on, answering
+    /// `resumed` first.
+    Attach(Attachment, u64),
+    /// The connection dropped.
+    Detach(u64),
+    /// The client saw the exit: free what is kept.
+    Forget,
+}
+
+/// The numbered tail of a process's output.
+struct Output {
+    chunks: VecDeque<(u64, u8, Vec<u8>)>,
+    bytes: usize,
+    next: u64,
+    max: usize,
+}
+
+impl Output {
+    fn last(&self) -> u64 {
+        self.next - 1
+    }
+    fn first(&self) -> u64 {
+        self.chunks.front().map(|c| c.0).unwrap_or(self.next)
+    }
+    fn push(&mut self, stream: u8, bytes: &[u8]) {
+        self.bytes += bytes.len();
+        self.chunks.push_back((self.next, stream, bytes.to_vec()));
+        self.next += 1;
+    }
+    fn get(&self, seq: u64) -> Option<&(u64, u8, Vec<u8>)> {
+        self.chunks.get(seq.checked_sub(self.first())? as usize)
+    }
+    /// Drop chunks up to `sent` while over the bound (all of them when nothing resumes).
+    fn trim(&mut self, sent: u64, keep: bool) {
+        while let Some(front) = self.chunks.front() {
+            if front.0 > sent || (keep && self.bytes <= self.max) {
+                break;
+            }
+            self.bytes -= front.2.len();
+            self.chunks.pop_front();
+        }
+    }
+    fn room(&self) -> bool {
+        self.bytes < self.max
+    }
+}
+
+/// The exit code and signal of a status.
+fn code_of(st: std::process::ExitStatus) -> (i32, Option<i32>) {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => (c, None),
+        (None, Some(s)) => (128 + s, Some(s)),
+        _ => (255, None),
+    }
+}
+
+/// What the runner's table knows of a running process task.
+pub struct Handle {
+    /// The task's commands.
+    pub tx: mpsc::Sender<Command>,
+    /// The process group to signal (the program leads it).
+    pub pgid: i32,
+    /// Whether it ended and a client was told: the first to go when the table is full.
+    pub delivered: Arc<AtomicBool>,
+    /// Its stdin's writer (`None` ends it), for whichever connection resumes it.
+    pub stdin: Option<mpsc::Sender<Option<Vec<u8>>>>,
+}
+
+/// Run the process task until the process ended and its exit reached a client that keeps it
+/// no longer (or it was forgotten). `done` runs last, to take it out of the runner's table.
+pub async fn run(
+    mut child: Child,
+    resumable: bool,
+    max_buffered: usize,
+    first: Attachment,
+    mut rx: mpsc::Receiver<Command>,
+    delivered: Arc<AtomicBool>,
+    done: impl FnOnce(),
+) {
+    let mut stdout: Option<Box<dyn AsyncRead + Unpin + Send>> = child.stdout.take().map(|s| Box::new(s) as _);
+    let mut stderr: Option<Box<dyn AsyncRead + Unpin + Send>> = child.stderr.take().map(|s| Box::new(s) as _);
+    let mut out = Output {
+        chunks: VecDeque::new(),
+        bytes: 0,
+        next: 1,
+        max: max_buffered.max(1),
+    };
+    let mut at: Option<Attachment> = Some(first);
+    let mut sent = 0u64;
+    let mut exit: Option<(i32, Option<i32>)> = None;
+    let mut exit_sent = false;
+    let mut forgotten = false;
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    let mut ob = vec![0u8; 64 << 10];
+    let mut eb = vec![0u8; 64 << 10];
+    loop {
+        let finished = exit.is_some() && stdout.is_none() && stderr.is_none();
+        if finished && (forgotten || (exit_sent && !resumable) || (at.is_none() && !resumable)) {
+            break;
+        }
+        let pending = at.is_some() && (out.last() > sent || (finished && !exit_sent));
+        // With nobody to resume it, output that no connection takes is let go.
+        let keep = resumable;
+        let room = out.room() || !keep;
+        let to = at.as_ref().map(|a| a.tx.clone());
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                None => forgotten = true,
+                Some(Command::Forget) => forgotten = true,
+                Some(Command::Detach(conn)) => {
+                    if at.as_ref().is_some_and(|a| a.conn == conn) {
+                        at = None;
+                    }
+                }
+                Some(Command::Attach(a, after)) => {
+                    let from = (after + 1).max(out.first());
+                    sent = from - 1;
+                    exit_sent = false;
+                    let _ = a.tx.send(Message::Text(json(&Answer::Resumed { id: a.id, from }))).await;
+                    at = Some(a);
+                }
+            },
+            r = read_some(&mut stdout, &mut ob), if stdout.is_some() && room => match r {
+                Some(n) => out.push(STDOUT, &ob[..n]),
+                None => stdout = None,
+            },
+            r = read_some(&mut stderr, &mut eb), if stderr.is_some() && room => match r {
+                Some(n) => out.push(STDERR, &eb[..n]),
+                None => stderr = None,
+            },
+            st = child.wait(), if exit.is_none() => {
+                exit = Some(st.map(code_of).unwrap_or((255, None)));
+                drain_until = Some(tokio::time::Instant::now() + DRAIN);
+            }
+            _ = tokio::time::sleep_until(drain_until.unwrap_or_else(tokio::time::Instant::now)),
+                if drain_until.is_some() && (stdout.is_some() || stderr.is_some()) => {
+                stdout = None;
+                stderr = None;
+            }
+            permit = reserve(to), if pending => match permit {
+                Some(p) => {
+                    let a = at.as_ref().expect("pending means attached");
+                    if out.last() > sent {
+                        let seq = sent + 1;
+                        if let Some((_, stream, bytes)) = out.get(seq) {
+                            p.send(Message::Binary(if a.extended {
+                                frame_seq(a.id, *stream, seq, bytes)
+                            } else {
+                                frame(a.id, *stream, bytes)
+                            }));
+                        }
+                        sent = seq;
+                    } else if let Some((code, signal)) = exit {
+                        let signal = if a.extended { signal } else { None };
+                        p.send(Message::Text(json(&Answer::Exit { id: a.id, code, signal })));
+                        exit_sent = true;
+                        delivered.store(true, Ordering::Relaxed);
+                    }
+                }
+                None => at = None,
+            },
+        }
+        if at.is_none() && !keep {
+            sent = out.last();
+        }
+        out.trim(sent, keep);
+    }
+    done();
+}
+
+async fn read_some(r: &mut Option<Box<dyn AsyncRead + Unpin + Send>>, buf: &mut [u8]) -> Option<usize> {
+    match r.as_mut()?.read(buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
+async fn reserve(to: Option<mpsc::Sender<Message>>) -> Option<mpsc::OwnedPermit<Message>> {
+    to?.reserve_owned().await.ok()
+}
+
+/// An answer as JSON text.
+pub fn json(a: &Answer) -> String {
+    serde_json::to_string(a).unwrap_or_else(|_| r#"{"op":"error","message":"an answer did not serialise"}"#.into())
+}
