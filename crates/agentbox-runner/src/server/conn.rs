@@ -51,7 +51,14 @@ pub async fn serve(runner: Arc<Runner>, mut rx: mpsc::Receiver<Inbound>, tx: mps
     };
     while let Some(inbound) = rx.recv().await {
         match inbound {
-            Inbound::Bad(why) => c.answer(Answer::error(None, "invalid", why)).await,
+            Inbound::Bad(why) => {
+                let code = if why.contains("over the") {
+                    "too_large"
+                } else {
+                    "invalid"
+                };
+                c.answer(Answer::error(None, code, why)).await
+            }
             Inbound::Message(Message::Text(t)) => c.text(&t).await,
             Inbound::Message(Message::Binary(b)) => c.binary(b).await,
         }

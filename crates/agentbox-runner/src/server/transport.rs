@@ -23,10 +23,18 @@ const MAX_HEAD: usize = 16 << 10;
 /// How long a client may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The WebSocket's own bound is twice the protocol's, so a message between the two is read,
+/// answered `too_large`, and the connection goes on; past twice, the connection is closed.
 fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE))
+        .max_message_size(Some(2 * MAX_MESSAGE))
+        .max_frame_size(Some(2 * MAX_MESSAGE))
+}
+
+fn over_bound(len: usize) -> Inbound {
+    Inbound::Bad(format!(
+        "a message of {len} bytes is over the runner's {MAX_MESSAGE}-byte bound"
+    ))
 }
 
 /// Serve until killed (listening), or until the stdio connection and its processes ended.
@@ -248,6 +256,8 @@ where
     let reader = tokio::spawn(async move {
         while let Some(m) = stream.next().await {
             let inbound = match m {
+                Ok(tungstenite::Message::Text(t)) if t.len() > MAX_MESSAGE => over_bound(t.len()),
+                Ok(tungstenite::Message::Binary(b)) if b.len() > MAX_MESSAGE => over_bound(b.len()),
                 Ok(tungstenite::Message::Text(t)) => Inbound::Message(Message::Text(t.to_string())),
                 Ok(tungstenite::Message::Binary(b)) => Inbound::Message(Message::Binary(b.to_vec())),
                 Ok(tungstenite::Message::Close(_)) => break,
@@ -354,8 +364,10 @@ pub fn relay(target: &str) -> Result<(), String> {
                     Inbound::Message(Message::Text(t)) => tungstenite::Message::text(t),
                     Inbound::Message(Message::Binary(b)) => tungstenite::Message::binary(b),
                     Inbound::Bad(why) => {
-                        eprintln!("agentbox-runner relay: {why}");
-                        break;
+                        // Answered here, as the runner would: the stream goes on.
+                        let a = agentbox_protocol::runner::Answer::error(None, "invalid", why);
+                        let _ = out_tx.send(Message::Text(super::process::json(&a))).await;
+                        continue;
                     }
                 };
                 if sink.send(m).await.is_err() {

@@ -1,0 +1,396 @@
+//! Protocol 3, negotiated: argv, started handles, numbered output resumed after a dropped
+//! connection, the bounds, the file operations; and the same messages over stdio and the relay.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::{Value, json};
+
+async fn hello(ws: &mut Socket) {
+    send_text(ws, json!({"op":"hello","id":0,"protocol":3})).await;
+    let Got::Text(h) = next(ws).await else { panic!() };
+    assert_eq!(
+        (h["op"].as_str(), h["protocol"].as_u64()),
+        (Some("hello"), Some(3)),
+        "{h}"
+    );
+}
+
+/// (seq, stream, bytes) of protocol-3 output frames.
+fn seq_frames(frames: &[Got]) -> Vec<(u64, u8, Vec<u8>)> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            Got::Binary(b) if b.len() >= 13 => {
+                Some((u64::from_be_bytes(b[5..13].try_into().unwrap()), b[4], b[13..].to_vec()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn hello_grants_protocol_3_and_run_answers_started_then_numbered_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["sh","-c","echo a; echo b >&2; kill -TERM $$"],"stdin":false}),
+    )
+    .await;
+    let Got::Text(s) = next(&mut ws).await else { panic!() };
+    assert_eq!((s["op"].as_str(), s["id"].as_u64()), (Some("started"), Some(1)), "{s}");
+    assert!(s["handle"].as_u64().unwrap() > 0 && s["pid"].as_u64().unwrap() > 0);
+    let (frames, exit) = until(&mut ws, 1, "exit").await;
+    assert_eq!(exit, json!({"op":"exit","id":1,"code":143,"signal":15}));
+    let got = seq_frames(&frames);
+    let seqs: Vec<u64> = got.iter().map(|g| g.0).collect();
+    assert_eq!(
+        seqs,
+        (1..=got.len() as u64).collect::<Vec<_>>(),
+        "numbered from 1 with no gap"
+    );
+    let out: Vec<u8> = got.iter().filter(|g| g.1 == 1).flat_map(|g| g.2.clone()).collect();
+    let err: Vec<u8> = got.iter().filter(|g| g.1 == 2).flat_map(|g| g.2.clone()).collect();
+    assert_eq!((out, err), (b"a\n".to_vec(), b"b\n".to_vec()));
+}
+
+#[tokio::test]
+async fn output_survives_a_dropped_connection_and_resumes_from_a_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["sh","-c","for i in 1 2 3 4 5 6; do echo $i; sleep 0.1; done"],"stdin":false}),
+    )
+    .await;
+    let Got::Text(s) = next(&mut ws).await else { panic!() };
+    let handle = s["handle"].as_u64().unwrap();
+    let Got::Binary(first) = next(&mut ws).await else {
+        panic!()
+    };
+    let (seq, _, bytes) = seq_frames(&[Got::Binary(first)])[0].clone();
+    assert_eq!((seq, bytes), (1, b"1\n".to_vec()));
+    drop(ws);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(&mut ws, json!({"op":"resume","id":7,"handle":handle,"after":1})).await;
+    assert_eq!(next(&mut ws).await, Got::Text(json!({"op":"resumed","id":7,"from":2})));
+    let (frames, exit) = until(&mut ws, 7, "exit").await;
+    assert_eq!(exit["code"], 0);
+    let got = seq_frames(&frames);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), (2..=6).collect::<Vec<_>>());
+    let rest: Vec<u8> = got.iter().flat_map(|g| g.2.clone()).collect();
+    assert_eq!(rest, b"2\n3\n4\n5\n6\n");
+    // Seen and forgotten: nothing left to resume.
+    send_text(&mut ws, json!({"op":"forget","id":7})).await;
+    send_text(&mut ws, json!({"op":"resume","id":8,"handle":handle,"after":0})).await;
+    let Got::Text(e) = next(&mut ws).await else { panic!() };
+    assert_eq!(
+        (e["op"].as_str(), e["code"].as_str()),
+        (Some("error"), Some("not_found")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn output_past_the_buffer_bound_waits_for_a_client_and_none_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&["--max-buffered", "4096"], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    // 200 KB through a 4 KB buffer with nobody reading: the program must wait, not lose bytes.
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["sh","-c","head -c 200000 /dev/zero | tr '\\0' x; echo; echo finished > done"],"stdin":false}),
+    )
+    .await;
+    let Got::Text(s) = next(&mut ws).await else { panic!() };
+    let handle = s["handle"].as_u64().unwrap();
+    drop(ws);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!dir.path().join("done").exists(), "the program ran on past the bound");
+
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(&mut ws, json!({"op":"resume","id":2,"handle":handle,"after":0})).await;
+    assert_eq!(next(&mut ws).await, Got::Text(json!({"op":"resumed","id":2,"from":1})));
+    let (frames, exit) = until(&mut ws, 2, "exit").await;
+    assert_eq!(exit["code"], 0);
+    let out: Vec<u8> = seq_frames(&frames).into_iter().flat_map(|g| g.2).collect();
+    assert_eq!(out.len(), 200_001);
+    assert!(dir.path().join("done").exists());
+}
+
+#[tokio::test]
+async fn past_the_process_bound_run_is_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&["--max-processes", "2"], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    for id in 1..=2 {
+        send_text(&mut ws, json!({"op":"run","id":id,"argv":["sleep","30"],"stdin":false})).await;
+        let Got::Text(s) = next(&mut ws).await else { panic!() };
+        assert_eq!(s["op"], "started");
+    }
+    send_text(&mut ws, json!({"op":"run","id":3,"argv":["true"],"stdin":false})).await;
+    let Got::Text(e) = next(&mut ws).await else { panic!() };
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(3), Some("too_large")),
+        "{e}"
+    );
+    send_text(&mut ws, json!({"op":"stop","id":4})).await;
+}
+
+#[tokio::test]
+async fn a_message_over_the_bound_is_answered_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    let big = "x".repeat(17 << 20);
+    send_raw(&mut ws, &big).await;
+    let Got::Text(e) = next(&mut ws).await else { panic!() };
+    assert_eq!(
+        (e["op"].as_str(), e["code"].as_str()),
+        (Some("error"), Some("too_large")),
+        "{e}"
+    );
+    // The connection goes on.
+    send_text(&mut ws, json!({"op":"run","id":1,"command":"true","stdin":false})).await;
+    assert_eq!(until(&mut ws, 1, "exit").await.1["code"], 0);
+}
+
+async fn ask(ws: &mut Socket, v: Value) -> Value {
+    send_text(ws, v).await;
+    let Got::Text(a) = next(ws).await else {
+        panic!("a text answer")
+    };
+    a
+}
+
+#[tokio::test]
+async fn file_operations_answer_as_the_system_calls_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    assert_eq!(
+        ask(&mut ws, json!({"op":"mkdir","id":1,"path":"a/b","recursive":true})).await,
+        json!({"op":"ok","id":1})
+    );
+    let e = ask(&mut ws, json!({"op":"mkdir","id":2,"path":"a"})).await;
+    assert_eq!((e["code"].as_str(), e["errno"].as_i64()), (Some("EEXIST"), Some(17)));
+    send_text(&mut ws, json!({"op":"append","id":3,"path":"a/f"})).await;
+    send_binary(&mut ws, [0, 0, 0, 3, 3, b'h', b'i'].to_vec()).await;
+    assert_eq!(next(&mut ws).await, Got::Text(json!({"op":"ok","id":3})));
+    send_text(&mut ws, json!({"op":"append","id":4,"path":"a/f"})).await;
+    send_binary(&mut ws, [0, 0, 0, 4, 3, b'!'].to_vec()).await;
+    assert_eq!(next(&mut ws).await, Got::Text(json!({"op":"ok","id":4})));
+    assert_eq!(std::fs::read(dir.path().join("a/f")).unwrap(), b"hi!");
+    let s = ask(&mut ws, json!({"op":"stat","id":5,"path":"a/f"})).await;
+    assert_eq!(
+        (s["op"].as_str(), s["meta"]["kind"].as_str(), s["meta"]["size"].as_u64()),
+        (Some("stat"), Some("file"), Some(3))
+    );
+    assert_eq!(
+        ask(&mut ws, json!({"op":"truncate","id":6,"path":"a/f","size":1})).await,
+        json!({"op":"ok","id":6})
+    );
+    send_text(&mut ws, json!({"op":"read","id":7,"path":"a/f","offset":0,"length":10})).await;
+    assert_eq!(next(&mut ws).await, Got::Binary(vec![0, 0, 0, 7, 3, b'h']));
+    std::os::unix::fs::symlink("f", dir.path().join("a/l")).unwrap();
+    let l = ask(&mut ws, json!({"op":"list","id":8,"path":"a"})).await;
+    let mut names: Vec<(String, String)> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            ("b".into(), "dir".into()),
+            ("f".into(), "file".into()),
+            ("l".into(), "symlink".into())
+        ]
+    );
+    assert_eq!(
+        ask(&mut ws, json!({"op":"rename","id":9,"from":"a/f","to":"a/g"})).await,
+        json!({"op":"ok","id":9})
+    );
+    let e = ask(&mut ws, json!({"op":"remove","id":10,"path":"a"})).await;
+    assert_eq!(e["code"], "EISDIR");
+    let e = ask(&mut ws, json!({"op":"stat","id":11,"path":"a/f"})).await;
+    assert_eq!((e["code"].as_str(), e["errno"].as_i64()), (Some("ENOENT"), Some(2)));
+    assert_eq!(
+        ask(&mut ws, json!({"op":"remove","id":12,"path":"a/nothing","force":true})).await,
+        json!({"op":"ok","id":12})
+    );
+    assert_eq!(
+        ask(&mut ws, json!({"op":"remove","id":13,"path":"a","recursive":true})).await,
+        json!({"op":"ok","id":13})
+    );
+    assert!(!dir.path().join("a").exists());
+}
+
+fn encode(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = ((payload.len() + 1) as u32).to_be_bytes().to_vec();
+    out.push(kind);
+    out.extend_from_slice(payload);
+    out
+}
+
+fn read_message(r: &mut impl Read) -> (u8, Vec<u8>) {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    r.read_exact(&mut body).unwrap();
+    (body[0], body[1..].to_vec())
+}
+
+/// Speak the length-prefixed transport to a child's stdin and stdout.
+fn stdio_session(mut child: std::process::Child) {
+    // Reads below block: a runner that stops answering is killed, and the reads fail.
+    let pid = child.id() as i32;
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    // A bad kind byte is answered, and the stream goes on.
+    stdin.write_all(&encode(b'?', b"x")).unwrap();
+    let (kind, body) = read_message(&mut stdout);
+    let e: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((kind, e["op"].as_str()), (b't', Some("error")), "{e}");
+    stdin
+        .write_all(&encode(
+            b't',
+            br#"{"op":"run","id":1,"command":"read x; echo got $x","stdin":true}"#,
+        ))
+        .unwrap();
+    stdin
+        .write_all(&encode(b'b', &[0, 0, 0, 1, 0, b'y', b'o', b'\n']))
+        .unwrap();
+    stdin.write_all(&encode(b't', br#"{"op":"stdin-end","id":1}"#)).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let (kind, body) = read_message(&mut stdout);
+        if kind == b'b' {
+            assert_eq!(&body[..5], &[0, 0, 0, 1, 1]);
+            out.extend_from_slice(&body[5..]);
+            continue;
+        }
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v, json!({"op":"exit","id":1,"code":0}));
+        break;
+    }
+    assert_eq!(out, b"got yo\n");
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn stdio_carries_the_same_messages_length_prefixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(RUNNER)
+        .arg("--stdio")
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    stdio_session(child);
+}
+
+#[test]
+fn the_relay_reaches_a_runner_on_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("runner.sock");
+    let out = Command::new(RUNNER)
+        .args(["--listen", &format!("unix:{}", sock.display()), "--detach"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let pid: i32 = said
+        .lines()
+        .find_map(|l| l.strip_prefix("ready "))
+        .unwrap_or_else(|| panic!("{said}"))
+        .parse()
+        .unwrap();
+    assert!(said.contains(&format!("listening unix:{}", sock.display())), "{said}");
+    let child = Command::new(RUNNER)
+        .args(["relay", &format!("unix:{}", sock.display())])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    stdio_session(child);
+    // The detached runner is in a session of its own, and still serves.
+    let sid = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = sid.rsplit(") ").next().unwrap().split(' ').collect();
+    assert_eq!(fields[3], pid.to_string(), "the detached runner leads its session");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_token_guards_tcp_health_and_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(RUNNER)
+        .args(["--listen", "127.0.0.1:0", "--token-stdin"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stderr.take().unwrap()), &mut line).unwrap();
+    let r = Runner {
+        addr: line
+            .trim()
+            .strip_prefix("agentbox-runner: listening ")
+            .unwrap()
+            .to_string(),
+        child,
+    };
+    let (status, body) = get(&r.addr, "/runner/health", "").await;
+    assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+    assert!(!body.contains("s3cret"));
+    let (status, _) = get(&r.addr, "/runner/health", "authorization: Bearer wrong\r\n").await;
+    assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+    let (status, _) = get(&r.addr, "/runner/health", "authorization: Bearer s3cret\r\n").await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let tcp = tokio::net::TcpStream::connect(&r.addr).await.unwrap();
+    assert!(
+        tokio_tungstenite::client_async(format!("ws://{}/", r.addr), tcp)
+            .await
+            .is_err()
+    );
+}
