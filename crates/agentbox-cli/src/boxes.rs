@@ -168,6 +168,7 @@ pub async fn provider_with(name: &str, docker: DockerOptions) -> Result<Arc<dyn 
                 path: agentbox_providers::local::DEFAULT_PATH.into(),
                 // This binary is its own supervisor: `agentbox runner supervise …`.
                 supervisor: HelperCommand::new(exe, vec!["runner".into()]),
+                runner: false,
             })?))
         }
         other => Err(Error::invalid(format!(

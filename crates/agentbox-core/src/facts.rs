@@ -63,6 +63,10 @@ pub struct Facts {
     /// Bind mounts the box has.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<crate::spec::Mount>,
+    /// Where the box's runner is, when its commands and files go through one (each a message
+    /// rather than a process). Absent: no runner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<String>,
 }
 
 /// The network a box has, as its provider reports it.

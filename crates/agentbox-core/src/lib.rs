@@ -12,6 +12,7 @@
 mod ctx;
 mod error;
 mod facts;
+mod files;
 mod id;
 mod process;
 mod sandbox;
@@ -20,6 +21,7 @@ mod spec;
 pub use ctx::Ctx;
 pub use error::{Error, ErrorCode, Result};
 pub use facts::{Facts, KnownNetwork, NetworkFact, PortFact};
+pub use files::{FileError, FileMeta, FileType, Files};
 pub use id::SandboxId;
 pub use process::{
     ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, Process, ProcessControl, SIGKILL,

@@ -83,6 +83,12 @@ pub trait Sandbox: Send + Sync + 'static {
 
     /// End the box and every program in it. Destroying an ended box is no error.
     async fn destroy(&self, ctx: &Ctx) -> Result<()>;
+
+    /// The box's files one message per operation, where something in the box serves them (a
+    /// runner); `None` where each operation would be a process of its own.
+    fn files(&self) -> Option<&dyn crate::files::Files> {
+        None
+    }
 }
 
 /// Whether a box runs.

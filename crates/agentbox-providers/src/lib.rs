@@ -5,6 +5,7 @@
 //! | --- | --- | --- | --- |
 //! | local | [`local`] | none (development, tests) | the box's supervisor, a detached process |
 //! | docker | [`docker`] | a container per box | the container's own process, `sleep <lifetime>` |
+//! | runner | [`runner`] | the box's under it | the box's under it |
 //!
 //! This crate knows nothing of hands, tools, transport or runs.
 
@@ -15,6 +16,7 @@ pub mod docker;
 pub mod helper;
 #[cfg(feature = "local")]
 pub mod local;
+pub mod runner;
 pub mod transfer;
 pub(crate) mod util;
 

@@ -44,6 +44,7 @@ use async_trait::async_trait;
 use tokio::io::AsyncBufReadExt;
 
 use crate::helper::HelperCommand;
+use crate::runner::{Address, RunnerSandbox};
 use crate::util::{now_ms, random_hex};
 use record::Record;
 
@@ -55,6 +56,9 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// The variable naming agentbox's home directory (boxes go under `boxes/` in it).
 pub const HOME_ENV: &str = "AGENTBOX_HOME";
+
+/// The runner's socket in a box's directory.
+const RUNNER_SOCKET: &str = "runner.sock";
 
 /// How long a supervisor may take to say it serves.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -73,8 +77,11 @@ pub struct LocalOptions {
     pub root: PathBuf,
     /// The PATH every program gets.
     pub path: String,
-    /// The command that runs the supervisor.
+    /// The command that runs the supervisor (and the runner, which is the same program).
     pub supervisor: HelperCommand,
+    /// Start a runner in every box made, so each command and file operation is one message
+    /// on its unix socket rather than a process (see [`crate::runner`]).
+    pub runner: bool,
 }
 
 impl LocalOptions {
@@ -84,6 +91,7 @@ impl LocalOptions {
             root: root.into(),
             path: DEFAULT_PATH.into(),
             supervisor: HelperCommand::discover()?,
+            runner: false,
         })
     }
 
@@ -135,8 +143,30 @@ impl LocalProvider {
         &self.boxes
     }
 
-    fn sandbox(&self, dir: PathBuf, record: Record) -> Arc<dyn Sandbox> {
-        Arc::new(LocalSandbox::new(dir, record, self.opts.path.clone()))
+    /// The box in `dir`: through its runner when it has one, whose runner is started again if
+    /// it no longer answers (its processes then are gone with it).
+    async fn sandbox(&self, dir: PathBuf, record: Record, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let has_runner = record.runner;
+        let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::new(dir.clone(), record, self.opts.path.clone()));
+        if !has_runner {
+            return Ok(local);
+        }
+        let sock = dir.join(RUNNER_SOCKET);
+        let b = RunnerSandbox::new(local.clone(), Arc::new(Address::Unix(sock.clone())));
+        if b.check(ctx).await.is_err() {
+            let mut program = vec![self.opts.supervisor.program.to_string_lossy().into_owned()];
+            program.extend(self.opts.supervisor.args.iter().cloned());
+            crate::runner::start(
+                local.as_ref(),
+                &program,
+                &[format!("unix:{}", sock.display())],
+                None,
+                ctx,
+            )
+            .await?;
+            b.check(ctx).await?;
+        }
+        Ok(Arc::new(b))
     }
 
     /// Read the record of `name`, handing back only a box that still runs. A box whose
@@ -269,13 +299,18 @@ impl Provider for LocalProvider {
                 ends_at_ms,
                 supervisor_pid,
                 supervisor_start,
+                runner: self.opts.runner,
             };
             record.write(&dir)?;
             Ok::<_, Error>(record)
         }
         .await;
+        let made = match made {
+            Ok(record) => self.sandbox(dir.clone(), record, ctx).await,
+            Err(e) => Err(e),
+        };
         match made {
-            Ok(record) => Ok(self.sandbox(dir, record)),
+            Ok(b) => Ok(b),
             Err(e) => {
                 // A supervisor that started removes the directory when told to end.
                 let _ = destroy_dir(&dir, Duration::from_secs(5)).await;
@@ -288,7 +323,10 @@ impl Provider for LocalProvider {
     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
         id.expect_provider(NAME)?;
         ctx.check()?;
-        Ok(self.find(id.name())?.map(|(dir, record)| self.sandbox(dir, record)))
+        match self.find(id.name())? {
+            Some((dir, record)) => Ok(Some(self.sandbox(dir, record, ctx).await?)),
+            None => Ok(None),
+        }
     }
 
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
@@ -305,7 +343,7 @@ impl Provider for LocalProvider {
             if let Ok(Some((dir, record))) = self.find(&name)
                 && labels.iter().all(|(k, v)| record.labels.get(k) == Some(v))
             {
-                out.push(self.sandbox(dir, record));
+                out.push(self.sandbox(dir, record, ctx).await?);
             }
         }
         Ok(out)

@@ -21,6 +21,10 @@ pub struct Record {
     /// reused pid is never taken for the supervisor.
     pub supervisor_pid: i32,
     pub supervisor_start: u64,
+    /// Whether the box's commands and files go through a runner (at `runner.sock` in its
+    /// directory).
+    #[serde(default)]
+    pub runner: bool,
 }
 
 impl Record {

@@ -208,6 +208,11 @@ pub fn main(config: Config) -> Result<(), String> {
     if config.detach {
         return transport::detach();
     }
+    let detached = std::env::var_os(transport::DETACHED_ENV).is_some();
+    if detached {
+        // SAFETY: no other thread runs yet. The variable must not reach the box's programs.
+        unsafe { std::env::remove_var(transport::DETACHED_ENV) };
+    }
     let token = if config.token_stdin {
         let mut line = String::new();
         std::io::stdin()
@@ -227,7 +232,7 @@ pub fn main(config: Config) -> Result<(), String> {
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;
     let runner = Runner::new(config.limits, token);
-    rt.block_on(transport::serve(config, runner))
+    rt.block_on(transport::serve(config, runner, detached))
 }
 
 /// The health answer's body.

@@ -68,10 +68,11 @@ impl Output {
     fn get(&self, seq: u64) -> Option<&(u64, u8, Vec<u8>)> {
         self.chunks.get(seq.checked_sub(self.first())? as usize)
     }
-    /// Drop chunks up to `sent` while over the bound (all of them when nothing resumes).
+    /// Drop chunks up to `sent` while at or over the bound, so there is room to read again
+    /// (all of them when nothing resumes).
     fn trim(&mut self, sent: u64, keep: bool) {
         while let Some(front) = self.chunks.front() {
-            if front.0 > sent || (keep && self.bytes <= self.max) {
+            if front.0 > sent || (keep && self.bytes < self.max) {
                 break;
             }
             self.bytes -= front.2.len();

@@ -17,7 +17,7 @@ use super::{Config, HEALTH, Listen, Runner, health_json};
 
 /// Set in the environment of the copy a `--detach` runner starts, which announces itself on
 /// stdout and then lets go of its stdio.
-const DETACHED_ENV: &str = "AGENTBOX_RUNNER_DETACHED";
+pub(crate) const DETACHED_ENV: &str = "AGENTBOX_RUNNER_DETACHED";
 /// The largest HTTP request head read before a request is refused.
 const MAX_HEAD: usize = 16 << 10;
 /// How long a client may take to send its request head.
@@ -38,7 +38,7 @@ fn over_bound(len: usize) -> Inbound {
 }
 
 /// Serve until killed (listening), or until the stdio connection and its processes ended.
-pub(crate) async fn serve(config: Config, runner: Arc<Runner>) -> Result<(), String> {
+pub(crate) async fn serve(config: Config, runner: Arc<Runner>, detached: bool) -> Result<(), String> {
     let mut announce = Vec::new();
     for l in &config.listen {
         match l {
@@ -80,7 +80,7 @@ pub(crate) async fn serve(config: Config, runner: Arc<Runner>) -> Result<(), Str
             }
         }
     }
-    if std::env::var_os(DETACHED_ENV).is_some() {
+    if detached {
         for line in &announce {
             println!("{line}");
         }

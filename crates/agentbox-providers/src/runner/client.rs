@@ -1,0 +1,732 @@
+//! The client of one runner: one connection at a time carrying every process and file
+//! operation of a box, opened at the first call and again after a drop. A drop ends nothing:
+//! the client reconnects at once while it has processes running and resumes each from the
+//! last output frame it saw, so a process's output arrives whole across the drop.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agentbox_core::{
+    Ctx, Error, ErrorCode, ExecOptions, ExitStatus, FileError, FileMeta, FileType, Process, ProcessControl, Result,
+};
+use agentbox_protocol::runner::{
+    Answer, EXTENDED, FILE, Kind, Message, Meta, Request, STDERR, STDIN, STDOUT, frame, signal_name, unframe,
+    unframe_seq,
+};
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+use tokio::sync::{mpsc, oneshot};
+
+use super::link::{Dial, Link};
+
+/// How long one request may wait for its answer unless its context says less.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the client keeps trying to reach its runner again after a drop, while processes
+/// wait for their output.
+const RECONNECT_FOR: Duration = Duration::from_secs(60);
+/// Output chunks held per process for a reader that has not taken them (64 KiB each at most).
+const OUTPUT_CHUNKS: usize = 64;
+
+enum Reply {
+    Answer(Answer),
+    File(Vec<u8>),
+    Lost,
+}
+
+struct Proc {
+    handle: Option<u64>,
+    last: u64,
+    out: mpsc::Sender<Vec<u8>>,
+    err: mpsc::Sender<Vec<u8>>,
+    started: Option<oneshot::Sender<Result<u32>>>,
+    exit: Option<oneshot::Sender<Result<ExitStatus>>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    waiting: HashMap<u32, oneshot::Sender<Reply>>,
+    procs: HashMap<u32, Proc>,
+}
+
+struct Conn {
+    tx: mpsc::Sender<Message>,
+    alive: Arc<AtomicBool>,
+}
+
+/// A connection to one runner, shared by every call on its box.
+pub struct Client {
+    dial: Arc<dyn Dial>,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    shared: Arc<Mutex<Shared>>,
+    next_id: AtomicU32,
+    me: Weak<Client>,
+}
+
+impl Client {
+    /// A client that reaches its runner through `dial`. Nothing is opened until the first call.
+    pub fn new(dial: Arc<dyn Dial>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Client {
+            dial,
+            conn: tokio::sync::Mutex::new(None),
+            shared: Arc::new(Mutex::new(Shared::default())),
+            next_id: AtomicU32::new(1),
+            me: me.clone(),
+        })
+    }
+
+    /// Where the runner is, for messages.
+    pub fn describe(&self) -> String {
+        self.dial.describe()
+    }
+
+    fn id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Close the current connection, as a network fault would (for tests of resumption).
+    #[doc(hidden)]
+    pub async fn drop_connection(&self) {
+        *self.conn.lock().await = None;
+    }
+
+    /// The current connection, opened (and its processes resumed) if there is none. Boxed,
+    /// because the task that reads a connection calls it again after a drop.
+    fn link<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+    ) -> Pin<Box<dyn std::future::Future<Output = Result<mpsc::Sender<Message>>> + Send + 'a>> {
+        Box::pin(self.open(ctx))
+    }
+
+    async fn open(&self, ctx: &Ctx) -> Result<mpsc::Sender<Message>> {
+        let mut g = self.conn.lock().await;
+        if let Some(c) = g.as_ref()
+            && c.alive.load(Ordering::Relaxed)
+        {
+            return Ok(c.tx.clone());
+        }
+        *g = None;
+        let Link { tx, mut rx } = self.dial.dial(ctx).await?;
+        let hello = self.id();
+        send(
+            &tx,
+            &Request::Hello {
+                id: hello,
+                protocol: EXTENDED,
+            },
+        )
+        .await?;
+        let first = ctx
+            .run(tokio::time::timeout(Duration::from_secs(30), rx.recv()))
+            .await?;
+        match first {
+            Ok(Some(Message::Text(t))) => match serde_json::from_str::<Answer>(&t) {
+                Ok(Answer::Hello { protocol, .. }) if protocol >= EXTENDED => {}
+                Ok(Answer::Hello { protocol, .. }) => {
+                    return Err(Error::unsupported(format!(
+                        "{} speaks protocol {protocol}: agentbox needs {EXTENDED}",
+                        self.describe()
+                    )));
+                }
+                _ => {
+                    return Err(Error::unsupported(format!(
+                        "{} answered hello with {t:?}: it speaks protocol 2 only (an older runner)",
+                        self.describe()
+                    )));
+                }
+            },
+            Ok(_) => {
+                return Err(Error::transfer_failed(format!(
+                    "{} closed as it opened",
+                    self.describe()
+                )));
+            }
+            Err(_) => {
+                return Err(Error::timeout(format!(
+                    "{} did not answer hello within 30s",
+                    self.describe()
+                )));
+            }
+        }
+        // Processes started before the drop: resume those that had started, give up on the rest.
+        let resume: Vec<(u32, u64, u64)> = {
+            let mut sh = self.shared.lock().unwrap();
+            let lost: Vec<u32> = sh
+                .procs
+                .iter()
+                .filter(|(_, p)| p.handle.is_none())
+                .map(|(k, _)| *k)
+                .collect();
+            for id in lost {
+                if let Some(mut p) = sh.procs.remove(&id) {
+                    let e = Error::transfer_failed(format!(
+                        "the connection to {} dropped as the process started",
+                        self.describe()
+                    ));
+                    if let Some(s) = p.started.take() {
+                        let _ = s.send(Err(e.clone()));
+                    }
+                    if let Some(x) = p.exit.take() {
+                        let _ = x.send(Err(e));
+                    }
+                }
+            }
+            sh.procs
+                .iter()
+                .filter_map(|(id, p)| Some((*id, p.handle?, p.last)))
+                .collect()
+        };
+        for (id, handle, after) in resume {
+            send(&tx, &Request::Resume { id, handle, after }).await?;
+        }
+        let alive = Arc::new(AtomicBool::new(true));
+        tokio::spawn(read(
+            rx,
+            self.shared.clone(),
+            tx.downgrade(),
+            alive.clone(),
+            self.me.clone(),
+        ));
+        *g = Some(Conn { tx: tx.clone(), alive });
+        Ok(tx)
+    }
+
+    /// Send one request (and the file bytes that follow it) and wait for its answer.
+    async fn ask(&self, req: impl FnOnce(u32) -> Request, bytes: Option<&[u8]>, ctx: &Ctx) -> Result<Reply> {
+        let tx = self.link(ctx).await?;
+        let id = self.id();
+        let (rtx, rrx) = oneshot::channel();
+        self.shared.lock().unwrap().waiting.insert(id, rtx);
+        let sent = async {
+            send(&tx, &req(id)).await?;
+            if let Some(b) = bytes {
+                tx.send(Message::Binary(frame(id, FILE, b)))
+                    .await
+                    .map_err(|_| self.dropped())?;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        if let Err(e) = sent {
+            self.shared.lock().unwrap().waiting.remove(&id);
+            return Err(e);
+        }
+        let wait = tokio::time::timeout(ctx.remaining().unwrap_or(REQUEST_TIMEOUT).min(REQUEST_TIMEOUT), rrx);
+        let r = ctx.run(wait).await;
+        self.shared.lock().unwrap().waiting.remove(&id);
+        match r? {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_)) => Err(self.dropped()),
+            Err(_) => Err(Error::timeout(format!(
+                "{} did not answer within {}s",
+                self.describe(),
+                REQUEST_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    fn dropped(&self) -> Error {
+        Error::transfer_failed(format!("the connection to {} dropped", self.describe()))
+    }
+
+    /// Start `argv` in the box: one message, answered when it started.
+    pub async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
+        opts.validate(argv)?;
+        let tx = self.link(ctx).await?;
+        let id = self.id();
+        let (out_tx, out_rx) = mpsc::channel(OUTPUT_CHUNKS);
+        let (err_tx, err_rx) = mpsc::channel(OUTPUT_CHUNKS);
+        let (started_tx, started_rx) = oneshot::channel();
+        let (exit_tx, exit_rx) = oneshot::channel();
+        self.shared.lock().unwrap().procs.insert(
+            id,
+            Proc {
+                handle: None,
+                last: 0,
+                out: out_tx,
+                err: err_tx,
+                started: Some(started_tx),
+                exit: Some(exit_tx),
+            },
+        );
+        let req = Request::Run {
+            id,
+            command: None,
+            argv: Some(argv.to_vec()),
+            cwd: opts.cwd.clone(),
+            env: (!opts.env.is_empty()).then(|| opts.env.clone()),
+            stdin: true,
+        };
+        let started = async {
+            send(&tx, &req).await?;
+            match ctx.run(tokio::time::timeout(REQUEST_TIMEOUT, started_rx)).await? {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(self.dropped()),
+                Err(_) => Err(Error::timeout(format!(
+                    "{} did not start the program within 60s",
+                    self.describe()
+                ))),
+            }
+        }
+        .await;
+        if let Err(e) = started {
+            self.shared.lock().unwrap().procs.remove(&id);
+            return Err(e);
+        }
+        let me = self
+            .me
+            .upgrade()
+            .ok_or_else(|| Error::unknown("the runner client is gone"))?;
+        let (stdin_w, stdin_r) = tokio::io::duplex(64 << 10);
+        tokio::spawn(pump_stdin(me.clone(), id, stdin_r));
+        let control = Arc::new(Control {
+            client: me,
+            id,
+            exit: Mutex::new(Some(exit_rx)),
+        });
+        Ok(Process::new(
+            Some(Box::pin(stdin_w)),
+            Some(Box::pin(ChanReader::new(out_rx))),
+            Some(Box::pin(ChanReader::new(err_rx))),
+            control,
+            ctx,
+        ))
+    }
+
+    async fn tell(&self, req: Request) -> Result<()> {
+        let tx = self.link(&Ctx::background().with_timeout(REQUEST_TIMEOUT)).await?;
+        send(&tx, &req).await
+    }
+}
+
+async fn send(tx: &mpsc::Sender<Message>, req: &Request) -> Result<()> {
+    let t = serde_json::to_string(req).map_err(|e| Error::unknown(format!("a request did not serialise: {e}")))?;
+    tx.send(Message::Text(t))
+        .await
+        .map_err(|_| Error::transfer_failed("the connection to the runner dropped"))
+}
+
+/// A process's stdin, carried as frames; its end is `stdin-end`.
+async fn pump_stdin(client: Arc<Client>, id: u32, mut r: tokio::io::DuplexStream) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let Ok(tx) = client.link(&Ctx::background().with_timeout(REQUEST_TIMEOUT)).await else {
+                    return;
+                };
+                if tx.send(Message::Binary(frame(id, STDIN, &buf[..n]))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    if client.shared.lock().unwrap().procs.contains_key(&id) {
+        let _ = client.tell(Request::StdinEnd { id }).await;
+    }
+}
+
+/// Route what one connection brings until it drops; then, while processes wait, reconnect.
+async fn read(
+    mut rx: mpsc::Receiver<Message>,
+    shared: Arc<Mutex<Shared>>,
+    tx: mpsc::WeakSender<Message>,
+    alive: Arc<AtomicBool>,
+    client: Weak<Client>,
+) {
+    while let Some(m) = rx.recv().await {
+        match m {
+            Message::Binary(b) => {
+                let Some((id, stream, _)) = unframe(&b) else { continue };
+                if stream == FILE {
+                    if let Some(w) = shared.lock().unwrap().waiting.remove(&id) {
+                        let _ = w.send(Reply::File(b[5..].to_vec()));
+                    }
+                    continue;
+                }
+                let Some((_, _, seq, bytes)) = unframe_seq(&b) else {
+                    continue;
+                };
+                let to = {
+                    let mut sh = shared.lock().unwrap();
+                    let Some(p) = sh.procs.get_mut(&id) else { continue };
+                    // A frame already seen (replayed after a resume) is skipped.
+                    if seq <= p.last {
+                        continue;
+                    }
+                    p.last = seq;
+                    match stream {
+                        STDOUT => p.out.clone(),
+                        STDERR => p.err.clone(),
+                        _ => continue,
+                    }
+                };
+                // A reader that stopped reading is no error: its bytes are dropped.
+                let _ = to.send(bytes.to_vec()).await;
+            }
+            Message::Text(t) => {
+                let Ok(a) = serde_json::from_str::<Answer>(&t) else {
+                    continue;
+                };
+                route(&shared, a, &tx).await;
+            }
+        }
+    }
+    alive.store(false, Ordering::Relaxed);
+    let (waiting, running) = {
+        let mut sh = shared.lock().unwrap();
+        (std::mem::take(&mut sh.waiting), !sh.procs.is_empty())
+    };
+    for (_, w) in waiting {
+        let _ = w.send(Reply::Lost);
+    }
+    if !running {
+        return;
+    }
+    // Processes wait for output and exits: reach the runner again now, not at the next call.
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let Some(c) = client.upgrade() else { return };
+        if !alive_procs(&shared) {
+            return;
+        }
+        match c.link(&Ctx::background().with_timeout(Duration::from_secs(10))).await {
+            Ok(_) => return,
+            Err(e) if started.elapsed() > RECONNECT_FOR || e.code() == ErrorCode::Unsupported => {
+                let mut sh = shared.lock().unwrap();
+                for (_, mut p) in sh.procs.drain() {
+                    let why = Error::new(
+                        ErrorCode::Gone,
+                        format!("the runner could not be reached again after a drop: {e}"),
+                    );
+                    if let Some(x) = p.exit.take() {
+                        let _ = x.send(Err(why));
+                    }
+                }
+                return;
+            }
+            Err(_) => {}
+        }
+        drop(c);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn alive_procs(shared: &Mutex<Shared>) -> bool {
+    !shared.lock().unwrap().procs.is_empty()
+}
+
+async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>) {
+    match a {
+        Answer::Started { id, handle, pid } => {
+            let mut sh = shared.lock().unwrap();
+            if let Some(p) = sh.procs.get_mut(&id) {
+                p.handle = Some(handle);
+                if let Some(s) = p.started.take() {
+                    let _ = s.send(Ok(pid));
+                }
+            }
+        }
+        Answer::Exit { id, code, signal } => {
+            let p = shared.lock().unwrap().procs.remove(&id);
+            if let Some(mut p) = p {
+                if let Some(x) = p.exit.take() {
+                    let _ = x.send(Ok(ExitStatus { code, signal }));
+                }
+                // Seen: the runner may let go of what it kept.
+                if let Some(tx) = tx.upgrade() {
+                    let _ = send(&tx, &Request::Forget { id }).await;
+                }
+            }
+        }
+        Answer::Resumed { .. } => {}
+        Answer::Error {
+            id: Some(id),
+            message,
+            code,
+            errno,
+        } => {
+            let mut sh = shared.lock().unwrap();
+            if let Some(w) = sh.waiting.remove(&id) {
+                let _ = w.send(Reply::Answer(Answer::Error {
+                    id: Some(id),
+                    message,
+                    code,
+                    errno,
+                }));
+            } else if let Some(mut p) = sh.procs.remove(&id) {
+                let e = Error::new(code_of(code.as_deref()), message);
+                if let Some(s) = p.started.take() {
+                    let _ = s.send(Err(e));
+                } else if let Some(x) = p.exit.take() {
+                    let _ = x.send(Err(Error::gone(format!("the runner lost the process: {e}"))));
+                }
+            }
+        }
+        Answer::Error { id: None, .. } => {}
+        other => {
+            let id = match &other {
+                Answer::Absent { id }
+                | Answer::Ok { id }
+                | Answer::Hello { id, .. }
+                | Answer::Stat { id, .. }
+                | Answer::Entries { id, .. } => *id,
+                _ => return,
+            };
+            if let Some(w) = shared.lock().unwrap().waiting.remove(&id) {
+                let _ = w.send(Reply::Answer(other));
+            }
+        }
+    }
+}
+
+/// The contract's code for a runner's error code.
+fn code_of(code: Option<&str>) -> ErrorCode {
+    match code.unwrap_or("unknown") {
+        "invalid" => ErrorCode::Invalid,
+        "unsupported" => ErrorCode::Unsupported,
+        "not_found" | "ENOENT" => ErrorCode::NotFound,
+        "permission_denied" | "EACCES" | "EPERM" => ErrorCode::PermissionDenied,
+        "too_large" => ErrorCode::TooLarge,
+        "gone" => ErrorCode::Gone,
+        _ => ErrorCode::Unknown,
+    }
+}
+
+struct Control {
+    client: Arc<Client>,
+    id: u32,
+    exit: Mutex<Option<oneshot::Receiver<Result<ExitStatus>>>>,
+}
+
+#[async_trait]
+impl ProcessControl for Control {
+    async fn wait(&self) -> Result<ExitStatus> {
+        let rx = self.exit.lock().unwrap().take();
+        match rx {
+            Some(rx) => rx.await.unwrap_or_else(|_| Err(self.client.dropped())),
+            None => Err(Error::unknown("wait was called twice")),
+        }
+    }
+
+    async fn signal(&self, signal: i32) -> Result<()> {
+        let name =
+            signal_name(signal).ok_or_else(|| Error::invalid(format!("signal {signal}: not one the runner sends")))?;
+        if !self.client.shared.lock().unwrap().procs.contains_key(&self.id) {
+            return Ok(());
+        }
+        self.client
+            .tell(Request::Kill {
+                id: self.id,
+                signal: Some(name.to_string()),
+            })
+            .await
+    }
+}
+
+/// A process's output as a byte stream.
+struct ChanReader {
+    rx: mpsc::Receiver<Vec<u8>>,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl ChanReader {
+    fn new(rx: mpsc::Receiver<Vec<u8>>) -> Self {
+        ChanReader {
+            rx,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl AsyncRead for ChanReader {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        loop {
+            if self.pos < self.buf.len() {
+                let n = (self.buf.len() - self.pos).min(out.remaining());
+                let start = self.pos;
+                out.put_slice(&self.buf[start..start + n]);
+                self.pos += n;
+                return Poll::Ready(Ok(()));
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(b)) => {
+                    self.buf = b;
+                    self.pos = 0;
+                }
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+fn meta(m: Meta) -> FileMeta {
+    FileMeta {
+        name: m.name,
+        kind: match m.kind {
+            Kind::File => FileType::File,
+            Kind::Dir => FileType::Dir,
+            Kind::Symlink => FileType::Symlink,
+            Kind::Other => FileType::Other,
+        },
+        size: m.size,
+        mode: m.mode,
+        mtime_ms: m.mtime_ms,
+    }
+}
+
+impl Client {
+    fn file_error(&self, r: Reply) -> FileError {
+        match r {
+            Reply::Answer(Answer::Error { errno: Some(n), .. }) => FileError::Os(n),
+            Reply::Answer(Answer::Error { message, code, .. }) => {
+                FileError::Box(Error::new(code_of(code.as_deref()), message))
+            }
+            Reply::Lost => FileError::Box(self.dropped()),
+            _ => FileError::Box(Error::unknown(format!(
+                "{} gave an answer out of place",
+                self.describe()
+            ))),
+        }
+    }
+
+    async fn ok(
+        &self,
+        req: impl FnOnce(u32) -> Request,
+        bytes: Option<&[u8]>,
+        ctx: &Ctx,
+    ) -> std::result::Result<(), FileError> {
+        match self.ask(req, bytes, ctx).await.map_err(FileError::Box)? {
+            Reply::Answer(Answer::Ok { .. }) => Ok(()),
+            other => Err(self.file_error(other)),
+        }
+    }
+
+    /// A ranged read (protocol 3): at most `length` bytes from `offset`.
+    pub async fn read_range(
+        &self,
+        path: &str,
+        offset: u64,
+        length: u64,
+        ctx: &Ctx,
+    ) -> std::result::Result<Option<Vec<u8>>, FileError> {
+        let path = path.to_string();
+        match self
+            .ask(
+                |id| Request::Read {
+                    id,
+                    path,
+                    offset: Some(offset),
+                    length: Some(length),
+                },
+                None,
+                ctx,
+            )
+            .await
+            .map_err(FileError::Box)?
+        {
+            Reply::File(b) => Ok(Some(b)),
+            Reply::Answer(Answer::Absent { .. }) => Ok(None),
+            other => Err(self.file_error(other)),
+        }
+    }
+}
+
+#[async_trait]
+impl agentbox_core::Files for Client {
+    async fn read(&self, path: &str, ctx: &Ctx) -> std::result::Result<Option<Vec<u8>>, FileError> {
+        let path = path.to_string();
+        match self
+            .ask(
+                |id| Request::Read {
+                    id,
+                    path,
+                    offset: None,
+                    length: None,
+                },
+                None,
+                ctx,
+            )
+            .await
+            .map_err(FileError::Box)?
+        {
+            Reply::File(b) => Ok(Some(b)),
+            Reply::Answer(Answer::Absent { .. }) => Ok(None),
+            other => Err(self.file_error(other)),
+        }
+    }
+
+    async fn write(&self, path: &str, data: &[u8], append: bool, ctx: &Ctx) -> std::result::Result<(), FileError> {
+        let path = path.to_string();
+        if append {
+            self.ok(|id| Request::Append { id, path }, Some(data), ctx).await
+        } else {
+            self.ok(|id| Request::Write { id, path, mode: None }, Some(data), ctx)
+                .await
+        }
+    }
+
+    async fn truncate(&self, path: &str, size: u64, ctx: &Ctx) -> std::result::Result<(), FileError> {
+        let path = path.to_string();
+        self.ok(|id| Request::Truncate { id, path, size }, None, ctx).await
+    }
+
+    async fn stat(&self, path: &str, follow: bool, ctx: &Ctx) -> std::result::Result<FileMeta, FileError> {
+        let path = path.to_string();
+        match self
+            .ask(|id| Request::Stat { id, path, follow }, None, ctx)
+            .await
+            .map_err(FileError::Box)?
+        {
+            Reply::Answer(Answer::Stat { meta: m, .. }) => Ok(meta(m)),
+            other => Err(self.file_error(other)),
+        }
+    }
+
+    async fn list(&self, path: &str, ctx: &Ctx) -> std::result::Result<Vec<FileMeta>, FileError> {
+        let path = path.to_string();
+        match self
+            .ask(|id| Request::List { id, path }, None, ctx)
+            .await
+            .map_err(FileError::Box)?
+        {
+            Reply::Answer(Answer::Entries { entries, .. }) => Ok(entries.into_iter().map(meta).collect()),
+            other => Err(self.file_error(other)),
+        }
+    }
+
+    async fn mkdir(&self, path: &str, recursive: bool, ctx: &Ctx) -> std::result::Result<(), FileError> {
+        let path = path.to_string();
+        self.ok(|id| Request::Mkdir { id, path, recursive }, None, ctx).await
+    }
+
+    async fn remove(&self, path: &str, recursive: bool, force: bool, ctx: &Ctx) -> std::result::Result<(), FileError> {
+        let path = path.to_string();
+        self.ok(
+            |id| Request::Remove {
+                id,
+                path,
+                recursive,
+                force,
+            },
+            None,
+            ctx,
+        )
+        .await
+    }
+
+    async fn rename(&self, from: &str, to: &str, ctx: &Ctx) -> std::result::Result<(), FileError> {
+        let (from, to) = (from.to_string(), to.to_string());
+        self.ok(|id| Request::Rename { id, from, to }, None, ctx).await
+    }
+}

@@ -1,0 +1,263 @@
+//! The runner client: a [`Sandbox`] whose commands and files go through the runner in the box
+//! (`agentbox-runner`), one connection carrying them all. Providers start a runner in their
+//! boxes on request and hand back a [`RunnerSandbox`] over the box they made: its lifetime,
+//! status, endpoints and end stay the box's own; every exec is one message, every file
+//! operation one message ([`agentbox_core::Files`]), and a dropped connection loses nothing.
+//!
+//! ```no_run
+//! # async fn f(inner: std::sync::Arc<dyn agentbox_core::Sandbox>) -> agentbox_core::Result<()> {
+//! use std::sync::Arc;
+//! use agentbox_core::{Ctx, Sandbox};
+//! use agentbox_providers::runner::{Address, RunnerSandbox};
+//! let addr = Address::Unix("/path/to/box/runner.sock".into());
+//! let b = RunnerSandbox::new(inner, Arc::new(addr));
+//! let p = b.exec(&["true".to_string()], &Default::default(), &Ctx::background()).await?;
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod link;
+
+use std::sync::Arc;
+
+use agentbox_core::{
+    Ctx, Endpoint, Error, ErrorCode, ExecOptions, Facts, FileError, Files, FinishOptions, Labels, Process, Result,
+    Sandbox, SandboxId, Status, finish,
+};
+use async_trait::async_trait;
+
+pub use client::{Client, REQUEST_TIMEOUT};
+pub use link::{Address, Dial, Link, Relay};
+
+/// Where a runner started in a box listens, as it announced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Announced {
+    /// Its TCP addresses (`0.0.0.0:7700`).
+    pub tcp: Vec<String>,
+    /// Its unix sockets' paths, in the box.
+    pub unix: Vec<String>,
+    /// Its pid in the box.
+    pub pid: Option<u32>,
+}
+
+/// Start a runner in `inner`: `program args… --detach` (with the token on stdin when given),
+/// which returns once the runner listens. The runner's cwd and environment are those of any
+/// exec in the box, so its programs see what the box's own execs see.
+pub async fn start(
+    inner: &dyn Sandbox,
+    program: &[String],
+    listen: &[String],
+    token: Option<&str>,
+    ctx: &Ctx,
+) -> Result<Announced> {
+    let mut argv = program.to_vec();
+    argv.push("serve".into());
+    for l in listen {
+        argv.push("--listen".into());
+        argv.push(l.clone());
+    }
+    if token.is_some() {
+        argv.push("--token-stdin".into());
+    }
+    argv.push("--detach".into());
+    let p = inner
+        .exec(
+            &argv,
+            &ExecOptions::default(),
+            &ctx.with_timeout(std::time::Duration::from_secs(30)),
+        )
+        .await?;
+    let stdin = token.map(|t| format!("{t}\n").into_bytes()).unwrap_or_default();
+    let out = finish(
+        p,
+        FinishOptions {
+            stdin,
+            max_output: 64 << 10,
+        },
+    )
+    .await?;
+    if out.status.code != 0 {
+        return Err(Error::unknown(format!(
+            "the runner did not start in box {} (exit {}): {}",
+            inner.id(),
+            out.status.code,
+            out.stderr_text().trim()
+        )));
+    }
+    let mut a = Announced::default();
+    for line in out.stdout_text().lines() {
+        if let Some(l) = line.strip_prefix("listening unix:") {
+            a.unix.push(l.to_string());
+        } else if let Some(l) = line.strip_prefix("listening ") {
+            a.tcp.push(l.to_string());
+        } else if let Some(p) = line.strip_prefix("ready ") {
+            a.pid = p.trim().parse().ok();
+        }
+    }
+    if a.pid.is_none() {
+        return Err(Error::unknown(format!(
+            "the runner in box {} did not say it was ready: {:?}",
+            inner.id(),
+            out.stdout_text()
+        )));
+    }
+    Ok(a)
+}
+
+/// A box whose commands and files go through its runner. See the [module documentation](self).
+pub struct RunnerSandbox {
+    inner: Arc<dyn Sandbox>,
+    client: Arc<Client>,
+    facts: Facts,
+}
+
+impl RunnerSandbox {
+    /// Over `inner`, whose runner `dial` reaches. Nothing is opened until the first call.
+    pub fn new(inner: Arc<dyn Sandbox>, dial: Arc<dyn Dial>) -> Self {
+        let mut facts = inner.facts().clone();
+        facts.runner = Some(dial.describe());
+        RunnerSandbox {
+            inner,
+            client: Client::new(dial),
+            facts,
+        }
+    }
+
+    /// The box under the runner.
+    pub fn inner(&self) -> &Arc<dyn Sandbox> {
+        &self.inner
+    }
+
+    /// The runner's client (for tests of a dropped connection, and ranged reads).
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
+    }
+
+    async fn running(&self, ctx: &Ctx) -> bool {
+        matches!(self.inner.status(ctx).await, Ok(Status::Running))
+    }
+
+    /// Whether the runner answers (a first connection is opened if there is none).
+    pub async fn check(&self, ctx: &Ctx) -> Result<()> {
+        self.client
+            .stat(".", false, ctx)
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                FileError::Box(e) => e,
+                FileError::Os(n) => Error::unknown(format!(
+                    "the runner's workspace: {}",
+                    std::io::Error::from_raw_os_error(n)
+                )),
+            })
+    }
+
+    /// A failure of the runner as the caller should read it: a box that ended is `gone`.
+    async fn lost(&self, e: Error, ctx: &Ctx) -> Error {
+        if ctx.err().is_some() || e.code() == ErrorCode::Gone {
+            return e;
+        }
+        if matches!(self.inner.status(ctx).await, Ok(Status::Ended)) {
+            return Error::gone(format!("box {}: it has ended ({e})", self.id()));
+        }
+        e
+    }
+
+    async fn box_error(&self, e: FileError, path: &str, ctx: &Ctx) -> Error {
+        match e {
+            FileError::Box(e) => self.lost(e, ctx).await,
+            FileError::Os(n) => Error::io(std::io::Error::from_raw_os_error(n), path),
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for RunnerSandbox {
+    fn id(&self) -> &SandboxId {
+        self.inner.id()
+    }
+
+    fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
+    fn labels(&self) -> &Labels {
+        self.inner.labels()
+    }
+
+    async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
+        opts.validate(argv)?;
+        match self.client.exec(argv, opts, ctx).await {
+            Ok(p) => Ok(p),
+            // Its own refusals stand; anything else may be the box's end.
+            Err(e)
+                if matches!(
+                    e.code(),
+                    ErrorCode::NotFound | ErrorCode::PermissionDenied | ErrorCode::Invalid | ErrorCode::Aborted
+                ) && self.running(ctx).await =>
+            {
+                Err(e)
+            }
+            Err(e) => Err(self.lost(e, ctx).await),
+        }
+    }
+
+    async fn status(&self, ctx: &Ctx) -> Result<Status> {
+        self.inner.status(ctx).await
+    }
+
+    async fn upload(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<()> {
+        if data.len() as u64 > MAX_ONE_MESSAGE {
+            return self.inner.upload(path, data, ctx).await;
+        }
+        match self.client.write(path, data, false, ctx).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.box_error(e, path, ctx).await),
+        }
+    }
+
+    async fn download(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
+        let m = match self.client.stat(path, true, ctx).await {
+            Ok(m) => m,
+            Err(e) => return Err(self.box_error(e, path, ctx).await),
+        };
+        if m.kind == agentbox_core::FileType::Dir {
+            return Err(Error::invalid(format!("{path}: is a directory")));
+        }
+        if m.size > max_bytes {
+            return Err(Error::too_large(format!(
+                "{path}: {} bytes, over the {max_bytes}-byte bound",
+                m.size
+            )));
+        }
+        if m.size > MAX_ONE_MESSAGE {
+            return self.inner.download(path, max_bytes, ctx).await;
+        }
+        let read = match self.client.read(path, ctx).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.box_error(e, path, ctx).await),
+        };
+        match read {
+            Some(b) if b.len() as u64 <= max_bytes => Ok(b),
+            Some(_) => Err(Error::too_large(format!(
+                "{path}: grew over the {max_bytes}-byte bound"
+            ))),
+            None => Err(Error::not_found(format!("{path}: no such file"))),
+        }
+    }
+
+    async fn endpoint(&self, port: u16, ctx: &Ctx) -> Result<Endpoint> {
+        self.inner.endpoint(port, ctx).await
+    }
+
+    async fn destroy(&self, ctx: &Ctx) -> Result<()> {
+        self.inner.destroy(ctx).await
+    }
+
+    fn files(&self) -> Option<&dyn Files> {
+        Some(self.client.as_ref())
+    }
+}
+
+/// Files up to this size move in one message; larger ones by the box's own upload and download.
+const MAX_ONE_MESSAGE: u64 = 8 << 20;

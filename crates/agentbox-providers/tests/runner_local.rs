@@ -1,0 +1,131 @@
+//! Local boxes through their runner: the conformance suite, one message per exec and file
+//! operation, and output that arrives whole across a dropped connection.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Ctx, ExecOptions, FinishOptions, Provider, Sandbox, SandboxId, Spec, finish};
+use agentbox_providers::runner::RunnerSandbox;
+use agentbox_providers::{LocalOptions, LocalProvider};
+use agentbox_testing::conformance::{self, Options, Outside};
+use async_trait::async_trait;
+
+struct HostView {
+    boxes: PathBuf,
+}
+
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|c| c != 'Z' && c != 'X')
+    })
+}
+
+#[async_trait]
+impl Outside for HostView {
+    async fn ended(&self, id: &SandboxId) -> bool {
+        !self.boxes.join(id.name()).exists()
+    }
+    async fn any_alive(&self, _id: &SandboxId, pids: &[u32]) -> bool {
+        pids.iter().any(|&p| running(p))
+    }
+}
+
+fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
+    let mut opts = LocalOptions::at(root).expect("the agentbox-runner binary (cargo build -p agentbox-runner)");
+    opts.runner = true;
+    Arc::new(LocalProvider::new(opts).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_boxes_through_their_runner_pass_the_conformance_suite() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().to_path_buf();
+    let outside = Arc::new(HostView {
+        boxes: path.join("boxes"),
+    });
+    let options = Options::new("local+runner", Duration::from_secs(3), Duration::from_secs(4), outside);
+    let report = conformance::run(
+        conformance::factory(move || {
+            let path = path.clone();
+            async move { provider(&path) }
+        }),
+        options,
+    )
+    .await;
+    report.assert_passed();
+    assert!(
+        report.cases.iter().all(|(_, o, _)| *o == conformance::Outcome::Passed),
+        "no case is left out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_made_with_a_runner_says_so_and_serves_its_files() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path());
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    assert!(
+        b.facts().runner.as_deref().is_some_and(|r| r.contains("runner.sock")),
+        "{:?}",
+        b.facts().runner
+    );
+    let files = b.files().expect("a runner box serves its files");
+    files.write("a/b.txt", b"hello", false, &ctx).await.unwrap();
+    assert_eq!(files.read("a/b.txt", &ctx).await.unwrap(), Some(b"hello".to_vec()));
+    assert_eq!(b.download("a/b.txt", 100, &ctx).await.unwrap(), b"hello");
+    let ws = b.facts().workspace.clone().unwrap();
+    assert_eq!(std::fs::read(format!("{ws}/a/b.txt")).unwrap(), b"hello");
+    // Found again by a new provider (a new host process): still through the runner.
+    let again = provider(root.path()).attach(b.id(), &ctx).await.unwrap().unwrap();
+    assert!(again.files().is_some());
+    assert_eq!(
+        again.files().unwrap().read("a/b.txt", &ctx).await.unwrap(),
+        Some(b"hello".to_vec())
+    );
+    b.destroy(&ctx).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_arrives_whole_across_a_dropped_connection() {
+    let root = tempfile::tempdir().unwrap();
+    let mut opts = LocalOptions::at(root.path()).unwrap();
+    opts.runner = false;
+    let local = LocalProvider::new(opts).unwrap();
+    let ctx = Ctx::background();
+    let inner = local.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    // The same runner the provider would start, reached on its socket.
+    let sock = root.path().join("boxes").join(inner.id().name()).join("runner.sock");
+    let helper = agentbox_providers::helper::HelperCommand::discover().unwrap();
+    let mut program = vec![helper.program.to_string_lossy().into_owned()];
+    program.extend(helper.args);
+    agentbox_providers::runner::start(
+        inner.as_ref(),
+        &program,
+        &[format!("unix:{}", sock.display())],
+        None,
+        &ctx,
+    )
+    .await
+    .unwrap();
+    let b = RunnerSandbox::new(inner.clone(), Arc::new(agentbox_providers::runner::Address::Unix(sock)));
+    let script = "for i in $(seq 1 20); do echo line $i; sleep 0.05; done";
+    let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
+    let p = b.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap();
+    let client = b.client().clone();
+    let dropper = tokio::spawn(async move {
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            client.drop_connection().await;
+        }
+    });
+    let out = finish(p, FinishOptions::default()).await.unwrap();
+    dropper.await.unwrap();
+    let want: String = (1..=20).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(out.stdout_text(), want);
+    assert_eq!(out.status.code, 0);
+    inner.destroy(&ctx).await.unwrap();
+}
