@@ -214,7 +214,9 @@ async fn exec(env: &dyn ExecutionEnv, cmd: Command) -> Got {
 struct Boxes {
     rt: tokio::runtime::Runtime,
     local: Arc<dyn Sandbox>,
+    local_runner: Arc<dyn Sandbox>,
     docker: Option<Arc<dyn Sandbox>>,
+    docker_runner: Option<Arc<dyn Sandbox>>,
     _home: tempfile::TempDir,
 }
 
@@ -227,23 +229,43 @@ fn boxes() -> &'static Boxes {
             .build()
             .unwrap();
         let home = tempfile::tempdir().unwrap();
-        let (local, docker) = rt.block_on(async {
+        let (local, local_runner, docker, docker_runner) = rt.block_on(async {
             let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
+            let mut with_runner = LocalOptions::at(home.path()).unwrap();
+            with_runner.runner = true;
+            let lrp = LocalProvider::new(with_runner).unwrap();
             // The boxes live for the test process; their lifetime ends them soon after it.
             let spec = Spec::new(Duration::from_secs(600));
             let local = lp.create(&spec, &Ctx::background()).await.unwrap();
-            let docker = if agentbox_testing::services::docker_available("differential tests on a Docker box") {
-                let dp = DockerProvider::new(DockerOptions::default()).await.unwrap();
-                Some(dp.create(&spec, &Ctx::background()).await.unwrap())
-            } else {
-                None
-            };
-            (local, docker)
+            let local_runner = lrp.create(&spec, &Ctx::background()).await.unwrap();
+            assert!(
+                local_runner.files().is_some(),
+                "a local box made with a runner serves its files"
+            );
+            let (docker, docker_runner) =
+                if agentbox_testing::services::docker_available("differential tests on a Docker box") {
+                    let dp = DockerProvider::new(DockerOptions::default()).await.unwrap();
+                    let drp = DockerProvider::new(DockerOptions {
+                        runner: Some(agentbox_providers::helper::HelperCommand::discover().unwrap()),
+                        ..DockerOptions::default()
+                    })
+                    .await
+                    .unwrap();
+                    let d = dp.create(&spec, &Ctx::background()).await.unwrap();
+                    let dr = drp.create(&spec, &Ctx::background()).await.unwrap();
+                    assert!(dr.files().is_some(), "a Docker box made with a runner serves its files");
+                    (Some(d), Some(dr))
+                } else {
+                    (None, None)
+                };
+            (local, local_runner, docker, docker_runner)
         });
         Boxes {
             rt,
             local,
+            local_runner,
             docker,
+            docker_runner,
             _home: home,
         }
     })
@@ -292,6 +314,26 @@ proptest! {
     #[test]
     fn host_and_a_docker_box_agree(ops in prop::collection::vec(op(), 1..12)) {
         if let Some(d) = &boxes().docker {
+            same(d, &ops)?;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_local_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..14)) {
+        same(&boxes().local_runner, &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_docker_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..12)) {
+        if let Some(d) = &boxes().docker_runner {
             same(d, &ops)?;
         }
     }

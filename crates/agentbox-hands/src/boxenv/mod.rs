@@ -1,7 +1,9 @@
 //! `BoxEnv`: the `ExecutionEnv` over any [`Sandbox`].
 //!
-//! Every file operation and every command is one exec of a fixed script ([`scripts`]) with
-//! the paths as arguments. Every operation has a deadline, and so has the start of a command.
+//! Where the box has a runner ([`Sandbox::files`]), each file operation is one message to it,
+//! answered by the box's own system call; elsewhere (and for what the runner does not serve:
+//! canonical paths, links, temporaries, watches) every file operation and every command is one
+//! exec of a fixed script ([`scripts`]) with the paths as arguments. Every operation has a deadline, and so has the start of a command.
 //! A box that ended or stopped answering is an error on that call and on every later one.
 //! Commands run in a process group of their own; a stop asks the group to end, kills it a
 //! second later, and confirms from a second exec that no live process of it is left.
@@ -12,7 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ErrorCode, ExecOptions as BoxExecOptions, FinishOptions, Finished, Sandbox, finish};
+use agentbox_core::{
+    Ctx, ErrorCode, ExecOptions as BoxExecOptions, FileError, FileMeta, FileType, Files, FinishOptions, Finished,
+    Sandbox, finish,
+};
 use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
 
@@ -166,6 +171,50 @@ impl BoxEnv {
             ),
             ErrorCode::TooLarge => FsError::new(FsCode::NotSupported, path, e.message().to_string()),
             _ => FsError::new(FsCode::Unknown, path, format!("box {}: {e}", self.sandbox.id())),
+        }
+    }
+
+    /// The box's runner, when it has one: each file operation is then one message, and a
+    /// failure carries the errno the box's system call gave.
+    fn fast(&self) -> Option<&dyn Files> {
+        self.sandbox.files()
+    }
+
+    /// The runner and the op's context, unless the box was lost (which sticks).
+    fn fast_ctx(&self, path: &str, ctx: &Ctx) -> Result<(&dyn Files, Ctx), FsError> {
+        if let Some(why) = self.lost() {
+            return Err(FsError::new(FsCode::Unknown, path, why));
+        }
+        let files = self
+            .fast()
+            .ok_or_else(|| FsError::new(FsCode::Unknown, path, "the box has no runner"))?;
+        Ok((files, ctx.with_timeout(self.op_timeout)))
+    }
+
+    /// A runner's answer as the host's own call would fail (or as the box's loss, which sticks).
+    fn mapped<T>(&self, r: Result<T, FileError>, path: &str, ctx: &Ctx) -> Result<T, FsError> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(FileError::Os(n)) => Err(FsError::from_io(&std::io::Error::from_raw_os_error(n), path)),
+            Err(FileError::Box(e)) => Err(self.box_error(e, path, ctx)),
+        }
+    }
+
+    /// A whole file through the runner; `None` when it is over what one message carries.
+    async fn fast_read(&self, p: &str, ctx: &Ctx) -> Result<Option<Vec<u8>>, FsError> {
+        let r = self.mapped(
+            {
+                let (f, c) = self.fast_ctx(p, ctx)?;
+                f.read(p, &c).await
+            },
+            p,
+            ctx,
+        );
+        match r {
+            Ok(Some(b)) => Ok(Some(b)),
+            Ok(None) => Err(FsError::from_io(&std::io::Error::from_raw_os_error(2), p)),
+            Err(e) if e.code == FsCode::NotSupported => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -325,6 +374,24 @@ fn parse_info(path: &str, line: &str) -> Result<FileInfo, FsError> {
     })
 }
 
+/// Writes up to this size go through the runner in one message; larger ones by a script.
+const FAST_WRITE: usize = 8 << 20;
+
+/// A runner's metadata as hands' `FileInfo`, as the host's `info_of` builds it.
+fn info_of_meta(path: &str, m: &FileMeta) -> FileInfo {
+    FileInfo {
+        name: base_name(path),
+        path: path.to_string(),
+        kind: match m.kind {
+            FileType::Symlink => FileKind::Symlink,
+            FileType::Dir => FileKind::Directory,
+            FileType::File | FileType::Other => FileKind::File,
+        },
+        size: m.size,
+        mtime_ms: m.mtime_ms,
+    }
+}
+
 fn text(b: Vec<u8>) -> String {
     String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
@@ -346,6 +413,11 @@ impl ExecutionEnv for BoxEnv {
 
     async fn read_text_lines(&self, path: &str, max_lines: Option<usize>, ctx: &Ctx) -> Result<Vec<String>, FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some()
+            && let Some(b) = self.fast_read(&p, ctx).await?
+        {
+            return Ok(crate::path_lines(&text(b), max_lines));
+        }
         let bytes = match max_lines {
             Some(n) => self.ok(scripts::READ_LINES, &[&p, &n.to_string()], vec![], ctx).await?,
             None => self.ok(scripts::READ, &[&p], vec![], ctx).await?,
@@ -355,11 +427,58 @@ impl ExecutionEnv for BoxEnv {
 
     async fn read_binary_file(&self, path: &str, ctx: &Ctx) -> Result<Vec<u8>, FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some()
+            && let Some(b) = self.fast_read(&p, ctx).await?
+        {
+            return Ok(b);
+        }
         self.ok(scripts::READ, &[&p], vec![], ctx).await
     }
 
     async fn open_binary_reader(&self, path: &str, no_follow: bool, ctx: &Ctx) -> Result<BinaryReader, FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() {
+            // As the host's reader: the link itself, then what it names, then the bytes.
+            let link = self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.stat(&p, false, &c).await
+                },
+                &p,
+                ctx,
+            )?;
+            if no_follow && link.kind == FileType::Symlink {
+                return Err(FsError::new(
+                    FsCode::Invalid,
+                    &p,
+                    format!("Refusing to follow a symbolic link: {p}"),
+                ));
+            }
+            let target = self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.stat(&p, true, &c).await
+                },
+                &p,
+                ctx,
+            )?;
+            if target.kind == FileType::Dir {
+                return Err(FsError::new(FsCode::IsDirectory, &p, format!("{p}: Is a directory")));
+            }
+            if target.size > self.max_reader_bytes {
+                return Err(FsError::new(
+                    FsCode::NotSupported,
+                    &p,
+                    format!(
+                        "{p}: {} bytes, over the reader's {} bytes",
+                        target.size, self.max_reader_bytes
+                    ),
+                ));
+            }
+            if let Some(data) = self.fast_read(&p, ctx).await? {
+                return Ok(BinaryReader::new(info_of_meta(&p, &link), data));
+            }
+        }
         let max = self.max_reader_bytes.to_string();
         let nf = if no_follow { "1" } else { "0" };
         let out = self
@@ -381,16 +500,46 @@ impl ExecutionEnv for BoxEnv {
 
     async fn write_file(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<(), FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() && data.len() <= FAST_WRITE {
+            return self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.write(&p, data, false, &c).await
+                },
+                &p,
+                ctx,
+            );
+        }
         self.ok(scripts::WRITE, &[&p], data.to_vec(), ctx).await.map(|_| ())
     }
 
     async fn append_file(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<(), FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() && data.len() <= FAST_WRITE {
+            return self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.write(&p, data, true, &c).await
+                },
+                &p,
+                ctx,
+            );
+        }
         self.ok(scripts::APPEND, &[&p], data.to_vec(), ctx).await.map(|_| ())
     }
 
     async fn truncate_file(&self, path: &str, size: u64, ctx: &Ctx) -> Result<(), FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() {
+            return self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.truncate(&p, size, &c).await
+                },
+                &p,
+                ctx,
+            );
+        }
         self.ok(scripts::TRUNCATE, &[&p, &size.to_string()], vec![], ctx)
             .await
             .map(|_| ())
@@ -403,17 +552,58 @@ impl ExecutionEnv for BoxEnv {
 
     async fn rename_file(&self, src: &str, dst: &str, ctx: &Ctx) -> Result<(), FsError> {
         let (s, d) = (self.p(src)?, self.p(dst)?);
+        if self.fast().is_some() {
+            return self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&s, ctx)?;
+                    f.rename(&s, &d, &c).await
+                },
+                &s,
+                ctx,
+            );
+        }
         self.ok(scripts::RENAME, &[&s, &d], vec![], ctx).await.map(|_| ())
     }
 
     async fn file_info(&self, path: &str, ctx: &Ctx) -> Result<FileInfo, FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() {
+            let m = self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.stat(&p, false, &c).await
+                },
+                &p,
+                ctx,
+            )?;
+            return Ok(info_of_meta(&p, &m));
+        }
         let out = self.ok(scripts::INFO, &[&p], vec![], ctx).await?;
         parse_info(&p, String::from_utf8_lossy(&out).trim_end_matches('\n'))
     }
 
     async fn list_dir(&self, path: &str, ctx: &Ctx) -> Result<Vec<FileInfo>, FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() {
+            let listed = self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.list(&p, &c).await
+                },
+                &p,
+                ctx,
+            )?;
+            let mut entries: Vec<FileInfo> = listed
+                .iter()
+                .map(|m| {
+                    let mut i = info_of_meta(&crate::path::join(&[&p, &m.name]), m);
+                    i.name = m.name.clone();
+                    i
+                })
+                .collect();
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            return Ok(entries);
+        }
         let out = self.ok(scripts::LIST, &[&p], vec![], ctx).await?;
         let mut entries: Vec<FileInfo> = parse_records(&out, 4)
             .into_iter()
@@ -443,18 +633,52 @@ impl ExecutionEnv for BoxEnv {
 
     async fn exists(&self, path: &str, ctx: &Ctx) -> Result<bool, FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() {
+            return match self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.stat(&p, false, &c).await
+                },
+                &p,
+                ctx,
+            ) {
+                Ok(_) => Ok(true),
+                Err(e) if matches!(e.code, FsCode::NotFound | FsCode::NotDirectory) => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
         let out = self.ok(scripts::EXISTS, &[&p], vec![], ctx).await?;
         Ok(out.starts_with(b"yes"))
     }
 
     async fn create_dir(&self, path: &str, recursive: bool, ctx: &Ctx) -> Result<(), FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() {
+            return self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.mkdir(&p, recursive, &c).await
+                },
+                &p,
+                ctx,
+            );
+        }
         let script = if recursive { scripts::MKDIR_P } else { scripts::MKDIR };
         self.ok(script, &[&p], vec![], ctx).await.map(|_| ())
     }
 
     async fn remove(&self, path: &str, recursive: bool, force: bool, ctx: &Ctx) -> Result<(), FsError> {
         let p = self.p(path)?;
+        if self.fast().is_some() {
+            return self.mapped(
+                {
+                    let (f, c) = self.fast_ctx(&p, ctx)?;
+                    f.remove(&p, recursive, force, &c).await
+                },
+                &p,
+                ctx,
+            );
+        }
         let flags = match (recursive, force) {
             (true, true) => "rf",
             (true, false) => "r",

@@ -35,6 +35,8 @@ use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
 };
 
+use crate::helper::HelperCommand;
+use crate::runner::{Address, Dial, Relay, RunnerSandbox};
 use crate::util::{now_ms, random_hex};
 pub use sandbox::DockerSandbox;
 
@@ -52,6 +54,12 @@ const LABEL_ENDS_AT: &str = "agentbox.ends_at_ms";
 const LABEL_DROP_CAPS: &str = "agentbox.drop_capabilities";
 const LABEL_WORKSPACE: &str = "agentbox.workspace";
 const LABEL_USER: &str = "agentbox.user";
+const LABEL_RUNNER: &str = "agentbox.runner";
+
+/// Where a box's runner binary is mounted.
+pub const RUNNER_IN_BOX: &str = "/opt/agentbox/agentbox-runner";
+/// The unix socket the runner listens on in the box (the relay's way in).
+const RUNNER_SOCKET_IN_BOX: &str = "/tmp/agentbox-runner.sock";
 
 /// A named Docker volume mounted on every box (after the spec's binds).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,6 +91,11 @@ pub struct DockerOptions {
     pub volumes: Vec<NamedVolume>,
     /// Where programs start unless a spec names a workspace.
     pub workspace: String,
+    /// A runner to start in every box made: this machine's `agentbox-runner` (a static build
+    /// needs nothing in the image), mounted read-only at [`RUNNER_IN_BOX`]. Each command and
+    /// file operation is then one message over the container's address, or over a relay exec
+    /// when the box has no network. Needs a local engine (it is a bind mount).
+    pub runner: Option<HelperCommand>,
 }
 
 impl Default for DockerOptions {
@@ -96,6 +109,7 @@ impl Default for DockerOptions {
             drop_capabilities: false,
             volumes: Vec::new(),
             workspace: DEFAULT_WORKSPACE.into(),
+            runner: None,
         }
     }
 }
@@ -277,8 +291,136 @@ impl DockerProvider {
             .and_then(|s| s.started_at.as_deref())
             .and_then(parse_rfc3339_ms);
         let facts = facts_of(&host, ends_at, created_ms, &workspace);
-        Ok(Some(self.sandbox(name.to_string(), facts, labels, workspace)))
+        let b = self.sandbox(name.to_string(), facts, labels, workspace);
+        if all_labels.get(LABEL_RUNNER).map(String::as_str) == Some("1") {
+            let ip = container_ip(&info);
+            return Ok(Some(self.through_runner(b, ip, false, &Ctx::background()).await?));
+        }
+        Ok(Some(b))
     }
+
+    /// The box through its runner: over the container's address with this machine's token
+    /// for it, else over a relay exec (no network, or a runner another machine started);
+    /// a runner that does not answer either way is started (`fresh`: the box was just made).
+    async fn through_runner(
+        &self,
+        b: Arc<dyn Sandbox>,
+        ip: Option<String>,
+        fresh: bool,
+        ctx: &Ctx,
+    ) -> Result<Arc<dyn Sandbox>> {
+        let Some(helper) = &self.opts.runner else {
+            // Made with a runner, found by a provider without one: its own exec still works.
+            return Ok(b);
+        };
+        let token = runner_token(b.id().name())?;
+        let mut program = vec![RUNNER_IN_BOX.to_string()];
+        program.extend(helper.args.iter().cloned());
+        let relay = Relay {
+            sandbox: b.clone(),
+            argv: program
+                .iter()
+                .cloned()
+                .chain(["relay".to_string(), format!("unix:{RUNNER_SOCKET_IN_BOX}")])
+                .collect(),
+        };
+        let dial: Arc<dyn Dial> = match &ip {
+            Some(ip) => Arc::new(Address::Tcp {
+                addr: format!("{ip}:{}", agentbox_protocol::runner::PORT),
+                token: Some(token.clone()),
+            }),
+            None => Arc::new(relay),
+        };
+        if fresh {
+            let mut listen = vec![format!("unix:{RUNNER_SOCKET_IN_BOX}")];
+            if ip.is_some() {
+                listen.push(format!("0.0.0.0:{}", agentbox_protocol::runner::PORT));
+            }
+            crate::runner::start(
+                b.as_ref(),
+                &program,
+                &listen,
+                ip.is_some().then_some(token.as_str()),
+                ctx,
+            )
+            .await?;
+            let r = RunnerSandbox::new(b, dial);
+            r.check(ctx).await?;
+            return Ok(Arc::new(r));
+        }
+        let r = RunnerSandbox::new(b.clone(), dial);
+        if r.check(ctx).await.is_ok() {
+            return Ok(Arc::new(r));
+        }
+        let relay = Relay {
+            sandbox: b.clone(),
+            argv: program
+                .iter()
+                .cloned()
+                .chain(["relay".to_string(), format!("unix:{RUNNER_SOCKET_IN_BOX}")])
+                .collect(),
+        };
+        let r = RunnerSandbox::new(b.clone(), Arc::new(relay));
+        if r.check(ctx).await.is_ok() {
+            return Ok(Arc::new(r));
+        }
+        Box::pin(self.through_runner(b, ip, true, ctx)).await
+    }
+}
+
+/// The container's address on its first network, where it has one.
+fn container_ip(info: &bollard::models::ContainerInspectResponse) -> Option<String> {
+    info.network_settings
+        .as_ref()?
+        .networks
+        .as_ref()?
+        .values()
+        .filter_map(|n| n.ip_address.clone())
+        .find(|ip| !ip.is_empty())
+}
+
+/// The bearer token of a box's runner: HMAC-SHA256 of the box's name under this machine's
+/// key (`$AGENTBOX_HOME/runner.key`, made mode 0600 at first use), so no token is stored
+/// anywhere and only this machine can compute it. It reaches the runner on its stdin.
+fn runner_token(name: &str) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let home = crate::local::default_home()?;
+    std::fs::create_dir_all(&home).map_err(|e| Error::io(e, format!("creating {}", home.display())))?;
+    let path = home.join("runner.key");
+    let key = match std::fs::read(&path) {
+        Ok(k) if k.len() == 32 => k,
+        _ => {
+            let hex = random_hex(32)?;
+            let k: Vec<u8> = (0..32)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0))
+                .collect();
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let tmp = path.with_extension("tmp");
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(|e| Error::io(e, format!("creating {}", tmp.display())))?;
+            f.write_all(&k)
+                .map_err(|e| Error::io(e, format!("writing {}", tmp.display())))?;
+            // Two first uses at once: the first rename wins, and both read what won.
+            let _ = std::fs::hard_link(&tmp, &path);
+            let _ = std::fs::remove_file(&tmp);
+            std::fs::read(&path).map_err(|e| Error::io(e, format!("reading {}", path.display())))?
+        }
+    };
+    let mut block = [0u8; 64];
+    block[..32].copy_from_slice(&key);
+    let pad = |b: u8| block.iter().map(|k| k ^ b).collect::<Vec<u8>>();
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(name.as_bytes())
+        .finalize();
+    let mac = Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize();
+    Ok(mac.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn remove_options() -> RemoveContainerOptions {
@@ -312,6 +454,8 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         .iter()
         .flatten()
         .filter(|m| m.typ == Some(MountType::BIND))
+        // The runner's binary is the provider's, not the spec's.
+        .filter(|m| m.target.as_deref() != Some(RUNNER_IN_BOX))
         .filter_map(|m| {
             Some(agentbox_core::Mount {
                 source: m.source.clone()?,
@@ -424,6 +568,20 @@ impl Provider for DockerProvider {
                 ..Default::default()
             });
         }
+        if let Some(r) = &self.opts.runner {
+            if !daemon::is_local() {
+                return Err(Error::unsupported(
+                    "docker runner: the runner binary is mounted from this machine, and the engine is remote",
+                ));
+            }
+            mounts.push(Mount {
+                typ: Some(MountType::BIND),
+                source: Some(r.program.to_string_lossy().into_owned()),
+                target: Some(RUNNER_IN_BOX.into()),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
         for v in &self.opts.volumes {
             mounts.push(Mount {
                 typ: Some(MountType::VOLUME),
@@ -451,6 +609,9 @@ impl Provider for DockerProvider {
         labels.insert(LABEL_WORKSPACE.into(), workspace.clone());
         if let Some(u) = &self.opts.user {
             labels.insert(LABEL_USER.into(), u.clone());
+        }
+        if self.opts.runner.is_some() {
+            labels.insert(LABEL_RUNNER.into(), "1".into());
         }
 
         let cpus = spec.cpus.or(self.opts.cpus);
@@ -527,10 +688,22 @@ impl Provider for DockerProvider {
             .docker
             .inspect_container(&name, None::<InspectContainerOptions>)
             .await;
-        let host = inspected.ok().and_then(|i| i.host_config).unwrap_or_default();
+        let inspected = inspected.ok();
+        let ip = inspected.as_ref().and_then(container_ip);
+        let host = inspected.and_then(|i| i.host_config).unwrap_or_default();
         let facts = facts_of(&host, ends_at, Some(created), &workspace);
         debug_assert_eq!(id.name(), name);
-        Ok(self.sandbox(name, facts, spec.labels.clone(), workspace))
+        let b = self.sandbox(name.clone(), facts, spec.labels.clone(), workspace);
+        if self.opts.runner.is_none() {
+            return Ok(b);
+        }
+        match self.through_runner(b, ip, true, ctx).await {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                let _ = self.docker.remove_container(&name, Some(remove_options())).await;
+                Err(e.context("starting the box's runner"))
+            }
+        }
     }
 
     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
