@@ -107,6 +107,10 @@ pub struct CreateArgs {
     /// Drop every capability and forbid new privileges (docker).
     #[arg(long)]
     drop_capabilities: bool,
+    /// Start the in-box runner, so each command and file operation is one message rather
+    /// than a process (local, docker).
+    #[arg(long)]
+    runner: bool,
     /// Print the id and the facts as JSON.
     #[arg(long)]
     json: bool,
@@ -152,13 +156,28 @@ fn memory_mb(s: &str) -> std::result::Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is not a memory size (512, 512m, 4g)"))
 }
 
-/// The provider called `name`, set up from the environment.
+/// The provider called `name`, set up from the environment; a box made with a runner is
+/// found through its runner.
 pub async fn provider(name: &str) -> Result<Arc<dyn Provider>> {
-    provider_with(name, DockerOptions::default()).await
+    let docker = DockerOptions {
+        runner: runner_helper().ok(),
+        ..DockerOptions::default()
+    };
+    provider_with(name, docker, false).await
 }
 
-/// The provider called `name`; `docker` is how a Docker provider makes its boxes.
-pub async fn provider_with(name: &str, docker: DockerOptions) -> Result<Arc<dyn Provider>> {
+/// The runner program to mount in Docker boxes: `agentbox-runner` (`$AGENTBOX_RUNNER`, or beside
+/// this executable), else this executable itself (`agentbox runner …`).
+pub fn runner_helper() -> Result<HelperCommand> {
+    HelperCommand::discover().or_else(|_| {
+        let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
+        Ok(HelperCommand::new(exe, vec!["runner".into()]))
+    })
+}
+
+/// The provider called `name`; `docker` is how a Docker provider makes its boxes, `runner`
+/// whether a local provider starts a runner in each box it makes.
+pub async fn provider_with(name: &str, docker: DockerOptions, runner: bool) -> Result<Arc<dyn Provider>> {
     match name {
         "docker" => Ok(Arc::new(DockerProvider::new(docker).await?)),
         "local" => {
@@ -168,7 +187,7 @@ pub async fn provider_with(name: &str, docker: DockerOptions) -> Result<Arc<dyn 
                 path: agentbox_providers::local::DEFAULT_PATH.into(),
                 // This binary is its own supervisor: `agentbox runner supervise …`.
                 supervisor: HelperCommand::new(exe, vec!["runner".into()]),
-                runner: false,
+                runner,
             })?))
         }
         other => Err(Error::invalid(format!(
@@ -209,6 +228,11 @@ pub async fn run(cmd: BoxCommand) -> Result<i32> {
                 user: a.user.clone(),
                 pids_limit: a.pids_limit,
                 drop_capabilities: a.drop_capabilities,
+                runner: if a.runner && a.provider == "docker" {
+                    Some(runner_helper()?)
+                } else {
+                    None
+                },
                 ..Default::default()
             };
             if a.provider != "docker" {
@@ -225,7 +249,10 @@ pub async fn run(cmd: BoxCommand) -> Result<i32> {
                     }
                 }
             }
-            let b = provider_with(&a.provider, docker).await?.create(&spec, &ctx).await?;
+            let b = provider_with(&a.provider, docker, a.runner)
+                .await?
+                .create(&spec, &ctx)
+                .await?;
             if a.json {
                 println!("{}", serde_json::json!({ "id": b.id(), "facts": b.facts() }));
             } else {

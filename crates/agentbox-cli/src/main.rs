@@ -35,8 +35,10 @@ enum Command {
     Demo,
     /// Measure boxes side by side with their baseline, as ratios.
     Bench(bench::BenchArgs),
-    /// The in-box program (the local box supervisor); run by agentbox itself.
-    #[command(hide = true)]
+    /// The in-box runner: one connection for every process and file of a box. `--listen ADDR`
+    /// (repeatable; `unix:PATH` for a unix socket; default 0.0.0.0:7700) or `--stdio`; see
+    /// `agentbox runner --help`.
+    #[command(disable_help_flag = true)]
     Runner {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,

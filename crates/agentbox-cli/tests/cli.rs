@@ -322,3 +322,59 @@ fn sync_seed_then_pull_keeps_its_mark_between_calls() {
     assert_eq!(again["fetched"], 0);
     h.ok(&["box", "rm", &id]);
 }
+
+#[test]
+fn a_box_made_with_a_runner_from_the_cli() {
+    let h = Home::new();
+    let id = h
+        .ok(&["box", "create", "--runner", "--lifetime", "2m"])
+        .trim()
+        .to_string();
+    let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+    assert!(
+        facts["runner"].as_str().is_some_and(|r| r.contains("runner.sock")),
+        "{facts}"
+    );
+    let out = h.run(
+        &["box", "exec", &id, "--", "sh", "-c", "cat; echo done; exit 4"],
+        b"piped in\n",
+    );
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "piped in\ndone\n");
+    h.ok(&["tool", &id, "write", "--args", r#"{"path":"a.txt","content":"one\n"}"#]);
+    let read = h.ok(&["tool", &id, "read", "--args", r#"{"path":"a.txt"}"#]);
+    assert!(read.contains("one"), "{read}");
+    h.ok(&["box", "rm", &id]);
+    if agentbox_testing::services::docker_available("a_box_made_with_a_runner_from_the_cli (docker)") {
+        let id = h
+            .ok(&["box", "create", "--provider", "docker", "--runner", "--lifetime", "2m"])
+            .trim()
+            .to_string();
+        let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+        assert!(facts["runner"].as_str().is_some_and(|r| r.contains(":7700")), "{facts}");
+        assert_eq!(h.ok(&["box", "exec", &id, "--", "echo", "in docker"]), "in docker\n");
+        h.ok(&["box", "rm", &id]);
+    }
+}
+
+#[test]
+fn the_runner_serves_stdio_and_refuses_bad_arguments_in_one_line() {
+    let h = Home::new();
+    // A run over stdio: length, kind, payload.
+    let payload = br#"{"op":"run","id":1,"command":"echo over stdio","stdin":false}"#;
+    let mut msg = ((payload.len() + 1) as u32).to_be_bytes().to_vec();
+    msg.push(b't');
+    msg.extend_from_slice(payload);
+    let out = h.run(&["runner", "--stdio"], &msg);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("over stdio") && text.contains(r#""op":"exit""#),
+        "{text:?}"
+    );
+    let out = h.run(&["runner", "--bogus"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    assert!(err.contains("--bogus"), "{err:?}");
+}

@@ -45,7 +45,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
             match server::Config::from_args(rest) {
                 Ok(c) => exit_code("serve", server::main(c)),
                 Err(e) => {
-                    eprintln!("agentbox-runner: {e}\n{}", server::USAGE);
+                    eprintln!("agentbox-runner: {e} (see --help)");
                     2
                 }
             }

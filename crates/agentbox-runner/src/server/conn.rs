@@ -38,8 +38,10 @@ struct PendingWrite {
     append: bool,
 }
 
-/// Serve one connection until `rx` ends; its processes run on.
-pub async fn serve(runner: Arc<Runner>, mut rx: mpsc::Receiver<Inbound>, tx: mpsc::Sender<Message>) {
+/// Serve one connection until `rx` ends; its processes run on. With `half_close`, the end of
+/// `rx` is only the end of requests (stdin closed): the processes' output and exits still go
+/// out on `tx` until they end.
+pub async fn serve(runner: Arc<Runner>, mut rx: mpsc::Receiver<Inbound>, tx: mpsc::Sender<Message>, half_close: bool) {
     let conn = runner.next_conn.fetch_add(1, Ordering::Relaxed);
     let mut c = Conn {
         runner,
@@ -62,6 +64,9 @@ pub async fn serve(runner: Arc<Runner>, mut rx: mpsc::Receiver<Inbound>, tx: mps
             Inbound::Message(Message::Text(t)) => c.text(&t).await,
             Inbound::Message(Message::Binary(b)) => c.binary(b).await,
         }
+    }
+    if half_close {
+        return;
     }
     for m in c.mine.values() {
         if let Some(h) = c.runner.procs.lock().unwrap().get(&m.handle) {

@@ -104,7 +104,7 @@ pub(crate) async fn serve(config: Config, runner: Arc<Runner>, detached: bool) -
         let (out_tx, out_rx) = mpsc::channel(64);
         let reader = tokio::spawn(read_messages(tokio::io::stdin(), in_tx));
         let writer = tokio::spawn(write_messages(tokio::io::stdout(), out_rx));
-        conn::serve(runner.clone(), in_rx, out_tx).await;
+        conn::serve(runner.clone(), in_rx, out_tx, true).await;
         reader.abort();
         let _ = writer.await;
         // A dropped connection ends no process: wait for them, unless others may still connect.
@@ -291,7 +291,7 @@ where
         }
         let _ = sink.close().await;
     });
-    conn::serve(runner, in_rx, out_tx).await;
+    conn::serve(runner, in_rx, out_tx, false).await;
     reader.abort();
     let _ = writer.await;
 }
