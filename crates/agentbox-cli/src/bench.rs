@@ -13,8 +13,10 @@ use clap::Args;
 #[derive(Args)]
 pub struct BenchArgs {
     /// What to measure: `boxes` (create, exec), `hands` (each file operation and a command,
-    /// on the host and in boxes) or `sync` (extracting a 10,000-file tree vs GNU tar).
-    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "sync"])]
+    /// on the host and in boxes), `runner` (exec, read and write through a box's runner vs
+    /// one exec per operation, on local and Docker boxes) or `sync` (extracting a
+    /// 10,000-file tree vs GNU tar).
+    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync"])]
     what: String,
     /// Samples of each side.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
@@ -54,6 +56,9 @@ fn stats(mut v: Vec<Duration>) -> Stats {
     }
 }
 
+/// The pause after each sample, untimed.
+const SETTLE: Duration = Duration::from_millis(20);
+
 /// Time `baseline` and `subject` alternately, `n` times each.
 async fn measure<B, BF, S, SF>(n: u32, mut baseline: B, mut subject: S) -> Result<(Stats, Stats)>
 where
@@ -70,9 +75,13 @@ where
         let t = Instant::now();
         baseline().await?;
         a.push(t.elapsed());
+        // What one side leaves running (a daemon's clean-up after an exec) must not be
+        // timed as the other's: both sides settle alike before each sample.
+        tokio::time::sleep(SETTLE).await;
         let t = Instant::now();
         subject().await?;
         b.push(t.elapsed());
+        tokio::time::sleep(SETTLE).await;
     }
     Ok((stats(a), stats(b)))
 }
@@ -140,6 +149,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     if args.what == "sync" {
         return sync(args).await;
     }
+    if args.what == "runner" {
+        return runner(args).await;
+    }
     let provider = crate::boxes::provider(&args.provider).await?;
     let n = args.iterations;
     let name = provider.name().to_string();
@@ -195,10 +207,14 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         b,
     ));
 
-    if args.json {
+    print_pairs(&pairs, args.json)
+}
+
+fn print_pairs(pairs: &[Pair], json: bool) -> Result<()> {
+    if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&pairs).map_err(|e| Error::unknown(e.to_string()))?
+            serde_json::to_string_pretty(pairs).map_err(|e| Error::unknown(e.to_string()))?
         );
         return Ok(());
     }
@@ -206,7 +222,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         "{:<32} {:>20} {:>20} {:>8}",
         "operation", "baseline ms", "agentbox ms", "ratio"
     );
-    for p in &pairs {
+    for p in pairs {
         println!(
             "{:<32} {:>20} {:>20} {:>7.2}x",
             p.name,
@@ -506,4 +522,178 @@ async fn sync(args: BenchArgs) -> Result<()> {
         println!("bytes out of the box: full pull {full_bytes}, incremental pull {inc_bytes}");
     }
     Ok(())
+}
+
+/// A box twice over: `plain`, whose every operation is an exec, and `through`, the same box
+/// through its runner.
+struct Twin {
+    plain: Arc<dyn Sandbox>,
+    through: Arc<dyn Sandbox>,
+}
+
+async fn twin(provider: &str, ctx: &Ctx) -> Result<Twin> {
+    let spec = Spec::new(Duration::from_secs(900)).label("agentbox-bench", "1");
+    if provider == "docker" {
+        let with = crate::boxes::provider_with(
+            "docker",
+            agentbox_providers::docker::DockerOptions {
+                runner: Some(crate::boxes::runner_helper()?),
+                ..Default::default()
+            },
+            false,
+        )
+        .await?;
+        let through = with.create(&spec, ctx).await?;
+        let without =
+            crate::boxes::provider_with("docker", agentbox_providers::docker::DockerOptions::default(), false).await?;
+        let plain = without
+            .attach(through.id(), ctx)
+            .await?
+            .ok_or_else(|| Error::gone("the bench's Docker box ended"))?;
+        return Ok(Twin { plain, through });
+    }
+    let plain = crate::boxes::provider_with(provider, Default::default(), false)
+        .await?
+        .create(&spec, ctx)
+        .await?;
+    let sock = agentbox_providers::local::default_home()?
+        .join("boxes")
+        .join(plain.id().name())
+        .join("bench-runner.sock");
+    let helper = crate::boxes::runner_helper()?;
+    let mut program = vec![helper.program.to_string_lossy().into_owned()];
+    program.extend(helper.args);
+    agentbox_providers::runner::start(
+        plain.as_ref(),
+        &program,
+        &[format!("unix:{}", sock.display())],
+        None,
+        ctx,
+    )
+    .await?;
+    let through: Arc<dyn Sandbox> = Arc::new(agentbox_providers::runner::RunnerSandbox::new(
+        plain.clone(),
+        Arc::new(agentbox_providers::runner::Address::Unix(sock)),
+    ));
+    Ok(Twin { plain, through })
+}
+
+/// One exec of `argv` with `stdin`, required to exit 0; its stdout.
+async fn exec_ok(b: &dyn Sandbox, argv: &[&str], stdin: &[u8]) -> Result<Vec<u8>> {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    let p = b.exec(&argv, &ExecOptions::default(), &ctx).await?;
+    let out = finish(
+        p,
+        FinishOptions {
+            stdin: stdin.to_vec(),
+            ..Default::default()
+        },
+    )
+    .await?;
+    if !out.status.success() {
+        return Err(Error::unknown(format!(
+            "{argv:?} exited {}: {}",
+            out.status.code,
+            out.stderr_text()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+fn file_err(e: agentbox_core::FileError) -> Error {
+    match e {
+        agentbox_core::FileError::Box(e) => e,
+        agentbox_core::FileError::Os(n) => Error::io(std::io::Error::from_raw_os_error(n), "a file operation"),
+    }
+}
+
+/// Exec, read and write through the runner vs one exec per operation, on local and Docker
+/// boxes: the same box on both sides, interleaved sample by sample.
+async fn runner(args: BenchArgs) -> Result<()> {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(900));
+    let n = args.iterations;
+    let mut pairs = Vec::new();
+    eprintln!("agentbox bench runner: {n} samples of each side, interleaved");
+    for provider in ["local", "docker"] {
+        let t = match twin(provider, &ctx).await {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("agentbox bench runner: no {provider} box ({e}); measuring without it");
+                continue;
+            }
+        };
+        let block = vec![b'r'; 4096];
+        let files = t
+            .through
+            .files()
+            .ok_or_else(|| Error::unknown("the runner box serves no files"))?;
+        files
+            .write("bench/4k.bin", &block, false, &ctx)
+            .await
+            .map_err(file_err)?;
+        let measured = async {
+            let (a, b) = measure(
+                n,
+                || async { exec_ok(&*t.plain, &["true"], b"").await.map(|_| ()) },
+                || async { exec_ok(&*t.through, &["true"], b"").await.map(|_| ()) },
+            )
+            .await?;
+            pairs.push(pair(
+                "exec round trip of true",
+                "one exec",
+                &format!("{provider} box's runner"),
+                a,
+                b,
+            ));
+            let (a, b) = measure(
+                n,
+                || async {
+                    let got = exec_ok(&*t.plain, &["cat", "bench/4k.bin"], b"").await?;
+                    if got.len() == 4096 {
+                        Ok(())
+                    } else {
+                        Err(Error::unknown("a short read"))
+                    }
+                },
+                || async {
+                    let got = files.read("bench/4k.bin", &Ctx::background()).await.map_err(file_err)?;
+                    if got.is_some_and(|g| g.len() == 4096) {
+                        Ok(())
+                    } else {
+                        Err(Error::unknown("a short read"))
+                    }
+                },
+            )
+            .await?;
+            pairs.push(pair("read 4 KB", "exec cat", &format!("{provider} box's runner"), a, b));
+            let (a, b) = measure(
+                n,
+                || async {
+                    exec_ok(&*t.plain, &["sh", "-c", "cat > bench/w.bin"], &block)
+                        .await
+                        .map(|_| ())
+                },
+                || async {
+                    files
+                        .write("bench/w.bin", &block, false, &Ctx::background())
+                        .await
+                        .map_err(file_err)
+                },
+            )
+            .await?;
+            pairs.push(pair(
+                "write 4 KB",
+                "exec sh -c 'cat > f'",
+                &format!("{provider} box's runner"),
+                a,
+                b,
+            ));
+            Ok::<_, Error>(())
+        }
+        .await;
+        let _ = t.through.destroy(&ctx).await;
+        measured?;
+    }
+    print_pairs(&pairs, args.json)
 }
