@@ -160,3 +160,89 @@ async fn a_new_provider_finds_the_runner_and_the_token_is_never_in_the_box() {
     assert_eq!(key.len(), 32);
     b.destroy(&ctx).await.unwrap();
 }
+
+/// Whether `path` is an ELF file with no program interpreter (static), read from its headers.
+fn is_static_elf(path: &std::path::Path) -> bool {
+    let Ok(b) = std::fs::read(path) else { return false };
+    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 {
+        return false;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(b[32..40].try_into().unwrap()) as usize;
+    let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    (0..phnum).all(|i| {
+        let at = phoff + i * phentsize;
+        // PT_INTERP (3) names the dynamic loader a dynamic binary needs.
+        b.get(at..at + 4)
+            .is_some_and(|t| u32::from_le_bytes(t.try_into().unwrap()) != 3)
+    })
+}
+
+#[test]
+fn the_runner_needs_nothing_in_the_box() {
+    if !docker_available("the_runner_needs_nothing_in_the_box") {
+        return;
+    }
+    let helper = HelperCommand::discover().expect("the agentbox-runner binary");
+    if !is_static_elf(&helper.program) {
+        let why = format!(
+            "{} is not a static build: set AGENTBOX_RUNNER to scripts/runner-static's (scripts/test does)",
+            helper.program.display()
+        );
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("the_runner_needs_nothing_in_the_box: {why}");
+        }
+        eprintln!("\n!!!! the_runner_needs_nothing_in_the_box did NOT run: {why} !!!!\n");
+        return;
+    }
+    // An image holding the runner and nothing else: no libc, no shell, no loader.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&helper.program, dir.path().join("agentbox-runner")).unwrap();
+    let image = "agentbox-runner-only:test";
+    let tar = Command::new("tar")
+        .args(["-C", &dir.path().to_string_lossy(), "-cf", "-", "agentbox-runner"])
+        .output()
+        .unwrap();
+    let mut import = Command::new("docker")
+        .args(["import", "-", image])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut import.stdin.take().unwrap(), &tar.stdout).unwrap();
+    assert!(import.wait().unwrap().success(), "docker import");
+    let id = docker(&[
+        "run",
+        "-d",
+        "--rm",
+        "--entrypoint",
+        "/agentbox-runner",
+        image,
+        "--listen",
+        "0.0.0.0:7700",
+    ])
+    .expect("a container of the runner alone");
+    let ip = docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        &id,
+    ])
+    .unwrap();
+    let mut answer = String::new();
+    for _ in 0..50 {
+        if let Ok(mut s) = std::net::TcpStream::connect(format!("{ip}:7700")) {
+            use std::io::{Read, Write};
+            s.write_all(b"GET /runner/health HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+            let _ = s.read_to_string(&mut answer);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = docker(&["rm", "-f", &id]);
+    let _ = docker(&["rmi", image]);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains(r#""protocol":2"#),
+        "{answer:?}"
+    );
+}

@@ -167,7 +167,7 @@ impl Conn {
                 }
             }
             Request::Stop { .. } => {
-                self.runner.stop_all();
+                self.runner.stop_all().await;
                 self.answer(Answer::Ok { id }).await
             }
             Request::Forget { .. } => {
@@ -349,6 +349,7 @@ impl Conn {
         });
         let (ctl, ctl_rx) = mpsc::channel(16);
         let delivered = Arc::new(AtomicBool::new(false));
+        let settled = Arc::new(AtomicBool::new(false));
         self.runner.procs.lock().unwrap().insert(
             handle,
             Handle {
@@ -356,6 +357,7 @@ impl Conn {
                 pgid: pid as i32,
                 delivered: delivered.clone(),
                 stdin: stdin_tx.clone(),
+                settled: settled.clone(),
             },
         );
         self.mine.insert(
@@ -373,17 +375,18 @@ impl Conn {
         let first = self.attachment(id);
         let resumable = self.extended;
         let max = self.runner.limits.max_buffered;
-        tokio::spawn(process::run(
+        let task = process::Task {
             child,
             resumable,
-            max,
+            max_buffered: max,
             first,
-            ctl_rx,
+            rx: ctl_rx,
             delivered,
-            move || {
-                runner.procs.lock().unwrap().remove(&handle);
-            },
-        ));
+            settled,
+        };
+        tokio::spawn(process::run(task, move || {
+            runner.procs.lock().unwrap().remove(&handle);
+        }));
         Ok(())
     }
 

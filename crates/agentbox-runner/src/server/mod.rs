@@ -194,10 +194,22 @@ impl Runner {
         }
     }
 
-    fn stop_all(&self) {
-        let handles: Vec<u64> = self.procs.lock().unwrap().keys().copied().collect();
-        for h in handles {
-            self.signal(h, 9);
+    /// Kill every process, and wait (up to 5 s) until each exit went out, so a client hears
+    /// its processes' exits before `stop`'s answer.
+    async fn stop_all(&self) {
+        let handles: Vec<(u64, Arc<std::sync::atomic::AtomicBool>)> = self
+            .procs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, h)| (*k, h.settled.clone()))
+            .collect();
+        for (h, _) in &handles {
+            self.signal(*h, 9);
+        }
+        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while tokio::time::Instant::now() < until && !handles.iter().all(|(_, s)| s.load(Ordering::Relaxed)) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }
 }

@@ -104,19 +104,41 @@ pub struct Handle {
     pub delivered: Arc<AtomicBool>,
     /// Its stdin's writer (`None` ends it), for whichever connection resumes it.
     pub stdin: Option<mpsc::Sender<Option<Vec<u8>>>>,
+    /// Whether it ended and its exit went to its connection (or it has none): what `stop`
+    /// waits for before it answers, so a client hears each exit before `ok`.
+    pub settled: Arc<AtomicBool>,
+}
+
+/// What a process task starts from.
+pub struct Task {
+    /// The program, spawned with piped stdout and stderr.
+    pub child: Child,
+    /// Started by a protocol-3 connection: its output is kept for a resume.
+    pub resumable: bool,
+    /// Output bytes kept that no client has taken.
+    pub max_buffered: usize,
+    /// The connection that started it.
+    pub first: Attachment,
+    /// Commands from connections.
+    pub rx: mpsc::Receiver<Command>,
+    /// Set once its exit went to a client.
+    pub delivered: Arc<AtomicBool>,
+    /// Set once it ended and its exit went out (or had nowhere to go).
+    pub settled: Arc<AtomicBool>,
 }
 
 /// Run the process task until the process ended and its exit reached a client that keeps it
 /// no longer (or it was forgotten). `done` runs last, to take it out of the runner's table.
-pub async fn run(
-    mut child: Child,
-    resumable: bool,
-    max_buffered: usize,
-    first: Attachment,
-    mut rx: mpsc::Receiver<Command>,
-    delivered: Arc<AtomicBool>,
-    done: impl FnOnce(),
-) {
+pub async fn run(task: Task, done: impl FnOnce()) {
+    let Task {
+        mut child,
+        resumable,
+        max_buffered,
+        first,
+        mut rx,
+        delivered,
+        settled,
+    } = task;
     let mut stdout: Option<Box<dyn AsyncRead + Unpin + Send>> = child.stdout.take().map(|s| Box::new(s) as _);
     let mut stderr: Option<Box<dyn AsyncRead + Unpin + Send>> = child.stderr.take().map(|s| Box::new(s) as _);
     let mut out = Output {
@@ -135,6 +157,9 @@ pub async fn run(
     let mut eb = vec![0u8; 64 << 10];
     loop {
         let finished = exit.is_some() && stdout.is_none() && stderr.is_none();
+        if finished && (exit_sent || at.is_none()) {
+            settled.store(true, Ordering::Relaxed);
+        }
         if finished && (forgotten || (exit_sent && !resumable) || (at.is_none() && !resumable)) {
             break;
         }
@@ -205,6 +230,7 @@ pub async fn run(
         }
         out.trim(sent, keep);
     }
+    settled.store(true, Ordering::Relaxed);
     done();
 }
 
