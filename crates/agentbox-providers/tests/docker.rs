@@ -7,39 +7,9 @@ use std::time::{Duration, Instant};
 
 use agentbox_core::{Ctx, ErrorCode, ExecOptions, FinishOptions, Mount, Network, Provider, SandboxId, Spec, finish};
 use agentbox_providers::docker::{DockerOptions, DockerProvider, NamedVolume};
-use agentbox_testing::conformance::{self, Options, Outside};
+use agentbox_testing::conformance::{self, Options};
+use agentbox_testing::outside::{DockerCli, container_running, docker};
 use agentbox_testing::services::docker_available;
-use async_trait::async_trait;
-
-/// The `docker` CLI: a client of its own, not the provider under test.
-struct DockerCli;
-
-fn docker(args: &[&str]) -> Option<String> {
-    let out = Command::new("docker").args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn container_running(name: &str) -> bool {
-    docker(&["inspect", "--format", "{{.State.Running}}", name]).is_some_and(|s| s == "true")
-}
-
-#[async_trait]
-impl Outside for DockerCli {
-    async fn ended(&self, id: &SandboxId) -> bool {
-        !container_running(id.name())
-    }
-    async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool {
-        if !container_running(id.name()) {
-            return false;
-        }
-        pids.iter().any(|p| {
-            let script = format!("sed -n 's/.*) \\(.\\).*/\\1/p' /proc/{p}/stat 2>/dev/null");
-            docker(&["exec", id.name(), "sh", "-c", &script]).is_some_and(|s| !s.is_empty() && s != "Z" && s != "X")
-        })
-    }
-}
 
 async fn provider(opts: DockerOptions) -> Arc<dyn Provider> {
     Arc::new(DockerProvider::new(opts).await.expect("the Docker daemon answers"))

@@ -1,39 +1,13 @@
 //! Local boxes against the conformance suite, and a box whose creator was SIGKILLed.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentbox_core::{Ctx, ExecOptions, FinishOptions, Provider, SandboxId, Spec, finish};
 use agentbox_providers::{LocalOptions, LocalProvider};
-use agentbox_testing::conformance::{self, Options, Outside};
-use async_trait::async_trait;
-
-/// Asks the file system and the process table, never the provider.
-struct HostView {
-    boxes: PathBuf,
-}
-
-fn running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|c| c != 'Z' && c != 'X'),
-        Err(_) => false,
-    }
-}
-
-#[async_trait]
-impl Outside for HostView {
-    async fn ended(&self, id: &SandboxId) -> bool {
-        !self.boxes.join(id.name()).exists()
-    }
-    async fn any_alive(&self, _id: &SandboxId, pids: &[u32]) -> bool {
-        pids.iter().any(|&p| running(p))
-    }
-}
+use agentbox_testing::conformance::{self, Options};
+use agentbox_testing::outside::{LocalView, running};
 
 fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
     Arc::new(
@@ -48,7 +22,7 @@ fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
 async fn local_boxes_pass_the_conformance_suite() {
     let root = tempfile::tempdir().unwrap();
     let path = root.path().to_path_buf();
-    let outside = Arc::new(HostView {
+    let outside = Arc::new(LocalView {
         boxes: path.join("boxes"),
     });
     let options = Options::new("local", Duration::from_secs(3), Duration::from_secs(4), outside);

@@ -1,37 +1,14 @@
 //! Local boxes through their runner: the conformance suite, one message per exec and file
 //! operation, and output that arrives whole across a dropped connection.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ExecOptions, FinishOptions, Provider, Sandbox, SandboxId, Spec, finish};
+use agentbox_core::{Ctx, ExecOptions, FinishOptions, Provider, Sandbox, Spec, finish};
 use agentbox_providers::runner::RunnerSandbox;
 use agentbox_providers::{LocalOptions, LocalProvider};
-use agentbox_testing::conformance::{self, Options, Outside};
-use async_trait::async_trait;
-
-struct HostView {
-    boxes: PathBuf,
-}
-
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|c| c != 'Z' && c != 'X')
-    })
-}
-
-#[async_trait]
-impl Outside for HostView {
-    async fn ended(&self, id: &SandboxId) -> bool {
-        !self.boxes.join(id.name()).exists()
-    }
-    async fn any_alive(&self, _id: &SandboxId, pids: &[u32]) -> bool {
-        pids.iter().any(|&p| running(p))
-    }
-}
+use agentbox_testing::conformance::{self, Options};
+use agentbox_testing::outside::LocalView;
 
 fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
     let mut opts = LocalOptions::at(root).expect("the agentbox-runner binary (cargo build -p agentbox-runner)");
@@ -43,7 +20,7 @@ fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
 async fn local_boxes_through_their_runner_pass_the_conformance_suite() {
     let root = tempfile::tempdir().unwrap();
     let path = root.path().to_path_buf();
-    let outside = Arc::new(HostView {
+    let outside = Arc::new(LocalView {
         boxes: path.join("boxes"),
     });
     let options = Options::new("local+runner", Duration::from_secs(3), Duration::from_secs(4), outside);

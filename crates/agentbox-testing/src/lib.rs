@@ -5,4 +5,5 @@
 #![warn(missing_docs)]
 
 pub mod conformance;
+pub mod outside;
 pub mod services;

@@ -316,7 +316,7 @@ impl DockerProvider {
         let token = runner_token(b.id().name())?;
         let mut program = vec![RUNNER_IN_BOX.to_string()];
         program.extend(helper.args.iter().cloned());
-        let relay = Relay {
+        let relay = || Relay {
             sandbox: b.clone(),
             argv: program
                 .iter()
@@ -329,7 +329,7 @@ impl DockerProvider {
                 addr: format!("{ip}:{}", agentbox_protocol::runner::PORT),
                 token: Some(token.clone()),
             }),
-            None => Arc::new(relay),
+            None => Arc::new(relay()),
         };
         if fresh {
             let mut listen = vec![format!("unix:{RUNNER_SOCKET_IN_BOX}")];
@@ -352,15 +352,7 @@ impl DockerProvider {
         if r.check(ctx).await.is_ok() {
             return Ok(Arc::new(r));
         }
-        let relay = Relay {
-            sandbox: b.clone(),
-            argv: program
-                .iter()
-                .cloned()
-                .chain(["relay".to_string(), format!("unix:{RUNNER_SOCKET_IN_BOX}")])
-                .collect(),
-        };
-        let r = RunnerSandbox::new(b.clone(), Arc::new(relay));
+        let r = RunnerSandbox::new(b.clone(), Arc::new(relay()));
         if r.check(ctx).await.is_ok() {
             return Ok(Arc::new(r));
         }

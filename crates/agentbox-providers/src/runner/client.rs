@@ -620,21 +620,23 @@ impl Client {
         length: u64,
         ctx: &Ctx,
     ) -> std::result::Result<Option<Vec<u8>>, FileError> {
+        self.read_request(path, Some((offset, length)), ctx).await
+    }
+
+    async fn read_request(
+        &self,
+        path: &str,
+        range: Option<(u64, u64)>,
+        ctx: &Ctx,
+    ) -> std::result::Result<Option<Vec<u8>>, FileError> {
         let path = path.to_string();
-        match self
-            .ask(
-                |id| Request::Read {
-                    id,
-                    path,
-                    offset: Some(offset),
-                    length: Some(length),
-                },
-                None,
-                ctx,
-            )
-            .await
-            .map_err(FileError::Box)?
-        {
+        let req = |id| Request::Read {
+            id,
+            path,
+            offset: range.map(|r| r.0),
+            length: range.map(|r| r.1),
+        };
+        match self.ask(req, None, ctx).await.map_err(FileError::Box)? {
             Reply::File(b) => Ok(Some(b)),
             Reply::Answer(Answer::Absent { .. }) => Ok(None),
             other => Err(self.file_error(other)),
@@ -645,25 +647,7 @@ impl Client {
 #[async_trait]
 impl agentbox_core::Files for Client {
     async fn read(&self, path: &str, ctx: &Ctx) -> std::result::Result<Option<Vec<u8>>, FileError> {
-        let path = path.to_string();
-        match self
-            .ask(
-                |id| Request::Read {
-                    id,
-                    path,
-                    offset: None,
-                    length: None,
-                },
-                None,
-                ctx,
-            )
-            .await
-            .map_err(FileError::Box)?
-        {
-            Reply::File(b) => Ok(Some(b)),
-            Reply::Answer(Answer::Absent { .. }) => Ok(None),
-            other => Err(self.file_error(other)),
-        }
+        self.read_request(path, None, ctx).await
     }
 
     async fn write(&self, path: &str, data: &[u8], append: bool, ctx: &Ctx) -> std::result::Result<(), FileError> {
