@@ -182,3 +182,23 @@ mod tests {
         assert!(!f.no_port_exposed());
     }
 }
+
+/// Where time comes from, so a test can move it by hand (the fake clock in
+/// `agentbox-testing`) and everything else reads the system's.
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system's clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}

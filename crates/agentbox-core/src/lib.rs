@@ -20,7 +20,7 @@ mod spec;
 
 pub use ctx::Ctx;
 pub use error::{Error, ErrorCode, Result};
-pub use facts::{Facts, KnownNetwork, NetworkFact, PortFact};
+pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock};
 pub use files::{FileError, FileMeta, FileType, Files};
 pub use id::SandboxId;
 pub use process::{

@@ -5,5 +5,6 @@
 #![warn(missing_docs)]
 
 pub mod conformance;
+pub mod fake;
 pub mod outside;
 pub mod services;

@@ -104,7 +104,9 @@ impl BoxEnv {
         Ok(absolute(&self.cwd, path))
     }
 
-    fn lost(&self) -> Option<String> {
+    /// Why the box was found lost (gone, or it stopped answering), once a call found it out:
+    /// every later call fails with it.
+    pub fn lost(&self) -> Option<String> {
         self.dead.lock().unwrap().clone()
     }
 

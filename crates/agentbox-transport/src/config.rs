@@ -1,0 +1,356 @@
+//! The transport config: which environments exist, which one runs a conversation's tools
+//! (the hands, or roles of them), and whether a box serves the session or each conversation.
+//!
+//! ```toml
+//! scope = "session"                       # or "conversation"
+//! hands = { default = "sandbox", build = "gpu" }   # or hands = "sandbox"
+//!
+//! [environments.sandbox]
+//! provider = "local"
+//! max_lifetime = "6h"
+//!
+//! [environments.gpu]
+//! provider = "docker"
+//! max_lifetime = "2h"
+//! cpus = 4
+//! ```
+//!
+//! The same keys in JSON. Every error names the key and why; unknown keys are refused.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use agentbox_core::{Error, Network, Result, Spec, parse_duration, validate_env, validate_labels};
+use serde::Deserialize;
+
+/// A box's lifetime when an environment names none.
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// One declared environment: a provider and the spec its boxes are made from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Environment {
+    /// The provider's name (`local`, `docker`, …), as the host passes its providers.
+    pub provider: String,
+    /// What its boxes are asked for.
+    pub spec: Spec,
+}
+
+/// Which environment runs a conversation's tools: the default role, and named roles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hands {
+    /// The environment a conversation's tools run in unless assigned elsewhere.
+    pub default: String,
+    /// Other roles, each an environment's name.
+    pub roles: BTreeMap<String, String>,
+}
+
+/// Whether one box serves the whole session or each conversation has its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// One box per environment for the session.
+    #[default]
+    Session,
+    /// One box per environment and conversation.
+    Conversation,
+}
+
+/// A parsed, checked transport config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransportConfig {
+    /// The declared environments, by name.
+    pub environments: BTreeMap<String, Environment>,
+    /// Where tools run; `None`: on the host itself.
+    pub hands: Option<Hands>,
+    /// One box per session or per conversation.
+    pub scope: Scope,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    environments: BTreeMap<String, RawEnvironment>,
+    #[serde(default)]
+    hands: Option<RawHands>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    expose: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawHands {
+    One(String),
+    Roles(BTreeMap<String, String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnvironment {
+    provider: String,
+    #[serde(default)]
+    max_lifetime: Option<String>,
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default)]
+    cpus: Option<f64>,
+    #[serde(default)]
+    memory_mb: Option<u64>,
+    #[serde(default)]
+    gpu: Option<String>,
+    #[serde(default)]
+    region: Option<String>,
+    #[serde(default)]
+    isolation: Option<String>,
+    #[serde(default)]
+    network: Option<String>,
+    #[serde(default)]
+    workspace: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+impl TransportConfig {
+    /// Parse TOML.
+    ///
+    /// ```
+    /// use agentbox_transport::TransportConfig;
+    /// let c = TransportConfig::from_toml("hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"6h\"\n").unwrap();
+    /// assert_eq!(c.hands.unwrap().default, "sandbox");
+    /// ```
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| Error::invalid(format!("transport config: {}", e.message().trim())))?;
+        Self::from_raw(raw)
+    }
+
+    /// Parse JSON.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: RawConfig =
+            serde_json::from_str(text).map_err(|e| Error::invalid(format!("transport config: {e}")))?;
+        Self::from_raw(raw)
+    }
+
+    /// Read a `.toml` or `.json` file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(e, format!("reading {}", path.display())))?;
+        let parsed = match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => Self::from_json(&text),
+            Some("toml") => Self::from_toml(&text),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{}: a transport config is a .toml or a .json file",
+                    path.display()
+                )));
+            }
+        };
+        parsed.map_err(|e| e.context(path.display()))
+    }
+
+    fn from_raw(raw: RawConfig) -> Result<Self> {
+        if raw.expose.is_some() {
+            return Err(Error::unsupported(
+                "transport config: expose: not available yet (no secret is passed into a box)",
+            ));
+        }
+        let mut environments = BTreeMap::new();
+        for (name, e) in raw.environments {
+            check_name(&name, "environments")?;
+            environments.insert(name.clone(), environment(&name, e)?);
+        }
+        let hands = match raw.hands {
+            None => None,
+            Some(RawHands::One(env)) => Some(Hands {
+                default: env,
+                roles: BTreeMap::new(),
+            }),
+            Some(RawHands::Roles(mut roles)) => {
+                let default = roles
+                    .remove("default")
+                    .ok_or_else(|| Error::invalid("transport config: hands: a table of roles needs a default role"))?;
+                Some(Hands { default, roles })
+            }
+        };
+        if let Some(h) = &hands {
+            for (role, env) in
+                std::iter::once(("default", &h.default)).chain(h.roles.iter().map(|(k, v)| (k.as_str(), v)))
+            {
+                if env == "auto" {
+                    return Err(Error::unsupported(
+                        "transport config: hands: \"auto\" (the placer) is not available: name an environment",
+                    ));
+                }
+                if !environments.contains_key(env) {
+                    return Err(Error::invalid(format!(
+                        "transport config: hands.{role}: {env:?} is not a declared environment ({})",
+                        names(&environments)
+                    )));
+                }
+            }
+        }
+        let scope = match raw.scope.as_deref() {
+            None | Some("session") => Scope::Session,
+            Some("conversation") => Scope::Conversation,
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "transport config: scope: {other:?} is neither \"session\" nor \"conversation\""
+                )));
+            }
+        };
+        Ok(TransportConfig {
+            environments,
+            hands,
+            scope,
+        })
+    }
+
+    /// The environment a role or an environment's name points at.
+    pub fn resolve(&self, role_or_env: &str) -> Option<&str> {
+        let h = self.hands.as_ref()?;
+        if role_or_env == "default" {
+            return Some(&h.default);
+        }
+        if let Some(env) = h.roles.get(role_or_env) {
+            return Some(env);
+        }
+        self.environments.get_key_value(role_or_env).map(|(k, _)| k.as_str())
+    }
+}
+
+fn names(envs: &BTreeMap<String, Environment>) -> String {
+    if envs.is_empty() {
+        return "none is declared".into();
+    }
+    let list: Vec<&str> = envs.keys().map(String::as_str).collect();
+    format!("declared: {}", list.join(", "))
+}
+
+fn check_name(name: &str, key: &str) -> Result<()> {
+    let ok =
+        !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "transport config: {key}.{name:?}: a name is 1 to 64 letters, digits, '-' or '_'"
+        )))
+    }
+}
+
+fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
+    let at = |field: &str| format!("transport config: environments.{name}.{field}");
+    if e.provider.is_empty() {
+        return Err(Error::invalid(format!("{}: empty", at("provider"))));
+    }
+    let lifetime = match &e.max_lifetime {
+        Some(s) => {
+            parse_duration(s).map_err(|err| Error::invalid(format!("{}: {}", at("max_lifetime"), err.message())))?
+        }
+        None => DEFAULT_LIFETIME,
+    };
+    let mut spec = Spec::new(lifetime);
+    spec.image = e.image;
+    spec.cpus = e.cpus;
+    if let Some(c) = spec.cpus
+        && !(c.is_finite() && c > 0.0)
+    {
+        return Err(Error::invalid(format!("{}: {c} is not a positive number", at("cpus"))));
+    }
+    spec.memory_mb = e.memory_mb;
+    if spec.memory_mb == Some(0) {
+        return Err(Error::invalid(format!("{}: 0 is no memory", at("memory_mb"))));
+    }
+    spec.gpu = e.gpu;
+    spec.region = e.region;
+    spec.isolation = e.isolation;
+    spec.workspace = e.workspace;
+    spec.network = match e.network.as_deref() {
+        None => None,
+        Some("open") => Some(Network::Open),
+        Some("none") => Some(Network::None),
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "{}: {other:?} is neither \"open\" nor \"none\"",
+                at("network")
+            )));
+        }
+    };
+    for (k, v) in &e.env {
+        validate_env(k, v).map_err(|err| Error::invalid(format!("{}: {}", at("env"), err.message())))?;
+    }
+    spec.env = e.env;
+    spec.labels = e.labels;
+    validate_labels(&spec.labels).map_err(|err| Error::invalid(format!("{}: {}", at("labels"), err.message())))?;
+    Ok(Environment {
+        provider: e.provider,
+        spec,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        TransportConfig::from_toml(text).unwrap_err().message().to_string()
+    }
+
+    #[test]
+    fn toml_and_json_say_the_same() {
+        let t = TransportConfig::from_toml(
+            "scope = \"conversation\"\nhands = { default = \"sandbox\", build = \"gpu\" }\n\
+             [environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"6h\"\n\
+             [environments.gpu]\nprovider = \"docker\"\ncpus = 4\nenv = { MODE = \"x\" }\n",
+        )
+        .unwrap();
+        let j = TransportConfig::from_json(
+            r#"{"scope":"conversation","hands":{"default":"sandbox","build":"gpu"},
+               "environments":{"sandbox":{"provider":"local","max_lifetime":"6h"},
+                               "gpu":{"provider":"docker","cpus":4,"env":{"MODE":"x"}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(t, j);
+        assert_eq!(t.scope, Scope::Conversation);
+        assert_eq!(
+            t.environments["sandbox"].spec.max_lifetime,
+            Duration::from_secs(6 * 3600)
+        );
+        assert_eq!(t.resolve("build"), Some("gpu"));
+        assert_eq!(t.resolve("sandbox"), Some("sandbox"));
+        assert_eq!(t.resolve("nothing"), None);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_why() {
+        assert!(err("hands = \"x\"").contains("hands.default: \"x\" is not a declared environment"));
+        assert!(
+            err("[environments.a]\nprovider = \"local\"\nmax_lifetime = \"soon\"")
+                .contains("environments.a.max_lifetime")
+        );
+        assert!(err("[environments.a]\nprovider = \"local\"\ncolour = \"red\"").contains("colour"));
+        assert!(err("surprise = 1").contains("surprise"));
+        assert!(err("hands = { build = \"a\" }\n[environments.a]\nprovider = \"local\"").contains("default role"));
+        assert!(err("scope = \"forever\"").contains("scope"));
+        assert!(err("hands = \"auto\"\n[environments.auto]\nprovider = \"local\"").contains("auto"));
+        assert!(err("expose = [1]").contains("expose"));
+        assert!(err("[environments.a]\nprovider = \"local\"\nnetwork = \"some\"").contains("environments.a.network"));
+        assert!(err("[environments.\"a b\"]\nprovider = \"local\"").contains("a name is"));
+        assert!(
+            err("[environments.a]\nprovider = \"local\"\nlabels = { \"agentbox.x\" = \"1\" }")
+                .contains("environments.a.labels")
+        );
+        assert!(err("[environments.a]\nprovider = \"local\"\ncpus = -1.0").contains("environments.a.cpus"));
+        assert!(err("[environments.a\nprovider").contains("transport config"));
+    }
+
+    #[test]
+    fn no_hands_means_the_host_itself() {
+        let c = TransportConfig::from_toml("[environments.a]\nprovider = \"local\"").unwrap();
+        assert!(c.hands.is_none());
+        assert_eq!(c.environments["a"].spec.max_lifetime, DEFAULT_LIFETIME);
+    }
+}

@@ -1,0 +1,345 @@
+//! What each box cost, at the host's prices: [`Receipts::wrap`] is the same provider, and each
+//! box it makes gets one receipt when it ends (destroyed through it, found ended by status, or
+//! found gone by attach), written as one JSON line:
+//!
+//! `{box, provider, kind, from, to, seconds, usd_per_second | usd_per_call and calls, cost_usd, source, priced}`
+//!
+//! `box` is a label (`box-1`, `box-2`, … numbered on past those a recording already holds),
+//! never the provider's id. This crate holds no price table: a box with no price gets no
+//! receipt, so its cost stays unknown, never 0. `cost_usd` is an estimate at list price.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agentbox_core::{
+    Clock, Ctx, Endpoint, Error, ExecOptions, Facts, Files, Labels, Process, Provider, Result, Sandbox, SandboxId,
+    Spec, Status, SystemClock,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::time::rfc3339;
+
+/// One price the host read somewhere.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    /// The provider's name.
+    pub provider: String,
+    /// The kind of box: `gpu:<gpu>` for one with a GPU, else its isolation (`container`, `none`).
+    pub kind: String,
+    /// Billed by the second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd_per_second: Option<f64>,
+    /// Billed by the exec call (and then never by the second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd_per_call: Option<f64>,
+    /// Where the price was read.
+    pub source: String,
+    /// When it was read.
+    pub priced: String,
+}
+
+/// The kind of a box, from its facts.
+pub fn kind_of(facts: &Facts) -> String {
+    match &facts.gpu {
+        Some(g) => format!("gpu:{g}"),
+        None => facts.isolation.clone(),
+    }
+}
+
+struct Entry {
+    label: String,
+    provider: String,
+    kind: String,
+    from_ms: u64,
+    calls: AtomicU64,
+    done: AtomicBool,
+}
+
+/// The ledger of the boxes its providers make. See the [module documentation](self).
+///
+/// ```no_run
+/// # fn f(local: std::sync::Arc<dyn agentbox_core::Provider>) -> agentbox_core::Result<()> {
+/// use agentbox_transport::receipts::{Price, Receipts};
+/// let prices = vec![Price { provider: "local".into(), kind: "none".into(), usd_per_second: Some(0.00001),
+///     usd_per_call: None, source: "our own".into(), priced: "2026-11-30".into() }];
+/// let receipts = Receipts::open("receipts.jsonl".as_ref(), prices)?;
+/// let provider = receipts.wrap(local); // hand this one to everything that makes boxes
+/// # Ok(()) }
+/// ```
+pub struct Receipts {
+    prices: Vec<Price>,
+    path: PathBuf,
+    file: Mutex<std::fs::File>,
+    next: AtomicU64,
+    boxes: Mutex<HashMap<SandboxId, Arc<Entry>>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Receipts {
+    /// Append receipts to the JSONL file at `path`, numbering boxes on past the labels it holds.
+    pub fn open(path: &Path, prices: Vec<Price>) -> Result<Arc<Self>> {
+        Self::open_with_clock(path, prices, Arc::new(SystemClock))
+    }
+
+    /// As [`Receipts::open`], timed by `clock`.
+    pub fn open_with_clock(path: &Path, prices: Vec<Price>, clock: Arc<dyn Clock>) -> Result<Arc<Self>> {
+        for p in &prices {
+            match (p.usd_per_second, p.usd_per_call) {
+                (Some(x), None) | (None, Some(x)) if x.is_finite() && x >= 0.0 => {}
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "price of {} {}: give exactly one of usd_per_second and usd_per_call, a number 0 or more",
+                        p.provider, p.kind
+                    )));
+                }
+            }
+        }
+        let taken = match std::fs::read_to_string(path) {
+            Ok(text) => text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter_map(|v| v.get("box")?.as_str()?.strip_prefix("box-")?.parse::<u64>().ok())
+                .max()
+                .unwrap_or(0),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(Error::io(e, format!("reading {}", path.display()))),
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io(e, format!("opening {}", path.display())))?;
+        Ok(Arc::new(Receipts {
+            prices,
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+            next: AtomicU64::new(taken + 1),
+            boxes: Mutex::new(HashMap::new()),
+            clock,
+        }))
+    }
+
+    /// The same provider, whose boxes get receipts.
+    pub fn wrap(self: &Arc<Self>, provider: Arc<dyn Provider>) -> Arc<dyn Provider> {
+        Arc::new(ReceiptProvider {
+            inner: provider,
+            receipts: self.clone(),
+        })
+    }
+
+    fn price(&self, provider: &str, kind: &str) -> Option<&Price> {
+        self.prices.iter().find(|p| p.provider == provider && p.kind == kind)
+    }
+
+    fn register(&self, b: &dyn Sandbox, provider: &str) -> Arc<Entry> {
+        let entry = Arc::new(Entry {
+            label: format!("box-{}", self.next.fetch_add(1, Ordering::SeqCst)),
+            provider: provider.to_string(),
+            kind: kind_of(b.facts()),
+            from_ms: b.facts().started_at_ms.unwrap_or_else(|| self.clock.now_ms()),
+            calls: AtomicU64::new(0),
+            done: AtomicBool::new(false),
+        });
+        self.boxes.lock().unwrap().insert(b.id().clone(), entry.clone());
+        entry
+    }
+
+    /// Write `entry`'s receipt once, ended now.
+    fn finish(&self, id: &SandboxId, entry: &Entry) -> Result<()> {
+        if entry.done.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.boxes.lock().unwrap().remove(id);
+        let Some(price) = self.price(&entry.provider, &entry.kind) else {
+            return Ok(());
+        };
+        let to = self.clock.now_ms().max(entry.from_ms);
+        let seconds = (to - entry.from_ms) as f64 / 1000.0;
+        let mut r = json!({
+            "box": entry.label,
+            "provider": entry.provider,
+            "kind": entry.kind,
+            "from": rfc3339(entry.from_ms),
+            "to": rfc3339(to),
+            "seconds": seconds,
+            "source": price.source,
+            "priced": price.priced,
+        });
+        let cost = match (price.usd_per_second, price.usd_per_call) {
+            (Some(per_s), _) => {
+                r["usd_per_second"] = json!(per_s);
+                per_s * seconds
+            }
+            (None, Some(per_call)) => {
+                let calls = entry.calls.load(Ordering::SeqCst);
+                r["usd_per_call"] = json!(per_call);
+                r["calls"] = json!(calls);
+                (per_call * calls as f64 * 1e9).round() / 1e9
+            }
+            (None, None) => return Ok(()),
+        };
+        r["cost_usd"] = json!(cost);
+        let mut f = self.file.lock().unwrap();
+        writeln!(f, "{r}")
+            .and_then(|_| f.sync_data())
+            .map_err(|e| Error::io(e, format!("writing a receipt to {}", self.path.display())))
+    }
+}
+
+struct ReceiptProvider {
+    inner: Arc<dyn Provider>,
+    receipts: Arc<Receipts>,
+}
+
+impl ReceiptProvider {
+    fn ours(&self, b: Arc<dyn Sandbox>) -> Arc<dyn Sandbox> {
+        let entry = self.receipts.boxes.lock().unwrap().get(b.id()).cloned();
+        match entry {
+            Some(entry) => Arc::new(ReceiptSandbox {
+                inner: b,
+                entry,
+                receipts: self.receipts.clone(),
+            }),
+            // Another process's or host's box: its maker's to receipt.
+            None => b,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for ReceiptProvider {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn honours(&self) -> agentbox_core::Honours {
+        self.inner.honours()
+    }
+    async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let b = self.inner.create(spec, ctx).await?;
+        self.receipts.register(b.as_ref(), self.inner.name());
+        Ok(self.ours(b))
+    }
+    async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        match self.inner.attach(id, ctx).await? {
+            Some(b) => Ok(Some(self.ours(b))),
+            None => {
+                let entry = self.receipts.boxes.lock().unwrap().get(id).cloned();
+                if let Some(e) = entry {
+                    self.receipts.finish(id, &e)?;
+                }
+                Ok(None)
+            }
+        }
+    }
+    async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        Ok(self
+            .inner
+            .list(labels, ctx)
+            .await?
+            .into_iter()
+            .map(|b| self.ours(b))
+            .collect())
+    }
+}
+
+struct ReceiptSandbox {
+    inner: Arc<dyn Sandbox>,
+    entry: Arc<Entry>,
+    receipts: Arc<Receipts>,
+}
+
+#[async_trait]
+impl Sandbox for ReceiptSandbox {
+    fn id(&self) -> &SandboxId {
+        self.inner.id()
+    }
+    fn facts(&self) -> &Facts {
+        self.inner.facts()
+    }
+    fn labels(&self) -> &Labels {
+        self.inner.labels()
+    }
+    async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
+        // A call refused before it is made is not counted; one made and then given up on is.
+        opts.validate(argv)?;
+        self.entry.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.exec(argv, opts, ctx).await
+    }
+    async fn status(&self, ctx: &Ctx) -> Result<Status> {
+        let s = self.inner.status(ctx).await?;
+        if s == Status::Ended {
+            self.receipts.finish(self.inner.id(), &self.entry)?;
+        }
+        Ok(s)
+    }
+    async fn upload(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<()> {
+        self.inner.upload(path, data, ctx).await
+    }
+    async fn download(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
+        self.inner.download(path, max_bytes, ctx).await
+    }
+    async fn endpoint(&self, port: u16, ctx: &Ctx) -> Result<Endpoint> {
+        self.inner.endpoint(port, ctx).await
+    }
+    async fn destroy(&self, ctx: &Ctx) -> Result<()> {
+        self.inner.destroy(ctx).await?;
+        self.receipts.finish(self.inner.id(), &self.entry)
+    }
+    fn files(&self) -> Option<&dyn Files> {
+        self.inner.files()
+    }
+}
+
+/// What the receipts of one provider and kind add up to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Total {
+    /// The provider.
+    pub provider: String,
+    /// The kind of box.
+    pub kind: String,
+    /// How many boxes.
+    pub boxes: u64,
+    /// Their seconds together.
+    pub seconds: f64,
+    /// Their estimated cost together.
+    pub usd: f64,
+}
+
+/// The totals of a receipts file by provider and kind.
+pub fn totals(path: &Path) -> Result<Vec<Total>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(e, format!("reading {}", path.display())))?;
+    let mut by: std::collections::BTreeMap<(String, String), Total> = Default::default();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| Error::invalid(format!("{} line {}: not JSON: {e}", path.display(), n + 1)))?;
+        let field = |k: &str| {
+            v.get(k)
+                .ok_or_else(|| Error::invalid(format!("{} line {}: no {k:?}", path.display(), n + 1)))
+        };
+        let key = (
+            field("provider")?.as_str().unwrap_or_default().to_string(),
+            field("kind")?.as_str().unwrap_or_default().to_string(),
+        );
+        let seconds = field("seconds")?.as_f64().unwrap_or(0.0);
+        let usd = field("cost_usd")?
+            .as_f64()
+            .ok_or_else(|| Error::invalid(format!("{} line {}: cost_usd is not a number", path.display(), n + 1)))?;
+        let t = by.entry(key.clone()).or_insert_with(|| Total {
+            provider: key.0,
+            kind: key.1,
+            ..Default::default()
+        });
+        t.boxes += 1;
+        t.seconds += seconds;
+        t.usd += usd;
+    }
+    Ok(by.into_values().collect())
+}

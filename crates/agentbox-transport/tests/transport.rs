@@ -1,0 +1,314 @@
+//! The transport over the fake provider (over real local boxes, with faults scripted on top):
+//! lazy boxes, one creation for concurrent first uses, documents that outlive the host, roles,
+//! lost boxes, release and destroy, and what is refused at start.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentbox_core::{Ctx, ErrorCode, Provider, SandboxId};
+use agentbox_hands::{Command, ExecOptions};
+use agentbox_providers::{LocalOptions, LocalProvider};
+use agentbox_testing::fake::{FakeProvider, Match, Op, Outcome};
+use agentbox_transport::{Documents, MemoryDocuments, SqliteDocuments, Transport, TransportConfig, TransportHost};
+
+struct World {
+    _home: tempfile::TempDir,
+    fake: FakeProvider,
+}
+
+fn world() -> World {
+    let home = tempfile::tempdir().unwrap();
+    let local = LocalProvider::new(LocalOptions::at(home.path()).expect("the agentbox-runner binary")).unwrap();
+    World {
+        fake: FakeProvider::over(Arc::new(local)),
+        _home: home,
+    }
+}
+
+const ONE: &str = "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"10m\"\nlabels = { env = \"sandbox\" }\n";
+const ROLES: &str = "hands = { default = \"sandbox\", build = \"builder\" }\n\
+    [environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"10m\"\nlabels = { env = \"sandbox\" }\n\
+    [environments.builder]\nprovider = \"local\"\nmax_lifetime = \"10m\"\nlabels = { env = \"builder\" }\n";
+
+fn host(w: &World, docs: Arc<dyn Documents>) -> TransportHost {
+    TransportHost {
+        providers: BTreeMap::from([("local".to_string(), Arc::new(w.fake.clone()) as Arc<dyn Provider>)]),
+        documents: docs,
+        session: "session-1".into(),
+        labels: BTreeMap::from([("session".to_string(), "session-1".to_string())]),
+        on_lost: None,
+    }
+}
+
+fn ctx() -> Ctx {
+    Ctx::background().with_timeout(Duration::from_secs(60))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_is_made_at_the_first_operation_and_written_down_first() {
+    let w = world();
+    let docs: Arc<dyn Documents> = Arc::new(MemoryDocuments::default());
+    let t = Transport::new(TransportConfig::from_toml(ONE).unwrap(), host(&w, docs.clone())).unwrap();
+    let env = t.env("c1").unwrap();
+    assert!(env.id().ends_with(":unopened"), "{}", env.id());
+    assert_eq!(env.cwd(), ".");
+    assert!(
+        w.fake.calls_of(Op::Create).is_empty(),
+        "nothing is made before an operation"
+    );
+    env.write_file("a.txt", b"hello", &ctx()).await.unwrap();
+    let creates = w.fake.calls_of(Op::Create);
+    assert_eq!(creates.len(), 1);
+    let spec = creates[0].spec.clone().unwrap();
+    assert_eq!(
+        spec.labels.get("session").map(String::as_str),
+        Some("session-1"),
+        "the host's labels"
+    );
+    assert_eq!(
+        spec.labels.get("env").map(String::as_str),
+        Some("sandbox"),
+        "the environment's labels"
+    );
+    assert!(env.id().starts_with("agentbox:local:"), "{}", env.id());
+    assert_ne!(env.cwd(), ".");
+    let named = docs.list("session-1", "transport.boxes/").await.unwrap();
+    assert_eq!(named.len(), 1);
+    let id = named[0].1["id"].as_str().unwrap().to_string();
+    assert!(env.id().ends_with(id.split(':').nth(1).unwrap()));
+    assert_eq!(env.read_text_file("a.txt", &ctx()).await.unwrap(), "hello");
+    t.destroy(&ctx()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_uses_share_one_creation() {
+    let w = world();
+    w.fake
+        .on(Match::op(Op::Create), Outcome::Delay(Duration::from_millis(300)), None);
+    let t = Transport::new(
+        TransportConfig::from_toml(ONE).unwrap(),
+        host(&w, Arc::new(MemoryDocuments::default())),
+    )
+    .unwrap();
+    let env = t.env("c1").unwrap();
+    let mut all = Vec::new();
+    for i in 0..5 {
+        let env = env.clone();
+        all.push(tokio::spawn(async move {
+            env.write_file(&format!("f{i}"), b"x", &ctx()).await
+        }));
+    }
+    for a in all {
+        a.await.unwrap().unwrap();
+    }
+    assert_eq!(w.fake.calls_of(Op::Create).len(), 1);
+    t.destroy(&ctx()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_that_cannot_be_made_is_that_calls_error_and_the_next_call_asks_again() {
+    let w = world();
+    w.fake.on(
+        Match::op(Op::Create),
+        Outcome::Fail(ErrorCode::Refused, "quota exhausted".into()),
+        Some(1),
+    );
+    let t = Transport::new(
+        TransportConfig::from_toml(ONE).unwrap(),
+        host(&w, Arc::new(MemoryDocuments::default())),
+    )
+    .unwrap();
+    let env = t.env("c1").unwrap();
+    let e = env.write_file("a", b"x", &ctx()).await.unwrap_err();
+    assert!(
+        e.message.contains("refused") && e.message.contains("quota exhausted"),
+        "{e}"
+    );
+    // The rule fired once: the next call asks for a box again, and gets one.
+    let ran = env
+        .exec(Command::Shell("true".into()), ExecOptions::default(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(ran.exit_code, 0);
+    assert_eq!(w.fake.calls_of(Op::Create).len(), 2);
+    t.destroy(&ctx()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transport_opened_later_over_the_same_documents_attaches() {
+    let w = world();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session.db");
+    let first = Transport::new(
+        TransportConfig::from_toml(ONE).unwrap(),
+        host(&w, Arc::new(SqliteDocuments::open(&path).unwrap())),
+    )
+    .unwrap();
+    let env = first.env("c1").unwrap();
+    env.write_file("kept.txt", b"from the first host", &ctx())
+        .await
+        .unwrap();
+    let id = env.id();
+    first.release();
+    drop(first);
+
+    let second = Transport::new(
+        TransportConfig::from_toml(ONE).unwrap(),
+        host(&w, Arc::new(SqliteDocuments::open(&path).unwrap())),
+    )
+    .unwrap();
+    let env = second.env("c1").unwrap();
+    assert_eq!(
+        env.read_text_file("kept.txt", &ctx()).await.unwrap(),
+        "from the first host"
+    );
+    assert_eq!(env.id(), id);
+    assert_eq!(w.fake.calls_of(Op::Create).len(), 1, "found again, not made again");
+    assert_eq!(w.fake.calls_of(Op::Attach).len(), 1);
+    second.destroy(&ctx()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_lost_behind_the_sessions_back_is_one_failed_call_and_on_lost_fires_once() {
+    let w = world();
+    let lost = Arc::new(AtomicUsize::new(0));
+    let mut h = host(&w, Arc::new(MemoryDocuments::default()));
+    let counter = lost.clone();
+    h.on_lost = Some(Arc::new(move |l| {
+        assert!(l.why.contains("gone"), "{}", l.why);
+        counter.fetch_add(1, Ordering::SeqCst);
+    }));
+    let t = Transport::new(TransportConfig::from_toml(ONE).unwrap(), h).unwrap();
+    let env = t.env("c1").unwrap();
+    env.write_file("a", b"x", &ctx()).await.unwrap();
+    let id: SandboxId = env.id().strip_prefix("agentbox:").unwrap().parse().unwrap();
+    w.fake.end_box(&id).await;
+    // Three calls at once find it out; the hook hears of it once.
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        let env = env.clone();
+        all.push(tokio::spawn(async move { env.read_text_file("a", &ctx()).await }));
+    }
+    let results: Vec<_> = futures_results(all).await;
+    assert!(
+        results
+            .iter()
+            .any(|r| r.as_ref().is_err_and(|e| e.message.contains("gone"))),
+        "the lost box failed a call, saying gone: {results:?}"
+    );
+    // A call that came after the loss was found asked for a new box, where `a` is not.
+    for r in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(
+            r.message.contains("gone") || r.code == agentbox_hands::FsCode::NotFound,
+            "{r}"
+        );
+    }
+    assert_eq!(lost.load(Ordering::SeqCst), 1);
+    // The next call asks for a box again.
+    env.write_file("b", b"y", &ctx()).await.unwrap();
+    assert_eq!(w.fake.calls_of(Op::Create).len(), 2);
+    assert_ne!(env.id(), format!("agentbox:{id}"));
+    t.destroy(&ctx()).await.unwrap();
+}
+
+async fn futures_results<T>(all: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for a in all {
+        out.push(a.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_point_a_conversation_elsewhere_and_a_fork_starts_on_the_default() {
+    let w = world();
+    let docs: Arc<dyn Documents> = Arc::new(MemoryDocuments::default());
+    let t = Transport::new(TransportConfig::from_toml(ROLES).unwrap(), host(&w, docs.clone())).unwrap();
+    let env = t.env("c1").unwrap();
+    env.write_file("a", b"x", &ctx()).await.unwrap();
+    t.assign("c1", "build").await.unwrap();
+    env.write_file("b", b"x", &ctx()).await.unwrap();
+    let creates = w.fake.calls_of(Op::Create);
+    let envs: Vec<String> = creates
+        .iter()
+        .map(|c| c.spec.as_ref().unwrap().labels["env"].clone())
+        .collect();
+    assert_eq!(envs, ["sandbox", "builder"]);
+    assert_eq!(
+        docs.get("session-1", "transport.hands/c1").await.unwrap(),
+        Some(serde_json::json!("build"))
+    );
+    // A fork (another conversation) runs on the default: the sandbox box, already made.
+    t.env("c1-fork").unwrap().write_file("c", b"x", &ctx()).await.unwrap();
+    assert_eq!(w.fake.calls_of(Op::Create).len(), 2);
+    assert!(t.assign("c1", "nowhere").await.is_err());
+    assert_eq!(t.destroy(&ctx()).await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_leaves_boxes_running_and_destroy_ends_those_only_the_documents_name() {
+    let w = world();
+    let docs: Arc<dyn Documents> = Arc::new(MemoryDocuments::default());
+    let first = Transport::new(TransportConfig::from_toml(ONE).unwrap(), host(&w, docs.clone())).unwrap();
+    let env = first.env("c1").unwrap();
+    env.write_file("a", b"x", &ctx()).await.unwrap();
+    let id: SandboxId = env.id().strip_prefix("agentbox:").unwrap().parse().unwrap();
+    first.release();
+    assert!(!w.fake.ended(&id), "release leaves the box running");
+    let second = Transport::new(TransportConfig::from_toml(ONE).unwrap(), host(&w, docs.clone())).unwrap();
+    let ended = second.destroy(&ctx()).await.unwrap();
+    assert_eq!(ended, vec![id.clone()]);
+    assert!(w.fake.ended(&id));
+    assert!(docs.list("session-1", "transport.boxes/").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scope_conversation_gives_each_conversation_its_box() {
+    let w = world();
+    let config = format!("scope = \"conversation\"\n{ONE}");
+    let t = Transport::new(
+        TransportConfig::from_toml(&config).unwrap(),
+        host(&w, Arc::new(MemoryDocuments::default())),
+    )
+    .unwrap();
+    let a = t.env("a").unwrap();
+    let b = t.env("b").unwrap();
+    a.write_file("x", b"1", &ctx()).await.unwrap();
+    b.write_file("x", b"2", &ctx()).await.unwrap();
+    assert_ne!(a.id(), b.id());
+    assert_eq!(a.read_text_file("x", &ctx()).await.unwrap(), "1");
+    assert_eq!(t.destroy(&ctx()).await.unwrap().len(), 2);
+}
+
+#[test]
+fn what_the_host_cannot_serve_is_refused_at_start() {
+    let w = world();
+    let docker = "hands = \"gpu\"\n[environments.gpu]\nprovider = \"docker\"\n";
+    let e = Transport::new(
+        TransportConfig::from_toml(docker).unwrap(),
+        host(&w, Arc::new(MemoryDocuments::default())),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        e.message().contains("environments.gpu.provider") && e.message().contains("passed local"),
+        "{e}"
+    );
+    let allowlist = "hands = \"s\"\n[environments.s]\nprovider = \"local\"\nnetwork = \"none\"\n";
+    let e = Transport::new(
+        TransportConfig::from_toml(allowlist).unwrap(),
+        host(&w, Arc::new(MemoryDocuments::default())),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+    // No hands: the host's own environment.
+    let none = Transport::new(
+        TransportConfig::from_toml("[environments.s]\nprovider = \"local\"\n").unwrap(),
+        host(&w, Arc::new(MemoryDocuments::default())),
+    )
+    .unwrap();
+    assert!(none.env("c1").is_none());
+}
