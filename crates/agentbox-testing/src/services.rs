@@ -21,3 +21,21 @@ pub fn docker_available(test: &str) -> bool {
     );
     false
 }
+
+/// The variable naming the PostgreSQL server tests use, as a libpq connection string.
+pub const POSTGRES_ENV: &str = "AGENTBOX_TEST_POSTGRES";
+
+/// The PostgreSQL connection string `scripts/test` exports, or `None` (after a loud notice)
+/// where there is none; under CI a missing server is a failure.
+pub fn postgres(test: &str) -> Option<String> {
+    if let Ok(c) = std::env::var(POSTGRES_ENV)
+        && !c.is_empty()
+    {
+        return Some(c);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI needs PostgreSQL and {POSTGRES_ENV} is not set (scripts/test starts one)");
+    }
+    eprintln!("\n!!!! {test}: NO POSTGRESQL ({POSTGRES_ENV} unset): this test did NOT run. Run scripts/test. !!!!\n");
+    None
+}

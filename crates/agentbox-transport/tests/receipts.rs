@@ -1,0 +1,130 @@
+//! Receipts over in-memory fake boxes on a clock the test moves: one per box when it ends
+//! (destroyed, found ended by status, found gone by attach), at the host's prices, labels
+//! numbered on after a restart, none for a box with no price.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Clock, Ctx, ExecOptions, FinishOptions, Spec, finish};
+use agentbox_testing::fake::{FakeClock, FakeProvider, Preset, ProgramOutput};
+use agentbox_transport::receipts::{Price, Receipts, totals};
+use serde_json::Value;
+
+fn price(provider: &str, kind: &str, per_s: Option<f64>, per_call: Option<f64>) -> Price {
+    Price {
+        provider: provider.into(),
+        kind: kind.into(),
+        usd_per_second: per_s,
+        usd_per_call: per_call,
+        source: "https://example.invalid/pricing".into(),
+        priced: "2026-11-30".into(),
+    }
+}
+
+fn lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn each_box_gets_one_receipt_when_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("receipts.jsonl");
+    let clock = FakeClock::manual(1_796_000_000_000);
+    let modal = FakeProvider::with("modal", clock.clone(), Some(Preset::modal_like()));
+    let daytona = FakeProvider::with("daytona", clock.clone(), Some(Preset::daytona_like()));
+    let prices = vec![
+        price("modal", "vm", Some(0.0001), None),
+        price("daytona", "container", None, Some(0.002)),
+    ];
+    let receipts = Receipts::open_with_clock(&path, prices, clock.clone()).unwrap();
+    let m = receipts.wrap(Arc::new(modal.clone()));
+    let d = receipts.wrap(Arc::new(daytona.clone()));
+    daytona.program("true", |_| async { ProgramOutput::default() });
+    let ctx = Ctx::background();
+
+    // Destroyed through the ledger after 90 s: 90 × 0.0001.
+    let a = m.create(&Spec::new(Duration::from_secs(600)), &ctx).await.unwrap();
+    clock.advance(Duration::from_secs(90));
+    a.destroy(&ctx).await.unwrap();
+    a.destroy(&ctx).await.ok();
+    // Billed per call: three execs, whatever their time.
+    let b = d.create(&Spec::new(Duration::from_secs(600)), &ctx).await.unwrap();
+    for _ in 0..3 {
+        let p = b
+            .exec(&["true".to_string()], &ExecOptions::default(), &ctx)
+            .await
+            .unwrap();
+        finish(p, FinishOptions::default()).await.unwrap();
+    }
+    assert!(
+        b.exec(&[], &ExecOptions::default(), &ctx).await.is_err(),
+        "refused before it is made: not counted"
+    );
+    clock.advance(Duration::from_secs(10));
+    b.destroy(&ctx).await.unwrap();
+    // Found ended by status: its lifetime ran out on the clock.
+    let c = m.create(&Spec::new(Duration::from_secs(30)), &ctx).await.unwrap();
+    clock.advance(Duration::from_secs(45));
+    assert_eq!(c.status(&ctx).await.unwrap(), agentbox_core::Status::Ended);
+    // Found gone by attach: the vendor swept it.
+    let e = m.create(&Spec::new(Duration::from_secs(600)), &ctx).await.unwrap();
+    clock.advance(Duration::from_secs(5));
+    modal.end_box(e.id()).await;
+    assert!(m.attach(e.id(), &ctx).await.unwrap().is_none());
+
+    let got = lines(&path);
+    assert_eq!(got.len(), 4, "{got:#?}");
+    assert_eq!(got[0]["box"], "box-1");
+    assert_eq!(got[0]["provider"], "modal");
+    assert_eq!(got[0]["kind"], "vm");
+    assert_eq!(got[0]["seconds"], 90.0);
+    assert!((got[0]["cost_usd"].as_f64().unwrap() - 0.009).abs() < 1e-12);
+    assert_eq!(got[0]["usd_per_second"], 0.0001);
+    assert!(got[0].get("usd_per_call").is_none() && got[0].get("calls").is_none());
+    assert_eq!(got[0]["from"], "2026-11-30T00:53:20.000Z");
+    assert_eq!(got[0]["source"], "https://example.invalid/pricing");
+    assert_eq!(got[1]["box"], "box-2");
+    assert_eq!(got[1]["calls"], 3);
+    assert_eq!(got[1]["usd_per_call"], 0.002);
+    assert!(got[1].get("usd_per_second").is_none(), "absent, never 0");
+    assert_eq!(got[1]["cost_usd"], 0.006);
+    assert_eq!(got[2]["box"], "box-3");
+    assert_eq!(got[2]["seconds"], 45.0);
+    assert_eq!(got[3]["box"], "box-4");
+    assert_eq!(got[3]["seconds"], 5.0);
+
+    // A box with no price gets no receipt, but a label; a restart numbers on past the file's.
+    let unpriced = FakeProvider::with("e2b", clock.clone(), None);
+    let again =
+        Receipts::open_with_clock(&path, vec![price("modal", "vm", Some(0.0001), None)], clock.clone()).unwrap();
+    let u = again.wrap(Arc::new(unpriced));
+    let x = u.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    x.destroy(&ctx).await.unwrap();
+    let m2 = again.wrap(Arc::new(modal.clone()));
+    let y = m2.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    clock.advance(Duration::from_secs(1));
+    y.destroy(&ctx).await.unwrap();
+    let got = lines(&path);
+    assert_eq!(got.len(), 5);
+    assert_eq!(got[4]["box"], "box-6", "box-5 was the unpriced one");
+
+    let t = totals(&path).unwrap();
+    let modal_vm = t.iter().find(|t| t.provider == "modal").unwrap();
+    assert_eq!((modal_vm.boxes, modal_vm.seconds), (4, 141.0));
+    let _ = clock.now_ms();
+}
+
+#[test]
+fn a_price_must_say_how_it_bills() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = price("modal", "vm", Some(1.0), Some(1.0));
+    let e = Receipts::open(&dir.path().join("r.jsonl"), vec![bad]).err().unwrap();
+    assert!(e.message().contains("exactly one"), "{e}");
+    std::fs::write(dir.path().join("broken.jsonl"), "{\"box\":\"box-1\"}\nnot json\n").unwrap();
+    let e = totals(&dir.path().join("broken.jsonl")).unwrap_err();
+    assert!(e.message().contains("line 1") || e.message().contains("line 2"), "{e}");
+}
