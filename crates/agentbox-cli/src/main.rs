@@ -6,6 +6,7 @@
 mod bench;
 mod boxes;
 mod demo;
+mod ledger;
 mod sync;
 mod tool;
 
@@ -35,6 +36,10 @@ enum Command {
     Demo,
     /// Measure boxes side by side with their baseline, as ratios.
     Bench(bench::BenchArgs),
+    /// What boxes cost: a receipts file's totals by provider and kind.
+    Receipts(ledger::ReceiptsArgs),
+    /// What tool calls did: a target's history across runs, or a run's calls.
+    Ledger(ledger::LedgerArgs),
     /// The in-box runner: one connection for every process and file of a box. `--listen ADDR`
     /// (repeatable; `unix:PATH` for a unix socket; default 0.0.0.0:7700) or `--stdio`; see
     /// `agentbox runner --help`.
@@ -59,11 +64,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             let text = e.render().to_string();
-            let line = text
-                .lines()
-                .next()
-                .unwrap_or("usage error")
-                .trim_start_matches("error: ");
+            let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+            let first = lines.next().unwrap_or("usage error").trim_start_matches("error: ");
+            // "the following required arguments were not provided:" names them on the next line.
+            let line = match (first.ends_with(':'), lines.next()) {
+                (true, Some(next)) => format!("{first} {next}"),
+                _ => first.to_string(),
+            };
             eprintln!("agentbox: {line} (see agentbox --help)");
             return ExitCode::from(2);
         }
@@ -86,6 +93,8 @@ fn main() -> ExitCode {
             Command::Sync(cmd) => sync::run(cmd).await,
             Command::Demo => demo::run().await.map(|_| 0),
             Command::Bench(args) => bench::run(args).await.map(|_| 0),
+            Command::Receipts(args) => ledger::receipts(args),
+            Command::Ledger(args) => ledger::ledger(args).await,
             Command::Runner { .. } => unreachable!("handled above"),
         }
     });

@@ -16,6 +16,12 @@ pub struct ToolArgs {
     /// Print the structured result (content, details, isError) as JSON.
     #[arg(long)]
     json: bool,
+    /// Record the call in this run's ledger (see `agentbox ledger`).
+    #[arg(long)]
+    run: Option<String>,
+    /// The ledger the call is recorded in, as `agentbox ledger --store` takes it.
+    #[arg(long, requires = "run")]
+    store: Option<String>,
 }
 
 fn json_object(s: &str) -> std::result::Result<serde_json::Value, String> {
@@ -39,7 +45,14 @@ pub async fn run(a: ToolArgs) -> Result<i32> {
     let ctx = Ctx::background();
     let sandbox = crate::boxes::attach(&a.id, &ctx).await?;
     let env = BoxEnv::new(sandbox);
-    let result = agentbox_hands::tools::call(&a.name, &env, a.args, &ctx).await;
+    let result = match &a.run {
+        Some(run) => {
+            let store = crate::ledger::store(a.store.as_deref()).await?;
+            let recorder = agentbox_transport::ledger::Recorder::open(store, run).await?;
+            recorder.call(&a.name, &env, a.args, &ctx).await?
+        }
+        None => agentbox_hands::tools::call(&a.name, &env, a.args, &ctx).await,
+    };
     if a.json {
         println!(
             "{}",

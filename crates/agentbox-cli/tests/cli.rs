@@ -378,3 +378,73 @@ fn the_runner_serves_stdio_and_refuses_bad_arguments_in_one_line() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
     assert!(err.contains("--bogus"), "{err:?}");
 }
+
+#[test]
+fn tool_calls_go_to_the_ledger_and_receipts_are_totalled() {
+    let h = Home::new();
+    let id = h.ok(&["box", "create", "--lifetime", "2m"]).trim().to_string();
+    h.ok(&[
+        "tool",
+        &id,
+        "write",
+        "--run",
+        "r1",
+        "--args",
+        r#"{"path":"a.txt","content":"x"}"#,
+    ]);
+    h.ok(&["tool", &id, "read", "--run", "r1", "--args", r#"{"path":"a.txt"}"#]);
+    let out = h.run(
+        &["tool", &id, "read", "--run", "r2", "--args", r#"{"path":"none.txt"}"#],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let run: Vec<serde_json::Value> = h
+        .ok(&["ledger", "--run", "r1", "--json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(run.len(), 2);
+    assert_eq!(
+        (run[0]["seq"].as_u64(), run[0]["op"].as_str()),
+        (Some(1), Some("write"))
+    );
+    let target = run[0]["target"].as_str().unwrap().to_string();
+    assert!(target.ends_with("/a.txt"), "{target}");
+    let history = h.ok(&["ledger", "--target", &target]);
+    assert_eq!(history.lines().count(), 2, "{history}");
+    assert!(
+        history.lines().next().unwrap().contains(" read "),
+        "newest first: {history}"
+    );
+    let failed = h.ok(&["ledger", "--run", "r2"]);
+    assert!(failed.contains("error:"), "{failed}");
+    one_line_error(
+        &h.run(&["ledger", "--store", "nowhere:x", "--run", "r1"], b""),
+        1,
+        "--store",
+    );
+    one_line_error(&h.run(&["ledger"], b""), 2, "--target");
+    h.ok(&["box", "rm", &id]);
+
+    let receipts = h.0.path().join("receipts.jsonl");
+    std::fs::write(
+        &receipts,
+        concat!(
+            r#"{"box":"box-1","provider":"modal","kind":"vm","seconds":90.0,"cost_usd":0.009}"#,
+            "\n",
+            r#"{"box":"box-2","provider":"modal","kind":"vm","seconds":10.0,"cost_usd":0.001}"#,
+            "\n",
+            r#"{"box":"box-3","provider":"daytona","kind":"container","seconds":5.0,"calls":3,"cost_usd":0.006}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let totals = h.ok(&["receipts", receipts.to_str().unwrap()]);
+    let modal = totals.lines().find(|l| l.starts_with("modal")).unwrap();
+    assert!(
+        modal.contains(" 2 ") && modal.contains("100.0") && modal.contains("0.010000"),
+        "{totals}"
+    );
+    assert!(totals.lines().last().unwrap().contains("0.016000"), "{totals}");
+    one_line_error(&h.run(&["receipts", "/no/such/file"], b""), 1, "/no/such/file");
+}
