@@ -249,3 +249,23 @@ fn the_runner_needs_nothing_in_the_box() {
         "{answer:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_removed_behind_the_hosts_back_is_gone_not_a_hang() {
+    if !docker_available("a_box_removed_behind_the_hosts_back_is_gone_not_a_hang") {
+        return;
+    }
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
+    let b = provider(with_runner())
+        .await
+        .create(&Spec::new(Duration::from_secs(120)), &ctx)
+        .await
+        .unwrap();
+    b.upload("before", b"1", &ctx).await.unwrap();
+    // The engine removes it; its address then answers nothing at all.
+    docker(&["rm", "-f", b.id().name()]).unwrap();
+    let t = std::time::Instant::now();
+    let e = b.upload("after", b"2", &ctx).await.unwrap_err();
+    assert_eq!(e.code(), agentbox_core::ErrorCode::Gone, "{e}");
+    assert!(t.elapsed() < Duration::from_secs(60), "took {:?}", t.elapsed());
+}

@@ -64,6 +64,7 @@ pub struct Client {
     shared: Arc<Mutex<Shared>>,
     next_id: AtomicU32,
     me: Weak<Client>,
+    closed: Mutex<Option<String>>,
 }
 
 impl Client {
@@ -75,6 +76,7 @@ impl Client {
             shared: Arc::new(Mutex::new(Shared::default())),
             next_id: AtomicU32::new(1),
             me: me.clone(),
+            closed: Mutex::new(None),
         })
     }
 
@@ -85,6 +87,24 @@ impl Client {
 
     fn id(&self) -> u32 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Close for good: every later call fails `gone` with `why`, and what waits is told so.
+    pub async fn close(&self, why: String) {
+        *self.closed.lock().unwrap() = Some(why.clone());
+        *self.conn.lock().await = None;
+        let mut sh = self.shared.lock().unwrap();
+        for (_, w) in sh.waiting.drain() {
+            let _ = w.send(Reply::Lost);
+        }
+        for (_, mut p) in sh.procs.drain() {
+            if let Some(x) = p.exit.take() {
+                let _ = x.send(Err(Error::gone(why.clone())));
+            }
+            if let Some(s) = p.started.take() {
+                let _ = s.send(Err(Error::gone(why.clone())));
+            }
+        }
     }
 
     /// Close the current connection, as a network fault would (for tests of resumption).
@@ -103,6 +123,9 @@ impl Client {
     }
 
     async fn open(&self, ctx: &Ctx) -> Result<mpsc::Sender<Message>> {
+        if let Some(why) = self.closed.lock().unwrap().clone() {
+            return Err(Error::gone(why));
+        }
         let mut g = self.conn.lock().await;
         if let Some(c) = g.as_ref()
             && c.alive.load(Ordering::Relaxed)
@@ -230,6 +253,9 @@ impl Client {
     }
 
     fn dropped(&self) -> Error {
+        if let Some(why) = self.closed.lock().unwrap().clone() {
+            return Error::gone(why);
+        }
         Error::transfer_failed(format!("the connection to {} dropped", self.describe()))
     }
 

@@ -15,6 +15,12 @@ use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::
 
 /// How long a connection may take to open.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a TCP connection to a runner may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the client pings its runner.
+const PING_EVERY: Duration = Duration::from_secs(3);
+/// How long a runner may be silent (no answer, no pong) before its connection is dropped.
+const SILENT: Duration = Duration::from_secs(10);
 
 /// An open connection: messages out, messages in (ending when the connection drops).
 pub struct Link {
@@ -75,9 +81,16 @@ impl Dial for Address {
         let open = async {
             match self {
                 Address::Tcp { addr, token } => {
-                    let tcp = tokio::net::TcpStream::connect(addr)
-                        .await
-                        .map_err(|e| Error::io(e, format!("connecting to {self}")))?;
+                    // A box's address that vanished with it answers nothing: give up soon.
+                    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
+                        Ok(r) => r.map_err(|e| Error::io(e, format!("connecting to {self}")))?,
+                        Err(_) => {
+                            return Err(Error::transfer_failed(format!(
+                                "{self}: no connection within {}s",
+                                CONNECT_TIMEOUT.as_secs()
+                            )));
+                        }
+                    };
                     let _ = tcp.set_nodelay(true);
                     let mut req = format!("ws://{addr}/")
                         .into_client_request()
@@ -125,20 +138,47 @@ where
     let (mut sink, mut stream) = ws.split();
     let (to_tx, mut to_rx) = mpsc::channel::<Message>(64);
     let (from_tx, from_rx) = mpsc::channel::<Message>(64);
+    // Anything heard from the runner, pongs included: a connection silent past SILENT is
+    // dropped (an address that vanished with its box answers nothing, not even a reset).
+    let heard = Arc::new(std::sync::Mutex::new(tokio::time::Instant::now()));
+    let (dead_tx, mut dead_rx) = tokio::sync::oneshot::channel::<()>();
+    let heard_w = heard.clone();
     tokio::spawn(async move {
-        while let Some(m) = to_rx.recv().await {
-            let m = match m {
-                Message::Text(t) => tungstenite::Message::text(t),
-                Message::Binary(b) => tungstenite::Message::binary(b),
-            };
-            if sink.send(m).await.is_err() {
-                return;
+        let mut tick = tokio::time::interval(PING_EVERY);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                m = to_rx.recv() => {
+                    let Some(m) = m else { break };
+                    let m = match m {
+                        Message::Text(t) => tungstenite::Message::text(t),
+                        Message::Binary(b) => tungstenite::Message::binary(b),
+                    };
+                    if sink.send(m).await.is_err() {
+                        break;
+                    }
+                }
+                _ = tick.tick() => {
+                    if heard_w.lock().unwrap().elapsed() > SILENT {
+                        break;
+                    }
+                    if sink.send(tungstenite::Message::Ping(Default::default())).await.is_err() {
+                        break;
+                    }
+                }
             }
         }
-        let _ = sink.close().await;
+        let _ = dead_tx.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
     });
     tokio::spawn(async move {
-        while let Some(Ok(m)) = stream.next().await {
+        loop {
+            let m = tokio::select! {
+                m = stream.next() => m,
+                _ = &mut dead_rx => break,
+            };
+            let Some(Ok(m)) = m else { break };
+            *heard.lock().unwrap() = tokio::time::Instant::now();
             let m = match m {
                 tungstenite::Message::Text(t) => Message::Text(t.to_string()),
                 tungstenite::Message::Binary(b) => Message::Binary(b.to_vec()),

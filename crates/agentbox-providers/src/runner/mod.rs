@@ -153,11 +153,14 @@ impl RunnerSandbox {
     }
 
     /// A failure of the runner as the caller should read it: a box that ended is `gone`.
-    async fn lost(&self, e: Error, ctx: &Ctx) -> Error {
-        if ctx.err().is_some() || e.code() == ErrorCode::Gone {
+    async fn lost(&self, e: Error, _ctx: &Ctx) -> Error {
+        if matches!(e.code(), ErrorCode::Gone | ErrorCode::Aborted) {
             return e;
         }
-        if matches!(self.inner.status(ctx).await, Ok(Status::Ended)) {
+        // Asked with a context of its own: a call whose deadline passed on a box that vanished
+        // (its address then answers nothing) still learns the box has ended.
+        let probe = Ctx::background().with_timeout(std::time::Duration::from_secs(10));
+        if matches!(self.inner.status(&probe).await, Ok(Status::Ended)) {
             return Error::gone(format!("box {}: it has ended ({e})", self.id()));
         }
         e
@@ -251,7 +254,11 @@ impl Sandbox for RunnerSandbox {
     }
 
     async fn destroy(&self, ctx: &Ctx) -> Result<()> {
-        self.inner.destroy(ctx).await
+        self.inner.destroy(ctx).await?;
+        // Every later call through this handle is `gone` at once, not a wait on an address
+        // that no longer answers.
+        self.client.close(format!("box {}: it was destroyed", self.id())).await;
+        Ok(())
     }
 
     fn files(&self) -> Option<&dyn Files> {
