@@ -77,28 +77,22 @@ pub struct SqliteDocuments {
 }
 
 fn db_error(e: rusqlite::Error, what: &str) -> Error {
-    Error::unknown(format!("session documents: {what}: {e}"))
+    crate::sqlite::error("session documents", what, e)
 }
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS documents (
+    session TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (session, key));";
 
 impl SqliteDocuments {
     /// Open (or make) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = rusqlite::Connection::open(path)
-            .map_err(|e| Error::unknown(format!("session documents: opening {}: {e}", path.display())))?;
-        Self::init(conn)
+        let conn = crate::sqlite::open(path, "session documents", SCHEMA)?;
+        Ok(SqliteDocuments { conn: Mutex::new(conn) })
     }
 
     /// Over an open connection (the run store's), making the table if missing.
     pub fn init(conn: rusqlite::Connection) -> Result<Self> {
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(|e| db_error(e, "setting the busy timeout"))?;
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
-             CREATE TABLE IF NOT EXISTS documents (
-                 session TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-                 PRIMARY KEY (session, key));",
-        )
-        .map_err(|e| db_error(e, "making the table"))?;
+        let conn = crate::sqlite::prepare(conn, "session documents", SCHEMA)?;
         Ok(SqliteDocuments { conn: Mutex::new(conn) })
     }
 }

@@ -185,25 +185,21 @@ pub struct SqliteLedger {
 }
 
 fn sql_error(e: rusqlite::Error, what: &str) -> Error {
-    Error::unknown(format!("ledger: {what}: {e}"))
+    crate::sqlite::error("ledger", what, e)
 }
 
 impl SqliteLedger {
     /// Open (or make) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = rusqlite::Connection::open(path)
-            .map_err(|e| Error::unknown(format!("ledger: opening {}: {e}", path.display())))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(|e| sql_error(e, "setting the busy timeout"))?;
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
-             CREATE TABLE IF NOT EXISTS ledger (
+        let conn = crate::sqlite::open(
+            path,
+            "ledger",
+            "CREATE TABLE IF NOT EXISTS ledger (
                  n INTEGER PRIMARY KEY AUTOINCREMENT, run TEXT NOT NULL, seq INTEGER NOT NULL,
                  target TEXT, at INTEGER NOT NULL, record TEXT NOT NULL);
              CREATE INDEX IF NOT EXISTS ledger_run ON ledger (run, seq);
              CREATE INDEX IF NOT EXISTS ledger_target ON ledger (target, at);",
-        )
-        .map_err(|e| sql_error(e, "making the table"))?;
+        )?;
         Ok(SqliteLedger { conn: Mutex::new(conn) })
     }
 

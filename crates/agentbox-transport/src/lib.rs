@@ -16,6 +16,7 @@ pub mod config;
 pub mod documents;
 pub mod ledger;
 pub mod receipts;
+mod sqlite;
 mod time;
 pub mod transport;
 
