@@ -37,6 +37,8 @@ pub enum ErrorCode {
     TransferFailed,
     /// Permission denied by the operating system.
     PermissionDenied,
+    /// A holder whose claim was taken tried to write: a later generation holds the run.
+    Fenced,
     /// Anything else; the message says what.
     Unknown,
 }
@@ -56,6 +58,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => "too_large",
             ErrorCode::TransferFailed => "transfer_failed",
             ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::Fenced => "fenced",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -152,6 +155,7 @@ constructors! {
     unsafe_ => Unsafe,
     too_large => TooLarge,
     transfer_failed => TransferFailed,
+    fenced => Fenced,
     unknown => Unknown,
 }
 

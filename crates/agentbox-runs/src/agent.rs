@@ -1,0 +1,161 @@
+//! The agent loop that makes runs useful: a model answers, its tool calls go to an
+//! [`ExecutionEnv`] (a transport's box), and the conversation is persisted in the run's store
+//! after every step, so a run released between steps picks up on another host at the next
+//! generation. The model is a trait: the [`ScriptedModel`] (responses given in advance, as the
+//! seed's faux model) needs no key, and a real model client can take its place.
+
+use std::sync::Mutex;
+
+use agentbox_core::{Ctx, Error, Result};
+use agentbox_hands::ExecutionEnv;
+use agentbox_transport::ledger::Recorder;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::run::Run;
+use crate::store::Message;
+
+/// The most model steps one question may take.
+pub const MAX_STEPS: usize = 16;
+
+/// A tool call a model asks for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Its id, which the result names.
+    pub id: String,
+    /// The tool (`bash`, `read`, …).
+    pub name: String,
+    /// Its arguments.
+    pub args: Value,
+}
+
+/// What a model says at one step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// Its text.
+    pub text: String,
+    /// The tools it calls; none ends the turn.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// A model: the conversation so far in, the next step out.
+#[async_trait]
+pub trait Model: Send + Sync {
+    /// The next step.
+    async fn respond(&self, conversation: &[Message], ctx: &Ctx) -> Result<Reply>;
+}
+
+type Step = Box<dyn Fn(&[Message]) -> Reply + Send + Sync>;
+
+/// Responses given in advance, one a step, each able to read the conversation (the seed's faux
+/// model). Past its last response it fails.
+///
+/// ```
+/// use agentbox_runs::agent::{Reply, ScriptedModel};
+/// let model = ScriptedModel::new()
+///     .then_call("bash", serde_json::json!({"command": "hostname"}))
+///     .then(|conversation| Reply { text: format!("{} messages so far", conversation.len()), tool_calls: vec![] });
+/// ```
+#[derive(Default)]
+pub struct ScriptedModel {
+    steps: Mutex<std::collections::VecDeque<Step>>,
+}
+
+impl ScriptedModel {
+    /// A model with no responses yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Then a response computed from the conversation.
+    pub fn then(self, f: impl Fn(&[Message]) -> Reply + Send + Sync + 'static) -> Self {
+        self.steps.lock().unwrap().push_back(Box::new(f));
+        self
+    }
+
+    /// Then a call of `tool` with `args`.
+    pub fn then_call(self, tool: &str, args: Value) -> Self {
+        let tool = tool.to_string();
+        self.then(move |conv| Reply {
+            text: String::new(),
+            tool_calls: vec![ToolCall {
+                id: format!("call-{}", conv.len() + 1),
+                name: tool.clone(),
+                args: args.clone(),
+            }],
+        })
+    }
+}
+
+#[async_trait]
+impl Model for ScriptedModel {
+    async fn respond(&self, conversation: &[Message], _ctx: &Ctx) -> Result<Reply> {
+        let step = self
+            .steps
+            .lock()
+            .unwrap()
+            .pop_front()
+            .ok_or_else(|| Error::invalid("the scripted model has no response left"))?;
+        Ok(step(conversation))
+    }
+}
+
+/// The text of a message (a user's question, an assistant's answer, a tool's result).
+pub fn text_of(m: &Message) -> &str {
+    m.content.get("text").and_then(|t| t.as_str()).unwrap_or("")
+}
+
+/// Tell the agent, in its conversation, that the run moved here from another host.
+pub fn note_move(run: &Run, here: &str) -> Result<Option<String>> {
+    let Some(prev) = run.previous() else { return Ok(None) };
+    if prev.host == here {
+        return Ok(None);
+    }
+    let note = format!(
+        "This run moved from host {} to host {here} at a step boundary: generation {} continues here.",
+        prev.host,
+        run.generation()
+    );
+    run.store().append("system", &json!({ "text": note }))?;
+    Ok(Some(note))
+}
+
+/// Ask `question`: the model's steps until it answers, each tool call on `env` (recorded in
+/// the ledger when a recorder is given), every message persisted as it happens.
+pub async fn answer(
+    run: &Run,
+    model: &dyn Model,
+    env: &dyn ExecutionEnv,
+    recorder: Option<&Recorder>,
+    question: &str,
+    ctx: &Ctx,
+) -> Result<String> {
+    let store = run.store();
+    store.append("user", &json!({ "text": question }))?;
+    for _ in 0..MAX_STEPS {
+        let conversation = store.messages()?;
+        let reply = model.respond(&conversation, ctx).await?;
+        store.append(
+            "assistant",
+            &json!({ "text": reply.text, "tool_calls": reply.tool_calls }),
+        )?;
+        if reply.tool_calls.is_empty() {
+            return Ok(reply.text);
+        }
+        for call in &reply.tool_calls {
+            let result = match recorder {
+                Some(r) => r.call(&call.name, env, call.args.clone(), ctx).await?,
+                None => agentbox_hands::tools::call(&call.name, env, call.args.clone(), ctx).await,
+            };
+            store.append(
+                "tool",
+                &json!({ "call": call.id, "name": call.name, "text": result.text(), "is_error": result.is_error }),
+            )?;
+        }
+    }
+    Err(Error::too_large(format!(
+        "the model took more than {MAX_STEPS} steps for one question"
+    )))
+}

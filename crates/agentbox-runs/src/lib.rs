@@ -1,0 +1,26 @@
+//! Durable runs: a run is one directory, `runs/<id>/`, holding its store (SQLite in WAL: the
+//! conversation, its tasks, the session's documents), its workspace, and `run.json` (id,
+//! status, generation, holder, parent, a parked run's deadline).
+//!
+//! - [`Runs::open`] takes an exclusive claim (on one machine the directory's lock, which the
+//!   kernel drops when the holder dies; across hosts a PostgreSQL lease, [`lease`]) and is the
+//!   next generation. A second claim is refused, naming the holder.
+//! - Every write to the store is fenced by the generation ([`store`]): a holder whose claim was
+//!   taken learns it as a typed error, never by a silent lost write.
+//! - [`Run::release`] seals the run (store checkpointed and synced) and gives up the claim;
+//!   [`Run::park`] releases it with a deadline; [`Runs::fork`] copies a sealed run into new ones.
+//! - [`read_status`] reads a run from outside, with no claim.
+//! - [`agent`]: the agent loop over a [`agent::Model`] (a scripted one needs no key), its
+//!   conversation persisted after every step, its tools through a transport to a box.
+
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod lease;
+pub mod record;
+pub mod run;
+pub mod store;
+
+pub use record::{Holder, RunRecord, RunStatus, read_status};
+pub use run::{Claim, Run, Runs};
+pub use store::{Message, Store};

@@ -1,0 +1,384 @@
+//! Runs in a directory: make, open (claim, next generation), release (seal), park, fork, list.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Error, ErrorCode, Result};
+use agentbox_transport::Documents;
+
+use crate::lease::Leases;
+use crate::record::{Holder, RunRecord, RunStatus, read_status, sync_dir, write_record};
+use crate::store::{RunDocuments, Store};
+
+/// How a run is claimed.
+#[derive(Clone)]
+pub enum Claim {
+    /// On one machine: the run directory's lock, which the kernel drops when the holder dies.
+    Local,
+    /// Across hosts: a PostgreSQL lease for this long (renew it with [`Run::renew`]).
+    Lease(Arc<Leases>, Duration),
+}
+
+/// The runs under one directory (`<root>/runs/<id>/`).
+///
+/// ```no_run
+/// # async fn f() -> agentbox_core::Result<()> {
+/// use agentbox_runs::Runs;
+/// let runs = Runs::new("/data");
+/// runs.create(Some("r1"))?;
+/// let run = runs.open("r1").await?; // generation 1
+/// run.store().append("user", &serde_json::json!("hello"))?;
+/// run.release().await?; // sealed; the next open is generation 2, here or elsewhere
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Runs {
+    root: PathBuf,
+    claim: Claim,
+    host: String,
+}
+
+/// A run this process holds.
+pub struct Run {
+    dir: PathBuf,
+    record: RunRecord,
+    store: Arc<Store>,
+    previous: Option<Holder>,
+    lock: Option<OwnedFd>,
+    lease: Option<(Arc<Leases>, Duration)>,
+}
+
+/// This machine's name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+fn now_ms() -> u64 {
+    use agentbox_core::Clock;
+    agentbox_core::SystemClock.now_ms()
+}
+
+/// A run id: 1 to 64 letters, digits, `-`, `_` or `.`, not starting with `.`.
+pub fn check_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "run id {id:?}: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'"
+        )))
+    }
+}
+
+fn random_id() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 6];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    format!("run-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+}
+
+impl Runs {
+    /// Runs under `root`, claimed on this machine.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Runs {
+            root: root.into(),
+            claim: Claim::Local,
+            host: host_name(),
+        }
+    }
+
+    /// Runs under `root` (a disk several hosts share), claimed by PostgreSQL leases.
+    pub fn with_leases(root: impl Into<PathBuf>, leases: Arc<Leases>, ttl: Duration) -> Self {
+        Runs {
+            root: root.into(),
+            claim: Claim::Lease(leases, ttl),
+            host: host_name(),
+        }
+    }
+
+    /// Name this host (tests of a hand-off play two hosts on one machine).
+    pub fn as_host(mut self, host: &str) -> Self {
+        self.host = host.to_string();
+        self
+    }
+
+    /// The directory of run `id`.
+    pub fn dir(&self, id: &str) -> PathBuf {
+        self.root.join("runs").join(id)
+    }
+
+    /// Make a run (a new id when none is given): its directory, workspace and record.
+    pub fn create(&self, id: Option<&str>) -> Result<RunRecord> {
+        let id = id.map(str::to_string).unwrap_or_else(random_id);
+        check_id(&id)?;
+        let runs = self.root.join("runs");
+        std::fs::create_dir_all(&runs).map_err(|e| Error::io(e, format!("making {}", runs.display())))?;
+        let dir = self.dir(&id);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::refused(format!("run {id} already exists at {}", dir.display())));
+            }
+            Err(e) => return Err(Error::io(e, format!("making {}", dir.display()))),
+        }
+        std::fs::create_dir(dir.join("workspace")).map_err(|e| Error::io(e, "making the workspace"))?;
+        let record = RunRecord {
+            id,
+            status: RunStatus::New,
+            generation: 0,
+            holder: None,
+            parent: None,
+            deadline_ms: None,
+        };
+        write_record(&dir, &record)?;
+        sync_dir(&runs)?;
+        Ok(record)
+    }
+
+    /// Open run `id`: claim it, and hold it as the next generation. A run another holds is
+    /// `refused`, naming the holder.
+    pub async fn open(&self, id: &str) -> Result<Run> {
+        check_id(id)?;
+        let dir = self.dir(id);
+        let before = read_status(&dir).map_err(|e| match e.code() {
+            ErrorCode::NotFound => Error::not_found(format!("run {id}: no such run under {}", self.root.display())),
+            _ => e,
+        })?;
+        let holder = Holder {
+            host: self.host.clone(),
+            pid: std::process::id(),
+            since_ms: now_ms(),
+        };
+        let (lock, lease, generation) = match &self.claim {
+            Claim::Local => {
+                let lock = lock_dir(&dir, &before)?;
+                // Read again under the lock: the holder before may have released meanwhile.
+                let now = read_status(&dir)?;
+                (Some(lock), None, now.generation + 1)
+            }
+            Claim::Lease(leases, ttl) => {
+                let who = format!("pid {} on {}", holder.pid, holder.host);
+                let g = leases.claim(id, &who, *ttl).await?;
+                (None, Some((leases.clone(), *ttl)), g)
+            }
+        };
+        let before = read_status(&dir)?;
+        let store = Arc::new(Store::take(&dir.join("store.db"), generation)?);
+        let record = RunRecord {
+            id: id.to_string(),
+            status: RunStatus::Open,
+            generation,
+            holder: Some(holder),
+            parent: before.parent.clone(),
+            deadline_ms: None,
+        };
+        write_record(&dir, &record)?;
+        Ok(Run {
+            dir,
+            record,
+            store,
+            previous: before.holder,
+            lock,
+            lease,
+        })
+    }
+
+    /// Every run, by id.
+    pub fn list(&self) -> Result<Vec<RunRecord>> {
+        let runs = self.root.join("runs");
+        let entries = match std::fs::read_dir(&runs) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(Error::io(e, format!("listing {}", runs.display()))),
+        };
+        let mut out: Vec<RunRecord> = entries.flatten().filter_map(|e| read_status(&e.path()).ok()).collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// Parked runs whose deadline has come.
+    pub fn due(&self, now_ms: u64) -> Result<Vec<RunRecord>> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|r| r.status == RunStatus::Parked && r.deadline_ms.is_some_and(|d| d <= now_ms))
+            .collect())
+    }
+
+    /// Fork sealed run `id` into `n` new runs (`<id>.fork-1`…, or the ids given), each with its
+    /// parent recorded and its own copy of the store and the workspace, to continue on its own.
+    pub fn fork(&self, id: &str, n: usize) -> Result<Vec<String>> {
+        check_id(id)?;
+        if n == 0 || n > 1000 {
+            return Err(Error::invalid(format!("fork: {n} forks: 1 to 1000")));
+        }
+        let src = self.dir(id);
+        let parent = read_status(&src)?;
+        if !matches!(parent.status, RunStatus::Sealed | RunStatus::Parked) {
+            return Err(Error::refused(format!(
+                "fork: run {id} is {:?}: only a sealed run is forked (release it first)",
+                parent.status
+            )));
+        }
+        // The parent may be opened meanwhile: hold its lock while copying.
+        let _lock = lock_dir(&src, &parent)?;
+        let mut made = Vec::new();
+        let mut k = 1;
+        while made.len() < n {
+            let child = format!("{id}.fork-{k}");
+            k += 1;
+            if self.dir(&child).exists() {
+                continue;
+            }
+            check_id(&child)?;
+            let dir = self.dir(&child);
+            std::fs::create_dir(&dir).map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
+            let copied = (|| {
+                if src.join("store.db").exists() {
+                    std::fs::copy(src.join("store.db"), dir.join("store.db"))
+                        .map_err(|e| Error::io(e, "copying the store"))?;
+                }
+                copy_tree(&src.join("workspace"), &dir.join("workspace"))?;
+                write_record(
+                    &dir,
+                    &RunRecord {
+                        id: child.clone(),
+                        status: RunStatus::Sealed,
+                        generation: parent.generation,
+                        holder: None,
+                        parent: Some(id.to_string()),
+                        deadline_ms: None,
+                    },
+                )
+            })();
+            if let Err(e) = copied {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+            made.push(child);
+        }
+        sync_dir(&self.root.join("runs"))?;
+        Ok(made)
+    }
+}
+
+/// Take the run directory's lock, or say who holds it.
+fn lock_dir(dir: &Path, record: &RunRecord) -> Result<OwnedFd> {
+    let path = dir.join("claim.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(e, format!("opening {}", path.display())))?;
+    let fd: OwnedFd = f.into();
+    match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(fd),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let who = read_status(dir)
+                .ok()
+                .and_then(|r| r.holder)
+                .or_else(|| record.holder.clone())
+                .map(|h| h.to_string())
+                .unwrap_or_else(|| "another process".into());
+            Err(Error::refused(format!("run {}: held by {who}", record.id)))
+        }
+        Err(e) => Err(Error::io(e.into(), format!("locking {}", path.display()))),
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| Error::io(e, format!("making {}", to.display())))?;
+    let entries = match std::fs::read_dir(from) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(e, format!("listing {}", from.display()))),
+    };
+    for e in entries {
+        let e = e.map_err(|e| Error::io(e, format!("listing {}", from.display())))?;
+        let ft = e.file_type().map_err(|e| Error::io(e, "reading a file type"))?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if ft.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(&src).map_err(|e| Error::io(e, format!("reading {}", src.display())))?;
+            std::os::unix::fs::symlink(target, &dst).map_err(|e| Error::io(e, format!("making {}", dst.display())))?;
+        } else if ft.is_file() {
+            std::fs::copy(&src, &dst).map_err(|e| Error::io(e, format!("copying {}", src.display())))?;
+        }
+    }
+    Ok(())
+}
+
+impl Run {
+    /// The run's record as this holder wrote it.
+    pub fn record(&self) -> &RunRecord {
+        &self.record
+    }
+    /// The generation this holder is.
+    pub fn generation(&self) -> u64 {
+        self.record.generation
+    }
+    /// The run's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// The agent's workspace.
+    pub fn workspace(&self) -> PathBuf {
+        self.dir.join("workspace")
+    }
+    /// The run's store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+    /// The session's documents, in the store (each write fenced).
+    pub fn documents(&self) -> Arc<dyn Documents> {
+        Arc::new(RunDocuments(self.store.clone()))
+    }
+    /// Who held the run before this generation (for the agent to be told it moved).
+    pub fn previous(&self) -> Option<&Holder> {
+        self.previous.as_ref()
+    }
+
+    /// Extend a lease claim; a local claim needs none.
+    pub async fn renew(&self) -> Result<()> {
+        match &self.lease {
+            Some((leases, ttl)) => leases.renew(&self.record.id, self.record.generation, *ttl).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Seal the run (store checkpointed and synced, status sealed) and give up the claim.
+    pub async fn release(self) -> Result<RunRecord> {
+        self.let_go(RunStatus::Sealed, None).await
+    }
+
+    /// Release the run until `deadline_ms`, when a supervisor (`agentbox runs supervise`)
+    /// starts it again.
+    pub async fn park(self, deadline_ms: u64) -> Result<RunRecord> {
+        self.let_go(RunStatus::Parked, Some(deadline_ms)).await
+    }
+
+    async fn let_go(mut self, status: RunStatus, deadline_ms: Option<u64>) -> Result<RunRecord> {
+        // A holder that lost its claim writes nothing, its record included.
+        self.store.fenced(|_| Ok(()))?;
+        self.store.checkpoint()?;
+        self.record.status = status;
+        self.record.deadline_ms = deadline_ms;
+        write_record(&self.dir, &self.record)?;
+        if let Some((leases, _)) = &self.lease {
+            leases.release(&self.record.id, self.record.generation).await?;
+        }
+        drop(self.lock.take());
+        Ok(self.record.clone())
+    }
+}

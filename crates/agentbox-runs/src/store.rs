@@ -1,0 +1,262 @@
+//! A run's store: SQLite in WAL (`store.db`), every commit synced, holding the conversation
+//! (messages), its tasks and the session's documents. Every write is fenced: it commits only
+//! while the store's fence still holds this holder's generation, so a holder whose claim was
+//! taken (a later generation opened the run) gets [`agentbox_core::ErrorCode::Fenced`] and
+//! writes nothing.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use agentbox_core::{Error, ErrorCode, Result};
+use agentbox_transport::Documents;
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+const SCHEMA: &str = "
+    CREATE TABLE IF NOT EXISTS fence (one INTEGER PRIMARY KEY CHECK (one = 1), generation INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS messages (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, generation INTEGER NOT NULL,
+        role TEXT NOT NULL, content TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, generation INTEGER NOT NULL, state TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS documents (
+        session TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (session, key));";
+
+/// One message of the conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Its place, from 1.
+    pub seq: i64,
+    /// The generation that wrote it.
+    pub generation: u64,
+    /// `user`, `assistant`, `tool` or `system`.
+    pub role: String,
+    /// What it says (text, tool calls, a tool's result).
+    pub content: Value,
+}
+
+/// A run's store, held by one generation.
+pub struct Store {
+    conn: Mutex<Connection>,
+    generation: u64,
+    path: PathBuf,
+}
+
+fn db(e: rusqlite::Error, what: &str) -> Error {
+    Error::unknown(format!("run store: {what}: {e}"))
+}
+
+impl Store {
+    /// Open the store at `path` as `generation`, taking the fence: refused when the store
+    /// already saw this generation or a later one.
+    pub fn take(path: &Path, generation: u64) -> Result<Self> {
+        let store = Self::open_as(path, generation)?;
+        {
+            let mut conn = store.conn.lock().unwrap();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| db(e, "taking the fence"))?;
+            let current: Option<i64> = tx
+                .query_row("SELECT generation FROM fence WHERE one = 1", [], |r| r.get(0))
+                .optional()
+                .map_err(|e| db(e, "reading the fence"))?;
+            if current.is_some_and(|c| c as u64 >= generation) {
+                return Err(Error::new(
+                    ErrorCode::Fenced,
+                    format!(
+                        "run store: generation {generation} is not past the store's {}: another holder opened it since",
+                        current.unwrap_or(0)
+                    ),
+                ));
+            }
+            tx.execute(
+                "INSERT INTO fence (one, generation) VALUES (1, ?1) ON CONFLICT (one) DO UPDATE SET generation = excluded.generation",
+                [generation as i64],
+            )
+            .map_err(|e| db(e, "writing the fence"))?;
+            tx.commit().map_err(|e| db(e, "committing the fence"))?;
+        }
+        Ok(store)
+    }
+
+    /// Open the store for reading (and fenced writing) as `generation`, without taking the fence.
+    pub fn open_as(path: &Path, generation: u64) -> Result<Self> {
+        let conn = Connection::open(path).map_err(|e| db(e, &format!("opening {}", path.display())))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(|e| db(e, "setting the busy timeout"))?;
+        conn.execute_batch(&format!("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; {SCHEMA}"))
+            .map_err(|e| db(e, "making its tables"))?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            generation,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The generation this store writes as.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Run `f` in a write transaction that commits only while the fence is this generation's.
+    /// Returned, the write is durable.
+    pub fn fenced<T>(&self, f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>) -> Result<T> {
+        let mut conn = self.conn.lock().unwrap();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| db(e, "starting a write"))?;
+        let fence: Option<i64> = tx
+            .query_row("SELECT generation FROM fence WHERE one = 1", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| db(e, "reading the fence"))?;
+        if fence != Some(self.generation as i64) {
+            return Err(Error::new(
+                ErrorCode::Fenced,
+                format!(
+                    "run store: this holder is generation {}, and the run is at generation {}: its claim was taken, and nothing was written",
+                    self.generation,
+                    fence.unwrap_or(0)
+                ),
+            ));
+        }
+        let v = f(&tx).map_err(|e| db(e, "writing"))?;
+        tx.commit().map_err(|e| db(e, "committing"))?;
+        Ok(v)
+    }
+
+    /// Append a message; returns its seq once it is durable.
+    pub fn append(&self, role: &str, content: &Value) -> Result<i64> {
+        let g = self.generation as i64;
+        self.fenced(|tx| {
+            tx.execute(
+                "INSERT INTO messages (generation, role, content) VALUES (?1, ?2, ?3)",
+                (g, role, content.to_string()),
+            )?;
+            Ok(tx.last_insert_rowid())
+        })
+    }
+
+    /// The conversation, in order.
+    pub fn messages(&self) -> Result<Vec<Message>> {
+        let conn = self.conn.lock().unwrap();
+        let mut st = conn
+            .prepare("SELECT seq, generation, role, content FROM messages ORDER BY seq")
+            .map_err(|e| db(e, "reading messages"))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(|e| db(e, "reading messages"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, generation, role, content) = row.map_err(|e| db(e, "reading messages"))?;
+            out.push(Message {
+                seq,
+                generation: generation as u64,
+                role,
+                content: serde_json::from_str(&content).map_err(|e| Error::unknown(format!("message {seq}: {e}")))?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Set a task's state.
+    pub fn put_task(&self, id: &str, state: &Value) -> Result<()> {
+        let g = self.generation as i64;
+        self.fenced(|tx| {
+            tx.execute(
+                "INSERT INTO tasks (id, generation, state) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, state = excluded.state",
+                (id, g, state.to_string()),
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Every task's state, by id.
+    pub fn tasks(&self) -> Result<Vec<(String, Value)>> {
+        let conn = self.conn.lock().unwrap();
+        let mut st = conn
+            .prepare("SELECT id, state FROM tasks ORDER BY id")
+            .map_err(|e| db(e, "reading tasks"))?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| db(e, "reading tasks"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, state) = row.map_err(|e| db(e, "reading tasks"))?;
+            out.push((id, serde_json::from_str(&state).unwrap_or(Value::Null)));
+        }
+        Ok(out)
+    }
+
+    /// Checkpoint the WAL into the database file and sync it: what release leaves behind is one
+    /// file whose every commit is on disk.
+    pub fn checkpoint(&self) -> Result<()> {
+        let conn = self.conn.lock().unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|e| db(e, "checkpointing"))?;
+        std::fs::File::open(&self.path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(e, format!("syncing {}", self.path.display())))
+    }
+}
+
+/// The session's documents in the run's store, each write fenced like every other.
+pub struct RunDocuments(pub Arc<Store>);
+
+#[async_trait]
+impl Documents for RunDocuments {
+    async fn get(&self, session: &str, key: &str) -> Result<Option<Value>> {
+        let conn = self.0.conn.lock().unwrap();
+        let text: Option<String> = conn
+            .query_row(
+                "SELECT value FROM documents WHERE session = ?1 AND key = ?2",
+                (session, key),
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| db(e, "reading a document"))?;
+        text.map(|t| serde_json::from_str(&t).map_err(|e| Error::unknown(format!("document {key}: {e}"))))
+            .transpose()
+    }
+    async fn put(&self, session: &str, key: &str, value: &Value) -> Result<()> {
+        self.0.fenced(|tx| {
+            tx.execute(
+                "INSERT INTO documents (session, key, value) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session, key) DO UPDATE SET value = excluded.value",
+                (session, key, value.to_string()),
+            )
+            .map(|_| ())
+        })
+    }
+    async fn delete(&self, session: &str, key: &str) -> Result<()> {
+        self.0.fenced(|tx| {
+            tx.execute("DELETE FROM documents WHERE session = ?1 AND key = ?2", (session, key))
+                .map(|_| ())
+        })
+    }
+    async fn list(&self, session: &str, prefix: &str) -> Result<Vec<(String, Value)>> {
+        let conn = self.0.conn.lock().unwrap();
+        let mut st = conn
+            .prepare("SELECT key, value FROM documents WHERE session = ?1 ORDER BY key")
+            .map_err(|e| db(e, "listing documents"))?;
+        let rows = st
+            .query_map([session], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| db(e, "listing documents"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (k, v) = row.map_err(|e| db(e, "listing documents"))?;
+            if k.starts_with(prefix) {
+                out.push((k, serde_json::from_str(&v).unwrap_or(Value::Null)));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,271 @@
+//! Runs: claim, refusal naming the holder, generations, seal, fence, crash safety (a writer
+//! SIGKILLed mid-commit), fork, park, reading from outside, hand-off; and PostgreSQL leases
+//! across two processes.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::ErrorCode;
+use agentbox_runs::lease::Leases;
+use agentbox_runs::{RunStatus, Runs, Store, read_status};
+use serde_json::json;
+
+#[tokio::test]
+async fn one_holder_at_a_time_and_each_open_is_the_next_generation() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = Runs::new(root.path());
+    let made = runs.create(Some("r1")).unwrap();
+    assert_eq!((made.status, made.generation), (RunStatus::New, 0));
+    assert_eq!(runs.create(Some("r1")).unwrap_err().code(), ErrorCode::Refused);
+    assert_eq!(runs.create(Some("../x")).unwrap_err().code(), ErrorCode::Invalid);
+
+    let first = runs.open("r1").await.unwrap();
+    assert_eq!(first.generation(), 1);
+    first.store().append("user", &json!({"text": "hello"})).unwrap();
+    // A second claim is refused, naming the holder.
+    let e = runs.open("r1").await.err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Refused);
+    assert!(e.message().contains(&format!("pid {}", std::process::id())), "{e}");
+    // Read from outside, with no claim.
+    let outside = read_status(&runs.dir("r1")).unwrap();
+    assert_eq!((outside.status, outside.generation), (RunStatus::Open, 1));
+    assert!(outside.holder.is_some());
+
+    let sealed = first.release().await.unwrap();
+    assert_eq!(sealed.status, RunStatus::Sealed);
+    let second = runs.open("r1").await.unwrap();
+    assert_eq!(second.generation(), 2);
+    let kept = second.store().messages().unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].generation, 1);
+    second.release().await.unwrap();
+    assert_eq!(runs.open("nothing").await.err().unwrap().code(), ErrorCode::NotFound);
+    let listed: Vec<String> = runs.list().unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(listed, ["r1"]);
+}
+
+#[tokio::test]
+async fn a_holder_whose_claim_was_taken_cannot_write() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("store.db");
+    let old = Store::take(&path, 1).unwrap();
+    old.append("user", &json!("before")).unwrap();
+    // Another host opened the run (its lease expired here): generation 2 takes the fence.
+    let new = Store::take(&path, 2).unwrap();
+    let e = old.append("user", &json!("lost?")).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Fenced, "{e}");
+    assert_eq!(old.put_task("t", &json!(1)).unwrap_err().code(), ErrorCode::Fenced);
+    new.append("assistant", &json!("after")).unwrap();
+    let texts: Vec<_> = new.messages().unwrap().into_iter().map(|m| m.content).collect();
+    assert_eq!(
+        texts,
+        [json!("before"), json!("after")],
+        "the fenced write left nothing"
+    );
+    // A generation not past the store's is refused.
+    assert_eq!(Store::take(&path, 2).err().unwrap().code(), ErrorCode::Fenced);
+}
+
+/// The child of the crash test: hold the run and append messages, saying each one
+/// acknowledged, until killed.
+#[tokio::test]
+async fn writer_child() {
+    let Some(root) = std::env::var_os("AGENTBOX_TEST_WRITER_ROOT") else {
+        return;
+    };
+    let runs = Runs::new(root);
+    let run = runs.open("crash").await.unwrap();
+    let mut out = std::io::stdout();
+    for i in 0.. {
+        let seq = run
+            .store()
+            .append("user", &json!({"n": i, "pad": "x".repeat(2000)}))
+            .unwrap();
+        writeln!(out, "acked {seq}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_acknowledged_commit_survives_a_writer_killed_mid_commit() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = Runs::new(root.path());
+    runs.create(Some("crash")).unwrap();
+    for round in 0..3 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "writer_child", "--nocapture", "--test-threads", "1"])
+            .env("AGENTBOX_TEST_WRITER_ROOT", root.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut acked = 0i64;
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        while let Some(Ok(l)) = lines.next() {
+            if let Some(n) = l.strip_prefix("acked ") {
+                acked = n.parse().unwrap();
+                if acked >= 150 * (round + 1) {
+                    break;
+                }
+            }
+        }
+        // Killed while it commits the next one.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(acked > 0, "the writer acknowledged nothing");
+        let run = runs.open("crash").await.unwrap();
+        let kept = run.store().messages().unwrap();
+        let last = kept.last().map(|m| m.seq).unwrap_or(0);
+        assert!(last >= acked, "round {round}: {acked} acknowledged, {last} kept");
+        // Every kept seq is there once, in order: the store opened at a commit.
+        assert!(kept.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+        run.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn fork_copies_a_sealed_run_into_runs_that_go_on_alone() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = Runs::new(root.path());
+    runs.create(Some("p")).unwrap();
+    let run = runs.open("p").await.unwrap();
+    run.store().append("user", &json!("shared past")).unwrap();
+    std::fs::write(run.workspace().join("notes.txt"), "parent's").unwrap();
+    // Only a sealed run forks.
+    assert_eq!(runs.fork("p", 2).unwrap_err().code(), ErrorCode::Refused);
+    run.release().await.unwrap();
+    let kids = runs.fork("p", 2).unwrap();
+    assert_eq!(kids, ["p.fork-1", "p.fork-2"]);
+    for (i, kid) in kids.iter().enumerate() {
+        let rec = read_status(&runs.dir(kid)).unwrap();
+        assert_eq!((rec.parent.as_deref(), rec.status), (Some("p"), RunStatus::Sealed));
+        let k = runs.open(kid).await.unwrap();
+        assert_eq!(k.store().messages().unwrap().len(), 1);
+        assert_eq!(
+            std::fs::read_to_string(k.workspace().join("notes.txt")).unwrap(),
+            "parent's"
+        );
+        k.store().append("user", &json!(format!("child {i}"))).unwrap();
+        k.release().await.unwrap();
+    }
+    let parent = runs.open("p").await.unwrap();
+    assert_eq!(
+        parent.store().messages().unwrap().len(),
+        1,
+        "the children went on alone"
+    );
+    parent.release().await.unwrap();
+    assert_eq!(runs.fork("p", 0).unwrap_err().code(), ErrorCode::Invalid);
+}
+
+#[tokio::test]
+async fn a_parked_run_is_due_at_its_deadline() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = Runs::new(root.path());
+    runs.create(Some("w")).unwrap();
+    let run = runs.open("w").await.unwrap();
+    let parked = run.park(1_000).await.unwrap();
+    assert_eq!((parked.status, parked.deadline_ms), (RunStatus::Parked, Some(1_000)));
+    assert!(runs.due(999).unwrap().is_empty());
+    assert_eq!(runs.due(1_000).unwrap().len(), 1);
+    let again = runs.open("w").await.unwrap();
+    assert_eq!(again.record().deadline_ms, None);
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_off_tells_the_agent_it_moved() {
+    let root = tempfile::tempdir().unwrap();
+    let a = Runs::new(root.path()).as_host("host-a");
+    let b = Runs::new(root.path()).as_host("host-b");
+    a.create(Some("h")).unwrap();
+    let run = a.open("h").await.unwrap();
+    assert_eq!(agentbox_runs::agent::note_move(&run, "host-a").unwrap(), None);
+    run.release().await.unwrap();
+    let run = b.open("h").await.unwrap();
+    let note = agentbox_runs::agent::note_move(&run, "host-b").unwrap().unwrap();
+    assert!(
+        note.contains("host-a") && note.contains("host-b") && note.contains("generation 2"),
+        "{note}"
+    );
+    assert_eq!(run.store().messages().unwrap().last().unwrap().role, "system");
+    run.release().await.unwrap();
+}
+
+/// The child of the lease test: claim the run through PostgreSQL, say so, then write when told.
+#[tokio::test]
+async fn lease_child() {
+    let (Some(root), Some(conn)) = (
+        std::env::var_os("AGENTBOX_TEST_LEASE_ROOT"),
+        std::env::var_os("AGENTBOX_TEST_LEASE_CONN"),
+    ) else {
+        return;
+    };
+    let leases = Arc::new(Leases::connect(conn.to_str().unwrap()).await.unwrap());
+    let runs = Runs::with_leases(root, leases, Duration::from_secs(2)).as_host("host-child");
+    let run = runs.open("leased").await.unwrap();
+    println!("claimed {}", run.generation());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    match run.store().append("user", &json!("from the child")) {
+        Ok(_) => println!("wrote"),
+        Err(e) if e.code() == ErrorCode::Fenced => println!("fenced"),
+        Err(e) => println!("error {e}"),
+    }
+    match run.renew().await {
+        Err(e) if e.code() == ErrorCode::Fenced => println!("renew fenced"),
+        other => println!("renew {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn postgres_leases_across_two_processes_fence_the_one_that_lost() {
+    let Some(conn) = agentbox_testing::services::postgres("postgres_leases_across_two_processes") else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let leases = Arc::new(Leases::connect(&conn).await.unwrap());
+    let runs = Runs::with_leases(root.path(), leases.clone(), Duration::from_secs(30)).as_host("host-parent");
+    let _ = runs.create(Some("leased")).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lease_child", "--nocapture", "--test-threads", "1"])
+        .env("AGENTBOX_TEST_LEASE_ROOT", root.path())
+        .env("AGENTBOX_TEST_LEASE_CONN", &conn)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let claimed = loop {
+        let l = lines.next().unwrap().unwrap();
+        // The harness's "test lease_child ... " has no newline: the word may follow it.
+        if let Some(at) = l.find("claimed ") {
+            break l[at + 8..].trim().parse::<u64>().unwrap();
+        }
+    };
+    // Held by the child: refused, naming it.
+    let e = runs.open("leased").await.err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Refused);
+    assert!(e.message().contains("host-child"), "{e}");
+    // Its 2 s lease runs out; the parent's claim is the next generation.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let run = runs.open("leased").await.unwrap();
+    assert_eq!(run.generation(), claimed + 1);
+    // The child, which still believes it holds the run, writes: fenced, nothing written.
+    child.stdin.take().unwrap().write_all(b"write\n").unwrap();
+    let said: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    child.wait().unwrap();
+    assert!(said.iter().any(|l| l.trim() == "fenced"), "{said:?}");
+    assert!(said.iter().any(|l| l.trim() == "renew fenced"), "{said:?}");
+    assert!(
+        run.store()
+            .messages()
+            .unwrap()
+            .iter()
+            .all(|m| m.content != json!("from the child"))
+    );
+    run.store().append("user", &json!("from the parent")).unwrap();
+    run.release().await.unwrap();
+}
