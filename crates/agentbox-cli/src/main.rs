@@ -7,6 +7,7 @@ mod bench;
 mod boxes;
 mod demo;
 mod ledger;
+mod runs;
 mod sync;
 mod tool;
 
@@ -32,8 +33,15 @@ enum Command {
     /// A run's files between this machine and a box: extract, seed, pull.
     #[command(subcommand)]
     Sync(sync::SyncCommand),
-    /// A short tour on local boxes, with no key, no daemon and no setup.
+    /// Pick up a run: three processes, one after another, each the next generation of one run
+    /// answering one question of the same chat with a tool call in a local box. No key.
     Demo,
+    /// One generation of the demo (the demo runs it).
+    #[command(hide = true)]
+    DemoStep(demo::StepArgs),
+    /// Durable runs: new, open, status, release, fork, ls, supervise.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
     /// Measure boxes side by side with their baseline, as ratios.
     Bench(bench::BenchArgs),
     /// What boxes cost: a receipts file's totals by provider and kind.
@@ -92,6 +100,8 @@ fn main() -> ExitCode {
             Command::Tool(args) => tool::run(args).await,
             Command::Sync(cmd) => sync::run(cmd).await,
             Command::Demo => demo::run().await.map(|_| 0),
+            Command::DemoStep(a) => demo::step(&a.root, &a.run, a.step).await.map(|_| 0),
+            Command::Runs(cmd) => runs::run(cmd).await,
             Command::Bench(args) => bench::run(args).await.map(|_| 0),
             Command::Receipts(args) => ledger::receipts(args),
             Command::Ledger(args) => ledger::ledger(args).await,

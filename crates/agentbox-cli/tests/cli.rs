@@ -143,12 +143,90 @@ fn a_box_from_create_to_rm() {
 }
 
 #[test]
-fn the_demo_runs() {
+fn the_demo_picks_up_one_run_three_times() {
     let h = Home::new();
     let out = h.ok(&["demo"]);
-    assert!(out.contains("hello from the box"), "{out}");
-    assert!(out.contains("destroyed local:"), "{out}");
-    assert_eq!(h.ok(&["box", "ls", "--json"]).trim(), "[]");
+    for g in 1..=3 {
+        assert!(out.contains(&format!("generation {g} (pid ")), "{out}");
+    }
+    // Three processes, one after another: three pids.
+    let pids: std::collections::BTreeSet<&str> = out
+        .lines()
+        .filter_map(|l| l.split("(pid ").nth(1)?.split(')').next())
+        .collect();
+    assert_eq!(pids.len(), 3, "{out}");
+    // One box, found again by each generation.
+    let boxes: std::collections::BTreeSet<&str> = out
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("tool call ran in box "))
+        .collect();
+    assert_eq!(boxes.len(), 1, "{out}");
+    assert!(
+        out.contains("Your first question was \"What is the box's machine called?\""),
+        "{out}"
+    );
+    assert!(out.contains("the run is Sealed at generation 3"), "{out}");
+    assert_eq!(
+        h.ok(&["box", "ls", "--json"]).trim(),
+        "[]",
+        "the last generation ended the box"
+    );
+    let id = out.lines().next().unwrap().split(' ').nth(1).unwrap().to_string();
+    let root = h.0.path().join("demo");
+    let status: serde_json::Value =
+        serde_json::from_str(&h.ok(&["runs", "status", &id, "--root", root.to_str().unwrap()])).unwrap();
+    assert_eq!(
+        (status["status"].as_str(), status["generation"].as_u64()),
+        (Some("sealed"), Some(3))
+    );
+}
+
+#[test]
+fn runs_from_the_command_line() {
+    let h = Home::new();
+    let id = h.ok(&["runs", "new", "r1"]).trim().to_string();
+    assert_eq!(id, "r1");
+    // Held by a command: status reads it from outside meanwhile, and a second open is refused.
+    let script = "echo gen=$AGENTBOX_RUN_GENERATION; agentbox_status=$(\"$AGENTBOX_BIN\" runs status r1); echo \"$agentbox_status\" | grep -c '\"open\"'; \"$AGENTBOX_BIN\" runs open r1 true 2>&1 | head -1";
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["runs", "open", "r1", "--", "sh", "-c", script])
+        .env("AGENTBOX_HOME", h.0.path())
+        .env("AGENTBOX_BIN", env!("CARGO_BIN_EXE_agentbox"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "gen=1");
+    assert_eq!(lines[1], "1", "status read the open run from outside: {text}");
+    assert!(lines[2].contains("held by pid"), "{text}");
+    let ls = h.ok(&["runs", "ls"]);
+    assert!(ls.contains("r1 Sealed generation=1"), "{ls}");
+    assert_eq!(
+        h.ok(&["runs", "fork", "r1", "-n", "2"]).lines().collect::<Vec<_>>(),
+        ["r1.fork-1", "r1.fork-2"]
+    );
+    let forked: serde_json::Value = serde_json::from_str(&h.ok(&["runs", "status", "r1.fork-2"])).unwrap();
+    assert_eq!(forked["parent"], "r1");
+    assert!(h.ok(&["runs", "release", "r1"]).contains("generation=2"));
+    one_line_error(&h.run(&["runs", "status", "../etc"], b""), 1, "run id");
+    one_line_error(&h.run(&["runs", "open", "nope", "true"], b""), 1, "nope");
+    // Nothing parked: supervise starts nothing.
+    let home = h.0.path().to_str().unwrap().to_string();
+    assert_eq!(h.ok(&["runs", "supervise", &home, "--command", "false"]), "");
+    // A run parked until later is not due; one whose deadline came is started again.
+    h.ok(&["runs", "new", "later"]);
+    h.ok(&["runs", "new", "due"]);
+    assert!(h.ok(&["runs", "park", "later", "--for", "1h"]).contains("Parked"));
+    assert!(h.ok(&["runs", "park", "due", "--for", "0s"]).contains("Parked"));
+    let pick = r#"echo "picked $AGENTBOX_RUN" >> "$AGENTBOX_RUNS/picked""#;
+    let out = h.ok(&["runs", "supervise", &home, "--command", "sh", "-c", pick]);
+    assert!(out.contains("starting due"), "{out}");
+    assert!(!out.contains("later"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(h.0.path().join("picked")).unwrap(),
+        "picked due\n"
+    );
 }
 
 #[test]

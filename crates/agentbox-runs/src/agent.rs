@@ -107,6 +107,29 @@ pub fn text_of(m: &Message) -> &str {
     m.content.get("text").and_then(|t| t.as_str()).unwrap_or("")
 }
 
+/// How long a run's work may only wait before it parks (the seed's 60 s).
+pub const PARK_THRESHOLD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A run whose work only waits `wait` (a retry, a long poll) parks when that is past
+/// `threshold`: released with its deadline, for a supervisor to start again. Otherwise the run
+/// is handed back to wait in place.
+pub async fn park_if_waiting(
+    run: Run,
+    wait: std::time::Duration,
+    threshold: std::time::Duration,
+) -> Result<std::result::Result<crate::RunRecord, Run>> {
+    if wait < threshold {
+        return Ok(Err(run));
+    }
+    use agentbox_core::Clock;
+    let deadline = agentbox_core::SystemClock.now_ms() + wait.as_millis() as u64;
+    run.store().append(
+        "system",
+        &json!({ "text": format!("Parked: the work waits {}s, past the {}s threshold.", wait.as_secs(), threshold.as_secs()) }),
+    )?;
+    Ok(Ok(run.park(deadline).await?))
+}
+
 /// Tell the agent, in its conversation, that the run moved here from another host.
 pub fn note_move(run: &Run, here: &str) -> Result<Option<String>> {
     let Some(prev) = run.previous() else { return Ok(None) };
