@@ -1,0 +1,62 @@
+//! The agent loop: every step persisted as it happens, tool calls through an environment, a
+//! conversation that the next generation continues.
+
+use agentbox_core::{Ctx, ErrorCode};
+use agentbox_hands::HostEnv;
+use agentbox_runs::Runs;
+use agentbox_runs::agent::{self, Reply, ScriptedModel, text_of};
+use serde_json::json;
+
+#[tokio::test]
+async fn each_step_is_in_the_store_before_the_next_and_a_later_generation_goes_on() {
+    let root = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let env = HostEnv::new(work.path().to_string_lossy()).unwrap();
+    let runs = Runs::new(root.path());
+    runs.create(Some("chat")).unwrap();
+    let ctx = Ctx::background();
+
+    let run = runs.open("chat").await.unwrap();
+    // A model that calls a tool, then has nothing more to say: the call and its result are
+    // kept although the turn fails.
+    let model = ScriptedModel::new().then_call("write", json!({"path": "a.txt", "content": "one"}));
+    let e = agent::answer(&run, &model, &env, None, "write a file", &ctx)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Invalid);
+    let roles: Vec<String> = run.store().messages().unwrap().into_iter().map(|m| m.role).collect();
+    assert_eq!(roles, ["user", "assistant", "tool"]);
+    assert_eq!(std::fs::read_to_string(work.path().join("a.txt")).unwrap(), "one");
+    run.release().await.unwrap();
+
+    let run = runs.open("chat").await.unwrap();
+    let model = ScriptedModel::new().then(|c| Reply {
+        text: format!(
+            "{} messages; you first asked: {}",
+            c.len(),
+            c.iter().find(|m| m.role == "user").map(text_of).unwrap_or("")
+        ),
+        tool_calls: vec![],
+    });
+    let said = agent::answer(&run, &model, &env, None, "what did I ask?", &ctx)
+        .await
+        .unwrap();
+    assert_eq!(said, "4 messages; you first asked: write a file");
+    let last = run.store().messages().unwrap().pop().unwrap();
+    assert_eq!((last.role.as_str(), last.generation), ("assistant", 2));
+    // Parking: past the threshold the run is released with a deadline; under it, kept.
+    let run = match agent::park_if_waiting(run, std::time::Duration::from_secs(5), agent::PARK_THRESHOLD)
+        .await
+        .unwrap()
+    {
+        Err(run) => run,
+        Ok(_) => panic!("5 s is under the threshold"),
+    };
+    let parked = agent::park_if_waiting(run, std::time::Duration::from_secs(120), agent::PARK_THRESHOLD)
+        .await
+        .unwrap()
+        .ok()
+        .unwrap();
+    assert_eq!(parked.status, agentbox_runs::RunStatus::Parked);
+    assert!(runs.due(u64::MAX).unwrap().iter().any(|r| r.id == "chat"));
+}
