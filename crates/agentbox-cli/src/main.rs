@@ -7,6 +7,7 @@ mod bench;
 mod boxes;
 mod demo;
 mod ledger;
+mod mcp;
 mod runs;
 mod sync;
 mod tool;
@@ -39,6 +40,8 @@ enum Command {
     /// One generation of the demo (the demo runs it).
     #[command(hide = true)]
     DemoStep(demo::StepArgs),
+    /// Hands in a box for any MCP client, over stdio.
+    Mcp(mcp::McpArgs),
     /// Durable runs: new, open, status, release, fork, ls, supervise.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
             Command::Demo => demo::run().await.map(|_| 0),
             Command::DemoStep(a) => demo::step(&a.root, &a.run, a.step).await.map(|_| 0),
             Command::Runs(cmd) => runs::run(cmd).await,
+            Command::Mcp(a) => mcp::run(a).await,
             Command::Bench(args) => bench::run(args).await.map(|_| 0),
             Command::Receipts(args) => ledger::receipts(args),
             Command::Ledger(args) => ledger::ledger(args).await,

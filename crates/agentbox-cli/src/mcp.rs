@@ -1,0 +1,287 @@
+//! `agentbox mcp`: the tools of TOOLS.md (read, write, edit, bash, ls, grep, find) for any MCP
+//! client, running in a box made at the first tool call and ended when the client leaves (or by
+//! its lifetime, if this server is killed). Protocol 2025-11-25 through rmcp, over stdio:
+//! stdout carries only protocol messages; everything else goes to stderr.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Ctx, Error, Provider, Result, Sandbox, Spec, parse_duration};
+use agentbox_hands::tools::{self, Content};
+use agentbox_hands::{BoxEnv, ExecutionEnv};
+use agentbox_sync::{Mark, PullOptions, SeedOptions, pull_dir, seed_dir};
+use clap::Args;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerInfo, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use tokio::sync::Mutex;
+
+#[derive(Args)]
+pub struct McpArgs {
+    /// The provider of the box (local, docker).
+    #[arg(long, default_value = "local")]
+    provider: String,
+    /// The box's image (providers that take one).
+    #[arg(long)]
+    image: Option<String>,
+    /// How long the box may live, whatever happens to this server (500ms, 90s, 10m, 6h).
+    #[arg(long, default_value = "1h")]
+    lifetime: String,
+    /// A transport config: the box is its default environment's (provider and spec).
+    #[arg(long, conflicts_with_all = ["provider", "image"])]
+    config: Option<PathBuf>,
+    /// A directory seeded into the box's workspace at the first tool call and pulled back when
+    /// the client leaves: your files come back changed, and nothing else does.
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+}
+
+/// The box of a session, made at the first tool call.
+struct Session {
+    provider: Arc<dyn Provider>,
+    spec: Spec,
+    workspace: Option<PathBuf>,
+    open: Mutex<Option<Open>>,
+}
+
+struct Open {
+    sandbox: Arc<dyn Sandbox>,
+    env: Arc<BoxEnv>,
+    mark: Option<Mark>,
+    box_dir: String,
+}
+
+impl Session {
+    async fn env(&self) -> Result<Arc<BoxEnv>> {
+        let mut open = self.open.lock().await;
+        if let Some(o) = open.as_ref() {
+            return Ok(o.env.clone());
+        }
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(300));
+        let sandbox = self.provider.create(&self.spec, &ctx).await?;
+        eprintln!(
+            "agentbox mcp: made box {} (lifetime {:?})",
+            sandbox.id(),
+            self.spec.max_lifetime
+        );
+        let env = Arc::new(BoxEnv::new(sandbox.clone()));
+        let box_dir = env.cwd();
+        let mut mark = None;
+        if let Some(dir) = &self.workspace {
+            let seeded = seed_dir(
+                sandbox.as_ref(),
+                &SeedOptions {
+                    from: dir.clone(),
+                    to: box_dir.clone(),
+                    ..Default::default()
+                },
+                &ctx,
+            )
+            .await;
+            match seeded {
+                Ok(s) => {
+                    eprintln!(
+                        "agentbox mcp: seeded {} entries of {} into {box_dir}",
+                        s.sent,
+                        dir.display()
+                    );
+                    mark = Some(s.mark);
+                }
+                Err(e) => {
+                    let _ = sandbox.destroy(&ctx).await;
+                    return Err(e.context(format!("seeding {}", dir.display())));
+                }
+            }
+        }
+        *open = Some(Open {
+            sandbox,
+            env: env.clone(),
+            mark,
+            box_dir,
+        });
+        Ok(env)
+    }
+
+    /// Pull the workspace back (when one was given) and end the box.
+    async fn end(&self) -> Result<()> {
+        let Some(o) = self.open.lock().await.take() else {
+            return Ok(());
+        };
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(300));
+        let mut result = Ok(());
+        if let Some(dir) = &self.workspace {
+            let pulled = pull_dir(
+                o.sandbox.as_ref(),
+                &PullOptions {
+                    from: o.box_dir.clone(),
+                    to: dir.clone(),
+                    since: o.mark.clone(),
+                    mirror_deletes: true,
+                    if_unchanged: true,
+                    ..Default::default()
+                },
+                &ctx,
+            )
+            .await;
+            match pulled {
+                Ok(p) => eprintln!(
+                    "agentbox mcp: pulled {} paths ({} bytes) back into {}",
+                    p.fetched,
+                    p.bytes,
+                    dir.display()
+                ),
+                Err(e) => result = Err(e.context(format!("pulling back into {}", dir.display()))),
+            }
+        }
+        o.sandbox.destroy(&ctx).await?;
+        eprintln!("agentbox mcp: ended box {}", o.sandbox.id());
+        result
+    }
+}
+
+#[derive(Clone)]
+struct Hands {
+    session: Arc<Session>,
+}
+
+/// Each tool of TOOLS.md as MCP lists it: its schema and its hints.
+fn listed() -> Vec<Tool> {
+    tools::all()
+        .into_iter()
+        .map(|t| {
+            let schema = match t.schema() {
+                serde_json::Value::Object(m) => m,
+                _ => serde_json::Map::new(),
+            };
+            let read_only = t.read_only();
+            let mut hints = ToolAnnotations::new();
+            hints.read_only_hint = Some(read_only);
+            // bash may do anything; write and edit replace what was there.
+            hints.destructive_hint = Some(!read_only);
+            hints.open_world_hint = Some(t.name() == "bash");
+            Tool::new(t.name(), t.description(), Arc::new(schema)).with_annotations(hints)
+        })
+        .collect()
+}
+
+impl ServerHandler for Hands {
+    fn get_info(&self) -> ServerInfo {
+        let mut info = ServerInfo::new(ServerCapabilities::builder().enable_tools().build());
+        info.protocol_version = ProtocolVersion::V_2025_11_25;
+        info.server_info = Implementation::new("agentbox", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Tools that read, write, edit, search and run commands in a sandbox box (not this machine). \
+             The box is made at the first tool call and ends when this session does."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(listed()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResult, ErrorData> {
+        let name = request.name.to_string();
+        if tools::by_name(&name).is_none() {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool {name:?} (read, write, edit, bash, ls, grep, find)"),
+                None,
+            ));
+        }
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let env = match self.session.env().await {
+            Ok(e) => e,
+            Err(e) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "No box to run in: {e}"
+                ))]));
+            }
+        };
+        // A client's cancellation ends the call (and the command it ran).
+        let ctx = Ctx::background();
+        let cancel = ctx.clone();
+        let ct = context.ct.clone();
+        let watch = tokio::spawn(async move {
+            ct.cancelled().await;
+            cancel.cancel();
+        });
+        let r = tools::call(&name, &*env, args, &ctx).await;
+        watch.abort();
+        let content = r
+            .content
+            .iter()
+            .map(|c| match c {
+                Content::Text { text } => ContentBlock::text(text.clone()),
+                Content::Image { data, mime_type } => ContentBlock::image(data.clone(), mime_type.clone()),
+            })
+            .collect();
+        Ok(if r.is_error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        })
+    }
+}
+
+pub async fn run(a: McpArgs) -> Result<i32> {
+    let (provider_name, spec) = match &a.config {
+        Some(path) => {
+            let config = agentbox_transport::TransportConfig::load(path)?;
+            let hands = config
+                .hands
+                .as_ref()
+                .ok_or_else(|| Error::invalid(format!("{}: names no hands", path.display())))?;
+            let env = &config.environments[&hands.default];
+            (env.provider.clone(), env.spec.clone())
+        }
+        None => {
+            let lifetime = parse_duration(&a.lifetime).map_err(|e| e.context("--lifetime"))?;
+            let mut spec = Spec::new(lifetime);
+            spec.image = a.image.clone();
+            (a.provider.clone(), spec)
+        }
+    };
+    spec.validate()?;
+    if let Some(dir) = &a.workspace
+        && !dir.is_dir()
+    {
+        return Err(Error::not_found(format!(
+            "--workspace {}: not a directory",
+            dir.display()
+        )));
+    }
+    let provider = crate::boxes::provider(&provider_name).await?;
+    let session = Arc::new(Session {
+        provider,
+        spec: spec.label("agentbox-mcp", std::process::id().to_string()),
+        workspace: a.workspace.clone(),
+        open: Mutex::new(None),
+    });
+    let hands = Hands {
+        session: session.clone(),
+    };
+    let served = hands
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| Error::unknown(format!("mcp: the client did not initialize: {e}")))?;
+    let waited = served.waiting().await;
+    if let Err(e) = &waited {
+        eprintln!("agentbox mcp: the session ended: {e}");
+    }
+    // The client left: its box goes, with what it ran.
+    session.end().await?;
+    Ok(0)
+}

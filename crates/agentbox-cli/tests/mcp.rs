@@ -1,0 +1,217 @@
+//! `agentbox mcp` driven as a real MCP client drives it (rmcp's client, over the server's
+//! stdio): every tool, a tool error, a bash timeout, a malformed request, the workspace seeded
+//! and pulled back, and the box ended when the client leaves (also mid-call).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::service::{RoleClient, RunningService};
+use serde_json::{Value, json};
+
+struct Server {
+    client: RunningService<RoleClient, ()>,
+    child: tokio::process::Child,
+}
+
+async fn start(home: &Path, args: &[&str]) -> Server {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .arg("mcp")
+        .args(args)
+        .env("AGENTBOX_HOME", home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+    let client = ().serve((stdout, stdin)).await.expect("the server initializes");
+    Server { client, child }
+}
+
+async fn call(s: &Server, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(map) = args else {
+        panic!("arguments are an object")
+    };
+    s.client
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(map))
+        .await
+        .unwrap()
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| match c {
+            ContentBlock::Text(t) => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Leave as a client that dies does: its end of the pipes closes. The server then ends its box
+/// and exits.
+async fn leave(s: Server) {
+    let Server { client, mut child } = s;
+    drop(client);
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the server exits once its client is gone")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
+async fn every_tool(s: &Server) {
+    let info = s.client.peer_info().unwrap();
+    assert_eq!(info.protocol_version.to_string(), "2025-11-25");
+    assert_eq!(info.server_info.name, "agentbox");
+    let tools = s.client.list_all_tools().await.unwrap();
+    let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["bash", "edit", "find", "grep", "ls", "read", "write"]);
+    for t in &tools {
+        let hints = t.annotations.as_ref().expect("hints");
+        let read_only = matches!(t.name.as_ref(), "read" | "ls" | "grep" | "find");
+        assert_eq!(hints.read_only_hint, Some(read_only), "{}", t.name);
+        assert_eq!(hints.destructive_hint, Some(!read_only), "{}", t.name);
+        assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
+    }
+    let w = call(s, "write", json!({"path": "src/main.txt", "content": "alpha\nbeta\n"})).await;
+    assert_eq!(w.is_error, Some(false), "{}", text(&w));
+    assert!(text(&call(s, "read", json!({"path": "src/main.txt"})).await).contains("beta"));
+    let e = call(
+        s,
+        "edit",
+        json!({"path": "src/main.txt", "edits": [{"oldText": "beta", "newText": "gamma"}]}),
+    )
+    .await;
+    assert_eq!(e.is_error, Some(false), "{}", text(&e));
+    let b = call(s, "bash", json!({"command": "cat src/main.txt; echo in-the-box"})).await;
+    assert!(
+        text(&b).contains("gamma") && text(&b).contains("in-the-box"),
+        "{}",
+        text(&b)
+    );
+    assert!(text(&call(s, "ls", json!({"path": "src"})).await).contains("main.txt"));
+    assert!(text(&call(s, "grep", json!({"pattern": "gamma"})).await).contains("main.txt"));
+    assert!(text(&call(s, "find", json!({"pattern": "*.txt"})).await).contains("main.txt"));
+    // A tool's failure is a result the model reads, with isError.
+    let missing = call(s, "read", json!({"path": "no/such.txt"})).await;
+    assert_eq!(missing.is_error, Some(true));
+    assert!(text(&missing).contains("no/such.txt"), "{}", text(&missing));
+    // A command past its timeout.
+    let slow = call(s, "bash", json!({"command": "sleep 30", "timeout": 1})).await;
+    assert_eq!(slow.is_error, Some(true));
+    assert!(text(&slow).to_lowercase().contains("timed out"), "{}", text(&slow));
+    // A malformed request (a tool that does not exist) is a JSON-RPC error, not a result.
+    let err = s
+        .client
+        .call_tool(CallToolRequestParams::new("teleport"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("teleport"), "{err}");
+}
+
+fn local_boxes(home: &Path) -> usize {
+    std::fs::read_dir(home.join("boxes")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_in_a_local_box_and_the_box_ends_with_the_client() {
+    let home = tempfile::tempdir().unwrap();
+    let s = start(home.path(), &["--lifetime", "10m"]).await;
+    assert_eq!(local_boxes(home.path()), 0, "no box before the first tool call");
+    every_tool(&s).await;
+    assert_eq!(local_boxes(home.path()), 1);
+    leave(s).await;
+    assert_eq!(local_boxes(home.path()), 0, "the box went with the client");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_dying_mid_call_ends_the_box() {
+    let home = tempfile::tempdir().unwrap();
+    let s = start(home.path(), &[]).await;
+    call(&s, "write", json!({"path": "x", "content": "1"})).await;
+    let Server { client, mut child } = s;
+    let peer = client.peer().clone();
+    let running = tokio::spawn(async move {
+        peer.call_tool(
+            CallToolRequestParams::new("bash")
+                .with_arguments(json!({"command": "sleep 300"}).as_object().unwrap().clone()),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(client);
+    running.abort();
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the server exits")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        local_boxes(home.path()),
+        0,
+        "the box and its sleep went with the client"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workspace_goes_in_and_comes_back_changed() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("keep.txt"), "unchanged\n").unwrap();
+    std::fs::write(work.path().join("edit.txt"), "before\n").unwrap();
+    std::fs::write(work.path().join("gone.txt"), "delete me\n").unwrap();
+    let s = start(home.path(), &["--workspace", work.path().to_str().unwrap()]).await;
+    assert!(text(&call(&s, "read", json!({"path": "keep.txt"})).await).contains("unchanged"));
+    call(
+        &s,
+        "edit",
+        json!({"path": "edit.txt", "edits": [{"oldText": "before", "newText": "after"}]}),
+    )
+    .await;
+    call(
+        &s,
+        "write",
+        json!({"path": "new/made.txt", "content": "made in the box\n"}),
+    )
+    .await;
+    call(
+        &s,
+        "bash",
+        json!({"command": "rm gone.txt; echo outside > /tmp/not-the-workspace.txt"}),
+    )
+    .await;
+    leave(s).await;
+    let read = |p: &str| std::fs::read_to_string(work.path().join(p)).ok();
+    assert_eq!(read("keep.txt").as_deref(), Some("unchanged\n"));
+    assert_eq!(read("edit.txt").as_deref(), Some("after\n"));
+    assert_eq!(read("new/made.txt").as_deref(), Some("made in the box\n"));
+    assert_eq!(read("gone.txt"), None, "a deletion comes back");
+    assert_eq!(read("not-the-workspace.txt"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_in_a_docker_box_and_the_box_is_gone_after() {
+    if !agentbox_testing::services::docker_available("every_tool_in_a_docker_box_and_the_box_is_gone_after") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let s = start(home.path(), &["--provider", "docker", "--lifetime", "10m"]).await;
+    every_tool(&s).await;
+    let pid = s.child.id().unwrap().to_string();
+    let label = format!("label=agentbox-mcp={pid}");
+    let listed = || {
+        let out = std::process::Command::new("docker")
+            .args(["ps", "-q", "--filter", &label])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert!(!listed().is_empty(), "the box is a container");
+    leave(s).await;
+    assert_eq!(listed(), "", "the container went with the client");
+}
