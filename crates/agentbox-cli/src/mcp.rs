@@ -38,9 +38,15 @@ pub struct McpArgs {
     /// the client leaves: your files come back changed, and nothing else does.
     #[arg(long)]
     workspace: Option<PathBuf>,
+    /// Serve the streamable HTTP transport on this loopback address (127.0.0.1:PORT) instead of
+    /// stdio: each MCP session gets its box, ended with the session. Requests whose Host is not
+    /// loopback are refused.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
 }
 
-/// The box of a session, made at the first tool call.
+/// The box of a session, made at the first tool call; a session dropped with its box still
+/// open (an HTTP session that ended) ends it.
 struct Session {
     provider: Arc<dyn Provider>,
     spec: Spec,
@@ -140,6 +146,21 @@ impl Session {
         o.sandbox.destroy(&ctx).await?;
         eprintln!("agentbox mcp: ended box {}", o.sandbox.id());
         result
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Some(o) = self.open.get_mut().take() else { return };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+                match o.sandbox.destroy(&ctx).await {
+                    Ok(()) => eprintln!("agentbox mcp: ended box {} with its session", o.sandbox.id()),
+                    Err(e) => eprintln!("agentbox mcp: ending box {}: {e}", o.sandbox.id()),
+                }
+            });
+        }
     }
 }
 
@@ -264,9 +285,18 @@ pub async fn run(a: McpArgs) -> Result<i32> {
         )));
     }
     let provider = crate::boxes::provider(&provider_name).await?;
+    let spec = spec.label("agentbox-mcp", std::process::id().to_string());
+    if let Some(addr) = a.http {
+        if a.workspace.is_some() {
+            return Err(Error::unsupported(
+                "--workspace: over --http, sessions come and go: use stdio",
+            ));
+        }
+        return http(addr, provider, spec).await;
+    }
     let session = Arc::new(Session {
         provider,
-        spec: spec.label("agentbox-mcp", std::process::id().to_string()),
+        spec,
         workspace: a.workspace.clone(),
         open: Mutex::new(None),
     });
@@ -284,4 +314,50 @@ pub async fn run(a: McpArgs) -> Result<i32> {
     // The client left: its box goes, with what it ran.
     session.end().await?;
     Ok(0)
+}
+
+/// The streamable HTTP transport on a loopback address, with rmcp's Host checks (localhost,
+/// 127.0.0.1, ::1) kept: a page in a browser cannot reach it by DNS rebinding.
+async fn http(addr: std::net::SocketAddr, provider: Arc<dyn Provider>, spec: Spec) -> Result<i32> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+    if !addr.ip().is_loopback() {
+        return Err(Error::invalid(format!(
+            "--http {addr}: only a loopback address (127.0.0.1:PORT) is served"
+        )));
+    }
+    let service = StreamableHttpService::new(
+        move || {
+            Ok(Hands {
+                session: Arc::new(Session {
+                    provider: provider.clone(),
+                    spec: spec.clone(),
+                    workspace: None,
+                    open: Mutex::new(None),
+                }),
+            })
+        },
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::io(e, format!("--http {addr}")))?;
+    eprintln!(
+        "agentbox mcp: serving MCP at http://{}/",
+        listener.local_addr().map_err(|e| Error::io(e, "the bound address"))?
+    );
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => r.map_err(|e| Error::io(e, "accepting"))?,
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(service.clone());
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .serve_connection(io, svc)
+                .await;
+        });
+    }
 }

@@ -215,3 +215,101 @@ async fn every_tool_in_a_docker_box_and_the_box_is_gone_after() {
     leave(s).await;
     assert_eq!(listed(), "", "the container went with the client");
 }
+
+/// One HTTP request on a fresh connection; the whole answer.
+async fn http(addr: &str, method: &str, host: &str, session: Option<&str>, body: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let session = session
+        .map(|id| format!("mcp-session-id: {id}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} / HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         mcp-protocol-version: 2025-11-25\r\n{session}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    // An event stream may stay open: read until the answer's data line is in.
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&out);
+            if text.contains("\"result\"")
+                || text.contains("\"error\"")
+                || (method != "POST" && text.contains("\r\n\r\n"))
+            {
+                break;
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_on_loopback_with_its_host_checks() {
+    let home = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["mcp", "--http", &addr])
+        .env("AGENTBOX_HOME", home.path())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#;
+    let mut answer = String::new();
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            answer = http(&addr, "POST", &addr, None, init).await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("2025-11-25"),
+        "{answer}"
+    );
+    let session = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .expect("a session id")
+        .trim()
+        .to_string();
+    // A request naming another Host (DNS rebinding from a page) is refused.
+    let evil = http(&addr, "POST", "evil.example", None, init).await;
+    assert!(evil.starts_with("HTTP/1.1 403"), "{evil}");
+    http(
+        &addr,
+        "POST",
+        &addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo over-http"}}}"#;
+    let answer = http(&addr, "POST", &addr, Some(&session), call).await;
+    assert!(answer.contains("over-http"), "{answer}");
+    assert_eq!(local_boxes(home.path()), 1);
+    // The session ends: its box goes.
+    http(&addr, "DELETE", &addr, Some(&session), "").await;
+    let mut gone = false;
+    for _ in 0..100 {
+        if local_boxes(home.path()) == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the session's box ended with it");
+    child.kill().await.unwrap();
+}
