@@ -345,7 +345,16 @@ impl DockerProvider {
             )
             .await?;
             let r = RunnerSandbox::new(b, dial);
-            r.check(ctx).await?;
+            // A container's address reused from one just removed can be unreachable for a moment
+            // (the host's neighbour entry for it is stale): try for up to ten seconds.
+            let mut tries = 0;
+            while let Err(e) = r.check(ctx).await {
+                tries += 1;
+                if tries >= 40 || ctx.err().is_some() {
+                    return Err(e);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
             return Ok(Arc::new(r));
         }
         let r = RunnerSandbox::new(b.clone(), dial);
