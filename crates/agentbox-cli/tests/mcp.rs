@@ -97,6 +97,21 @@ async fn every_tool(s: &Server) {
     assert!(text(&call(s, "ls", json!({"path": "src"})).await).contains("main.txt"));
     assert!(text(&call(s, "grep", json!({"pattern": "gamma"})).await).contains("main.txt"));
     assert!(text(&call(s, "find", json!({"pattern": "*.txt"})).await).contains("main.txt"));
+    // An image comes back as image content.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+    call(
+        s,
+        "bash",
+        json!({"command": format!("echo {png} | base64 -d > dot.png")}),
+    )
+    .await;
+    let img = call(s, "read", json!({"path": "dot.png"})).await;
+    let image = img.content.iter().find_map(|c| match c {
+        ContentBlock::Image(i) => Some((i.mime_type.clone(), i.data.clone())),
+        _ => None,
+    });
+    let (mime, data) = image.expect("an image block");
+    assert_eq!((mime.as_str(), data.as_str()), ("image/png", png));
     // A tool's failure is a result the model reads, with isError.
     let missing = call(s, "read", json!({"path": "no/such.txt"})).await;
     assert_eq!(missing.is_error, Some(true));
