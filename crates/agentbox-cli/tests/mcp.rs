@@ -328,3 +328,32 @@ async fn streamable_http_on_loopback_with_its_host_checks() {
     assert!(gone, "the session's box ended with it");
     child.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_names_the_box_and_a_killed_server_leaves_it_to_its_lifetime() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("transport.toml");
+    std::fs::write(
+        &config,
+        "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"3s\"\nenv = { MODE = \"from-config\" }\n",
+    )
+    .unwrap();
+    let s = start(home.path(), &["--config", config.to_str().unwrap()]).await;
+    let out = call(&s, "bash", json!({"command": "echo $MODE"})).await;
+    assert_eq!(text(&out).trim(), "from-config");
+    assert_eq!(local_boxes(home.path()), 1);
+    // Killed, the server ends nothing itself: the box's own lifetime does.
+    let Server { client, mut child } = s;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    drop(client);
+    let mut gone = false;
+    for _ in 0..100 {
+        if local_boxes(home.path()) == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the box ended by its 3 s lifetime");
+}
