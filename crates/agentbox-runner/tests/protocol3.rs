@@ -109,15 +109,16 @@ async fn output_past_the_buffer_bound_waits_for_a_client_and_none_is_lost() {
     let mut ws = connect(&r.addr).await;
     hello(&mut ws).await;
     // 200 KB through a 4 KB buffer with nobody reading: the program must wait, not lose bytes.
+    // (It starts writing once the connection has gone, so no chunk was in flight on it.)
     send_text(
         &mut ws,
-        json!({"op":"run","id":1,"argv":["sh","-c","head -c 200000 /dev/zero | tr '\\0' x; echo; echo finished > done"],"stdin":false}),
+        json!({"op":"run","id":1,"argv":["sh","-c","sleep 0.3; head -c 200000 /dev/zero | tr '\\0' x; echo; echo finished > done"],"stdin":false}),
     )
     .await;
     let Got::Text(s) = next(&mut ws).await else { panic!() };
     let handle = s["handle"].as_u64().unwrap();
     drop(ws);
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     assert!(!dir.path().join("done").exists(), "the program ran on past the bound");
 
     let mut ws = connect(&r.addr).await;
@@ -150,6 +151,27 @@ async fn past_the_process_bound_run_is_too_large() {
         "{e}"
     );
     send_text(&mut ws, json!({"op":"stop","id":4})).await;
+}
+
+#[tokio::test]
+async fn writes_waiting_for_their_bytes_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    for id in 1..=256u32 {
+        send_text(&mut ws, json!({"op":"write","id":id,"path":"x"})).await;
+    }
+    assert!(quiet(&mut ws, 200).await, "256 may wait");
+    send_text(&mut ws, json!({"op":"write","id":257,"path":"x"})).await;
+    let Got::Text(e) = next(&mut ws).await else { panic!() };
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(257), Some("too_large")),
+        "{e}"
+    );
+    // Their bytes arriving lets them finish.
+    send_binary(&mut ws, [0, 0, 0, 1, 3, b'y'].to_vec()).await;
+    assert_eq!(next(&mut ws).await, Got::Text(json!({"op":"ok","id":1})));
 }
 
 #[tokio::test]

@@ -31,6 +31,9 @@ struct Mine {
     stdin: Option<mpsc::Sender<Option<Vec<u8>>>>,
 }
 
+/// How many `write`s or `append`s may wait for their bytes on one connection.
+const MAX_PENDING_WRITES: usize = 256;
+
 /// A `write` or `append` waiting for its bytes.
 struct PendingWrite {
     path: String,
@@ -178,6 +181,14 @@ impl Conn {
                 }
             }
             Request::Resume { handle, after, .. } => self.resume(id, handle, after).await,
+            Request::Write { .. } | Request::Append { .. } if self.writes.len() >= MAX_PENDING_WRITES => {
+                self.answer(Answer::error(
+                    Some(id),
+                    "too_large",
+                    format!("{MAX_PENDING_WRITES} writes already wait for their bytes on this connection"),
+                ))
+                .await
+            }
             Request::Write { path, mode, .. } => {
                 self.writes.insert(
                     id,

@@ -166,7 +166,9 @@ pub async fn run(task: Task, done: impl FnOnce()) {
         let pending = at.is_some() && (out.last() > sent || (finished && !exit_sent));
         // With nobody to resume it, output that no connection takes is let go.
         let keep = resumable;
-        let room = out.room() || !keep;
+        // Bounded for every attached client (a slow one holds the program up); output nobody
+        // can ever resume is let go.
+        let room = out.room() || (at.is_none() && !keep);
         let to = at.as_ref().map(|a| a.tx.clone());
         tokio::select! {
             cmd = rx.recv() => match cmd {
