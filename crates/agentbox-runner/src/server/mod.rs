@@ -254,3 +254,45 @@ pub(crate) fn health_json() -> String {
 
 /// The path health answers at (re-exported for the transports).
 pub(crate) const HEALTH: &str = HEALTH_PATH;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Result<Config, String> {
+        Config::from_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_default_is_every_address_on_port_7700() {
+        let c = args(&[]).unwrap();
+        assert_eq!(c.listen, [Listen::Tcp("0.0.0.0:7700".parse().unwrap())]);
+        assert!(!c.stdio);
+        assert!(
+            args(&["--stdio"]).unwrap().listen.is_empty(),
+            "stdio alone listens nowhere"
+        );
+        let c = args(&["--listen", "127.0.0.1:9", "--listen", "unix:/tmp/r.sock"]).unwrap();
+        assert_eq!(
+            c.listen,
+            [
+                Listen::Tcp("127.0.0.1:9".parse().unwrap()),
+                Listen::Unix("/tmp/r.sock".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_arguments_name_themselves() {
+        assert!(args(&["--listen", "nowhere"]).unwrap_err().contains("nowhere"));
+        assert!(args(&["--listen"]).unwrap_err().contains("--listen"));
+        assert!(args(&["--stdio", "--detach"]).unwrap_err().contains("--detach"));
+        assert!(args(&["--max-processes", "0"]).unwrap_err().contains("--max-processes"));
+        assert!(
+            args(&["--max-buffered", "lots"])
+                .unwrap_err()
+                .contains("--max-buffered")
+        );
+        assert!(args(&["--listen", "unix:"]).unwrap_err().contains("unix:"));
+    }
+}
