@@ -556,7 +556,7 @@ async fn twin(provider: &str, ctx: &Ctx) -> Result<Twin> {
         .await?
         .create(&spec, ctx)
         .await?;
-    let sock = agentbox_providers::local::default_home()?
+    let sock = agentbox_providers::home::default_home()?
         .join("boxes")
         .join(plain.id().name())
         .join("bench-runner.sock");

@@ -183,7 +183,7 @@ pub async fn provider_with(name: &str, docker: DockerOptions, runner: bool) -> R
         "local" => {
             let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
             Ok(Arc::new(LocalProvider::new(LocalOptions {
-                root: agentbox_providers::local::default_home()?,
+                root: agentbox_providers::home::default_home()?,
                 path: agentbox_providers::local::DEFAULT_PATH.into(),
                 // This binary is its own supervisor: `agentbox runner supervise …`.
                 supervisor: HelperCommand::new(exe, vec!["runner".into()]),

@@ -23,7 +23,7 @@ const QUESTIONS: [&str; 3] = [
 
 /// The parent: make the run, start the three generations one after another, say where it lives.
 pub async fn run() -> Result<()> {
-    let root = agentbox_providers::local::default_home()?.join("demo");
+    let root = agentbox_providers::home::default_home()?.join("demo");
     let runs = Runs::new(&root);
     let rec = runs.create(None)?;
     let dir = runs.dir(&rec.id);

@@ -71,7 +71,7 @@ pub async fn store(spec: Option<&str>) -> Result<Arc<dyn LedgerStore>> {
         Some(s) => s.to_string(),
         None => format!(
             "jsonl:{}",
-            agentbox_providers::local::default_home()?.join("ledger").display()
+            agentbox_providers::home::default_home()?.join("ledger").display()
         ),
     };
     let (kind, rest) = spec.split_once(':').ok_or_else(|| {

@@ -82,7 +82,7 @@ pub enum RunsCommand {
 fn root(r: Option<PathBuf>) -> Result<PathBuf> {
     match r {
         Some(r) => Ok(r),
-        None => agentbox_providers::local::default_home(),
+        None => agentbox_providers::home::default_home(),
     }
 }
 

@@ -61,7 +61,7 @@ fn mark_path(id: &SandboxId, boxdir: &str, host: &Path) -> Result<PathBuf> {
     let host = std::fs::canonicalize(host).unwrap_or_else(|_| host.to_path_buf());
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (id.as_str(), boxdir, host.to_string_lossy().as_ref()).hash(&mut h);
-    let dir = agentbox_providers::local::default_home()?.join("marks");
+    let dir = agentbox_providers::home::default_home()?.join("marks");
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
     Ok(dir.join(format!("{}-{:016x}.json", id.name(), h.finish())))
 }

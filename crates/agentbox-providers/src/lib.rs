@@ -14,6 +14,7 @@
 #[cfg(feature = "docker")]
 pub mod docker;
 pub mod helper;
+pub mod home;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod runner;

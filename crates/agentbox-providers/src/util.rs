@@ -1,4 +1,5 @@
 //! Small helpers shared by the providers.
+#![cfg_attr(not(all(feature = "local", feature = "docker")), allow(dead_code))]
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};

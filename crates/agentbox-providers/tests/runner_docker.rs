@@ -158,7 +158,7 @@ async fn a_new_provider_finds_the_runner_and_the_token_is_never_in_the_box() {
     ])
     .unwrap();
     assert!(files.is_empty(), "token-like bytes in files of the box: {files}");
-    let home = agentbox_providers::local::default_home().unwrap();
+    let home = agentbox_providers::home::default_home().unwrap();
     let key = std::fs::read(home.join("runner.key")).unwrap();
     assert_eq!(key.len(), 32);
     b.destroy(&ctx).await.unwrap();

@@ -385,7 +385,7 @@ fn container_ip(info: &bollard::models::ContainerInspectResponse) -> Option<Stri
 /// anywhere and only this machine can compute it. It reaches the runner on its stdin.
 fn runner_token(name: &str) -> Result<String> {
     use sha2::{Digest, Sha256};
-    let home = crate::local::default_home()?;
+    let home = crate::home::default_home()?;
     std::fs::create_dir_all(&home).map_err(|e| Error::io(e, format!("creating {}", home.display())))?;
     let path = home.join("runner.key");
     let key = match std::fs::read(&path) {

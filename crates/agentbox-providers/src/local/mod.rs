@@ -54,8 +54,7 @@ pub const NAME: &str = "local";
 /// The PATH programs get unless [`LocalOptions::path`] says otherwise.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The variable naming agentbox's home directory (boxes go under `boxes/` in it).
-pub const HOME_ENV: &str = "AGENTBOX_HOME";
+pub use crate::home::{HOME_ENV, default_home};
 
 /// The runner's socket in a box's directory.
 const RUNNER_SOCKET: &str = "runner.sock";
@@ -100,21 +99,6 @@ impl LocalOptions {
     pub fn from_env() -> Result<Self> {
         LocalOptions::at(default_home()?)
     }
-}
-
-/// agentbox's home directory from the environment (see [`LocalOptions::from_env`]).
-pub fn default_home() -> Result<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(h) = var(HOME_ENV) {
-        return Ok(h);
-    }
-    if let Some(d) = var("XDG_DATA_HOME") {
-        return Ok(d.join("agentbox"));
-    }
-    if let Some(h) = var("HOME") {
-        return Ok(h.join(".local/share/agentbox"));
-    }
-    Err(Error::not_found(format!("no home directory: set {HOME_ENV}")))
 }
 
 /// Makes local boxes. See the [module documentation](self).
