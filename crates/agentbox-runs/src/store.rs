@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use agentbox_core::{Error, ErrorCode, Result};
 use agentbox_transport::Documents;
+use agentbox_transport::documents::sql;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
@@ -19,9 +20,7 @@ const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS messages (
         seq INTEGER PRIMARY KEY AUTOINCREMENT, generation INTEGER NOT NULL,
         role TEXT NOT NULL, content TEXT NOT NULL);
-    CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, generation INTEGER NOT NULL, state TEXT NOT NULL);
-    CREATE TABLE IF NOT EXISTS documents (
-        session TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (session, key));";
+    CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, generation INTEGER NOT NULL, state TEXT NOT NULL);";
 
 /// One message of the conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -85,8 +84,11 @@ impl Store {
         let conn = Connection::open(path).map_err(|e| db(e, &format!("opening {}", path.display())))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(|e| db(e, "setting the busy timeout"))?;
-        conn.execute_batch(&format!("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; {SCHEMA}"))
-            .map_err(|e| db(e, "making its tables"))?;
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; {SCHEMA} {}",
+            sql::SCHEMA
+        ))
+        .map_err(|e| db(e, "making its tables"))?;
         Ok(Store {
             conn: Mutex::new(conn),
             generation,
@@ -214,49 +216,19 @@ pub struct RunDocuments(pub Arc<Store>);
 #[async_trait]
 impl Documents for RunDocuments {
     async fn get(&self, session: &str, key: &str) -> Result<Option<Value>> {
-        let conn = self.0.conn.lock().unwrap();
-        let text: Option<String> = conn
-            .query_row(
-                "SELECT value FROM documents WHERE session = ?1 AND key = ?2",
-                (session, key),
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| db(e, "reading a document"))?;
-        text.map(|t| serde_json::from_str(&t).map_err(|e| Error::unknown(format!("document {key}: {e}"))))
-            .transpose()
+        let text = sql::get(&self.0.conn.lock().unwrap(), session, key).map_err(|e| db(e, "reading a document"))?;
+        text.map(|t| sql::decode(key, &t)).transpose()
     }
     async fn put(&self, session: &str, key: &str, value: &Value) -> Result<()> {
-        self.0.fenced(|tx| {
-            tx.execute(
-                "INSERT INTO documents (session, key, value) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (session, key) DO UPDATE SET value = excluded.value",
-                (session, key, value.to_string()),
-            )
-            .map(|_| ())
-        })
+        self.0.fenced(|tx| sql::put(tx, session, key, value))
     }
     async fn delete(&self, session: &str, key: &str) -> Result<()> {
-        self.0.fenced(|tx| {
-            tx.execute("DELETE FROM documents WHERE session = ?1 AND key = ?2", (session, key))
-                .map(|_| ())
-        })
+        self.0.fenced(|tx| sql::delete(tx, session, key))
     }
     async fn list(&self, session: &str, prefix: &str) -> Result<Vec<(String, Value)>> {
-        let conn = self.0.conn.lock().unwrap();
-        let mut st = conn
-            .prepare("SELECT key, value FROM documents WHERE session = ?1 ORDER BY key")
-            .map_err(|e| db(e, "listing documents"))?;
-        let rows = st
-            .query_map([session], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-            .map_err(|e| db(e, "listing documents"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (k, v) = row.map_err(|e| db(e, "listing documents"))?;
-            if k.starts_with(prefix) {
-                out.push((k, serde_json::from_str(&v).unwrap_or(Value::Null)));
-            }
-        }
-        Ok(out)
+        let rows = sql::list(&self.0.conn.lock().unwrap(), session, prefix).map_err(|e| db(e, "listing documents"))?;
+        rows.into_iter()
+            .map(|(k, v)| sql::decode(&k, &v).map(|v| (k, v)))
+            .collect()
     }
 }

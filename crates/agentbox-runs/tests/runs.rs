@@ -269,3 +269,30 @@ async fn postgres_leases_across_two_processes_fence_the_one_that_lost() {
     run.store().append("user", &json!("from the parent")).unwrap();
     run.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_sessions_documents_in_the_store_are_fenced_too() {
+    use agentbox_runs::store::RunDocuments;
+    use agentbox_transport::Documents;
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("store.db");
+    let old = RunDocuments(Arc::new(Store::take(&path, 1).unwrap()));
+    old.put("s", "transport.boxes/session/a", &json!({"id": "local:1"}))
+        .await
+        .unwrap();
+    let new = RunDocuments(Arc::new(Store::take(&path, 2).unwrap()));
+    let e = old
+        .put("s", "transport.boxes/session/a", &json!({"id": "local:2"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Fenced);
+    assert_eq!(
+        old.delete("s", "transport.boxes/session/a").await.unwrap_err().code(),
+        ErrorCode::Fenced
+    );
+    assert_eq!(
+        new.get("s", "transport.boxes/session/a").await.unwrap(),
+        Some(json!({"id": "local:1"}))
+    );
+    assert_eq!(new.list("s", "transport.boxes/").await.unwrap().len(), 1);
+}

@@ -80,19 +80,67 @@ fn db_error(e: rusqlite::Error, what: &str) -> Error {
     crate::sqlite::error("session documents", what, e)
 }
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS documents (
-    session TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (session, key));";
+/// The documents' table and its statements, on any SQLite connection (or transaction): the
+/// run store keeps the same table and calls these inside its fenced writes.
+pub mod sql {
+    use agentbox_core::{Error, Result};
+    use rusqlite::{Connection, OptionalExtension};
+    use serde_json::Value;
+
+    /// The table.
+    pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS documents (
+        session TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (session, key));";
+
+    /// A document's stored text.
+    pub fn get(c: &Connection, session: &str, key: &str) -> rusqlite::Result<Option<String>> {
+        c.query_row(
+            "SELECT value FROM documents WHERE session = ?1 AND key = ?2",
+            (session, key),
+            |r| r.get(0),
+        )
+        .optional()
+    }
+
+    /// Write a document.
+    pub fn put(c: &Connection, session: &str, key: &str, value: &Value) -> rusqlite::Result<()> {
+        c.execute(
+            "INSERT INTO documents (session, key, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (session, key) DO UPDATE SET value = excluded.value",
+            (session, key, value.to_string()),
+        )
+        .map(|_| ())
+    }
+
+    /// Remove a document.
+    pub fn delete(c: &Connection, session: &str, key: &str) -> rusqlite::Result<()> {
+        c.execute("DELETE FROM documents WHERE session = ?1 AND key = ?2", (session, key))
+            .map(|_| ())
+    }
+
+    /// A session's documents whose key starts with `prefix`, as stored text, by key.
+    pub fn list(c: &Connection, session: &str, prefix: &str) -> rusqlite::Result<Vec<(String, String)>> {
+        let mut st = c.prepare("SELECT key, value FROM documents WHERE session = ?1 ORDER BY key")?;
+        let rows = st.query_map([session], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (k, v) = row?;
+            if k.starts_with(prefix) {
+                out.push((k, v));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A stored document's value.
+    pub fn decode(key: &str, text: &str) -> Result<Value> {
+        serde_json::from_str(text).map_err(|e| Error::unknown(format!("session documents: {key} is not JSON: {e}")))
+    }
+}
 
 impl SqliteDocuments {
     /// Open (or make) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = crate::sqlite::open(path, "session documents", SCHEMA)?;
-        Ok(SqliteDocuments { conn: Mutex::new(conn) })
-    }
-
-    /// Over an open connection (the run store's), making the table if missing.
-    pub fn init(conn: rusqlite::Connection) -> Result<Self> {
-        let conn = crate::sqlite::prepare(conn, "session documents", SCHEMA)?;
+        let conn = crate::sqlite::open(path, "session documents", sql::SCHEMA)?;
         Ok(SqliteDocuments { conn: Mutex::new(conn) })
     }
 }
@@ -100,57 +148,23 @@ impl SqliteDocuments {
 #[async_trait]
 impl Documents for SqliteDocuments {
     async fn get(&self, session: &str, key: &str) -> Result<Option<Value>> {
-        let conn = self.conn.lock().unwrap();
-        let text: Option<String> = match conn.query_row(
-            "SELECT value FROM documents WHERE session = ?1 AND key = ?2",
-            (session, key),
-            |r| r.get(0),
-        ) {
-            Ok(t) => Some(t),
-            Err(rusqlite::Error::QueryReturnedNoRows) => None,
-            Err(e) => return Err(db_error(e, "reading a document")),
-        };
-        text.map(|t| {
-            serde_json::from_str(&t).map_err(|e| Error::unknown(format!("session documents: {key} is not JSON: {e}")))
-        })
-        .transpose()
+        let text = sql::get(&self.conn.lock().unwrap(), session, key).map_err(|e| db_error(e, "reading a document"))?;
+        text.map(|t| sql::decode(key, &t)).transpose()
     }
 
     async fn put(&self, session: &str, key: &str, value: &Value) -> Result<()> {
-        let conn = self.conn.lock().unwrap();
-        conn.execute(
-            "INSERT INTO documents (session, key, value) VALUES (?1, ?2, ?3)
-             ON CONFLICT (session, key) DO UPDATE SET value = excluded.value",
-            (session, key, value.to_string()),
-        )
-        .map_err(|e| db_error(e, "writing a document"))?;
-        Ok(())
+        sql::put(&self.conn.lock().unwrap(), session, key, value).map_err(|e| db_error(e, "writing a document"))
     }
 
     async fn delete(&self, session: &str, key: &str) -> Result<()> {
-        let conn = self.conn.lock().unwrap();
-        conn.execute("DELETE FROM documents WHERE session = ?1 AND key = ?2", (session, key))
-            .map_err(|e| db_error(e, "removing a document"))?;
-        Ok(())
+        sql::delete(&self.conn.lock().unwrap(), session, key).map_err(|e| db_error(e, "removing a document"))
     }
 
     async fn list(&self, session: &str, prefix: &str) -> Result<Vec<(String, Value)>> {
-        let conn = self.conn.lock().unwrap();
-        let mut st = conn
-            .prepare("SELECT key, value FROM documents WHERE session = ?1 ORDER BY key")
-            .map_err(|e| db_error(e, "listing documents"))?;
-        let rows = st
-            .query_map([session], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-            .map_err(|e| db_error(e, "listing documents"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (k, v) = row.map_err(|e| db_error(e, "listing documents"))?;
-            if k.starts_with(prefix) {
-                let v = serde_json::from_str(&v)
-                    .map_err(|e| Error::unknown(format!("session documents: {k} is not JSON: {e}")))?;
-                out.push((k, v));
-            }
-        }
-        Ok(out)
+        let rows =
+            sql::list(&self.conn.lock().unwrap(), session, prefix).map_err(|e| db_error(e, "listing documents"))?;
+        rows.into_iter()
+            .map(|(k, v)| sql::decode(&k, &v).map(|v| (k, v)))
+            .collect()
     }
 }
