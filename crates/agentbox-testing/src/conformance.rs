@@ -119,6 +119,18 @@ impl Report {
             .collect()
     }
 
+    /// Print the report and panic unless every case ran and passed (none left out).
+    pub fn assert_all_passed(&self) {
+        self.assert_passed();
+        let left: Vec<&str> = self
+            .cases
+            .iter()
+            .filter(|(_, o, _)| *o != Outcome::Passed)
+            .map(|(n, _, _)| n.as_str())
+            .collect();
+        assert!(left.is_empty(), "{}: cases left out: {left:?}", self.name);
+    }
+
     /// Print the report and panic if any case failed.
     pub fn assert_passed(&self) {
         let mut text = format!("conformance of {}:\n", self.name);

@@ -14,8 +14,6 @@ use agentbox_hands::tools::{self, ToolResult};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::time::now_ms;
-
 /// One tool call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
@@ -363,7 +361,7 @@ impl Recorder {
         args: serde_json::Value,
         ctx: &Ctx,
     ) -> Result<ToolResult> {
-        let at = now_ms();
+        let at = agentbox_core::Clock::now_ms(&agentbox_core::SystemClock);
         let r = tools::call(tool, env, args.clone(), ctx).await;
         let target = match tool {
             "bash" => Some(env.id()),

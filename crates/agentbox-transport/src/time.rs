@@ -1,15 +1,5 @@
 //! Wall-clock time as receipts and ledgers write it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// `ms` since the epoch as RFC 3339 UTC with milliseconds (`2026-11-30T06:59:01.123Z`).
 pub fn rfc3339(ms: u64) -> String {
     let secs = (ms / 1000) as i64;
