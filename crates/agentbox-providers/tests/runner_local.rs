@@ -102,3 +102,42 @@ async fn output_arrives_whole_across_a_dropped_connection() {
     assert_eq!(out.status.code, 0);
     inner.destroy(&ctx).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_starts_the_runner_again_when_it_died() {
+    let root = tempfile::tempdir().unwrap();
+    let ctx = Ctx::background();
+    let b = provider(root.path())
+        .create(&Spec::new(Duration::from_secs(60)), &ctx)
+        .await
+        .unwrap();
+    b.files().unwrap().write("kept", b"1", false, &ctx).await.unwrap();
+    let sock = root.path().join("boxes").join(b.id().name()).join("runner.sock");
+    let sock = sock.to_string_lossy().into_owned();
+    let runners: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&sock))
+        })
+        .collect();
+    assert_eq!(runners.len(), 1, "one runner serves the box");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(runners[0]).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    for _ in 0..100 {
+        if std::fs::read_to_string(format!("/proc/{}/stat", runners[0])).map_or(true, |s| s.contains(") Z ")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = provider(root.path()).attach(b.id(), &ctx).await.unwrap().unwrap();
+    assert_eq!(
+        again.files().unwrap().read("kept", &ctx).await.unwrap(),
+        Some(b"1".to_vec())
+    );
+    b.destroy(&ctx).await.unwrap();
+}
