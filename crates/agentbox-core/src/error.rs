@@ -64,6 +64,67 @@ impl ErrorCode {
     }
 }
 
+impl ErrorCode {
+    /// Every code, in the order they are declared: what [`ErrorCode::from_str`] accepts.
+    pub const ALL: [ErrorCode; 13] = [
+        ErrorCode::Invalid,
+        ErrorCode::Unsupported,
+        ErrorCode::NotFound,
+        ErrorCode::Gone,
+        ErrorCode::Timeout,
+        ErrorCode::Aborted,
+        ErrorCode::Refused,
+        ErrorCode::Unsafe,
+        ErrorCode::TooLarge,
+        ErrorCode::TransferFailed,
+        ErrorCode::PermissionDenied,
+        ErrorCode::Fenced,
+        ErrorCode::Unknown,
+    ];
+
+    /// The code a peer named on a wire (a runner's answer, a supervisor's reply), where an
+    /// unrecognised name is the peer's own business: `unknown`, never a failure. Errno names a
+    /// box's system call gave (`ENOENT`, `EACCES`, `EPERM`) map as [`Error::io`] maps them.
+    pub fn from_wire(code: &str) -> ErrorCode {
+        code.parse().unwrap_or(match code {
+            "ENOENT" => ErrorCode::NotFound,
+            "EACCES" | "EPERM" => ErrorCode::PermissionDenied,
+            "EINVAL" => ErrorCode::Invalid,
+            _ => ErrorCode::Unknown,
+        })
+    }
+}
+
+/// A name that is not one of [`ErrorCode::ALL`]'s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownErrorCode(pub String);
+
+impl fmt::Display for UnknownErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} is not an error code", self.0)
+    }
+}
+
+impl std::error::Error for UnknownErrorCode {}
+
+/// The one parser of codes: the inverse of [`ErrorCode::as_str`].
+///
+/// ```
+/// use agentbox_core::ErrorCode;
+/// assert_eq!("fenced".parse::<ErrorCode>(), Ok(ErrorCode::Fenced));
+/// assert!("nope".parse::<ErrorCode>().is_err());
+/// ```
+impl std::str::FromStr for ErrorCode {
+    type Err = UnknownErrorCode;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        ErrorCode::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| UnknownErrorCode(s.to_string()))
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -193,6 +254,45 @@ mod tests {
         assert!(e.message().starts_with("reading /x: "));
         let e = Error::io(std::io::Error::from_raw_os_error(13), "p");
         assert_eq!(e.code(), ErrorCode::PermissionDenied);
+    }
+
+    #[test]
+    fn every_code_parses_back_from_its_name_and_its_json() {
+        for c in ErrorCode::ALL {
+            assert_eq!(c.as_str().parse::<ErrorCode>(), Ok(c));
+            assert_eq!(ErrorCode::from_wire(c.as_str()), c, "{c}");
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(json, format!("\"{}\"", c.as_str()), "serde and as_str agree on {c}");
+        }
+        assert_eq!(ErrorCode::from_wire("ENOENT"), ErrorCode::NotFound);
+        assert_eq!(ErrorCode::from_wire("EPERM"), ErrorCode::PermissionDenied);
+        assert_eq!(ErrorCode::from_wire("no such code"), ErrorCode::Unknown);
+        assert!("Fenced".parse::<ErrorCode>().is_err(), "names are exact");
+    }
+
+    #[test]
+    fn all_lists_every_code() {
+        // Exhaustive: a new code fails to compile here until it has a place in ALL.
+        fn index(c: ErrorCode) -> usize {
+            match c {
+                ErrorCode::Invalid => 0,
+                ErrorCode::Unsupported => 1,
+                ErrorCode::NotFound => 2,
+                ErrorCode::Gone => 3,
+                ErrorCode::Timeout => 4,
+                ErrorCode::Aborted => 5,
+                ErrorCode::Refused => 6,
+                ErrorCode::Unsafe => 7,
+                ErrorCode::TooLarge => 8,
+                ErrorCode::TransferFailed => 9,
+                ErrorCode::PermissionDenied => 10,
+                ErrorCode::Fenced => 11,
+                ErrorCode::Unknown => 12,
+            }
+        }
+        for (i, c) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(index(c), i, "{c}");
+        }
     }
 
     #[test]

@@ -54,17 +54,15 @@ impl FsError {
 
     /// From an OS error, by errno as TOOLS.md maps it.
     pub fn from_io(e: &std::io::Error, path: &str) -> Self {
-        let code = match e.raw_os_error() {
-            Some(2) => FsCode::NotFound,
-            Some(1) | Some(13) => FsCode::PermissionDenied,
-            Some(20) => FsCode::NotDirectory,
-            Some(21) => FsCode::IsDirectory,
-            Some(22) => FsCode::Invalid,
-            _ => match e.kind() {
-                std::io::ErrorKind::NotFound => FsCode::NotFound,
-                std::io::ErrorKind::PermissionDenied => FsCode::PermissionDenied,
-                _ => FsCode::Unknown,
-            },
+        use std::io::ErrorKind as K;
+        let code = match e.kind() {
+            K::NotFound => FsCode::NotFound,
+            // EPERM and EACCES both.
+            K::PermissionDenied => FsCode::PermissionDenied,
+            K::NotADirectory => FsCode::NotDirectory,
+            K::IsADirectory => FsCode::IsDirectory,
+            K::InvalidInput => FsCode::Invalid,
+            _ => FsCode::Unknown,
         };
         FsError::new(code, path, format!("{path}: {e}"))
     }
@@ -128,7 +126,13 @@ impl fmt::Display for ExecError {
     }
 }
 
-impl std::error::Error for ExecError {}
+/// The provider's error underneath, where a box failed, is the source: a host that logs the
+/// chain sees both the hands' message and the box's.
+impl std::error::Error for ExecError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_ref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// What a path is (as lstat sees it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -424,4 +428,18 @@ pub trait ExecutionEnv: Send + Sync {
 
     /// End every command still tracked and remove the temporary paths made.
     async fn cleanup(&self, ctx: &Ctx) -> Result<(), FsError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_error_names_its_cause_as_its_source() {
+        let mut e = ExecError::new(ExecCode::Unknown, "the box failed");
+        assert!(std::error::Error::source(&e).is_none());
+        e.cause = Some(agentbox_core::Error::gone("box local:x ended"));
+        let source = std::error::Error::source(&e).expect("the cause is the source");
+        assert_eq!(source.to_string(), "gone: box local:x ended");
+    }
 }

@@ -15,13 +15,11 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// `n` random bytes as lowercase hex, from the kernel.
+/// `n` random bytes as lowercase hex, from the kernel (`getrandom`); its failure is an error,
+/// never a predictable name.
 pub fn random_hex(n: usize) -> Result<String> {
-    use std::io::Read;
     let mut buf = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map_err(|e| Error::io(e, "reading /dev/urandom"))?;
+    getrandom::fill(&mut buf).map_err(|e| Error::unknown(format!("the kernel gave no random bytes: {e}")))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -54,23 +52,4 @@ pub async fn read_frame<T: serde::de::DeserializeOwned>(
     agentbox_protocol::frame::decode(&body)
         .map(Some)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-}
-
-/// Map an error code named on a wire to an [`agentbox_core::ErrorCode`].
-pub fn code_from_wire(code: &str) -> agentbox_core::ErrorCode {
-    use agentbox_core::ErrorCode as C;
-    match code {
-        "invalid" => C::Invalid,
-        "unsupported" => C::Unsupported,
-        "not_found" => C::NotFound,
-        "gone" => C::Gone,
-        "timeout" => C::Timeout,
-        "aborted" => C::Aborted,
-        "refused" => C::Refused,
-        "unsafe" => C::Unsafe,
-        "too_large" => C::TooLarge,
-        "transfer_failed" => C::TransferFailed,
-        "permission_denied" => C::PermissionDenied,
-        _ => C::Unknown,
-    }
 }

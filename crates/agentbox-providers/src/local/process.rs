@@ -18,7 +18,7 @@ use tokio::net::unix::pipe;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::util::{code_from_wire, read_frame};
+use crate::util::read_frame;
 
 /// How long the supervisor may take to answer that a program started.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,7 +42,9 @@ pub async fn start(sock: &Path, req: Request, ctx: &Ctx) -> Result<Process> {
     let first = tokio::time::timeout(START_TIMEOUT, read_frame::<Reply>(&mut rd)).await;
     match first {
         Ok(Ok(Some(Reply::Started { .. }))) => {}
-        Ok(Ok(Some(Reply::Error { code, message }))) => return Err(Error::new(code_from_wire(&code), message)),
+        Ok(Ok(Some(Reply::Error { code, message }))) => {
+            return Err(Error::new(agentbox_core::ErrorCode::from_wire(&code), message));
+        }
         Ok(Ok(Some(other))) => return Err(Error::unknown(format!("the supervisor answered {other:?} to an exec"))),
         Ok(Ok(None)) => return Err(Error::gone("the box's supervisor hung up")),
         Ok(Err(e)) => return Err(Error::io(e, "reading the supervisor's answer")),
@@ -75,7 +77,9 @@ pub async fn start(sock: &Path, req: Request, ctx: &Ctx) -> Result<Process> {
 async fn read_exit(mut rd: OwnedReadHalf, tx: oneshot::Sender<Result<ExitStatus>>) {
     let r = match read_frame::<Reply>(&mut rd).await {
         Ok(Some(Reply::Exit { code, signal })) => Ok(ExitStatus { code, signal }),
-        Ok(Some(Reply::Error { code, message })) => Err(Error::new(code_from_wire(&code), message)),
+        Ok(Some(Reply::Error { code, message })) => {
+            Err(Error::new(agentbox_core::ErrorCode::from_wire(&code), message))
+        }
         Ok(Some(other)) => Err(Error::unknown(format!(
             "the supervisor sent {other:?} in place of an exit"
         ))),

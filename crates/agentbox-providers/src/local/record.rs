@@ -35,7 +35,7 @@ impl Record {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             // A directory being removed under us reads as gone.
-            Err(e) if e.raw_os_error() == Some(20) => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => return Ok(None),
             Err(e) => return Err(Error::io(e, format!("reading {}", path.display()))),
         };
         serde_json::from_slice(&bytes)

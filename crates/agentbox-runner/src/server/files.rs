@@ -24,21 +24,27 @@ pub fn io_error(id: u32, e: &std::io::Error, path: &str) -> Answer {
 }
 
 fn errno_name(n: i32) -> &'static str {
-    match n {
-        1 => "EPERM",
-        2 => "ENOENT",
-        13 => "EACCES",
-        17 => "EEXIST",
-        20 => "ENOTDIR",
-        21 => "EISDIR",
-        22 => "EINVAL",
-        28 => "ENOSPC",
-        30 => "EROFS",
-        36 => "ENAMETOOLONG",
-        39 => "ENOTEMPTY",
-        40 => "ELOOP",
+    use rustix::io::Errno as E;
+    match E::from_raw_os_error(n) {
+        E::PERM => "EPERM",
+        E::NOENT => "ENOENT",
+        E::ACCESS => "EACCES",
+        E::EXIST => "EEXIST",
+        E::NOTDIR => "ENOTDIR",
+        E::ISDIR => "EISDIR",
+        E::INVAL => "EINVAL",
+        E::NOSPC => "ENOSPC",
+        E::ROFS => "EROFS",
+        E::NAMETOOLONG => "ENAMETOOLONG",
+        E::NOTEMPTY => "ENOTEMPTY",
+        E::LOOP => "ELOOP",
         _ => "EIO",
     }
+}
+
+/// The error a directory gives where a file was asked for.
+fn is_a_directory() -> std::io::Error {
+    rustix::io::Errno::ISDIR.into()
 }
 
 /// A path's metadata as the protocol carries it.
@@ -74,7 +80,7 @@ pub fn read(id: u32, path: &str, offset: Option<u64>, length: Option<u64>) -> Re
     };
     let meta = f.metadata().map_err(|e| io_error(id, &e, path))?;
     if meta.is_dir() {
-        return Err(io_error(id, &std::io::Error::from_raw_os_error(21), path));
+        return Err(io_error(id, &is_a_directory(), path));
     }
     let offset = offset.unwrap_or(0);
     let want = match length {
@@ -212,12 +218,20 @@ fn list(id: u32, path: &str) -> Answer {
 fn remove(id: u32, path: &str, recursive: bool, force: bool) -> Answer {
     let m = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
-        Err(e) if force && matches!(e.raw_os_error(), Some(2) | Some(20)) => return Answer::Ok { id },
+        Err(e)
+            if force
+                && matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+        {
+            return Answer::Ok { id };
+        }
         Err(e) => return io_error(id, &e, path),
     };
     let r = if m.is_dir() {
         if !recursive {
-            return io_error(id, &std::io::Error::from_raw_os_error(21), path);
+            return io_error(id, &is_a_directory(), path);
         }
         std::fs::remove_dir_all(path)
     } else {
