@@ -106,14 +106,21 @@ pub(crate) fn info_of(path: &str, m: &std::fs::Metadata) -> FileInfo {
     }
 }
 
-fn random_suffix() -> String {
-    use std::io::Read;
+/// Six random letters and digits from the kernel (`getrandom`), for a temporary's name; the
+/// kernel's failure is an error naming the path, never a predictable name.
+fn random_suffix(path: &str) -> Result<String, FsError> {
     let mut b = [0u8; 6];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    getrandom::fill(&mut b).map_err(|e| {
+        FsError::new(
+            FsCode::Unknown,
+            path,
+            format!("{path}: the kernel gave no random bytes: {e}"),
+        )
+    })?;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    b.iter()
+    Ok(b.iter()
         .map(|x| ALPHABET[*x as usize % ALPHABET.len()] as char)
-        .collect()
+        .collect())
 }
 
 #[async_trait]
@@ -290,7 +297,7 @@ impl ExecutionEnv for HostEnv {
     async fn create_temp_dir(&self, prefix: &str, ctx: &Ctx) -> Result<String, FsError> {
         let base = std::env::temp_dir().to_string_lossy().into_owned();
         for _ in 0..16 {
-            let p = crate::path::join(&[&base, &format!("{prefix}{}", random_suffix())]);
+            let p = crate::path::join(&[&base, &format!("{prefix}{}", random_suffix(&base)?)]);
             match fs(ctx, &p, tokio::fs::create_dir(&p)).await {
                 Ok(()) => {
                     self.temps.lock().unwrap().insert(p.clone());
@@ -306,7 +313,7 @@ impl ExecutionEnv for HostEnv {
     async fn create_temp_file(&self, prefix: &str, suffix: &str, ctx: &Ctx) -> Result<String, FsError> {
         let base = std::env::temp_dir().to_string_lossy().into_owned();
         for _ in 0..16 {
-            let p = crate::path::join(&[&base, &format!("{prefix}{}{suffix}", random_suffix())]);
+            let p = crate::path::join(&[&base, &format!("{prefix}{}{suffix}", random_suffix(&base)?)]);
             let made = fs(
                 ctx,
                 &p,

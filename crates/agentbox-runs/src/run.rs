@@ -79,11 +79,16 @@ pub fn check_id(id: &str) -> Result<()> {
     }
 }
 
-fn random_id() -> String {
-    use std::io::Read;
+/// A new run's id: `run-` and 12 hex digits from the kernel (`getrandom`), whose failure is an
+/// error, never a predictable id.
+fn random_id() -> Result<String> {
     let mut b = [0u8; 6];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
-    format!("run-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+    getrandom::fill(&mut b)
+        .map_err(|e| Error::unknown(format!("the kernel gave no random bytes for a run id: {e}")))?;
+    Ok(format!(
+        "run-{}",
+        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+    ))
 }
 
 impl Runs {
@@ -118,7 +123,10 @@ impl Runs {
 
     /// Make a run (a new id when none is given): its directory, workspace and record.
     pub fn create(&self, id: Option<&str>) -> Result<RunRecord> {
-        let id = id.map(str::to_string).unwrap_or_else(random_id);
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => random_id()?,
+        };
         check_id(&id)?;
         let runs = self.root.join("runs");
         std::fs::create_dir_all(&runs).map_err(|e| Error::io(e, format!("making {}", runs.display())))?;

@@ -19,6 +19,7 @@
 //! ```
 
 pub mod daemon;
+mod key;
 mod sandbox;
 
 use std::collections::HashMap;
@@ -313,7 +314,7 @@ impl DockerProvider {
             // Made with a runner, found by a provider without one: its own exec still works.
             return Ok(b);
         };
-        let token = runner_token(b.id().name())?;
+        let token = key::runner_token(&crate::home::default_home()?, b.id().name())?;
         let mut program = vec![RUNNER_IN_BOX.to_string()];
         program.extend(helper.args.iter().cloned());
         let relay = || Relay {
@@ -380,50 +381,6 @@ fn container_ip(info: &bollard::models::ContainerInspectResponse) -> Option<Stri
         .find(|ip| !ip.is_empty())
 }
 
-/// The bearer token of a box's runner: HMAC-SHA256 of the box's name under this machine's
-/// key (`$AGENTBOX_HOME/runner.key`, made mode 0600 at first use), so no token is stored
-/// anywhere and only this machine can compute it. It reaches the runner on its stdin.
-fn runner_token(name: &str) -> Result<String> {
-    use sha2::{Digest, Sha256};
-    let home = crate::home::default_home()?;
-    std::fs::create_dir_all(&home).map_err(|e| Error::io(e, format!("creating {}", home.display())))?;
-    let path = home.join("runner.key");
-    let key = match std::fs::read(&path) {
-        Ok(k) if k.len() == 32 => k,
-        _ => {
-            let hex = random_hex(32)?;
-            let k: Vec<u8> = (0..32)
-                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0))
-                .collect();
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let tmp = path.with_extension("tmp");
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(|e| Error::io(e, format!("creating {}", tmp.display())))?;
-            f.write_all(&k)
-                .map_err(|e| Error::io(e, format!("writing {}", tmp.display())))?;
-            // Two first uses at once: the first rename wins, and both read what won.
-            let _ = std::fs::hard_link(&tmp, &path);
-            let _ = std::fs::remove_file(&tmp);
-            std::fs::read(&path).map_err(|e| Error::io(e, format!("reading {}", path.display())))?
-        }
-    };
-    let mut block = [0u8; 64];
-    block[..32].copy_from_slice(&key);
-    let pad = |b: u8| block.iter().map(|k| k ^ b).collect::<Vec<u8>>();
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(name.as_bytes())
-        .finalize();
-    let mac = Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize();
-    Ok(mac.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 fn remove_options() -> RemoveContainerOptions {
     RemoveContainerOptions {
         force: true,
@@ -445,10 +402,11 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         _ => None,
     };
     let memory_mb = host.memory.filter(|m| *m > 0).map(|m| (m as u64) >> 20);
-    let network = if host.network_mode.as_deref() == Some("none") {
-        NetworkFact::None
-    } else {
-        NetworkFact::Open
+    // Read the way that fails closed: a mode the engine did not state is unknown, never open.
+    let network = match host.network_mode.as_deref() {
+        Some("none") => Some(NetworkFact::None),
+        Some(m) if !m.is_empty() => Some(NetworkFact::Open),
+        _ => None,
     };
     let mounts = host
         .mounts
@@ -471,7 +429,7 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         cpus,
         memory_mb,
         pids_limit: host.pids_limit.filter(|p| *p > 0).map(|p| p as u64),
-        network: Some(network),
+        network,
         ports: Some(vec![]),
         started_at_ms,
         ends_at_ms: Some(ends_at_ms),
@@ -685,13 +643,31 @@ impl Provider for DockerProvider {
             let _ = self.docker.remove_container(&name, Some(remove_options())).await;
             return Err(e.context("giving the workspace to the box's user"));
         }
-        let inspected = self
-            .docker
-            .inspect_container(&name, None::<InspectContainerOptions>)
-            .await;
-        let inspected = inspected.ok();
-        let ip = inspected.as_ref().and_then(container_ip);
-        let host = inspected.and_then(|i| i.host_config).unwrap_or_default();
+        // The facts are what the engine says it made: a box whose facts cannot be read is not
+        // handed out with guessed ones.
+        let inspected = match ctx
+            .run(self.docker.inspect_container(&name, None::<InspectContainerOptions>))
+            .await
+        {
+            Ok(Ok(i)) => i,
+            Ok(Err(e)) => {
+                let _ = self.docker.remove_container(&name, Some(remove_options())).await;
+                return Err(Error::unknown(format!(
+                    "inspecting container {name} after making it (its facts cannot be known, so it was removed): {e}"
+                )));
+            }
+            Err(e) => {
+                let _ = self.docker.remove_container(&name, Some(remove_options())).await;
+                return Err(e);
+            }
+        };
+        let ip = container_ip(&inspected);
+        let Some(host) = inspected.host_config else {
+            let _ = self.docker.remove_container(&name, Some(remove_options())).await;
+            return Err(Error::unknown(format!(
+                "container {name}: the engine's inspect has no host config (its limits and network cannot be known, so it was removed)"
+            )));
+        };
         let facts = facts_of(&host, ends_at, Some(created), &workspace);
         debug_assert_eq!(id.name(), name);
         let b = self.sandbox(name.clone(), facts, spec.labels.clone(), workspace);
@@ -758,6 +734,23 @@ fn map_create_error(e: bollard::errors::Error, spec: &Spec) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn facts_the_engine_did_not_state_are_unknown_never_granted() {
+        let f = facts_of(&HostConfig::default(), 1, None, "/workspace");
+        assert_eq!(f.network, None, "a network mode not stated is unknown, not open");
+        assert_eq!((f.cpus, f.memory_mb, f.pids_limit), (None, None, None));
+        let none = HostConfig {
+            network_mode: Some("none".into()),
+            ..Default::default()
+        };
+        assert_eq!(facts_of(&none, 1, None, "/w").network, Some(NetworkFact::None));
+        let bridge = HostConfig {
+            network_mode: Some("bridge".into()),
+            ..Default::default()
+        };
+        assert_eq!(facts_of(&bridge, 1, None, "/w").network, Some(NetworkFact::Open));
+    }
 
     #[test]
     fn options_are_checked_by_name() {
