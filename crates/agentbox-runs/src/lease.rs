@@ -6,34 +6,26 @@
 use std::time::Duration;
 
 use agentbox_core::{Error, ErrorCode, Result};
+use agentbox_transport::postgres::Postgres;
 
 /// The lease table on one PostgreSQL server.
 pub struct Leases {
-    client: tokio_postgres::Client,
-}
-
-fn pg(e: tokio_postgres::Error, what: &str) -> Error {
-    Error::unknown(format!("run leases: {what}: {e}"))
+    pg: Postgres,
 }
 
 impl Leases {
     /// Connect with a libpq-style string, making the table if missing.
     pub async fn connect(config: &str) -> Result<Self> {
-        let (client, conn) = tokio_postgres::connect(config, tokio_postgres::NoTls)
-            .await
-            .map_err(|e| pg(e, "connecting"))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        client
+        let pg = Postgres::connect(config, "run leases").await?;
+        pg.client()
             .batch_execute(
                 "CREATE TABLE IF NOT EXISTS agentbox_run_leases (
                      run TEXT PRIMARY KEY, holder TEXT NOT NULL, generation BIGINT NOT NULL,
                      expires_at TIMESTAMPTZ NOT NULL)",
             )
             .await
-            .map_err(|e| pg(e, "making the table"))?;
-        Ok(Leases { client })
+            .map_err(|e| pg.error(e, "making the table"))?;
+        Ok(Leases { pg })
     }
 
     /// Claim `run` for `holder` for `ttl`: its new generation, or `refused` naming the holder
@@ -41,7 +33,8 @@ impl Leases {
     pub async fn claim(&self, run: &str, holder: &str, ttl: Duration) -> Result<u64> {
         let secs = ttl.as_secs_f64();
         let granted = self
-            .client
+            .pg
+            .client()
             .query_opt(
                 "INSERT INTO agentbox_run_leases AS l (run, holder, generation, expires_at)
                  VALUES ($1, $2, 1, now() + make_interval(secs => $3))
@@ -52,18 +45,19 @@ impl Leases {
                 &[&run, &holder, &secs],
             )
             .await
-            .map_err(|e| pg(e, "claiming"))?;
+            .map_err(|e| self.pg.error(e, "claiming"))?;
         if let Some(row) = granted {
             return Ok(row.get::<_, i64>(0) as u64);
         }
         let held = self
-            .client
+            .pg
+            .client()
             .query_opt(
                 "SELECT holder, extract(epoch from expires_at - now())::float8 FROM agentbox_run_leases WHERE run = $1",
                 &[&run],
             )
             .await
-            .map_err(|e| pg(e, "reading the lease"))?;
+            .map_err(|e| self.pg.error(e, "reading the lease"))?;
         let (who, left): (String, f64) = held.map(|r| (r.get(0), r.get(1))).unwrap_or_default();
         Err(Error::refused(format!(
             "run {run} is held by {who} (its lease has {left:.1}s left)"
@@ -74,14 +68,15 @@ impl Leases {
     /// holder's (it expired and another claimed the run).
     pub async fn renew(&self, run: &str, generation: u64, ttl: Duration) -> Result<()> {
         let n = self
-            .client
+            .pg
+            .client()
             .execute(
                 "UPDATE agentbox_run_leases SET expires_at = now() + make_interval(secs => $3)
                  WHERE run = $1 AND generation = $2 AND expires_at >= now()",
                 &[&run, &(generation as i64), &ttl.as_secs_f64()],
             )
             .await
-            .map_err(|e| pg(e, "renewing"))?;
+            .map_err(|e| self.pg.error(e, "renewing"))?;
         if n == 0 {
             return Err(Error::new(
                 ErrorCode::Fenced,
@@ -93,14 +88,15 @@ impl Leases {
 
     /// Give the lease of `generation` up now (no error when it was already taken).
     pub async fn release(&self, run: &str, generation: u64) -> Result<()> {
-        self.client
+        self.pg
+            .client()
             .execute(
                 "UPDATE agentbox_run_leases SET expires_at = now() - interval '1 second'
                  WHERE run = $1 AND generation = $2",
                 &[&run, &(generation as i64)],
             )
             .await
-            .map_err(|e| pg(e, "releasing"))?;
+            .map_err(|e| self.pg.error(e, "releasing"))?;
         Ok(())
     }
 }

@@ -244,20 +244,15 @@ impl LedgerStore for SqliteLedger {
 
 /// Records in PostgreSQL (table `agentbox_ledger`, made if missing).
 pub struct PostgresLedger {
-    client: tokio_postgres::Client,
+    pg: crate::postgres::Postgres,
 }
 
 impl PostgresLedger {
     /// Connect with a libpq-style string (`host=… port=… user=… dbname=…`). The password, if
     /// any, belongs in that string or `PGPASSWORD`, never in an argv.
     pub async fn connect(config: &str) -> Result<Self> {
-        let (client, conn) = tokio_postgres::connect(config, tokio_postgres::NoTls)
-            .await
-            .map_err(|e| Error::unknown(format!("ledger: connecting to PostgreSQL: {e}")))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        client
+        let pg = crate::postgres::Postgres::connect(config, "ledger").await?;
+        pg.client()
             .batch_execute(
                 "CREATE TABLE IF NOT EXISTS agentbox_ledger (
                      n BIGSERIAL PRIMARY KEY, run TEXT NOT NULL, seq BIGINT NOT NULL,
@@ -266,8 +261,8 @@ impl PostgresLedger {
                  CREATE INDEX IF NOT EXISTS agentbox_ledger_target ON agentbox_ledger (target, at);",
             )
             .await
-            .map_err(|e| Error::unknown(format!("ledger: making the table: {e}")))?;
-        Ok(PostgresLedger { client })
+            .map_err(|e| pg.error(e, "making the table"))?;
+        Ok(PostgresLedger { pg })
     }
 
     fn records(rows: Vec<tokio_postgres::Row>) -> Result<Vec<Record>> {
@@ -285,7 +280,8 @@ impl LedgerStore for PostgresLedger {
     async fn append(&self, record: &Record) -> Result<()> {
         check_run(&record.run)?;
         let text = serde_json::to_string(record).map_err(|e| Error::unknown(e.to_string()))?;
-        self.client
+        self.pg
+            .client()
             .execute(
                 "INSERT INTO agentbox_ledger (run, seq, target, at, record) VALUES ($1, $2, $3, $4, $5::text::jsonb)",
                 &[
@@ -297,29 +293,31 @@ impl LedgerStore for PostgresLedger {
                 ],
             )
             .await
-            .map_err(|e| Error::unknown(format!("ledger: appending: {e}")))?;
+            .map_err(|e| self.pg.error(e, "appending"))?;
         Ok(())
     }
     async fn read(&self, run: &str) -> Result<Vec<Record>> {
         let rows = self
-            .client
+            .pg
+            .client()
             .query(
                 "SELECT record::text FROM agentbox_ledger WHERE run = $1 ORDER BY seq, n",
                 &[&run],
             )
             .await
-            .map_err(|e| Error::unknown(format!("ledger: reading: {e}")))?;
+            .map_err(|e| self.pg.error(e, "reading"))?;
         Self::records(rows)
     }
     async fn read_by_target(&self, target: &str, limit: usize) -> Result<Vec<Record>> {
         let rows = self
-            .client
+            .pg
+            .client()
             .query(
                 "SELECT record::text FROM agentbox_ledger WHERE target = $1 ORDER BY at DESC, seq DESC, n DESC LIMIT $2",
                 &[&target, &(limit as i64)],
             )
             .await
-            .map_err(|e| Error::unknown(format!("ledger: reading: {e}")))?;
+            .map_err(|e| self.pg.error(e, "reading"))?;
         Self::records(rows)
     }
 }

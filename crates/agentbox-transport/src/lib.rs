@@ -9,12 +9,14 @@
 //! - [`receipts`]: one receipt per box a wrapped provider made, at the host's prices.
 //! - [`ledger`]: every tool call, readable by run and by target (JSONL, SQLite, PostgreSQL,
 //!   in memory).
+//! - [`postgres`]: a PostgreSQL client that keeps why its connection ended.
 
 #![warn(missing_docs)]
 
 pub mod config;
 pub mod documents;
 pub mod ledger;
+pub mod postgres;
 pub mod receipts;
 mod sqlite;
 mod time;

@@ -136,3 +136,50 @@ async fn postgres() {
     let other = PostgresLedger::connect(&conn).await.unwrap();
     assert_eq!(other.read(&format!("{tag}-run-1")).await.unwrap().len(), 6);
 }
+
+#[tokio::test]
+async fn postgres_a_connection_that_ended_says_why() {
+    let Some(conn) = agentbox_testing::services::postgres("ledger::postgres_a_connection_that_ended_says_why") else {
+        return;
+    };
+    let name = format!("agentbox-ended-{}", std::process::id());
+    let ledger = PostgresLedger::connect(&format!("{conn} application_name={name}"))
+        .await
+        .unwrap();
+    ledger.append(&rec(&format!("{name}-run"), 1, "/t", 1)).await.unwrap();
+    // The server ends the ledger's backend, as an administrator or a failover would.
+    let (admin, c) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(c);
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert_eq!(ended.len(), 1, "one backend of the ledger's");
+    // The call in flight hears the server's reason; every call after it must still read it.
+    let mut errors = Vec::new();
+    for _ in 0..100 {
+        match ledger.append(&rec(&format!("{name}-run"), 2, "/t", 2)).await {
+            Ok(()) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            Err(e) => errors.push(e),
+        }
+        if errors.len() >= 2 {
+            break;
+        }
+    }
+    let e = errors.last().expect("appending on a terminated connection fails");
+    assert!(errors.len() >= 2, "{errors:?}");
+    // Whichever the client heard first, the server's FATAL or the socket's failure, a call
+    // after the end says it, not a bare "connection closed".
+    let why = e
+        .message()
+        .split_once("the connection to PostgreSQL ended: ")
+        .map(|(_, why)| why.to_string())
+        .unwrap_or_else(|| panic!("a call after the end says the connection ended: {errors:?}"));
+    assert!(
+        why.contains("terminating connection") || why.contains("communicating with the server: "),
+        "the reason is named: {errors:?}"
+    );
+}
