@@ -129,6 +129,24 @@ pub enum Request {
         id: u32,
         /// The protocol asked for.
         protocol: u32,
+        /// Flow control (protocol 3): the client acknowledges each stream's output with
+        /// [`Request::Ack`] as its reader takes it, and the runner sends at most this many
+        /// bytes of a process's output that are not acknowledged. A reader that stops reading
+        /// then holds up its own process at the runner (its bounded buffer, then its pipes),
+        /// never the connection and the other processes on it. Absent: no flow control.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u64>,
+    },
+    /// A reader took a process's output on one stream up to sequence number `seq` (on a
+    /// connection whose hello set a window): that much of the window is free again, and the
+    /// runner may let go of what it kept of that stream up to there.
+    Ack {
+        /// The process's id.
+        id: u32,
+        /// The stream ([`STDOUT`] or [`STDERR`]).
+        stream: u8,
+        /// The highest sequence number of that stream taken; earlier ones are taken too.
+        seq: u64,
     },
     /// Bind a process started on an earlier connection to this one under `id`, and replay
     /// its output after sequence number `after`.
@@ -223,6 +241,7 @@ impl Request {
             | Request::Write { id, .. }
             | Request::Stop { id }
             | Request::Hello { id, .. }
+            | Request::Ack { id, .. }
             | Request::Resume { id, .. }
             | Request::Forget { id }
             | Request::Stat { id, .. }
@@ -327,6 +346,10 @@ pub enum Answer {
         protocol: u32,
         /// The runner's pid.
         pid: u32,
+        /// The flow-control window granted (see [`Request::Hello`]); absent from a runner
+        /// without flow control, whose client must then read every process as it comes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u64>,
     },
     /// A process started (protocol 3).
     Started {

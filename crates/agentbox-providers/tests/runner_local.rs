@@ -141,3 +141,62 @@ async fn attach_starts_the_runner_again_when_it_died() {
     );
     b.destroy(&ctx).await.unwrap();
 }
+
+/// One slow reader never holds up its siblings: a process whose output nobody reads (far more
+/// than any window or buffer) must not stop another process's exit or a file read of the same
+/// box, which share its one connection to the runner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_reading_holds_up_only_its_own_process() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path());
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let files = b.files().expect("a runner box serves its files");
+    files.write("note.txt", b"still here", false, &ctx).await.unwrap();
+    // 64 MiB of output that nobody reads: the stdout reader is kept, never polled.
+    let flood = b
+        .exec(
+            &[
+                "sh".into(),
+                "-c".into(),
+                "head -c 67108864 /dev/zero; echo done >&2".into(),
+            ],
+            &ExecOptions::default(),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    // Give the flood time to fill every buffer between the runner and the reader.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let within = Ctx::background().with_timeout(Duration::from_secs(20));
+    let other = b
+        .exec(
+            &["sh".into(), "-c".into(), "echo sibling; exit 7".into()],
+            &ExecOptions::default(),
+            &within,
+        )
+        .await
+        .expect("a sibling starts while the flood is unread");
+    let done = finish(other, FinishOptions::default())
+        .await
+        .expect("the sibling's exit arrives");
+    assert_eq!((done.status.code, done.stdout_text().as_str()), (7, "sibling\n"));
+    let read = tokio::time::timeout(Duration::from_secs(20), files.read("note.txt", &ctx))
+        .await
+        .expect("a file read is answered while the flood is unread")
+        .unwrap();
+    assert_eq!(read, Some(b"still here".to_vec()));
+    // The flood was held up, not lost: read now, it arrives whole.
+    let flood = finish(
+        flood,
+        FinishOptions {
+            max_output: 80 << 20,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(flood.stdout.len(), 64 << 20);
+    assert_eq!(flood.stderr_text(), "done\n");
+    b.destroy(&ctx).await.unwrap();
+}

@@ -416,3 +416,75 @@ async fn a_token_guards_tcp_health_and_upgrade() {
             .is_err()
     );
 }
+
+/// Flow control: with a window, the runner sends no more of a process's output than the
+/// window past what the client acknowledged, sends more as acks come, and lets go of nothing
+/// sent but unacknowledged when the connection drops: a resume replays it.
+#[tokio::test]
+async fn a_window_holds_a_process_at_the_runner_until_its_reader_acks() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    let window = 256u64 << 10;
+    send_text(&mut ws, json!({"op":"hello","id":0,"protocol":3,"window":window})).await;
+    let Got::Text(h) = next(&mut ws).await else { panic!() };
+    assert_eq!(h["window"].as_u64(), Some(window), "the window is granted: {h}");
+    let total = 4u64 << 20;
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["head","-c",total.to_string(),"/dev/zero"],"stdin":false}),
+    )
+    .await;
+    let Got::Text(s) = next(&mut ws).await else { panic!() };
+    let handle = s["handle"].as_u64().unwrap();
+    // Take frames until the runner goes quiet: it stopped at the window.
+    let mut got = 0u64;
+    let mut last = 0u64;
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_millis(500), next(&mut ws)).await {
+            Ok(Got::Binary(b)) => {
+                let (seq, _, bytes) = seq_frames(&[Got::Binary(b)])[0].clone();
+                got += bytes.len() as u64;
+                last = seq;
+            }
+            Ok(Got::Text(t)) => panic!("no answer before the window is acked: {t}"),
+            Err(_) => break,
+        }
+    }
+    assert!(
+        got >= window && got < window + (64 << 10) + 1,
+        "held at the window: {got} bytes sent"
+    );
+    // Drop with all of that unacknowledged, resume from the start: all of it comes again, and
+    // acks let the rest through to the exit.
+    drop(ws);
+    let mut ws = connect(&r.addr).await;
+    send_text(&mut ws, json!({"op":"hello","id":0,"protocol":3,"window":window})).await;
+    let Got::Text(_) = next(&mut ws).await else { panic!() };
+    send_text(&mut ws, json!({"op":"resume","id":2,"handle":handle,"after":0})).await;
+    let Got::Text(res) = next(&mut ws).await else { panic!() };
+    assert_eq!(
+        (res["op"].as_str(), res["from"].as_u64()),
+        (Some("resumed"), Some(1)),
+        "nothing lost: {res}"
+    );
+    let mut bytes = 0u64;
+    let mut seen = 0u64;
+    loop {
+        match next(&mut ws).await {
+            Got::Binary(b) => {
+                let (seq, stream, chunk) = seq_frames(&[Got::Binary(b)])[0].clone();
+                assert_eq!(seq, seen + 1, "no gap");
+                seen = seq;
+                bytes += chunk.len() as u64;
+                send_text(&mut ws, json!({"op":"ack","id":2,"stream":stream,"seq":seq})).await;
+            }
+            Got::Text(t) => {
+                assert_eq!((t["op"].as_str(), t["code"].as_i64()), (Some("exit"), Some(0)), "{t}");
+                break;
+            }
+        }
+    }
+    assert!(seen >= last);
+    assert_eq!(bytes, total, "every byte arrives once the reader acks");
+}

@@ -28,8 +28,17 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the client keeps trying to reach its runner again after a drop, while processes
 /// wait for their output.
 const RECONNECT_FOR: Duration = Duration::from_secs(60);
-/// Output chunks held per process for a reader that has not taken them (64 KiB each at most).
-const OUTPUT_CHUNKS: usize = 64;
+/// The flow-control window asked of the runner: at most this many bytes of a process's
+/// output sent and not yet taken by its reader. A reader that stops reading holds up its own
+/// process at the runner, never this connection's other processes and file operations.
+pub const WINDOW: u64 = 1 << 20;
+/// A reader acknowledges what it took once this much has gathered.
+const ACK_EVERY: u64 = WINDOW / 4;
+/// Bytes held per stream for a reader that has not taken them: room for a whole window and
+/// the chunk in flight past it, so a runner that keeps its window never waits on it. A runner
+/// without flow control (or one that ignores it) is bounded here instead, and then a slow
+/// reader holds the connection up, as it did before flow control.
+const HELD_PER_STREAM: usize = 2 * WINDOW as usize + (64 << 10);
 
 enum Reply {
     Answer(Answer),
@@ -37,11 +46,28 @@ enum Reply {
     Lost,
 }
 
+/// One chunk of a process's output on its way to the reader.
+struct Chunk {
+    seq: u64,
+    bytes: Vec<u8>,
+    /// Of its stream's room ([`HELD_PER_STREAM`]), given back when the reader takes it.
+    held: u32,
+}
+
+/// Where one stream of a process's output goes.
+#[derive(Clone)]
+struct Sink {
+    tx: mpsc::UnboundedSender<Chunk>,
+    room: Arc<tokio::sync::Semaphore>,
+}
+
 struct Proc {
     handle: Option<u64>,
     last: u64,
-    out: mpsc::Sender<Vec<u8>>,
-    err: mpsc::Sender<Vec<u8>>,
+    out: Sink,
+    err: Sink,
+    /// What readers took (stream, seq), for the runner: see [`WINDOW`].
+    acks: mpsc::UnboundedSender<(u8, u64)>,
     started: Option<oneshot::Sender<Result<u32>>>,
     exit: Option<oneshot::Sender<Result<ExitStatus>>>,
 }
@@ -61,6 +87,8 @@ struct Conn {
 pub struct Client {
     dial: Arc<dyn Dial>,
     conn: tokio::sync::Mutex<Option<Conn>>,
+    /// Whether the runner granted flow control (its hello carried a window).
+    flow: AtomicBool,
     shared: Arc<Mutex<Shared>>,
     next_id: AtomicU32,
     me: Weak<Client>,
@@ -73,6 +101,7 @@ impl Client {
         Arc::new_cyclic(|me| Client {
             dial,
             conn: tokio::sync::Mutex::new(None),
+            flow: AtomicBool::new(false),
             shared: Arc::new(Mutex::new(Shared::default())),
             next_id: AtomicU32::new(1),
             me: me.clone(),
@@ -140,6 +169,7 @@ impl Client {
             &Request::Hello {
                 id: hello,
                 protocol: EXTENDED,
+                window: Some(WINDOW),
             },
         )
         .await?;
@@ -148,7 +178,15 @@ impl Client {
             .await?;
         match first {
             Ok(Some(Message::Text(t))) => match serde_json::from_str::<Answer>(&t) {
-                Ok(Answer::Hello { protocol, .. }) if protocol >= EXTENDED => {}
+                Ok(Answer::Hello { protocol, window, .. }) if protocol >= EXTENDED => {
+                    if window.is_none() {
+                        tracing::warn!(
+                            runner = %self.describe(),
+                            "the runner has no flow control (an older runner): a reader that stops reading holds up the connection"
+                        );
+                    }
+                    self.flow.store(window.is_some(), Ordering::Relaxed);
+                }
                 Ok(Answer::Hello { protocol, .. }) => {
                     return Err(Error::unsupported(format!(
                         "{} speaks protocol {protocol}: agentbox needs {EXTENDED}",
@@ -264,8 +302,9 @@ impl Client {
         opts.validate(argv)?;
         let tx = self.link(ctx).await?;
         let id = self.id();
-        let (out_tx, out_rx) = mpsc::channel(OUTPUT_CHUNKS);
-        let (err_tx, err_rx) = mpsc::channel(OUTPUT_CHUNKS);
+        let (out, out_rx) = sink();
+        let (err, err_rx) = sink();
+        let (acks, acks_rx) = mpsc::unbounded_channel();
         let (started_tx, started_rx) = oneshot::channel();
         let (exit_tx, exit_rx) = oneshot::channel();
         self.shared.lock().unwrap().procs.insert(
@@ -273,8 +312,9 @@ impl Client {
             Proc {
                 handle: None,
                 last: 0,
-                out: out_tx,
-                err: err_tx,
+                out: out.clone(),
+                err: err.clone(),
+                acks: acks.clone(),
                 started: Some(started_tx),
                 exit: Some(exit_tx),
             },
@@ -309,6 +349,11 @@ impl Client {
             .ok_or_else(|| Error::unknown("the runner client is gone"))?;
         let (stdin_w, stdin_r) = tokio::io::duplex(64 << 10);
         tokio::spawn(pump_stdin(me.clone(), id, stdin_r));
+        let flow = self.flow.load(Ordering::Relaxed);
+        if flow {
+            tokio::spawn(pump_acks(me.clone(), id, acks_rx));
+        }
+        let acks = flow.then_some(acks);
         let control = Arc::new(Control {
             client: me,
             id,
@@ -316,8 +361,8 @@ impl Client {
         });
         Ok(Process::new(
             Some(Box::pin(stdin_w)),
-            Some(Box::pin(ChanReader::new(out_rx))),
-            Some(Box::pin(ChanReader::new(err_rx))),
+            Some(Box::pin(ChanReader::new(out_rx, out.room, STDOUT, acks.clone()))),
+            Some(Box::pin(ChanReader::new(err_rx, err.room, STDERR, acks))),
             control,
             ctx,
         ))
@@ -357,6 +402,39 @@ async fn pump_stdin(client: Arc<Client>, id: u32, mut r: tokio::io::DuplexStream
     }
 }
 
+/// A stream's sink and its reader's end.
+fn sink() -> (Sink, mpsc::UnboundedReceiver<Chunk>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let room = Arc::new(tokio::sync::Semaphore::new(HELD_PER_STREAM));
+    (Sink { tx, room }, rx)
+}
+
+/// Tell the runner what a process's readers took, the latest of each stream at once.
+async fn pump_acks(client: Arc<Client>, id: u32, mut rx: mpsc::UnboundedReceiver<(u8, u64)>) {
+    while let Some(first) = rx.recv().await {
+        let mut latest: [Option<u64>; 2] = [None, None];
+        let mut note = |(stream, seq): (u8, u64)| {
+            if let Some(slot) = latest.get_mut((stream as usize).wrapping_sub(1)) {
+                *slot = Some(slot.map_or(seq, |s| s.max(seq)));
+            }
+        };
+        note(first);
+        while let Ok(more) = rx.try_recv() {
+            note(more);
+        }
+        for (stream, seq) in [(STDOUT, latest[0]), (STDERR, latest[1])] {
+            let Some(seq) = seq else { continue };
+            if !client.shared.lock().unwrap().procs.contains_key(&id) {
+                return;
+            }
+            if client.tell(Request::Ack { id, stream, seq }).await.is_err() {
+                // A drop: the resume on the next connection re-counts the window.
+                break;
+            }
+        }
+    }
+}
+
 /// Route what one connection brings until it drops; then, while processes wait, reconnect.
 async fn read(
     mut rx: mpsc::Receiver<Message>,
@@ -368,7 +446,13 @@ async fn read(
     while let Some(m) = rx.recv().await {
         match m {
             Message::Binary(b) => {
-                let Some((id, stream, _)) = unframe(&b) else { continue };
+                let Some((id, stream, _)) = unframe(&b) else {
+                    tracing::warn!(
+                        bytes = b.len(),
+                        "the runner sent a binary frame shorter than its header: dropped"
+                    );
+                    continue;
+                };
                 if stream == FILE {
                     if let Some(w) = shared.lock().unwrap().waiting.remove(&id) {
                         let _ = w.send(Reply::File(b[5..].to_vec()));
@@ -376,6 +460,12 @@ async fn read(
                     continue;
                 }
                 let Some((_, _, seq, bytes)) = unframe_seq(&b) else {
+                    tracing::warn!(
+                        id,
+                        stream,
+                        bytes = b.len(),
+                        "the runner sent an output frame shorter than its header: dropped"
+                    );
                     continue;
                 };
                 let to = {
@@ -385,19 +475,47 @@ async fn read(
                     if seq <= p.last {
                         continue;
                     }
-                    p.last = seq;
-                    match stream {
+                    let sink = match stream {
                         STDOUT => p.out.clone(),
                         STDERR => p.err.clone(),
-                        _ => continue,
-                    }
+                        other => {
+                            tracing::warn!(
+                                id,
+                                stream = other,
+                                "the runner sent output on a stream that is not stdout or stderr: dropped"
+                            );
+                            continue;
+                        }
+                    };
+                    p.last = seq;
+                    (sink, p.acks.clone())
                 };
-                // A reader that stopped reading is no error: its bytes are dropped.
-                let _ = to.send(bytes.to_vec()).await;
+                let (sink, acks) = to;
+                // Bounded whatever the runner does; under flow control this never waits.
+                let held = bytes.len().clamp(1, HELD_PER_STREAM) as u32;
+                match sink.room.clone().acquire_many_owned(held).await {
+                    Ok(p) => p.forget(),
+                    Err(_) => continue,
+                }
+                let chunk = Chunk {
+                    seq,
+                    bytes: bytes.to_vec(),
+                    held,
+                };
+                // A reader that was dropped is no error: its bytes are let go, and taken as read.
+                if sink.tx.send(chunk).is_err() {
+                    sink.room.add_permits(held as usize);
+                    let _ = acks.send((stream, seq));
+                }
             }
             Message::Text(t) => {
-                let Ok(a) = serde_json::from_str::<Answer>(&t) else {
-                    continue;
+                let a = match serde_json::from_str::<Answer>(&t) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        let head: String = t.chars().take(120).collect();
+                        tracing::warn!(error = %e, frame = %head, "the runner sent a text frame that is no answer: dropped");
+                        continue;
+                    }
                 };
                 route(&shared, a, &tx).await;
             }
@@ -513,17 +631,9 @@ async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>
     }
 }
 
-/// The contract's code for a runner's error code.
+/// The contract's code for a runner's error code (its own names, or an errno's name).
 fn code_of(code: Option<&str>) -> ErrorCode {
-    match code.unwrap_or("unknown") {
-        "invalid" => ErrorCode::Invalid,
-        "unsupported" => ErrorCode::Unsupported,
-        "not_found" | "ENOENT" => ErrorCode::NotFound,
-        "permission_denied" | "EACCES" | "EPERM" => ErrorCode::PermissionDenied,
-        "too_large" => ErrorCode::TooLarge,
-        "gone" => ErrorCode::Gone,
-        _ => ErrorCode::Unknown,
-    }
+    ErrorCode::from_wire(code.unwrap_or("unknown"))
 }
 
 struct Control {
@@ -557,19 +667,51 @@ impl ProcessControl for Control {
     }
 }
 
-/// A process's output as a byte stream.
+/// A process's output as a byte stream. What it takes is acknowledged to the runner (under
+/// flow control), so the runner sends more of this stream only as it is read.
 struct ChanReader {
-    rx: mpsc::Receiver<Vec<u8>>,
+    rx: mpsc::UnboundedReceiver<Chunk>,
+    /// The stream's room, given back as chunks are taken (never its sender: the stream ends
+    /// when the process's entry lets go of that).
+    room: Arc<tokio::sync::Semaphore>,
+    stream: u8,
+    acks: Option<mpsc::UnboundedSender<(u8, u64)>>,
     buf: Vec<u8>,
     pos: usize,
+    seq: u64,
+    taken: u64,
 }
 
 impl ChanReader {
-    fn new(rx: mpsc::Receiver<Vec<u8>>) -> Self {
+    fn new(
+        rx: mpsc::UnboundedReceiver<Chunk>,
+        room: Arc<tokio::sync::Semaphore>,
+        stream: u8,
+        acks: Option<mpsc::UnboundedSender<(u8, u64)>>,
+    ) -> Self {
         ChanReader {
             rx,
+            room,
+            stream,
+            acks,
             buf: Vec::new(),
             pos: 0,
+            seq: 0,
+            taken: 0,
+        }
+    }
+
+    /// The chunk in `buf` was read whole.
+    fn finished_chunk(&mut self, force: bool) {
+        self.taken += self.buf.len() as u64;
+        self.buf = Vec::new();
+        self.pos = 0;
+        if self.seq > 0
+            && (force || self.taken >= ACK_EVERY)
+            && let Some(a) = &self.acks
+        {
+            let _ = a.send((self.stream, self.seq));
+            self.taken = 0;
         }
     }
 }
@@ -584,15 +726,33 @@ impl AsyncRead for ChanReader {
                 self.pos += n;
                 return Poll::Ready(Ok(()));
             }
+            if !self.buf.is_empty() {
+                self.finished_chunk(false);
+            }
             match self.rx.poll_recv(cx) {
-                Poll::Ready(Some(b)) => {
-                    self.buf = b;
+                Poll::Ready(Some(c)) => {
+                    self.room.add_permits(c.held as usize);
+                    self.seq = c.seq;
+                    self.buf = c.bytes;
                     self.pos = 0;
                 }
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+impl Drop for ChanReader {
+    /// A reader dropped before its end lets go of what it held, and says so, so the runner
+    /// does not hold the process up for a reader that is gone.
+    fn drop(&mut self) {
+        self.rx.close();
+        while let Ok(c) = self.rx.try_recv() {
+            self.room.add_permits(c.held as usize);
+            self.seq = c.seq;
+        }
+        self.finished_chunk(true);
     }
 }
 

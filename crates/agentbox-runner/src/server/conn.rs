@@ -51,6 +51,7 @@ pub async fn serve(runner: Arc<Runner>, mut rx: mpsc::Receiver<Inbound>, tx: mps
         conn,
         tx,
         extended: false,
+        window: None,
         mine: HashMap::new(),
         writes: HashMap::new(),
     };
@@ -83,6 +84,8 @@ struct Conn {
     conn: u64,
     tx: mpsc::Sender<Message>,
     extended: bool,
+    /// The flow-control window this connection's hello asked for and was granted.
+    window: Option<u64>,
     mine: HashMap<u32, Mine>,
     writes: HashMap<u32, PendingWrite>,
 }
@@ -121,15 +124,30 @@ impl Conn {
                 .await;
         }
         match req {
-            Request::Hello { protocol, .. } => {
+            Request::Hello { protocol, window, .. } => {
                 let granted = if protocol >= EXTENDED { EXTENDED } else { PROTOCOL };
                 self.extended = granted == EXTENDED;
+                // A window is kept within what the runner keeps of a process (or nothing
+                // could be sent once the buffer is full), and at least one chunk.
+                let max = self.runner.limits.max_buffered as u64;
+                self.window = window.filter(|_| self.extended).map(|w| w.clamp(1, max.max(1)));
                 self.answer(Answer::Hello {
                     id,
                     protocol: granted,
                     pid: std::process::id(),
+                    window: self.window,
                 })
                 .await
+            }
+            Request::Ack { stream, seq, .. } => {
+                let task = self
+                    .mine
+                    .get(&id)
+                    .and_then(|m| self.runner.procs.lock().unwrap().get(&m.handle).map(|h| h.tx.clone()));
+                // Never dropped: the last ack may be the one that frees a stalled window.
+                if let Some(tx) = task {
+                    let _ = tx.send(Command::Ack(self.conn, stream, seq)).await;
+                }
             }
             Request::Run {
                 command,
@@ -280,6 +298,7 @@ impl Conn {
             conn: self.conn,
             id,
             extended: self.extended,
+            window: self.window,
             tx: self.tx.clone(),
         }
     }

@@ -1,6 +1,11 @@
 //! One process of the runner: a task that owns the child, its pipes and the numbered tail of
 //! its output, and sends that output to whichever connection the process is attached to.
 //!
+//! A connection whose hello set a flow-control window gets at most that many bytes of the
+//! process's output past what its reader acknowledged (`ack`, per stream), and nothing it was
+//! sent is let go before it is acknowledged: a reader that stops reading holds up only this
+//! process (its buffer fills, then its pipes), and one that drops and resumes loses nothing.
+//!
 //! A process outlives its connection. Started by a protocol-3 connection, it keeps up to
 //! `max_buffered` bytes of output that no connection has taken, then stops reading its pipes
 //! (the program blocks on a full pipe) until a client resumes it: nothing is lost. Started by a
@@ -30,6 +35,9 @@ pub struct Attachment {
     pub id: u32,
     /// Whether the connection speaks protocol 3 (numbered output frames, `signal` in `exit`).
     pub extended: bool,
+    /// The connection's flow-control window: at most this many bytes sent and not yet
+    /// acknowledged. `None`: the connection takes whatever comes.
+    pub window: Option<u64>,
     /// The connection's outgoing messages.
     pub tx: mpsc::Sender<Message>,
 }
@@ -43,6 +51,8 @@ pub enum Command {
     Detach(u64),
     /// The client saw the exit: free what is kept.
     Forget,
+    /// The client's reader on connection `.0` took stream `.1` up to sequence number `.2`.
+    Ack(u64, u8, u64),
 }
 
 /// The numbered tail of a process's output.
@@ -81,6 +91,72 @@ impl Output {
     }
     fn room(&self) -> bool {
         self.bytes < self.max
+    }
+    /// Drop the chunks at the front that their stream's reader acknowledged.
+    fn trim_acked(&mut self, acked: &Acked) {
+        while let Some(front) = self.chunks.front() {
+            if !acked.covers(front.0, front.1) {
+                break;
+            }
+            self.bytes -= front.2.len();
+            self.chunks.pop_front();
+        }
+    }
+}
+
+/// What a flow-controlled client acknowledged: per stream, the highest sequence number its
+/// reader took, and the bytes sent that it has not.
+#[derive(Default)]
+struct Acked {
+    out: u64,
+    err: u64,
+    unacked: u64,
+}
+
+impl Acked {
+    fn of(&mut self, stream: u8) -> Option<&mut u64> {
+        match stream {
+            STDOUT => Some(&mut self.out),
+            STDERR => Some(&mut self.err),
+            _ => None,
+        }
+    }
+    fn covers(&self, seq: u64, stream: u8) -> bool {
+        match stream {
+            STDOUT => seq <= self.out,
+            STDERR => seq <= self.err,
+            _ => true,
+        }
+    }
+    /// Stream `stream` taken up to `seq` (of what was sent): free its bytes in the window.
+    fn ack(&mut self, out: &Output, stream: u8, seq: u64, sent: u64) {
+        let seq = seq.min(sent);
+        let Some(from) = self.of(stream).map(|a| *a + 1) else {
+            return;
+        };
+        if seq < from {
+            return;
+        }
+        for n in from.max(out.first())..=seq {
+            if let Some((_, st, bytes)) = out.get(n)
+                && *st == stream
+            {
+                self.unacked = self.unacked.saturating_sub(bytes.len() as u64);
+            }
+        }
+        if let Some(a) = self.of(stream) {
+            *a = seq;
+        }
+    }
+    /// After a resume from `sent`: what was sent and not acknowledged is in the window.
+    fn recount(&mut self, out: &Output, sent: u64) {
+        self.unacked = out
+            .chunks
+            .iter()
+            .take_while(|c| c.0 <= sent)
+            .filter(|c| !self.covers(c.0, c.1))
+            .map(|c| c.2.len() as u64)
+            .sum();
     }
 }
 
@@ -153,6 +229,10 @@ pub async fn run(task: Task, done: impl FnOnce()) {
     let mut exit_sent = false;
     let mut forgotten = false;
     let mut drain_until: Option<tokio::time::Instant> = None;
+    let mut acked = Acked::default();
+    // Whether the last client attached acknowledges what it takes: then nothing it was sent
+    // is let go until it says so, attached or not.
+    let mut flow = at.as_ref().is_some_and(|a| a.window.is_some());
     let mut ob = vec![0u8; 64 << 10];
     let mut eb = vec![0u8; 64 << 10];
     loop {
@@ -163,7 +243,11 @@ pub async fn run(task: Task, done: impl FnOnce()) {
         if finished && (forgotten || (exit_sent && !resumable) || (at.is_none() && !resumable)) {
             break;
         }
-        let pending = at.is_some() && (out.last() > sent || (finished && !exit_sent));
+        // A flow-controlled client gets output while its window has room, and the exit once
+        // every chunk went out.
+        let window_room = at.as_ref().and_then(|a| a.window).is_none_or(|w| acked.unacked < w);
+        let pending =
+            at.is_some() && ((out.last() > sent && window_room) || (out.last() <= sent && finished && !exit_sent));
         // With nobody to resume it, output that no connection takes is let go.
         let keep = resumable;
         // Bounded for every attached client (a slow one holds the program up); output nobody
@@ -179,10 +263,17 @@ pub async fn run(task: Task, done: impl FnOnce()) {
                         at = None;
                     }
                 }
+                Some(Command::Ack(conn, stream, seq)) => {
+                    if at.as_ref().is_some_and(|a| a.conn == conn) {
+                        acked.ack(&out, stream, seq, sent);
+                    }
+                }
                 Some(Command::Attach(a, after)) => {
                     let from = (after + 1).max(out.first());
                     sent = from - 1;
                     exit_sent = false;
+                    acked.recount(&out, sent);
+                    flow = a.window.is_some();
                     let _ = a.tx.send(Message::Text(json(&Answer::Resumed { id: a.id, from }))).await;
                     at = Some(a);
                 }
@@ -210,6 +301,9 @@ pub async fn run(task: Task, done: impl FnOnce()) {
                     if out.last() > sent {
                         let seq = sent + 1;
                         if let Some((_, stream, bytes)) = out.get(seq) {
+                            if a.window.is_some() {
+                                acked.unacked += bytes.len() as u64;
+                            }
                             p.send(Message::Binary(if a.extended {
                                 frame_seq(a.id, *stream, seq, bytes)
                             } else {
@@ -230,7 +324,12 @@ pub async fn run(task: Task, done: impl FnOnce()) {
         if at.is_none() && !keep {
             sent = out.last();
         }
-        out.trim(sent, keep);
+        if flow {
+            // Kept until acknowledged: a reader that drops and resumes loses nothing.
+            out.trim_acked(&acked);
+        } else {
+            out.trim(sent, keep);
+        }
     }
     settled.store(true, Ordering::Relaxed);
     done();
