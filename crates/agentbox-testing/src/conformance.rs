@@ -25,7 +25,7 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentbox_core::{
@@ -355,6 +355,9 @@ pub async fn run(make: Factory, options: Options) -> Report {
         slots[at] = Some((name, outcome, took));
     }
     cases.extend(slots.into_iter().flatten());
+    if let Some(left) = suite.sweep().await {
+        cases.push(("no_box_outlives_its_case".into(), Outcome::Failed(left), Duration::ZERO));
+    }
     Report {
         name: suite.options.name.clone(),
         cases,
@@ -380,6 +383,26 @@ struct Suite {
 }
 
 impl Suite {
+    /// End any box of this run still listed once every case ended (one whose create a case's
+    /// time limit cut short, say), and say which; `None` when there was none.
+    async fn sweep(&self) -> Option<String> {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+        let labels: Labels = [(TAG_LABEL.to_string(), self.tag.clone())].into();
+        let left = match self.provider.list(&labels, &ctx).await {
+            Ok(left) => left,
+            Err(e) => return Some(format!("listing this run's boxes at its end: {e}")),
+        };
+        if left.is_empty() {
+            return None;
+        }
+        let mut ids = Vec::new();
+        for b in left {
+            let _ = b.destroy(&ctx).await;
+            ids.push(b.id().to_string());
+        }
+        Some(format!("boxes still ran after every case had ended: {ids:?}"))
+    }
+
     /// The case's name in the report, and what to do with it.
     fn plan(&self, case: &Case) -> (String, Plan) {
         let chosen = self
@@ -435,28 +458,45 @@ async fn timed(suite: Arc<Suite>, case: &'static Case) -> (Outcome, Duration) {
     let c = cx.clone();
     let mut task = tokio::spawn(async move { (case.run)(&c).await });
     let outcome = match tokio::time::timeout(CASE_LIMIT, &mut task).await {
-        Ok(Ok(Ok(()))) => Outcome::Passed,
-        Ok(Ok(Err(why))) => Outcome::Failed(why),
-        Ok(Err(e)) => Outcome::Failed(format!("the case panicked: {e}")),
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(format!("the case panicked: {e}")),
         Err(_) => {
             task.abort();
             let _ = task.await;
-            Outcome::Failed(format!("{} did not finish within {CASE_LIMIT:?}", case.name))
+            Err(format!("{} did not finish within {CASE_LIMIT:?}", case.name))
         }
+    };
+    let ended = cx.end_boxes().await;
+    let outcome = match (outcome, ended.is_empty()) {
+        (Ok(()), true) => Outcome::Passed,
+        (Ok(()), false) => Outcome::Failed(ended.join("; ")),
+        (Err(why), true) => Outcome::Failed(why),
+        (Err(why), false) => Outcome::Failed(format!("{why}; {}", ended.join("; "))),
     };
     (outcome, t.elapsed())
 }
 
-/// What a case is given: the provider under test and the suite's options.
+/// What a case is given: the provider under test and the suite's options. Its providers
+/// write down every box they make, so the suite ends each box when the case ends, however
+/// it ends (passed, failed on any line, panicked, out of time): no case ends its own boxes.
 struct Cx {
     suite: Arc<Suite>,
     provider: Arc<dyn Provider>,
+    made: Made,
 }
+
+/// The boxes a case made.
+type Made = Arc<Mutex<Vec<Arc<dyn Sandbox>>>>;
 
 impl Cx {
     fn new(suite: Arc<Suite>) -> Self {
+        let made = Made::default();
         Cx {
-            provider: suite.provider.clone(),
+            provider: Arc::new(Tracked {
+                inner: suite.provider.clone(),
+                made: made.clone(),
+            }),
+            made,
             suite,
         }
     }
@@ -465,11 +505,60 @@ impl Cx {
         &self.suite.options
     }
 
-    /// A fresh provider, as a new process would have.
+    /// A fresh provider, as a new process would have (its boxes written down too).
     async fn fresh(&self) -> Arc<dyn Provider> {
-        (self.suite.make)().await
+        Arc::new(Tracked {
+            inner: (self.suite.make)().await,
+            made: self.made.clone(),
+        })
+    }
+
+    /// End every box the case made that has not ended; what went wrong doing so.
+    async fn end_boxes(&self) -> Vec<String> {
+        let made = std::mem::take(&mut *self.made.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut errors = Vec::new();
+        for b in made {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            if matches!(b.status(&ctx).await, Ok(Status::Ended)) {
+                continue;
+            }
+            if let Err(e) = b.destroy(&ctx).await {
+                errors.push(format!("destroy of {} after the case: {e}", b.id()));
+            }
+        }
+        errors
     }
 }
+
+/// The provider under test, writing down each box it makes.
+struct Tracked {
+    inner: Arc<dyn Provider>,
+    made: Made,
+}
+
+#[async_trait]
+impl Provider for Tracked {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn honours(&self) -> Honours {
+        self.inner.honours()
+    }
+    async fn create(&self, spec: &Spec, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
+        let b = self.inner.create(spec, ctx).await?;
+        self.made.lock().unwrap_or_else(|e| e.into_inner()).push(b.clone());
+        Ok(b)
+    }
+    async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> agentbox_core::Result<Option<Arc<dyn Sandbox>>> {
+        self.inner.attach(id, ctx).await
+    }
+    async fn list(&self, labels: &Labels, ctx: &Ctx) -> agentbox_core::Result<Vec<Arc<dyn Sandbox>>> {
+        self.inner.list(labels, ctx).await
+    }
+}
+
+/// The label every box of one run carries, valued with the run's tag.
+const TAG_LABEL: &str = "agentbox-conformance";
 
 fn unique_tag() -> String {
     let nanos = std::time::SystemTime::now()
@@ -504,7 +593,7 @@ impl Cx {
 
     fn spec(&self) -> Spec {
         let mut s = self.options().base.clone();
-        s.labels.insert("agentbox-conformance".into(), self.suite.tag.clone());
+        s.labels.insert(TAG_LABEL.into(), self.suite.tag.clone());
         s
     }
 
@@ -516,19 +605,9 @@ impl Cx {
             .map_err(|e| format!("create: {e}"))
     }
 
-    /// Run `body` on a new box, and destroy the box whatever the body answered.
-    async fn with_box<F, Fut>(&self, body: F) -> CaseResult
-    where
-        F: FnOnce(Arc<dyn Sandbox>) -> Fut,
-        Fut: Future<Output = CaseResult>,
-    {
-        let b = self.create(&self.spec()).await?;
-        let r = body(b.clone()).await;
-        let d = b
-            .destroy(&Ctx::background().with_timeout(Duration::from_secs(60)))
-            .await;
-        r?;
-        d.map_err(|e| format!("destroy: {e}"))
+    /// A new box of the suite's spec (ended by the suite when the case ends).
+    async fn new_box(&self) -> Result<Arc<dyn Sandbox>, String> {
+        self.create(&self.spec()).await
     }
 
     async fn sh(&self, b: &dyn Sandbox, script: &str) -> Result<Finished, String> {
@@ -637,7 +716,9 @@ async fn lifetime_ends_the_box_with_no_call_from_the_host(cx: &Cx) -> CaseResult
     let b = cx.create(&spec).await?;
     let id = b.id().clone();
     let pids = if cx.live() { cx.scatter(&*b).await? } else { vec![] };
-    drop(b); // no call from the host from here on
+    // No call from the host from here on (the suite's record of the box calls nothing until
+    // the case ends).
+    drop(b);
     let limit = cx.options().lifetime + cx.options().grace;
     loop {
         let ended = cx.options().outside.ended(&id).await;
@@ -728,112 +809,104 @@ async fn create_exec_destroy(cx: &Cx) -> CaseResult {
 
 /// An exit code comes back as the program gave it, and a signal as 128 plus its number.
 async fn exit_codes_and_signals(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        for (script, want) in [
-            ("exit 0", 0),
-            ("exit 3", 3),
-            ("exit 255", 255),
-            ("kill -TERM $$", 143),
-            ("kill -KILL $$", 137),
-        ] {
-            let out = cx.sh(&*b, script).await?;
-            ensure!(
-                out.status.code == want,
-                "`{script}` gave {}, expected {want}",
-                out.status.code
-            );
-        }
-        let out = cx.sh(&*b, "kill -TERM $$").await?;
+    let b = cx.new_box().await?;
+    for (script, want) in [
+        ("exit 0", 0),
+        ("exit 3", 3),
+        ("exit 255", 255),
+        ("kill -TERM $$", 143),
+        ("kill -KILL $$", 137),
+    ] {
+        let out = cx.sh(&*b, script).await?;
         ensure!(
-            matches!(out.status.signal, None | Some(15)),
-            "signal reported as {:?}",
-            out.status.signal
+            out.status.code == want,
+            "`{script}` gave {}, expected {want}",
+            out.status.code
         );
-        Ok(())
-    })
-    .await
+    }
+    let out = cx.sh(&*b, "kill -TERM $$").await?;
+    ensure!(
+        matches!(out.status.signal, None | Some(15)),
+        "signal reported as {:?}",
+        out.status.signal
+    );
+    Ok(())
 }
 
 /// Stdin streams while open (a line comes back before EOF), EOF is never lost, and every
 /// byte value passes.
 async fn stdin_round_trip_and_eof(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        // Streaming: a line goes in and comes back while stdin is still open.
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-        let mut p = b
-            .exec(&argv(&["cat"]), &ExecOptions::default(), &ctx)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut stdin = p.stdin.take().ok_or("no stdin")?;
-        let mut lines = tokio::io::BufReader::new(p.stdout.take().ok_or("no stdout")?);
-        stdin.write_all(b"ping\n").await.map_err(|e| e.to_string())?;
-        stdin.flush().await.map_err(|e| e.to_string())?;
-        let mut line = String::new();
-        tokio::time::timeout(Duration::from_secs(20), lines.read_line(&mut line))
-            .await
-            .map_err(|_| "cat did not echo a line while stdin was open")?
-            .map_err(|e| e.to_string())?;
-        ensure!(line == "ping\n", "cat echoed {line:?}");
-        stdin.close().await.map_err(|e| e.to_string())?;
-        let st = p.wait().await.map_err(|e| format!("cat after EOF: {e}"))?;
-        ensure!(st.code == 0, "cat exited {}", st.code);
+    let b = cx.new_box().await?;
+    // Streaming: a line goes in and comes back while stdin is still open.
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let mut p = b
+        .exec(&argv(&["cat"]), &ExecOptions::default(), &ctx)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut stdin = p.stdin.take().ok_or("no stdin")?;
+    let mut lines = tokio::io::BufReader::new(p.stdout.take().ok_or("no stdout")?);
+    stdin.write_all(b"ping\n").await.map_err(|e| e.to_string())?;
+    stdin.flush().await.map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    tokio::time::timeout(Duration::from_secs(20), lines.read_line(&mut line))
+        .await
+        .map_err(|_| "cat did not echo a line while stdin was open")?
+        .map_err(|e| e.to_string())?;
+    ensure!(line == "ping\n", "cat echoed {line:?}");
+    stdin.close().await.map_err(|e| e.to_string())?;
+    let st = p.wait().await.map_err(|e| format!("cat after EOF: {e}"))?;
+    ensure!(st.code == 0, "cat exited {}", st.code);
 
-        // An empty stdin still ends: the EOF is not lost.
-        for _ in 0..5 {
-            let out = cx.run_opts(&*b, &["cat"], &ExecOptions::default(), vec![]).await?;
-            ensure!(
-                out.status.code == 0 && out.stdout.is_empty(),
-                "cat of an empty stdin gave {:?}",
-                out
-            );
-        }
-        // Every byte value, a MiB of them.
-        let data: Vec<u8> = (0..(1 << 20))
-            .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect();
-        let out = cx
-            .run_opts(&*b, &["cat"], &ExecOptions::default(), data.clone())
-            .await?;
+    // An empty stdin still ends: the EOF is not lost.
+    for _ in 0..5 {
+        let out = cx.run_opts(&*b, &["cat"], &ExecOptions::default(), vec![]).await?;
         ensure!(
-            out.stdout == data,
-            "1 MiB through cat came back as {} different bytes",
-            out.stdout.len()
+            out.status.code == 0 && out.stdout.is_empty(),
+            "cat of an empty stdin gave {:?}",
+            out
         );
-        Ok(())
-    })
-    .await
+    }
+    // Every byte value, a MiB of them.
+    let data: Vec<u8> = (0..(1 << 20))
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let out = cx
+        .run_opts(&*b, &["cat"], &ExecOptions::default(), data.clone())
+        .await?;
+    ensure!(
+        out.stdout == data,
+        "1 MiB through cat came back as {} different bytes",
+        out.stdout.len()
+    );
+    Ok(())
 }
 
 /// Stdout and stderr arrive apart, each in order.
 async fn stdout_and_stderr_kept_apart(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        let out = cx.sh(&*b, "echo out; echo err >&2; echo out2; echo err2 >&2").await?;
-        ensure!(out.stdout == b"out\nout2\n", "stdout was {:?}", out.stdout_text());
-        ensure!(out.stderr == b"err\nerr2\n", "stderr was {:?}", out.stderr_text());
-        Ok(())
-    })
-    .await
+    let b = cx.new_box().await?;
+    let out = cx.sh(&*b, "echo out; echo err >&2; echo out2; echo err2 >&2").await?;
+    ensure!(out.stdout == b"out\nout2\n", "stdout was {:?}", out.stdout_text());
+    ensure!(out.stderr == b"err\nerr2\n", "stderr was {:?}", out.stderr_text());
+    Ok(())
 }
 
 /// 16 MiB on each stream at once: both are read as they come, so neither blocks the other.
 async fn sixteen_mib_of_output_without_deadlock(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        let script = "head -c 16777216 /dev/zero | tr '\\0' a & head -c 16777216 /dev/zero | tr '\\0' b >&2; wait";
-        let out = cx.sh(&*b, script).await?;
-        ensure!(out.status.code == 0, "exited {}", out.status.code);
-        ensure!(out.stdout.len() == 16 << 20, "stdout had {} bytes", out.stdout.len());
-        ensure!(out.stderr.len() == 16 << 20, "stderr had {} bytes", out.stderr.len());
-        ensure!(
-            out.stdout.iter().all(|&c| c == b'a'),
-            "stdout holds bytes of stderr or garbage"
-        );
-        ensure!(
-            out.stderr.iter().all(|&c| c == b'b'),
-            "stderr holds bytes of stdout or garbage"
-        );
-        Ok(())
-    })
-    .await
+    let b = cx.new_box().await?;
+    let script = "head -c 16777216 /dev/zero | tr '\\0' a & head -c 16777216 /dev/zero | tr '\\0' b >&2; wait";
+    let out = cx.sh(&*b, script).await?;
+    ensure!(out.status.code == 0, "exited {}", out.status.code);
+    ensure!(out.stdout.len() == 16 << 20, "stdout had {} bytes", out.stdout.len());
+    ensure!(out.stderr.len() == 16 << 20, "stderr had {} bytes", out.stderr.len());
+    ensure!(
+        out.stdout.iter().all(|&c| c == b'a'),
+        "stdout holds bytes of stderr or garbage"
+    );
+    ensure!(
+        out.stderr.iter().all(|&c| c == b'b'),
+        "stderr holds bytes of stdout or garbage"
+    );
+    Ok(())
 }
 
 /// None of the host's variables reach a box; the spec's and the exec's do, as given, and an
@@ -843,47 +916,39 @@ async fn host_environment_invisible_spec_env_visible(cx: &Cx) -> CaseResult {
     let mut spec = cx.spec();
     spec.env.insert("AGENTBOX_CONFORMANCE_SPEC".into(), value.into());
     let b = cx.create(&spec).await?;
-    let r = async {
-        let out = cx.run_opts(&*b, &["env"], &ExecOptions::default(), vec![]).await?;
-        let text = out.stdout_text();
-        let names: BTreeSet<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
-        // Names a box may have of its own whatever the host has.
-        let own = [
-            "PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "HOSTNAME", "LANG", "TERM", "USER", "LOGNAME", "SHELL",
-            "OLDPWD",
-        ];
-        let leaked: Vec<String> = std::env::vars()
-            .map(|(k, _)| k)
-            .filter(|k| !own.contains(&k.as_str()) && !k.starts_with("LC_") && names.contains(k.as_str()))
-            .collect();
-        ensure!(leaked.is_empty(), "the box sees the host's variables {leaked:?}");
-        ensure!(
-            text.lines().any(|l| l == format!("AGENTBOX_CONFORMANCE_SPEC={value}")),
-            "the spec's env is not visible as given: {text:?}"
-        );
-        let mut opts = ExecOptions::default();
-        opts.env.insert("AGENTBOX_CONFORMANCE_EXEC".into(), "per-exec".into());
-        let out = cx
-            .run_opts(&*b, &["sh", "-c", "echo \"$AGENTBOX_CONFORMANCE_EXEC\""], &opts, vec![])
-            .await?;
-        ensure!(
-            out.stdout == b"per-exec\n",
-            "the exec's env is not visible: {:?}",
-            out.stdout_text()
-        );
-        let out = cx.sh(&*b, "echo \"${AGENTBOX_CONFORMANCE_EXEC-unset}\"").await?;
-        ensure!(
-            out.stdout == b"unset\n",
-            "one exec's env reached the next: {:?}",
-            out.stdout_text()
-        );
-        Ok(())
-    }
-    .await;
-    let _ = b
-        .destroy(&Ctx::background().with_timeout(Duration::from_secs(60)))
-        .await;
-    r
+    let out = cx.run_opts(&*b, &["env"], &ExecOptions::default(), vec![]).await?;
+    let text = out.stdout_text();
+    let names: BTreeSet<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+    // Names a box may have of its own whatever the host has.
+    let own = [
+        "PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "HOSTNAME", "LANG", "TERM", "USER", "LOGNAME", "SHELL", "OLDPWD",
+    ];
+    let leaked: Vec<String> = std::env::vars()
+        .map(|(k, _)| k)
+        .filter(|k| !own.contains(&k.as_str()) && !k.starts_with("LC_") && names.contains(k.as_str()))
+        .collect();
+    ensure!(leaked.is_empty(), "the box sees the host's variables {leaked:?}");
+    ensure!(
+        text.lines().any(|l| l == format!("AGENTBOX_CONFORMANCE_SPEC={value}")),
+        "the spec's env is not visible as given: {text:?}"
+    );
+    let mut opts = ExecOptions::default();
+    opts.env.insert("AGENTBOX_CONFORMANCE_EXEC".into(), "per-exec".into());
+    let out = cx
+        .run_opts(&*b, &["sh", "-c", "echo \"$AGENTBOX_CONFORMANCE_EXEC\""], &opts, vec![])
+        .await?;
+    ensure!(
+        out.stdout == b"per-exec\n",
+        "the exec's env is not visible: {:?}",
+        out.stdout_text()
+    );
+    let out = cx.sh(&*b, "echo \"${AGENTBOX_CONFORMANCE_EXEC-unset}\"").await?;
+    ensure!(
+        out.stdout == b"unset\n",
+        "one exec's env reached the next: {:?}",
+        out.stdout_text()
+    );
+    Ok(())
 }
 
 /// List finds boxes by every label asked, hands back the host's labels without the provider's
@@ -898,71 +963,62 @@ async fn labels_and_list(cx: &Cx) -> CaseResult {
         s
     };
     let b1 = cx.create(&mk("1")).await?;
-    let b2 = cx.create(&mk("2")).await;
-    let r = async {
-        let b2 = b2.as_ref().map_err(|e| e.clone())?;
-        let by = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<Labels>()
-        };
-        let ids = |l: Vec<Arc<dyn Sandbox>>| l.iter().map(|b| b.id().clone()).collect::<BTreeSet<_>>();
-        let both = cx
-            .provider
-            .list(&by(&[("conformance-run", &run)]), &ctx)
-            .await
-            .map_err(|e| format!("list: {e}"))?;
-        ensure!(
-            ids(both.clone()) == [b1.id().clone(), b2.id().clone()].into(),
-            "list by run gave {:?}",
-            ids(both)
-        );
-        let one = cx
-            .provider
-            .list(&by(&[("conformance-run", &run), ("n", "1")]), &ctx)
-            .await
-            .map_err(|e| e.to_string())?;
-        ensure!(
-            ids(one.clone()) == [b1.id().clone()].into(),
-            "list by run and n=1 gave {:?}",
-            ids(one.clone())
-        );
-        ensure!(
-            one[0].labels() == &mk("1").labels,
-            "a listed box's labels are {:?}",
-            one[0].labels()
-        );
-        ensure!(
-            !b1.labels().keys().any(|k| agentbox_core::is_reserved_label(k)),
-            "the provider's own labels leak into the host's: {:?}",
-            b1.labels()
-        );
-        let none = cx
-            .provider
-            .list(&by(&[("conformance-run", &run), ("n", "3")]), &ctx)
-            .await
-            .map_err(|e| e.to_string())?;
-        ensure!(none.is_empty(), "list by a label no box has gave {} boxes", none.len());
-        b2.destroy(&ctx).await.map_err(|e| e.to_string())?;
-        let after = cx
-            .provider
-            .list(&by(&[("conformance-run", &run)]), &ctx)
-            .await
-            .map_err(|e| e.to_string())?;
-        ensure!(
-            ids(after.clone()) == [b1.id().clone()].into(),
-            "after a destroy, list gave {:?}",
-            ids(after)
-        );
-        Ok(())
-    }
-    .await;
-    let _ = b1.destroy(&ctx).await;
-    if let Ok(b2) = b2 {
-        let _ = b2.destroy(&ctx).await;
-    }
-    r
+    let b2 = cx.create(&mk("2")).await?;
+    let by = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Labels>()
+    };
+    let ids = |l: Vec<Arc<dyn Sandbox>>| l.iter().map(|b| b.id().clone()).collect::<BTreeSet<_>>();
+    let both = cx
+        .provider
+        .list(&by(&[("conformance-run", &run)]), &ctx)
+        .await
+        .map_err(|e| format!("list: {e}"))?;
+    ensure!(
+        ids(both.clone()) == [b1.id().clone(), b2.id().clone()].into(),
+        "list by run gave {:?}",
+        ids(both)
+    );
+    let one = cx
+        .provider
+        .list(&by(&[("conformance-run", &run), ("n", "1")]), &ctx)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        ids(one.clone()) == [b1.id().clone()].into(),
+        "list by run and n=1 gave {:?}",
+        ids(one.clone())
+    );
+    ensure!(
+        one[0].labels() == &mk("1").labels,
+        "a listed box's labels are {:?}",
+        one[0].labels()
+    );
+    ensure!(
+        !b1.labels().keys().any(|k| agentbox_core::is_reserved_label(k)),
+        "the provider's own labels leak into the host's: {:?}",
+        b1.labels()
+    );
+    let none = cx
+        .provider
+        .list(&by(&[("conformance-run", &run), ("n", "3")]), &ctx)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(none.is_empty(), "list by a label no box has gave {} boxes", none.len());
+    b2.destroy(&ctx).await.map_err(|e| e.to_string())?;
+    let after = cx
+        .provider
+        .list(&by(&[("conformance-run", &run)]), &ctx)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        ids(after.clone()) == [b1.id().clone()].into(),
+        "after a destroy, list gave {:?}",
+        ids(after)
+    );
+    Ok(())
 }
 
 /// A new provider (a new process) finds a box by id, runs in it and destroys it; attach of a
@@ -970,171 +1026,150 @@ async fn labels_and_list(cx: &Cx) -> CaseResult {
 async fn attach_from_a_fresh_provider(cx: &Cx) -> CaseResult {
     let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
     let b = cx.create(&cx.spec().label("attach", "yes")).await?;
-    let r = async {
-        let fresh = cx.fresh().await;
-        let a = fresh
-            .attach(b.id(), &ctx)
-            .await
-            .map_err(|e| format!("attach: {e}"))?
-            .ok_or("attach found no box")?;
-        ensure!(a.id() == b.id(), "attach handed back {}", a.id());
-        ensure!(
-            a.labels() == b.labels(),
-            "attach's labels {:?} differ from {:?}",
-            a.labels(),
-            b.labels()
-        );
-        let out = cx
-            .run_opts(&*a, &["echo", "attached"], &ExecOptions::default(), vec![])
-            .await?;
-        ensure!(
-            out.stdout == b"attached\n",
-            "exec through the attached box printed {:?}",
-            out.stdout_text()
-        );
-        a.destroy(&ctx)
-            .await
-            .map_err(|e| format!("destroy through attach: {e}"))?;
-        ensure!(
-            matches!(b.status(&ctx).await, Ok(Status::Ended)),
-            "the first handle does not see the destroy"
-        );
-        ensure!(
-            fresh.attach(b.id(), &ctx).await.map_err(|e| e.to_string())?.is_none(),
-            "attach found a destroyed box"
-        );
-        let missing =
-            agentbox_core::SandboxId::new(fresh.name(), "conformance-nosuchbox").map_err(|e| e.to_string())?;
-        ensure!(
-            fresh.attach(&missing, &ctx).await.map_err(|e| e.to_string())?.is_none(),
-            "attach found a box that never was"
-        );
-        let foreign = agentbox_core::SandboxId::new("another-provider", "x").map_err(|e| e.to_string())?;
-        match fresh.attach(&foreign, &ctx).await {
-            Err(e) if e.code() == ErrorCode::Invalid => {}
-            other => {
-                return Err(format!(
-                    "attach of another provider's id answered {:?}, expected invalid",
-                    other.map(|o| o.is_some())
-                ));
-            }
+    let fresh = cx.fresh().await;
+    let a = fresh
+        .attach(b.id(), &ctx)
+        .await
+        .map_err(|e| format!("attach: {e}"))?
+        .ok_or("attach found no box")?;
+    ensure!(a.id() == b.id(), "attach handed back {}", a.id());
+    ensure!(
+        a.labels() == b.labels(),
+        "attach's labels {:?} differ from {:?}",
+        a.labels(),
+        b.labels()
+    );
+    let out = cx
+        .run_opts(&*a, &["echo", "attached"], &ExecOptions::default(), vec![])
+        .await?;
+    ensure!(
+        out.stdout == b"attached\n",
+        "exec through the attached box printed {:?}",
+        out.stdout_text()
+    );
+    a.destroy(&ctx)
+        .await
+        .map_err(|e| format!("destroy through attach: {e}"))?;
+    ensure!(
+        matches!(b.status(&ctx).await, Ok(Status::Ended)),
+        "the first handle does not see the destroy"
+    );
+    ensure!(
+        fresh.attach(b.id(), &ctx).await.map_err(|e| e.to_string())?.is_none(),
+        "attach found a destroyed box"
+    );
+    let missing = agentbox_core::SandboxId::new(fresh.name(), "conformance-nosuchbox").map_err(|e| e.to_string())?;
+    ensure!(
+        fresh.attach(&missing, &ctx).await.map_err(|e| e.to_string())?.is_none(),
+        "attach found a box that never was"
+    );
+    let foreign = agentbox_core::SandboxId::new("another-provider", "x").map_err(|e| e.to_string())?;
+    match fresh.attach(&foreign, &ctx).await {
+        Err(e) if e.code() == ErrorCode::Invalid => {}
+        other => {
+            return Err(format!(
+                "attach of another provider's id answered {:?}, expected invalid",
+                other.map(|o| o.is_some())
+            ));
         }
-        Ok(())
     }
-    .await;
-    let _ = b.destroy(&ctx).await;
-    r
+    Ok(())
 }
 
 /// Several execs run in one box at once.
 async fn concurrent_execs(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        let runs = (0..8).map(|i| {
-            let b = b.clone();
-            async move {
-                let script = format!("sleep 0.3; echo {i}");
-                let out = cx.sh(&*b, &script).await?;
-                ensure!(
-                    out.stdout_text() == format!("{i}\n"),
-                    "exec {i} printed {:?}",
-                    out.stdout_text()
-                );
-                Ok::<(), String>(())
-            }
-        });
-        let t = Instant::now();
-        for r in futures_join_all(runs).await {
-            r?;
+    let b = cx.new_box().await?;
+    let runs = (0..8).map(|i| {
+        let b = b.clone();
+        async move {
+            let script = format!("sleep 0.3; echo {i}");
+            let out = cx.sh(&*b, &script).await?;
+            ensure!(
+                out.stdout_text() == format!("{i}\n"),
+                "exec {i} printed {:?}",
+                out.stdout_text()
+            );
+            Ok::<(), String>(())
         }
-        // Eight 0.3 s sleeps one after another would take 2.4 s.
-        ensure!(
-            t.elapsed() < Duration::from_secs(60),
-            "eight concurrent execs took {:?}",
-            t.elapsed()
-        );
-        Ok(())
-    })
-    .await
+    });
+    let t = Instant::now();
+    for r in futures_join_all(runs).await {
+        r?;
+    }
+    // Eight 0.3 s sleeps one after another would take 2.4 s.
+    ensure!(
+        t.elapsed() < Duration::from_secs(60),
+        "eight concurrent execs took {:?}",
+        t.elapsed()
+    );
+    Ok(())
 }
 
 /// A program is governed by its exec's context: a deadline or a cancel ends it, and a context
 /// already ended starts nothing.
 async fn abort_and_deadline_through_ctx(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        // A deadline ends the program and wait answers timeout.
-        let ctx = Ctx::background().with_timeout(Duration::from_millis(1500));
-        let (mut p, pid) = cx.start_sleeper(&*b, &ctx).await?;
-        let t = Instant::now();
-        match p.wait().await {
-            Err(e) if e.code() == ErrorCode::Timeout => {}
-            other => return Err(format!("wait past the deadline answered {other:?}, expected timeout")),
-        }
-        ensure!(
-            t.elapsed() < Duration::from_secs(15),
-            "the deadline took {:?} to end the wait",
-            t.elapsed()
-        );
-        cx.gone_soon(&*b, pid).await?;
+    let b = cx.new_box().await?;
+    // A deadline ends the program and wait answers timeout.
+    let ctx = Ctx::background().with_timeout(Duration::from_millis(1500));
+    let (mut p, pid) = cx.start_sleeper(&*b, &ctx).await?;
+    let t = Instant::now();
+    match p.wait().await {
+        Err(e) if e.code() == ErrorCode::Timeout => {}
+        other => return Err(format!("wait past the deadline answered {other:?}, expected timeout")),
+    }
+    ensure!(
+        t.elapsed() < Duration::from_secs(15),
+        "the deadline took {:?} to end the wait",
+        t.elapsed()
+    );
+    cx.gone_soon(&*b, pid).await?;
 
-        // A cancel ends the program and wait answers aborted.
-        let ctx = Ctx::background();
-        let (mut p, pid) = cx.start_sleeper(&*b, &ctx).await?;
-        let c = ctx.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            c.cancel();
-        });
-        match p.wait().await {
-            Err(e) if e.code() == ErrorCode::Aborted => {}
-            other => return Err(format!("wait after a cancel answered {other:?}, expected aborted")),
-        }
-        cx.gone_soon(&*b, pid).await?;
+    // A cancel ends the program and wait answers aborted.
+    let ctx = Ctx::background();
+    let (mut p, pid) = cx.start_sleeper(&*b, &ctx).await?;
+    let c = ctx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        c.cancel();
+    });
+    match p.wait().await {
+        Err(e) if e.code() == ErrorCode::Aborted => {}
+        other => return Err(format!("wait after a cancel answered {other:?}, expected aborted")),
+    }
+    cx.gone_soon(&*b, pid).await?;
 
-        // A context that already ended starts nothing.
-        let dead = Ctx::background();
-        dead.cancel();
-        match b.exec(&argv(&["true"]), &ExecOptions::default(), &dead).await {
-            Err(e) if e.code() == ErrorCode::Aborted => {}
-            Err(e) => return Err(format!("exec with a cancelled context: {e}, expected aborted")),
-            Ok(_) => return Err("exec with a cancelled context started a program".into()),
-        }
-        match cx.provider.create(&cx.spec(), &dead).await {
-            Err(e) if e.code() == ErrorCode::Aborted => {}
-            Err(e) => return Err(format!("create with a cancelled context: {e}, expected aborted")),
-            Ok(b2) => {
-                let _ = b2.destroy(&Ctx::background()).await;
-                return Err("create with a cancelled context made a box".into());
-            }
-        }
-        Ok(())
-    })
-    .await
+    // A context that already ended starts nothing.
+    let dead = Ctx::background();
+    dead.cancel();
+    match b.exec(&argv(&["true"]), &ExecOptions::default(), &dead).await {
+        Err(e) if e.code() == ErrorCode::Aborted => {}
+        Err(e) => return Err(format!("exec with a cancelled context: {e}, expected aborted")),
+        Ok(_) => return Err("exec with a cancelled context started a program".into()),
+    }
+    match cx.provider.create(&cx.spec(), &dead).await {
+        Err(e) if e.code() == ErrorCode::Aborted => {}
+        Err(e) => return Err(format!("create with a cancelled context: {e}, expected aborted")),
+        Ok(_) => return Err("create with a cancelled context made a box".into()),
+    }
+    Ok(())
 }
 
 /// Kill ends the program, which exits 137.
 async fn kill_ends_the_program(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-        let (mut p, pid) = cx.start_sleeper(&*b, &ctx).await?;
-        p.kill().await.map_err(|e| format!("kill: {e}"))?;
-        let st = p.wait().await.map_err(|e| format!("wait after kill: {e}"))?;
-        ensure!(st.code == 137, "a killed program exited {}", st.code);
-        cx.gone_soon(&*b, pid).await
-    })
-    .await
+    let b = cx.new_box().await?;
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let (mut p, pid) = cx.start_sleeper(&*b, &ctx).await?;
+    p.kill().await.map_err(|e| format!("kill: {e}"))?;
+    let st = p.wait().await.map_err(|e| format!("wait after kill: {e}"))?;
+    ensure!(st.code == 137, "a killed program exited {}", st.code);
+    cx.gone_soon(&*b, pid).await
 }
 
 /// Destroy ends every program of the box, also those that left the exec (background, setsid,
 /// double fork), as seen from outside.
 async fn destroy_ends_every_program(cx: &Cx) -> CaseResult {
     let b = cx.create(&cx.spec()).await?;
-    let pids = match cx.scatter(&*b).await {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = b.destroy(&Ctx::background()).await;
-            return Err(e);
-        }
-    };
+    let pids = cx.scatter(&*b).await?;
     ensure!(
         cx.options().outside.any_alive(b.id(), &pids).await,
         "outside, the scattered programs {pids:?} are not seen running"
@@ -1166,10 +1201,7 @@ async fn typed_refusals(cx: &Cx) -> CaseResult {
                 Err(e) => Err(format!(
                     "a spec with {field} answered {e}, expected {code} naming {field}"
                 )),
-                Ok(b) => {
-                    let _ = b.destroy(&ctx).await;
-                    Err(format!("a spec with {field} made a box, expected {code}"))
-                }
+                Ok(_) => Err(format!("a spec with {field} made a box, expected {code}")),
             }
         }
     };
@@ -1260,160 +1292,150 @@ async fn typed_refusals(cx: &Cx) -> CaseResult {
         expect(with(&|s| s.workspace = Some("/workspace".into())), u, "workspace").await?;
     }
     // Argv is checked too.
-    cx.with_box(|b| async move {
-        match b.exec(&[], &ExecOptions::default(), &Ctx::background()).await {
-            Err(e) if e.code() == ErrorCode::Invalid => Ok(()),
-            Err(e) => Err(format!("an empty argv answered {e}, expected invalid")),
-            Ok(_) => Err("an empty argv started a program".into()),
-        }
-    })
-    .await
+    let b = cx.new_box().await?;
+    match b.exec(&[], &ExecOptions::default(), &Ctx::background()).await {
+        Err(e) if e.code() == ErrorCode::Invalid => Ok(()),
+        Err(e) => Err(format!("an empty argv answered {e}, expected invalid")),
+        Ok(_) => Err("an empty argv started a program".into()),
+    }
 }
 
 /// Upload and download carry every byte value, make parent directories, replace a file, and
 /// answer `not_found` and `too_large`.
 async fn upload_and_download(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-        let data: Vec<u8> = (0..(1 << 20)).map(|i: u32| (i % 251) as u8).collect();
-        b.upload("conf/sub/every-byte.bin", &data, &ctx)
-            .await
-            .map_err(|e| format!("upload: {e}"))?;
-        let back = b
-            .download("conf/sub/every-byte.bin", 2 << 20, &ctx)
-            .await
-            .map_err(|e| format!("download: {e}"))?;
-        ensure!(
-            back == data,
-            "download gave {} bytes that differ from the upload",
-            back.len()
-        );
-        let out = cx.sh(&*b, "wc -c < conf/sub/every-byte.bin").await?;
-        ensure!(
-            out.stdout_text().trim() == "1048576",
-            "a program sees {:?} bytes of the upload",
-            out.stdout_text()
-        );
-        b.upload("conf/sub/every-byte.bin", b"short", &ctx)
-            .await
-            .map_err(|e| format!("second upload: {e}"))?;
-        let back = b
-            .download("conf/sub/every-byte.bin", 100, &ctx)
-            .await
-            .map_err(|e| e.to_string())?;
-        ensure!(
-            back == b"short",
-            "an upload over a file left {:?}",
-            String::from_utf8_lossy(&back)
-        );
-        match b.download("conf/none", 100, &ctx).await {
-            Err(e) if e.code() == ErrorCode::NotFound => {}
-            other => {
-                return Err(format!(
-                    "download of a missing file answered {:?}, expected not_found",
-                    other.map(|v| v.len())
-                ));
-            }
+    let b = cx.new_box().await?;
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let data: Vec<u8> = (0..(1 << 20)).map(|i: u32| (i % 251) as u8).collect();
+    b.upload("conf/sub/every-byte.bin", &data, &ctx)
+        .await
+        .map_err(|e| format!("upload: {e}"))?;
+    let back = b
+        .download("conf/sub/every-byte.bin", 2 << 20, &ctx)
+        .await
+        .map_err(|e| format!("download: {e}"))?;
+    ensure!(
+        back == data,
+        "download gave {} bytes that differ from the upload",
+        back.len()
+    );
+    let out = cx.sh(&*b, "wc -c < conf/sub/every-byte.bin").await?;
+    ensure!(
+        out.stdout_text().trim() == "1048576",
+        "a program sees {:?} bytes of the upload",
+        out.stdout_text()
+    );
+    b.upload("conf/sub/every-byte.bin", b"short", &ctx)
+        .await
+        .map_err(|e| format!("second upload: {e}"))?;
+    let back = b
+        .download("conf/sub/every-byte.bin", 100, &ctx)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        back == b"short",
+        "an upload over a file left {:?}",
+        String::from_utf8_lossy(&back)
+    );
+    match b.download("conf/none", 100, &ctx).await {
+        Err(e) if e.code() == ErrorCode::NotFound => {}
+        other => {
+            return Err(format!(
+                "download of a missing file answered {:?}, expected not_found",
+                other.map(|v| v.len())
+            ));
         }
-        match b.download("conf/sub/every-byte.bin", 3, &ctx).await {
-            Err(e) if e.code() == ErrorCode::TooLarge => {}
-            other => {
-                return Err(format!(
-                    "download over its bound answered {:?}, expected too_large",
-                    other.map(|v| v.len())
-                ));
-            }
+    }
+    match b.download("conf/sub/every-byte.bin", 3, &ctx).await {
+        Err(e) if e.code() == ErrorCode::TooLarge => {}
+        other => {
+            return Err(format!(
+                "download over its bound answered {:?}, expected too_large",
+                other.map(|v| v.len())
+            ));
         }
-        Ok(())
-    })
-    .await
+    }
+    Ok(())
 }
 
 /// A program starts in the exec's cwd, relative to the workspace or absolute; a missing one is
 /// `not_found`.
 async fn working_directory(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-        b.upload("wd/inner/f", b"x", &ctx).await.map_err(|e| e.to_string())?;
-        let opts = ExecOptions {
-            cwd: Some("wd/inner".into()),
-            ..Default::default()
-        };
-        let out = cx.run_opts(&*b, &["sh", "-c", "pwd; cat f"], &opts, vec![]).await?;
-        let text = out.stdout_text();
-        ensure!(text.ends_with("/wd/inner\nx"), "a relative cwd gave {text:?}");
-        let opts = ExecOptions {
-            cwd: Some("/".into()),
-            ..Default::default()
-        };
-        let out = cx.run_opts(&*b, &["pwd"], &opts, vec![]).await?;
-        ensure!(out.stdout == b"/\n", "cwd / gave {:?}", out.stdout_text());
-        let opts = ExecOptions {
-            cwd: Some("wd/no-such-dir".into()),
-            ..Default::default()
-        };
-        match b.exec(&argv(&["pwd"]), &opts, &ctx).await {
-            Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
-            Err(e) => Err(format!("a missing cwd answered {e}, expected not_found")),
-            Ok(_) => Err("a missing cwd started a program".into()),
-        }
-    })
-    .await
+    let b = cx.new_box().await?;
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    b.upload("wd/inner/f", b"x", &ctx).await.map_err(|e| e.to_string())?;
+    let opts = ExecOptions {
+        cwd: Some("wd/inner".into()),
+        ..Default::default()
+    };
+    let out = cx.run_opts(&*b, &["sh", "-c", "pwd; cat f"], &opts, vec![]).await?;
+    let text = out.stdout_text();
+    ensure!(text.ends_with("/wd/inner\nx"), "a relative cwd gave {text:?}");
+    let opts = ExecOptions {
+        cwd: Some("/".into()),
+        ..Default::default()
+    };
+    let out = cx.run_opts(&*b, &["pwd"], &opts, vec![]).await?;
+    ensure!(out.stdout == b"/\n", "cwd / gave {:?}", out.stdout_text());
+    let opts = ExecOptions {
+        cwd: Some("wd/no-such-dir".into()),
+        ..Default::default()
+    };
+    match b.exec(&argv(&["pwd"]), &opts, &ctx).await {
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+        Err(e) => Err(format!("a missing cwd answered {e}, expected not_found")),
+        Ok(_) => Err("a missing cwd started a program".into()),
+    }
 }
 
 /// A program that does not exist is `not_found`, or exit code 127.
 async fn a_missing_program(cx: &Cx) -> CaseResult {
-    cx.with_box(|b| async move {
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-        match b
-            .exec(
-                &argv(&["agentbox-conformance-no-such-program"]),
-                &ExecOptions::default(),
-                &ctx,
-            )
-            .await
-        {
-            Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
-            Err(e) => Err(format!("a missing program answered {e}, expected not_found")),
-            Ok(p) => {
-                let out = finish(p, FinishOptions::default()).await.map_err(|e| e.to_string())?;
-                ensure!(
-                    out.status.code == 127,
-                    "a missing program exited {}, expected not_found or 127",
-                    out.status.code
-                );
-                Ok(())
-            }
+    let b = cx.new_box().await?;
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    match b
+        .exec(
+            &argv(&["agentbox-conformance-no-such-program"]),
+            &ExecOptions::default(),
+            &ctx,
+        )
+        .await
+    {
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+        Err(e) => Err(format!("a missing program answered {e}, expected not_found")),
+        Ok(p) => {
+            let out = finish(p, FinishOptions::default()).await.map_err(|e| e.to_string())?;
+            ensure!(
+                out.status.code == 127,
+                "a missing program exited {}, expected not_found or 127",
+                out.status.code
+            );
+            Ok(())
         }
-    })
-    .await
+    }
 }
 
 /// Where the provider says it keeps no program running between calls: that holds. Its
 /// `honours()` and every box's facts say so, and a program's stdin is refused.
 async fn without_live_processes(cx: &Cx) -> CaseResult {
     lacks(cx, Need::LiveProcesses)?;
-    cx.with_box(|b| async move {
-        ensure!(
-            !b.facts().live_processes,
-            "the facts say live_processes, but honours() and the options say the provider has none"
-        );
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-        let mut p = b
-            .exec(&argv(&["cat"]), &ExecOptions::default(), &ctx)
-            .await
-            .map_err(|e| e.to_string())?;
-        match p.stdin.as_mut() {
-            None => Ok(()),
-            Some(stdin) => match stdin.write_all(b"x").await {
-                Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Ok(()),
-                other => Err(format!(
-                    "stdin of a box without live processes answered {other:?}, expected unsupported"
-                )),
-            },
-        }
-    })
-    .await
+    let b = cx.new_box().await?;
+    ensure!(
+        !b.facts().live_processes,
+        "the facts say live_processes, but honours() and the options say the provider has none"
+    );
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let mut p = b
+        .exec(&argv(&["cat"]), &ExecOptions::default(), &ctx)
+        .await
+        .map_err(|e| e.to_string())?;
+    match p.stdin.as_mut() {
+        None => Ok(()),
+        Some(stdin) => match stdin.write_all(b"x").await {
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Ok(()),
+            other => Err(format!(
+                "stdin of a box without live processes answered {other:?}, expected unsupported"
+            )),
+        },
+    }
 }
 
 /// Where the provider says its boxes carry no environment: that holds. Its `honours()` says
@@ -1424,10 +1446,7 @@ async fn without_env(cx: &Cx) -> CaseResult {
     match cx.provider.create(&spec, &Ctx::background()).await {
         Err(e) if e.code() == ErrorCode::Unsupported && e.message().contains("env") => Ok(()),
         Err(e) => Err(format!("a spec with env answered {e}, expected unsupported naming env")),
-        Ok(b) => {
-            let _ = b.destroy(&Ctx::background()).await;
-            Err("a spec with env made a box, but the options say boxes carry none".into())
-        }
+        Ok(_) => Err("a spec with env made a box, but the options say boxes carry none".into()),
     }
 }
 

@@ -12,7 +12,8 @@ use agentbox_core::{
     Result, Sandbox, SandboxId, Spec, Status, finish,
 };
 use agentbox_providers::{LocalOptions, LocalProvider};
-use agentbox_testing::conformance::{self, CASES, Options, Outcome, Report};
+use agentbox_testing::conformance::{self, CASES, Options, Outcome, Outside, Report};
+use agentbox_testing::fake::{FakeProvider, Match, Op, Outcome as FakeOutcome};
 use agentbox_testing::outside::LocalView;
 use async_trait::async_trait;
 
@@ -20,26 +21,36 @@ fn local(root: &Path) -> Arc<dyn Provider> {
     Arc::new(LocalProvider::new(LocalOptions::at(root).expect("the agentbox-runner binary")).unwrap())
 }
 
-/// How [`Batch`] changes the provider under it.
+/// How [`Changed`] changes the provider under it.
 #[derive(Clone, Copy, Default)]
 struct Changes {
+    /// Keep no program running between calls: each exec runs to its end before `exec`
+    /// returns (its output then replayed, no stdin), and honours and facts say so, as a
+    /// provider with no live processes would.
+    batch: bool,
     /// One exec at a time in a box: the next starts once the last ended.
     one_at_a_time: bool,
+    /// A box's `facts()` panics (after `create` made it).
+    facts_panic: bool,
 }
 
-/// A provider over local boxes that keeps no program running between calls: each exec runs
-/// to its end before `exec` returns (its output then replayed, no stdin), and its honours and
-/// facts say so, as a provider with no live processes would.
-struct Batch {
+const BATCH: Changes = Changes {
+    batch: true,
+    one_at_a_time: false,
+    facts_panic: false,
+};
+
+/// A provider over local boxes with [`Changes`].
+struct Changed {
     inner: Arc<dyn Provider>,
     changes: Changes,
 }
 
-impl Batch {
+impl Changed {
     fn wrap(&self, b: Arc<dyn Sandbox>) -> Arc<dyn Sandbox> {
         let mut facts = b.facts().clone();
-        facts.live_processes = false;
-        Arc::new(BatchBox {
+        facts.live_processes &= !self.changes.batch;
+        Arc::new(ChangedBox {
             inner: b,
             facts,
             changes: self.changes,
@@ -49,14 +60,15 @@ impl Batch {
 }
 
 #[async_trait]
-impl Provider for Batch {
+impl Provider for Changed {
     fn name(&self) -> &str {
         self.inner.name()
     }
     fn honours(&self) -> Honours {
+        let h = self.inner.honours();
         Honours {
-            live_processes: false,
-            ..self.inner.honours()
+            live_processes: h.live_processes && !self.changes.batch,
+            ..h
         }
     }
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
@@ -76,7 +88,7 @@ impl Provider for Batch {
     }
 }
 
-struct BatchBox {
+struct ChangedBox {
     inner: Arc<dyn Sandbox>,
     facts: Facts,
     changes: Changes,
@@ -98,11 +110,12 @@ impl ProcessControl for Ended {
 }
 
 #[async_trait]
-impl Sandbox for BatchBox {
+impl Sandbox for ChangedBox {
     fn id(&self) -> &SandboxId {
         self.inner.id()
     }
     fn facts(&self) -> &Facts {
+        assert!(!self.changes.facts_panic, "facts() panics, as the test asked");
         &self.facts
     }
     fn labels(&self) -> &Labels {
@@ -114,6 +127,9 @@ impl Sandbox for BatchBox {
             false => None,
         };
         let p = self.inner.exec(argv, opts, ctx).await?;
+        if !self.changes.batch {
+            return Ok(p);
+        }
         let out = finish(
             p,
             FinishOptions {
@@ -147,14 +163,14 @@ impl Sandbox for BatchBox {
     }
 }
 
-/// Local boxes under `root`, through [`Batch`] when `changes` is given.
+/// Local boxes under `root`, through [`Changed`] when `changes` is given.
 fn factory(root: PathBuf, changes: Option<Changes>) -> conformance::Factory {
     conformance::factory(move || {
         let root = root.clone();
         async move {
             let inner = local(&root);
             match changes {
-                Some(changes) => Arc::new(Batch { inner, changes }) as Arc<dyn Provider>,
+                Some(changes) => Arc::new(Changed { inner, changes }) as Arc<dyn Provider>,
                 None => inner,
             }
         }
@@ -207,7 +223,7 @@ async fn a_need_the_provider_lacks_with_no_reason_given_fails_the_cases_that_nee
         "without_live_processes",
     ];
     let report = conformance::run(
-        factory(root.path().into(), Some(Changes::default())),
+        factory(root.path().into(), Some(BATCH)),
         options("batch, no reason", root.path(), &only),
     )
     .await;
@@ -230,7 +246,7 @@ async fn a_lack_with_its_reason_leaves_its_cases_out_and_the_reason_is_checked()
     ];
     let mut o = options("batch", root.path(), &only);
     o.without_live_processes = Some("each exec runs to its end".into());
-    let report = conformance::run(factory(root.path().into(), Some(Changes::default())), o).await;
+    let report = conformance::run(factory(root.path().into(), Some(BATCH)), o).await;
     for name in ["stdin_round_trip_and_eof", "kill_ends_the_program"] {
         assert_eq!(
             outcome(&report, name),
@@ -281,4 +297,84 @@ async fn a_report_of_some_cases_is_not_a_pass_and_an_unknown_case_fails() {
     )
     .await;
     failed_saying(&report, "no_such_case", "names no case");
+}
+
+/// An outside view that never sees a program run.
+struct Blind;
+
+#[async_trait]
+impl Outside for Blind {
+    async fn ended(&self, _id: &SandboxId) -> bool {
+        true
+    }
+    async fn any_alive(&self, _id: &SandboxId, _pids: &[u32]) -> bool {
+        false
+    }
+}
+
+/// The boxes alive under `root`, as a provider of its own lists them.
+async fn alive(root: &Path) -> Vec<String> {
+    let listed = local(root).list(&Labels::new(), &Ctx::background()).await.unwrap();
+    listed.iter().map(|b| b.id().to_string()).collect()
+}
+
+/// Every box of the run has ended, each by the end of its own case (none was left for the
+/// sweep at the end of the run).
+async fn every_box_ended_with_its_case(root: &Path, report: &Report) {
+    assert_eq!(alive(root).await, Vec::<String>::new(), "{:?}", report.cases);
+    assert!(
+        report.cases.iter().all(|(n, _, _)| n != "no_box_outlives_its_case"),
+        "{:?}",
+        report.cases
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_case_that_fails_between_its_create_and_its_destroy_still_ends_its_box() {
+    let root = tempfile::tempdir().unwrap();
+    // Echo's output is lost: create_exec_destroy fails between its create and its destroy.
+    let fake = FakeProvider::over(local(root.path()));
+    fake.on(Match::command("echo"), FakeOutcome::DropOutput, None);
+    let f = fake.clone();
+    let report = conformance::run(
+        conformance::factory(move || {
+            let f = f.clone();
+            async move { Arc::new(f) as Arc<dyn Provider> }
+        }),
+        options("fake over local, echo mute", root.path(), &["create_exec_destroy"]),
+    )
+    .await;
+    failed_saying(&report, "create_exec_destroy", "echo printed");
+    every_box_ended_with_its_case(root.path(), &report).await;
+    let made = fake.calls_of(Op::Create);
+    assert_eq!(made.len(), 1);
+    let id = SandboxId::new("local", made[0].box_id.as_deref().unwrap()).unwrap();
+    assert!(fake.ended(&id), "{id} was never destroyed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_case_whose_check_fails_before_it_destroys_still_ends_its_box() {
+    let root = tempfile::tempdir().unwrap();
+    // The outside sees nothing run, so destroy's case fails before it destroys.
+    let mut o = options("local, seen by the blind", root.path(), &["destroy_ends_every_program"]);
+    o.outside = Arc::new(Blind);
+    let report = conformance::run(factory(root.path().into(), None), o).await;
+    failed_saying(&report, "destroy_ends_every_program", "not seen running");
+    every_box_ended_with_its_case(root.path(), &report).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_case_that_panics_still_ends_its_box() {
+    let root = tempfile::tempdir().unwrap();
+    let changes = Changes {
+        facts_panic: true,
+        ..Changes::default()
+    };
+    let report = conformance::run(
+        factory(root.path().into(), Some(changes)),
+        options("local, facts panic", root.path(), &["create_exec_destroy"]),
+    )
+    .await;
+    failed_saying(&report, "create_exec_destroy", "panicked");
+    every_box_ended_with_its_case(root.path(), &report).await;
 }
