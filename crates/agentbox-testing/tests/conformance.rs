@@ -28,7 +28,8 @@ struct Changes {
     /// returns (its output then replayed, no stdin), and honours and facts say so, as a
     /// provider with no live processes would.
     batch: bool,
-    /// One exec at a time in a box: the next starts once the last ended.
+    /// One exec at a time in a box: the next starts once the last ended (each runs to its end
+    /// before `exec` returns, as with `batch`).
     one_at_a_time: bool,
     /// A box's `facts()` panics (after `create` made it).
     facts_panic: bool,
@@ -127,9 +128,10 @@ impl Sandbox for ChangedBox {
             false => None,
         };
         let p = self.inner.exec(argv, opts, ctx).await?;
-        if !self.changes.batch {
+        if !self.changes.batch && !self.changes.one_at_a_time {
             return Ok(p);
         }
+        // Run to its end (holding the turn, when execs take turns).
         let out = finish(
             p,
             FinishOptions {
@@ -377,4 +379,27 @@ async fn a_case_that_panics_still_ends_its_box() {
     .await;
     failed_saying(&report, "create_exec_destroy", "panicked");
     every_box_ended_with_its_case(root.path(), &report).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execs_run_one_after_another_fail_concurrent_execs() {
+    let root = tempfile::tempdir().unwrap();
+    let serial = Changes {
+        one_at_a_time: true,
+        ..Changes::default()
+    };
+    let report = conformance::run(
+        factory(root.path().into(), Some(serial)),
+        options("local, one exec at a time", root.path(), &["concurrent_execs"]),
+    )
+    .await;
+    failed_saying(&report, "concurrent_execs", "not all at once");
+    every_box_ended_with_its_case(root.path(), &report).await;
+    // The same boxes with execs at once pass: it is the order that fails.
+    let report = conformance::run(
+        factory(root.path().into(), Some(Changes::default())),
+        options("local through the wrapper", root.path(), &["concurrent_execs"]),
+    )
+    .await;
+    assert_eq!(outcome(&report, "concurrent_execs"), &Outcome::Passed);
 }
