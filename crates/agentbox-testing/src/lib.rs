@@ -7,4 +7,5 @@
 pub mod conformance;
 pub mod fake;
 pub mod outside;
+pub mod reexec;
 pub mod services;
