@@ -12,12 +12,8 @@ use agentbox_testing::outside::{LocalView, running};
 use agentbox_testing::reexec;
 
 fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
-    Arc::new(
-        LocalProvider::new(
-            LocalOptions::at(root).expect("the agentbox-runner binary (cargo build -p agentbox-runner)"),
-        )
-        .unwrap(),
-    )
+    agentbox_testing::runner::ensure();
+    Arc::new(LocalProvider::new(LocalOptions::at(root).unwrap()).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -276,7 +276,7 @@ macro_rules! case {
 const LIVE: Gate = Gate::Needs(&[Need::LiveProcesses]);
 
 /// Every case, in the order [`run`] reports them: adding a case is one line here (a case
-/// function not listed is dead code, which the build refuses).
+/// function not listed is dead code, which `clippy -D warnings` refuses).
 pub static CASES: &[Case] = &[
     case!(
         lifetime_ends_the_box_with_no_call_from_the_host,

@@ -18,7 +18,8 @@ use agentbox_testing::outside::LocalView;
 use async_trait::async_trait;
 
 fn local(root: &Path) -> Arc<dyn Provider> {
-    Arc::new(LocalProvider::new(LocalOptions::at(root).expect("the agentbox-runner binary")).unwrap())
+    agentbox_testing::runner::ensure();
+    Arc::new(LocalProvider::new(LocalOptions::at(root).unwrap()).unwrap())
 }
 
 /// How [`Changed`] changes the provider under it.
