@@ -34,6 +34,7 @@ async fn envs(spec_env: &[(&str, &str)]) -> Envs {
         Arc::new(HostEnv::new(host_dir.path().to_string_lossy()).unwrap()),
         None,
     )];
+    agentbox_testing::runner::ensure();
     let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
     let b = lp.create(&spec, &Ctx::background()).await.unwrap();
     list.push(("local".into(), Arc::new(BoxEnv::new(b.clone())), Some(b)));
@@ -297,6 +298,7 @@ async fn output_past_the_spill_threshold_goes_whole_to_a_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_are_bounded_and_refuse_links_when_asked() {
     let home = tempfile::tempdir().unwrap();
+    agentbox_testing::runner::ensure();
     let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
     let b = lp
         .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
@@ -439,6 +441,7 @@ impl Sandbox for Faulty {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfirmed_kill_is_an_error_and_cleanup_ends_the_group() {
     let home = tempfile::tempdir().unwrap();
+    agentbox_testing::runner::ensure();
     let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
     let inner = lp
         .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())

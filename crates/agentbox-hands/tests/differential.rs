@@ -229,6 +229,7 @@ fn boxes() -> &'static Boxes {
             .build()
             .unwrap();
         let home = tempfile::tempdir().unwrap();
+        agentbox_testing::runner::ensure();
         let (local, local_runner, docker, docker_runner) = rt.block_on(async {
             let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
             let mut with_runner = LocalOptions::at(home.path()).unwrap();

@@ -26,7 +26,8 @@ async fn file_ops(env: &BoxEnv, ctx: &Ctx) {
 
 async fn execs_for_file_ops(runner: bool) -> usize {
     let home = tempfile::tempdir().unwrap();
-    let mut opts = LocalOptions::at(home.path()).expect("the agentbox-runner binary");
+    agentbox_testing::runner::ensure();
+    let mut opts = LocalOptions::at(home.path()).unwrap();
     opts.runner = runner;
     let fake = FakeProvider::over(Arc::new(LocalProvider::new(opts).unwrap()));
     let ctx = Ctx::background().with_timeout(Duration::from_secs(60));

@@ -371,6 +371,7 @@ async fn every_tool_exposes_a_schema() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tools_work_in_boxes_with_no_ripgrep_and_no_fd() {
+    agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
     let spec = Spec::new(Duration::from_secs(300));
     let mut boxes = vec![

@@ -1,7 +1,6 @@
 //! Docker boxes against a real engine: the conformance suite, a holder SIGKILLed, the options.
 
 use std::io::{BufRead, BufReader};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,6 +8,7 @@ use agentbox_core::{Ctx, ErrorCode, ExecOptions, FinishOptions, Mount, Network, 
 use agentbox_providers::docker::{DockerOptions, DockerProvider, NamedVolume};
 use agentbox_testing::conformance::{self, Options};
 use agentbox_testing::outside::{DockerCli, container_running, docker};
+use agentbox_testing::reexec;
 use agentbox_testing::services::docker_available;
 
 async fn provider(opts: DockerOptions) -> Arc<dyn Provider> {
@@ -48,12 +48,9 @@ async fn docker_boxes_pass_the_conformance_suite() {
     report.assert_all_passed();
 }
 
-/// Run as a child of the test below: make two boxes, print their ids, wait to be killed.
-#[tokio::test]
-async fn docker_holder_child() {
-    if std::env::var_os("AGENTBOX_TEST_DOCKER_HOLDER").is_none() {
-        return;
-    }
+/// The holder's part, in a child the test below SIGKILLs: make two boxes, print their ids,
+/// wait to be killed.
+async fn docker_holder() {
     let p = provider(DockerOptions::default()).await;
     for _ in 0..2 {
         let b = p
@@ -78,12 +75,19 @@ async fn docker_holder_child() {
 
 #[test]
 fn a_process_holding_docker_boxes_is_sigkilled_and_the_engine_ends_them() {
-    if !docker_available("a_process_holding_docker_boxes_is_sigkilled_and_the_engine_ends_them") {
+    const TEST: &str = "a_process_holding_docker_boxes_is_sigkilled_and_the_engine_ends_them";
+    if reexec::part().as_deref() == Some("holder") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(docker_holder());
+        reexec::done();
+    }
+    if !docker_available(TEST) {
         return;
     }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "docker_holder_child", "--nocapture", "--test-threads", "1"])
-        .env("AGENTBOX_TEST_DOCKER_HOLDER", "1")
+    let mut child = reexec::child(TEST, "holder")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -352,22 +356,16 @@ async fn dropped_capabilities_and_volumes() {
     let _ = docker(&["volume", "rm", volume]);
 }
 
-/// Run as a child of the test below, with DOCKER_HOST naming a remote daemon.
-#[tokio::test]
-async fn remote_daemon_child() {
-    if std::env::var_os("AGENTBOX_TEST_REMOTE_CHILD").is_none() {
-        return;
-    }
-    // The remote daemon is never reached: honours() and the spec check come first.
-    let honours = agentbox_providers::docker::daemon::is_local();
-    println!("\nLOCAL {honours}");
-}
-
 #[test]
 fn a_remote_daemon_binds_nothing() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "remote_daemon_child", "--nocapture", "--test-threads", "1"])
-        .env("AGENTBOX_TEST_REMOTE_CHILD", "1")
+    const TEST: &str = "a_remote_daemon_binds_nothing";
+    if reexec::part().as_deref() == Some("remote") {
+        // The remote daemon is never reached: honours() and the spec check come first.
+        println!("\nLOCAL {}", agentbox_providers::docker::daemon::is_local());
+        reexec::done();
+    }
+    // A child, so that DOCKER_HOST names a remote daemon in its environment alone.
+    let out = reexec::child(TEST, "remote")
         .env("DOCKER_HOST", "tcp://192.0.2.1:2375")
         .output()
         .unwrap();

@@ -1,4 +1,5 @@
-//! Local boxes against the conformance suite, and a box whose creator was SIGKILLed.
+//! Local boxes against the conformance suite, and a box whose creator (a child of the test,
+//! see `agentbox_testing::reexec`) was SIGKILLed.
 
 use std::io::{BufRead, BufReader};
 use std::sync::Arc;
@@ -8,14 +9,11 @@ use agentbox_core::{Ctx, ExecOptions, FinishOptions, Provider, SandboxId, Spec, 
 use agentbox_providers::{LocalOptions, LocalProvider};
 use agentbox_testing::conformance::{self, Options};
 use agentbox_testing::outside::{LocalView, running};
+use agentbox_testing::reexec;
 
 fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
-    Arc::new(
-        LocalProvider::new(
-            LocalOptions::at(root).expect("the agentbox-runner binary (cargo build -p agentbox-runner)"),
-        )
-        .unwrap(),
-    )
+    agentbox_testing::runner::ensure();
+    Arc::new(LocalProvider::new(LocalOptions::at(root).unwrap()).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,14 +35,10 @@ async fn local_boxes_pass_the_conformance_suite() {
     report.assert_all_passed();
 }
 
-/// Run as a child of the test below: make a box, scatter programs in it, print the box's
-/// directory and the pids, then wait to be killed.
-#[tokio::test]
-async fn creator_child() {
-    let Some(root) = std::env::var_os("AGENTBOX_TEST_CREATOR_ROOT") else {
-        return;
-    };
-    let p = provider(std::path::Path::new(&root));
+/// The creator's part, in a child the test below SIGKILLs: make a box, scatter programs in
+/// it, print the box's id and the pids, then wait to be killed.
+async fn creator(root: &std::path::Path) {
+    let p = provider(root);
     let ctx = Ctx::background();
     let b = p.create(&Spec::new(Duration::from_secs(3)), &ctx).await.unwrap();
     let script = "sleep 1000 >/dev/null 2>&1 & echo $!; setsid sh -c 'echo $$ > p2; exec sleep 1000' >/dev/null 2>&1 & \
@@ -74,9 +68,18 @@ async fn creator_child() {
 
 #[test]
 fn a_box_whose_creator_was_sigkilled_ends_with_every_program_within_its_lifetime() {
+    const TEST: &str = "a_box_whose_creator_was_sigkilled_ends_with_every_program_within_its_lifetime";
+    if reexec::part().as_deref() == Some("creator") {
+        let root = std::env::var_os("AGENTBOX_TEST_CREATOR_ROOT").expect("the parent names the root");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(creator(std::path::Path::new(&root)));
+        reexec::done();
+    }
     let root = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "creator_child", "--nocapture", "--test-threads", "1"])
+    let mut child = reexec::child(TEST, "creator")
         .env("AGENTBOX_TEST_CREATOR_ROOT", root.path())
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -14,7 +14,7 @@ use agentbox_testing::services::docker_available;
 
 fn with_runner() -> DockerOptions {
     DockerOptions {
-        runner: Some(HelperCommand::discover().expect("the agentbox-runner binary")),
+        runner: Some(HelperCommand::new(agentbox_testing::runner::ensure(), vec![])),
         ..DockerOptions::default()
     }
 }
@@ -182,7 +182,7 @@ fn the_runner_needs_nothing_in_the_box() {
     if !docker_available("the_runner_needs_nothing_in_the_box") {
         return;
     }
-    let helper = HelperCommand::discover().expect("the agentbox-runner binary");
+    let helper = HelperCommand::new(agentbox_testing::runner::ensure(), vec![]);
     if !is_static_elf(&helper.program) {
         let why = format!(
             "{} is not a static build: set AGENTBOX_RUNNER to scripts/runner-static's (scripts/test does)",

@@ -11,7 +11,8 @@ use agentbox_testing::conformance::{self, Options};
 use agentbox_testing::outside::LocalView;
 
 fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
-    let mut opts = LocalOptions::at(root).expect("the agentbox-runner binary (cargo build -p agentbox-runner)");
+    agentbox_testing::runner::ensure();
+    let mut opts = LocalOptions::at(root).unwrap();
     opts.runner = true;
     Arc::new(LocalProvider::new(opts).unwrap())
 }
@@ -65,6 +66,7 @@ async fn a_box_made_with_a_runner_says_so_and_serves_its_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_arrives_whole_across_a_dropped_connection() {
     let root = tempfile::tempdir().unwrap();
+    let runner = agentbox_testing::runner::ensure();
     let mut opts = LocalOptions::at(root.path()).unwrap();
     opts.runner = false;
     let local = LocalProvider::new(opts).unwrap();
@@ -72,9 +74,7 @@ async fn output_arrives_whole_across_a_dropped_connection() {
     let inner = local.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
     // The same runner the provider would start, reached on its socket.
     let sock = root.path().join("boxes").join(inner.id().name()).join("runner.sock");
-    let helper = agentbox_providers::helper::HelperCommand::discover().unwrap();
-    let mut program = vec![helper.program.to_string_lossy().into_owned()];
-    program.extend(helper.args);
+    let program = vec![runner.to_string_lossy().into_owned()];
     agentbox_providers::runner::start(
         inner.as_ref(),
         &program,

@@ -3,13 +3,14 @@
 //! across two processes.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::ErrorCode;
 use agentbox_runs::lease::Leases;
 use agentbox_runs::{RunStatus, Runs, Store, read_status};
+use agentbox_testing::reexec;
 use serde_json::json;
 
 #[tokio::test]
@@ -68,13 +69,9 @@ async fn a_holder_whose_claim_was_taken_cannot_write() {
     assert_eq!(Store::take(&path, 2).err().unwrap().code(), ErrorCode::Fenced);
 }
 
-/// The child of the crash test: hold the run and append messages, saying each one
-/// acknowledged, until killed.
-#[tokio::test]
-async fn writer_child() {
-    let Some(root) = std::env::var_os("AGENTBOX_TEST_WRITER_ROOT") else {
-        return;
-    };
+/// The writer's part, in a child the crash test SIGKILLs: hold the run and append messages,
+/// saying each one acknowledged, until killed.
+async fn writer(root: &std::path::Path) {
     let runs = Runs::new(root);
     let run = runs.open("crash").await.unwrap();
     let mut out = std::io::stdout();
@@ -90,12 +87,17 @@ async fn writer_child() {
 
 #[tokio::test]
 async fn an_acknowledged_commit_survives_a_writer_killed_mid_commit() {
+    const TEST: &str = "an_acknowledged_commit_survives_a_writer_killed_mid_commit";
+    if reexec::part().as_deref() == Some("writer") {
+        let root = std::env::var_os("AGENTBOX_TEST_WRITER_ROOT").expect("the parent names the root");
+        writer(std::path::Path::new(&root)).await;
+        reexec::done();
+    }
     let root = tempfile::tempdir().unwrap();
     let runs = Runs::new(root.path());
     runs.create(Some("crash")).unwrap();
     for round in 0..3 {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "writer_child", "--nocapture", "--test-threads", "1"])
+        let mut child = reexec::child(TEST, "writer")
             .env("AGENTBOX_TEST_WRITER_ROOT", root.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -194,16 +196,10 @@ async fn a_hand_off_tells_the_agent_it_moved() {
     run.release().await.unwrap();
 }
 
-/// The child of the lease test: claim the run through PostgreSQL, say so, then write when told.
-#[tokio::test]
-async fn lease_child() {
-    let (Some(root), Some(conn)) = (
-        std::env::var_os("AGENTBOX_TEST_LEASE_ROOT"),
-        std::env::var_os("AGENTBOX_TEST_LEASE_CONN"),
-    ) else {
-        return;
-    };
-    let leases = Arc::new(Leases::connect(conn.to_str().unwrap()).await.unwrap());
+/// The second host's part, in a child of the lease test: claim the run through PostgreSQL,
+/// say so, then write when told.
+async fn lease_holder(root: &std::path::Path, conn: &str) {
+    let leases = Arc::new(Leases::connect(conn).await.unwrap());
     let runs = Runs::with_leases(root, leases, Duration::from_secs(2)).as_host("host-child");
     let run = runs.open("leased").await.unwrap();
     println!("claimed {}", run.generation());
@@ -222,15 +218,21 @@ async fn lease_child() {
 
 #[tokio::test]
 async fn postgres_leases_across_two_processes_fence_the_one_that_lost() {
-    let Some(conn) = agentbox_testing::services::postgres("postgres_leases_across_two_processes") else {
+    const TEST: &str = "postgres_leases_across_two_processes_fence_the_one_that_lost";
+    if reexec::part().as_deref() == Some("lease-holder") {
+        let root = std::env::var_os("AGENTBOX_TEST_LEASE_ROOT").expect("the parent names the root");
+        let conn = std::env::var("AGENTBOX_TEST_LEASE_CONN").expect("the parent names the server");
+        lease_holder(std::path::Path::new(&root), &conn).await;
+        reexec::done();
+    }
+    let Some(conn) = agentbox_testing::services::postgres(TEST) else {
         return;
     };
     let root = tempfile::tempdir().unwrap();
     let leases = Arc::new(Leases::connect(&conn).await.unwrap());
     let runs = Runs::with_leases(root.path(), leases.clone(), Duration::from_secs(30)).as_host("host-parent");
     let _ = runs.create(Some("leased")).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lease_child", "--nocapture", "--test-threads", "1"])
+    let mut child = reexec::child(TEST, "lease-holder")
         .env("AGENTBOX_TEST_LEASE_ROOT", root.path())
         .env("AGENTBOX_TEST_LEASE_CONN", &conn)
         .stdin(Stdio::piped())
@@ -240,7 +242,7 @@ async fn postgres_leases_across_two_processes_fence_the_one_that_lost() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let claimed = loop {
         let l = lines.next().unwrap().unwrap();
-        // The harness's "test lease_child ... " has no newline: the word may follow it.
+        // The harness's "test ... " line has no newline: the word may follow it.
         if let Some(at) = l.find("claimed ") {
             break l[at + 8..].trim().parse::<u64>().unwrap();
         }

@@ -24,6 +24,7 @@ async fn sh(b: &dyn Sandbox, script: &str) -> String {
 }
 
 async fn boxes(home: &std::path::Path) -> Vec<Arc<dyn Sandbox>> {
+    agentbox_testing::runner::ensure();
     let spec = Spec::new(Duration::from_secs(600));
     let mut v = vec![
         LocalProvider::new(LocalOptions::at(home).unwrap())
@@ -186,6 +187,7 @@ async fn seed_then_incremental_pulls_round_trip_a_tree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_home_keeps_its_learning() {
+    agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
     let b = LocalProvider::new(LocalOptions::at(home.path()).unwrap())
         .unwrap()

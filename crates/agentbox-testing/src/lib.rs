@@ -1,4 +1,6 @@
-//! Testing support for agentbox: the conformance suite every provider passes.
+//! Testing support for agentbox: the conformance suite every provider passes, the fake
+//! provider, and what tests share (outside views, services, re-executed children, the runner
+//! binary).
 //!
 //! Never a dependency of non-test code.
 
@@ -7,4 +9,6 @@
 pub mod conformance;
 pub mod fake;
 pub mod outside;
+pub mod reexec;
+pub mod runner;
 pub mod services;

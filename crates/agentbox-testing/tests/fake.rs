@@ -236,7 +236,8 @@ impl Outside for FakeView {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_a_real_provider_with_nothing_scripted_it_passes_the_conformance_suite() {
     let home = tempfile::tempdir().unwrap();
-    let local = LocalProvider::new(LocalOptions::at(home.path()).expect("the agentbox-runner binary")).unwrap();
+    agentbox_testing::runner::ensure();
+    let local = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
     let fake = FakeProvider::over(Arc::new(local));
     let options = Options::new(
         "fake over local",
@@ -253,6 +254,6 @@ async fn over_a_real_provider_with_nothing_scripted_it_passes_the_conformance_su
         options,
     )
     .await;
-    report.assert_passed();
+    report.assert_all_passed();
     assert!(fake.calls().len() > 50, "every call went through the fake");
 }

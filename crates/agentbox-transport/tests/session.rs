@@ -152,6 +152,7 @@ async fn scripted(make: impl Fn() -> Arc<dyn Provider>, kind: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_session_over_local_boxes() {
+    agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
     let root = home.path().to_path_buf();
     scripted(

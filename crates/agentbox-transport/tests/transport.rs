@@ -20,7 +20,8 @@ struct World {
 
 fn world() -> World {
     let home = tempfile::tempdir().unwrap();
-    let local = LocalProvider::new(LocalOptions::at(home.path()).expect("the agentbox-runner binary")).unwrap();
+    agentbox_testing::runner::ensure();
+    let local = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
     World {
         fake: FakeProvider::over(Arc::new(local)),
         _home: home,
