@@ -1,6 +1,6 @@
 //! `BoxEnv`: the `ExecutionEnv` over any [`Sandbox`].
 //!
-//! Each file operation goes one way ([`BoxEnv::one`], in `runner.rs`): where the box has a
+//! Each file operation goes one way (`BoxEnv::one`, in `runner.rs`): where the box has a
 //! runner ([`Sandbox::files`]) it is one message to it, answered by the box's own system call;
 //! elsewhere, and for what the runner does not serve (canonical paths, links, temporaries,
 //! watches), one exec of a fixed script (`script.rs`, `scripts.rs`) with the paths as
