@@ -279,8 +279,8 @@ async fn hand_op(env: &dyn agentbox_hands::ExecutionEnv, op: &str, i: u32) -> Re
     }
 }
 
-/// Each operation on the host, in a local box and in a Docker box, interleaved; ratios
-/// against the host.
+/// Each operation on the host, in a local box (without and with a runner) and in a Docker
+/// box, interleaved; ratios against the host.
 async fn hands(args: BenchArgs) -> Result<()> {
     use agentbox_hands::{BoxEnv, ExecutionEnv, HostEnv};
     let ctx = Ctx::background().with_timeout(Duration::from_secs(600));
@@ -292,11 +292,23 @@ async fn hands(args: BenchArgs) -> Result<()> {
     )];
     let spec = Spec::new(Duration::from_secs(900)).label("agentbox-bench", "1");
     let mut boxes = Vec::new();
-    for p in ["local", "docker"] {
-        match crate::boxes::provider(p).await {
+    // A local box with no runner and one with a runner; a Docker box (with the runner when
+    // its binary is found).
+    let local_runner = crate::boxes::provider_with("local", Default::default(), true).await;
+    for (p, provider) in [
+        ("local", crate::boxes::provider("local").await),
+        ("local", local_runner),
+        ("docker", crate::boxes::provider("docker").await),
+    ] {
+        match provider {
             Ok(provider) => {
                 let b = provider.create(&spec, &ctx).await?;
-                envs.push((format!("{p} box"), std::sync::Arc::new(BoxEnv::new(b.clone()))));
+                let name = if b.files().is_some() {
+                    format!("{p} runner box")
+                } else {
+                    format!("{p} box")
+                };
+                envs.push((name, std::sync::Arc::new(BoxEnv::new(b.clone()))));
                 boxes.push(b);
             }
             Err(e) => eprintln!("agentbox bench: no {p} boxes ({e}); measuring without them"),
@@ -348,7 +360,7 @@ async fn hands(args: BenchArgs) -> Result<()> {
     }
     print!("{:<12}", "operation");
     for (name, _) in &envs {
-        print!(" {:>24}", format!("{name} ms (×host)"));
+        print!(" {:>30}", format!("{name} ms (×host)"));
     }
     println!();
     for row in &rows {
@@ -359,7 +371,7 @@ async fn hands(args: BenchArgs) -> Result<()> {
                 c["median_ms"].as_f64().unwrap_or(0.0),
                 c["ratio_to_host"].as_f64().unwrap_or(0.0)
             );
-            print!(" {cell:>24}");
+            print!(" {cell:>30}");
         }
         println!();
     }

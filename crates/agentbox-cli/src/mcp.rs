@@ -1,7 +1,8 @@
-//! `agentbox mcp`: the tools of TOOLS.md (read, write, edit, bash, ls, grep, find) for any MCP
-//! client, running in a box made at the first tool call and ended when the client leaves (or by
-//! its lifetime, if this server is killed). Protocol 2025-11-25 through rmcp, over stdio:
-//! stdout carries only protocol messages; everything else goes to stderr.
+//! `agentbox mcp`: the tools of the hands (read, write, edit, bash, ls, grep, find; see
+//! docs/tools.md) for any MCP client, running in a box made at the first tool call and ended
+//! when the client leaves (or by its lifetime, if this server is killed). Protocol 2025-11-25
+//! through rmcp, over stdio: stdout carries only protocol messages; everything else goes to
+//! stderr.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -169,7 +170,8 @@ struct Hands {
     session: Arc<Session>,
 }
 
-/// Each tool of TOOLS.md as MCP lists it: its schema and its hints.
+/// Each tool of the hands as MCP lists it: the schema derived from its argument struct, and
+/// its hints.
 fn listed() -> Vec<Tool> {
     tools::all()
         .into_iter()

@@ -77,6 +77,11 @@ async fn every_tool(s: &Server) {
         assert_eq!(hints.read_only_hint, Some(read_only), "{}", t.name);
         assert_eq!(hints.destructive_hint, Some(!read_only), "{}", t.name);
         assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
+        // What the client reads is the schema derived from the tool's argument struct.
+        let derived = agentbox_hands::tools::by_name(&t.name)
+            .expect("a tool of the hands")
+            .schema();
+        assert_eq!(Value::Object((*t.input_schema).clone()), derived, "{}", t.name);
     }
     let w = call(s, "write", json!({"path": "src/main.txt", "content": "alpha\nbeta\n"})).await;
     assert_eq!(w.is_error, Some(false), "{}", text(&w));

@@ -1,5 +1,5 @@
 //! The `ExecutionEnv` contract: an agent's file system and shell, the same on the host and
-//! in any box (pi's `ExecutionEnv`; see `../shared/TOOLS.md`).
+//! in any box (pi's `ExecutionEnv`; `docs/tools.md` says where a box differs).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -52,7 +52,7 @@ impl FsError {
         }
     }
 
-    /// From an OS error, by errno as TOOLS.md maps it.
+    /// From an OS error, by errno, as pi maps it.
     pub fn from_io(e: &std::io::Error, path: &str) -> Self {
         use std::io::ErrorKind as K;
         let code = match e.kind() {

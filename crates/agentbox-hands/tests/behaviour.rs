@@ -38,10 +38,28 @@ async fn envs(spec_env: &[(&str, &str)]) -> Envs {
     let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
     let b = lp.create(&spec, &Ctx::background()).await.unwrap();
     list.push(("local".into(), Arc::new(BoxEnv::new(b.clone())), Some(b)));
+    let mut with_runner = LocalOptions::at(home.path()).unwrap();
+    with_runner.runner = true;
+    let b = LocalProvider::new(with_runner)
+        .unwrap()
+        .create(&spec, &Ctx::background())
+        .await
+        .unwrap();
+    assert!(b.files().is_some(), "a local box made with a runner has one");
+    list.push(("local runner".into(), Arc::new(BoxEnv::new(b.clone())), Some(b)));
     if agentbox_testing::services::docker_available("hands behaviour on a Docker box") {
         let dp = DockerProvider::new(DockerOptions::default()).await.unwrap();
         let b = dp.create(&spec, &Ctx::background()).await.unwrap();
         list.push(("docker".into(), Arc::new(BoxEnv::new(b.clone())), Some(b)));
+        let drp = DockerProvider::new(DockerOptions {
+            runner: Some(agentbox_providers::helper::HelperCommand::discover().unwrap()),
+            ..DockerOptions::default()
+        })
+        .await
+        .unwrap();
+        let b = drp.create(&spec, &Ctx::background()).await.unwrap();
+        assert!(b.files().is_some(), "a Docker box made with a runner has one");
+        list.push(("docker runner".into(), Arc::new(BoxEnv::new(b.clone())), Some(b)));
     }
     Envs {
         _home: home,
@@ -145,7 +163,78 @@ async fn a_timeout_or_an_abort_ends_the_whole_group_after_asking_first() {
             .await
             .unwrap_err();
         assert_eq!(err.code, ExecCode::Aborted, "{name}");
+
+        // A group that ignores the request to end is killed a second later, children too.
+        let opts = ExecOptions {
+            timeout: Some(1.0),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let script = "trap '' TERM; sleep 300 >/dev/null 2>&1 & echo $! > deaf; sleep 300";
+        let err = env
+            .exec(Command::Shell(script.into()), opts, &Ctx::background())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ExecCode::Timeout, "{name}: {err}");
+        assert!(!err.kill_unconfirmed, "{name}: {err}");
+        assert!(
+            t.elapsed() >= Duration::from_secs(2),
+            "{name}: killed only after asking"
+        );
+        let deaf = env.read_text_file("deaf", &Ctx::background()).await.unwrap();
+        assert!(
+            !running(env, deaf.trim()).await,
+            "{name}: a child that ignored TERM still runs"
+        );
     }
+}
+
+/// The bash tool in a box with a runner: its command is the runner's own child, leading its
+/// own group (no wrapper process between them), and a timeout still ends what it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_runner_the_bash_tool_is_the_runners_own_process_and_its_timeout_ends_the_tree() {
+    let e = envs(&[]).await;
+    let mut runners = 0;
+    for (name, env, b) in &e.list {
+        if b.as_ref().is_none_or(|b| b.files().is_none()) {
+            continue;
+        }
+        runners += 1;
+        let env = &**env;
+        let ctx = Ctx::background();
+        let r = tools::call(
+            "bash",
+            env,
+            serde_json::json!({"command": "read -r s < /proc/$$/stat; set -- ${s##*) }; echo \"$(cat /proc/$PPID/comm) $3 $$\""}),
+            &ctx,
+        )
+        .await;
+        let said = r.text();
+        let words: Vec<&str> = said.split_whitespace().collect();
+        assert_eq!(words.len(), 3, "{name}: {said}");
+        assert_eq!(words[0], "agentbox-runner", "{name}: the command's parent");
+        assert_eq!(words[1], words[2], "{name}: the command leads its group");
+
+        let r = tools::call(
+            "bash",
+            env,
+            serde_json::json!({"command": "sleep 300 & echo $! > bg-child; echo started; sleep 300", "timeout": 1}),
+            &ctx,
+        )
+        .await;
+        assert!(r.is_error, "{name}");
+        assert!(
+            r.text().ends_with("Command timed out after 1 seconds"),
+            "{name}: {}",
+            r.text()
+        );
+        let bg = env.read_text_file("bg-child", &ctx).await.unwrap();
+        assert!(
+            !running(env, bg.trim()).await,
+            "{name}: the background child outlived the timeout"
+        );
+    }
+    assert!(runners >= 1, "a box with a runner was tried");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -531,14 +620,20 @@ async fn a_gone_box_fails_every_call_and_a_new_host_ends_what_a_dead_one_left() 
         drop(first);
         let pid = next.read_text_file("left-pid", &ctx).await.unwrap();
         assert!(running(&next, pid.trim()).await, "{name}: the left command runs on");
-        let ended = end_left_commands(&**b, &ctx).await.unwrap();
-        assert_eq!(ended, vec![pid.trim().parse::<u32>().unwrap()], "{name}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!running(&next, pid.trim()).await, "{name}: ended");
-        assert!(
-            end_left_commands(&**b, &ctx).await.unwrap().is_empty(),
-            "{name}: nothing left twice"
-        );
+        if b.files().is_none() {
+            let ended = end_left_commands(&**b, &ctx).await.unwrap();
+            assert_eq!(ended, vec![pid.trim().parse::<u32>().unwrap()], "{name}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(!running(&next, pid.trim()).await, "{name}: ended");
+            assert!(
+                end_left_commands(&**b, &ctx).await.unwrap().is_empty(),
+                "{name}: nothing left twice"
+            );
+        } else {
+            // A command over a runner is the runner's process, which the scripts never wrote
+            // down: the box's end below ends it.
+            assert!(end_left_commands(&**b, &ctx).await.unwrap().is_empty(), "{name}");
+        }
 
         // The box ends behind the environment's back.
         b.destroy(&ctx).await.unwrap();

@@ -1,4 +1,4 @@
-//! Every tool's messages, as TOOLS.md gives them, and the tools in boxes with no ripgrep or fd.
+//! Every tool's messages, as docs/tools.md gives them, and the tools in boxes with no ripgrep or fd.
 
 use std::sync::Arc;
 use std::time::Duration;

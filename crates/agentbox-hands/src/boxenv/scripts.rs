@@ -167,4 +167,21 @@ for f in "$T"/*; do
   rm -f "$f"
 done; exit 0"#;
 
+/// Runs `"$@"` with none of the box's variables: only those named in `AGENTBOX_KEEP` (the
+/// caller's), and PATH the caller's (`AGENTBOX_CALLER_PATH`) or a default one. The one command
+/// over a runner that goes through a script: `inherit_env` false, which the runner cannot
+/// give. Only builtins run before the `exec`.
+pub const CLEAN_ENV: &str = r#"p=${AGENTBOX_CALLER_PATH-/usr/local/bin:/usr/bin:/bin}
+names=$(export -p | while IFS= read -r l; do
+  case $l in "export "*|"declare -x "*) n=${l#export }; n=${n#declare -x }; n=${n%%=*}
+    case $n in ""|*[!A-Za-z0-9_]*) ;; *) echo "$n" ;; esac ;; esac; done)
+keep=" $AGENTBOX_KEEP "
+for n in $names; do
+  case $keep in *" $n "*) ;; *) unset "$n" 2>/dev/null ;; esac
+done
+unset AGENTBOX_KEEP AGENTBOX_CALLER_PATH
+PATH=$p; export PATH
+unset p names keep n l
+exec "$@""#;
+
 pub const REMOVE_ALL: &str = r#"exec rm -rf -- "$@""#;

@@ -5,46 +5,36 @@ use std::sync::{Arc, Mutex};
 
 use agentbox_core::Ctx;
 use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::args::Seconds;
 use super::truncate::{MAX_BYTES, MAX_LINES, tail};
-use super::{Tool, ToolError, ToolResult, object, required};
+use super::{ToolError, ToolResult, Typed};
 use crate::env::{Command, ExecCode, ExecOptions, ExecutionEnv, Spill};
 
 pub struct Bash;
 
-#[async_trait]
-impl Tool for Bash {
-    fn name(&self) -> &'static str {
-        "bash"
-    }
-    fn description(&self) -> &'static str {
-        "Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to the last 2000 lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds."
-    }
-    fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "Bash command to execute"},
-                "timeout": {"type": "number", "description": "Timeout in seconds (optional, no default timeout)"}
-            },
-            "required": ["command"]
-        })
-    }
-    fn read_only(&self) -> bool {
-        false
-    }
+/// `bash`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct BashArgs {
+    /// Bash command to execute
+    command: String,
+    /// Timeout in seconds (optional, no default timeout)
+    timeout: Option<Seconds>,
+}
 
-    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
-        object(&args)?;
-        let command = required(&args, "command")?;
-        let timeout =
-            match args.get("timeout") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(v.as_f64().filter(|t| t.is_finite() && *t > 0.0).ok_or_else(|| {
-                    ToolError("Invalid arguments: timeout must be a positive number of seconds".into())
-                })?),
-            };
+#[async_trait]
+impl Typed for Bash {
+    type Args = BashArgs;
+    const NAME: &'static str = "bash";
+    const DESCRIPTION: &'static str = "Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to the last 2000 lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds.";
+    const READ_ONLY: bool = false;
+
+    async fn call(&self, env: &dyn ExecutionEnv, args: BashArgs, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        let command = args.command;
+        let timeout = args.timeout.map(|s| s.0);
         let merged = Arc::new(Mutex::new(String::new()));
         let sink = merged.clone();
         let opts = ExecOptions {

@@ -3,10 +3,12 @@
 
 use agentbox_core::Ctx;
 use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use unicode_normalization::UnicodeNormalization;
 
-use super::{Tool, ToolError, ToolResult, object, required, string};
+use super::{ToolError, ToolResult, Typed};
 use crate::env::{ExecutionEnv, FsCode};
 
 pub struct Edit;
@@ -34,36 +36,132 @@ struct OneEdit {
     new: String,
 }
 
-fn parse_edits(args: &Value) -> Result<Vec<OneEdit>, ToolError> {
-    let list = match args.get("edits") {
-        Some(Value::String(s)) => serde_json::from_str::<Value>(s)
-            .map_err(|e| ToolError(format!("Invalid arguments: edits is not valid JSON: {e}")))?,
-        Some(v @ Value::Array(_)) => v.clone(),
-        Some(Value::Null) | None => Value::Null,
-        Some(_) => return Err(ToolError("Invalid arguments: edits must be an array".into())),
-    };
-    let mut out = Vec::new();
-    if let Value::Array(items) = list {
-        for (i, e) in items.iter().enumerate() {
-            let get = |k: &str| {
-                e.get(k)
-                    .and_then(Value::as_str)
-                    .map(String::from)
-                    .ok_or_else(|| ToolError(format!("Invalid arguments: edits[{i}].{k} must be a string")))
-            };
-            out.push(OneEdit {
-                old: get("oldText")?,
-                new: get("newText")?,
-            });
-        }
+/// `edit`'s arguments: the path and the edits, from either form.
+#[derive(Deserialize)]
+#[serde(try_from = "SentEditArgs")]
+pub struct EditArgs {
+    path: String,
+    edits: Vec<OneEdit>,
+}
+
+/// The schema is that of the arguments as sent.
+impl JsonSchema for EditArgs {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        SentEditArgs::schema_name()
     }
-    if let (Some(old), Some(new)) = (string(args, "oldText")?, string(args, "newText")?) {
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        SentEditArgs::json_schema(generator)
+    }
+}
+
+/// `edit`'s arguments as sent.
+#[derive(Deserialize, JsonSchema)]
+struct SentEditArgs {
+    /// Path to the file to edit (relative or absolute)
+    path: String,
+    /// Replacements, each matched against the original file
+    #[schemars(required)]
+    edits: Option<Edits>,
+    /// The older form of one edit, at the top level (not in the schema).
+    #[serde(rename = "oldText")]
+    #[schemars(skip)]
+    old_text: Option<String>,
+    #[serde(rename = "newText")]
+    #[schemars(skip)]
+    new_text: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct EditItem {
+    /// Exact text to find and replace (must be unique)
+    #[serde(rename = "oldText")]
+    old_text: String,
+    /// New text to replace it with
+    #[serde(rename = "newText")]
+    new_text: String,
+}
+
+/// The list of edits, also when a model sent it as a JSON string of the list.
+struct Edits(Vec<EditItem>);
+
+impl<'de> Deserialize<'de> for Edits {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Sent {
+            List(Vec<Value>),
+            Text(String),
+            Other(serde::de::IgnoredAny),
+        }
+        use serde::de::Error;
+        let items = match Sent::deserialize(d)? {
+            Sent::List(items) => items,
+            Sent::Text(s) => match serde_json::from_str::<Value>(&s)
+                .map_err(|e| D::Error::custom(format!("is not valid JSON: {e}")))?
+            {
+                Value::Array(items) => items,
+                _ => return Err(D::Error::custom("must be an array")),
+            },
+            Sent::Other(_) => return Err(D::Error::custom("must be an array")),
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let one = serde_path_to_error::deserialize::<_, EditItem>(item).map_err(|e| {
+                let field = e.path().to_string();
+                let inner = e.into_inner().to_string();
+                let field = inner
+                    .strip_prefix("missing field `")
+                    .and_then(|s| s.strip_suffix('`'))
+                    .unwrap_or(&field);
+                D::Error::custom(format!("[{i}].{field} must be a string"))
+            })?;
+            out.push(one);
+        }
+        Ok(Edits(out))
+    }
+}
+
+impl JsonSchema for Edits {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Edits".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // At least one: a call with none changes nothing, and is refused.
+        schemars::json_schema!({"type": "array", "items": generator.subschema_for::<EditItem>(), "minItems": 1})
+    }
+}
+
+impl TryFrom<SentEditArgs> for EditArgs {
+    type Error = String;
+    fn try_from(args: SentEditArgs) -> Result<Self, String> {
+        let path = args.path.clone();
+        Ok(EditArgs {
+            path,
+            edits: edits_of(args)?,
+        })
+    }
+}
+
+fn edits_of(args: SentEditArgs) -> Result<Vec<OneEdit>, String> {
+    let mut out: Vec<OneEdit> = args
+        .edits
+        .map(|Edits(list)| {
+            list.into_iter()
+                .map(|e| OneEdit {
+                    old: e.old_text,
+                    new: e.new_text,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if let (Some(old), Some(new)) = (args.old_text, args.new_text) {
         out.push(OneEdit { old, new });
     }
     if out.is_empty() {
-        return Err(ToolError(
-            "Invalid arguments: edits is required (a list of {oldText, newText})".into(),
-        ));
+        return Err("edits is required (a list of {oldText, newText})".into());
     }
     Ok(out)
 }
@@ -73,42 +171,14 @@ fn occurrences(hay: &str, needle: &str) -> Vec<usize> {
 }
 
 #[async_trait]
-impl Tool for Edit {
-    fn name(&self) -> &'static str {
-        "edit"
-    }
-    fn description(&self) -> &'static str {
-        "Edit a file by replacing exact text. Each edits[i].oldText must match a unique, non-overlapping region of the original file; all edits are applied together."
-    }
-    fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Path to the file to edit (relative or absolute)"},
-                "edits": {
-                    "type": "array",
-                    "description": "Replacements, each matched against the original file",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "oldText": {"type": "string", "description": "Exact text to find and replace (must be unique)"},
-                            "newText": {"type": "string", "description": "New text to replace it with"}
-                        },
-                        "required": ["oldText", "newText"]
-                    }
-                }
-            },
-            "required": ["path", "edits"]
-        })
-    }
-    fn read_only(&self) -> bool {
-        false
-    }
+impl Typed for Edit {
+    type Args = EditArgs;
+    const NAME: &'static str = "edit";
+    const DESCRIPTION: &'static str = "Edit a file by replacing exact text. Each edits[i].oldText must match a unique, non-overlapping region of the original file; all edits are applied together.";
+    const READ_ONLY: bool = false;
 
-    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
-        object(&args)?;
-        let path = required(&args, "path")?;
-        let edits = parse_edits(&args)?;
+    async fn call(&self, env: &dyn ExecutionEnv, args: EditArgs, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        let EditArgs { path, edits } = args;
         let raw = env.read_text_file(&path, ctx).await.map_err(|e| {
             if e.code == FsCode::NotFound {
                 ToolError(format!("File not found: {path}"))

@@ -3,9 +3,12 @@
 
 use agentbox_core::Ctx;
 use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolError, ToolResult, capture, glob, number, object, required, string, with_notices};
+use super::args::Count;
+use super::{ToolError, ToolResult, Typed, capture, glob, with_notices};
 use crate::env::{ExecutionEnv, FsCode};
 
 pub struct Find;
@@ -14,34 +17,28 @@ pub struct Find;
 const SCRIPT: &str =
     r#"find "$1" -mindepth 1 \( -name .git -o -name node_modules \) -prune -o -printf '%y %P\0' | head -c 16777216"#;
 
-#[async_trait]
-impl Tool for Find {
-    fn name(&self) -> &'static str {
-        "find"
-    }
-    fn description(&self) -> &'static str {
-        "Search for files by glob pattern. Returns matching file paths relative to the search directory. Skips .git and node_modules. Output is truncated to 1000 results or 50KB (whichever is hit first)."
-    }
-    fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'"},
-                "path": {"type": "string", "description": "Directory to search in (default: current directory)"},
-                "limit": {"type": "number", "description": "Maximum number of results (default: 1000)"}
-            },
-            "required": ["pattern"]
-        })
-    }
-    fn read_only(&self) -> bool {
-        true
-    }
+/// `find`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct FindArgs {
+    /// Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'
+    pattern: String,
+    /// Directory to search in (default: current directory)
+    path: Option<String>,
+    /// Maximum number of results (default: 1000)
+    limit: Option<Count>,
+}
 
-    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
-        object(&args)?;
-        let pattern = required(&args, "pattern")?;
-        let path = string(&args, "path")?.unwrap_or_else(|| ".".into());
-        let limit = number(&args, "limit")?.unwrap_or(1000).max(1) as usize;
+#[async_trait]
+impl Typed for Find {
+    type Args = FindArgs;
+    const NAME: &'static str = "find";
+    const DESCRIPTION: &'static str = "Search for files by glob pattern. Returns matching file paths relative to the search directory. Skips .git and node_modules. Output is truncated to 1000 results or 50KB (whichever is hit first).";
+    const READ_ONLY: bool = true;
+
+    async fn call(&self, env: &dyn ExecutionEnv, args: FindArgs, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        let pattern = args.pattern;
+        let path = args.path.unwrap_or_else(|| ".".into());
+        let limit = args.limit.map_or(1000, |c| c.0).max(1) as usize;
         env.list_dir(&path, ctx).await.map_err(|e| match e.code {
             FsCode::NotFound => ToolError(format!("Path not found: {path}")),
             FsCode::NotDirectory => ToolError(format!("Not a directory: {path}")),

@@ -4,9 +4,12 @@
 
 use agentbox_core::Ctx;
 use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolError, ToolResult, boolean, capture, glob, number, object, required, string, with_notices};
+use super::args::Count;
+use super::{ToolError, ToolResult, Typed, capture, glob, with_notices};
 use crate::env::{ExecutionEnv, FileKind, FsCode};
 
 pub struct Grep;
@@ -44,40 +47,40 @@ fn status_of(stderr: &str) -> Option<i32> {
         .and_then(|s| s.trim().parse().ok())
 }
 
-#[async_trait]
-impl Tool for Grep {
-    fn name(&self) -> &'static str {
-        "grep"
-    }
-    fn description(&self) -> &'static str {
-        "Search file contents for a pattern. Returns matching lines with file paths and line numbers. Skips .git and node_modules. Output is truncated to 100 matches or 50KB (whichever is hit first). Long lines are truncated to 500 chars."
-    }
-    fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "Search pattern (regex or literal string)"},
-                "path": {"type": "string", "description": "Directory or file to search (default: current directory)"},
-                "glob": {"type": "string", "description": "Filter files by glob pattern, e.g. '*.ts' or '**/*.spec.ts'"},
-                "ignoreCase": {"type": "boolean", "description": "Case-insensitive search (default: false)"},
-                "literal": {"type": "boolean", "description": "Treat pattern as literal string instead of regex (default: false)"},
-                "context": {"type": "number", "description": "Number of lines to show before and after each match (default: 0)"},
-                "limit": {"type": "number", "description": "Maximum number of matches to return (default: 100)"}
-            },
-            "required": ["pattern"]
-        })
-    }
-    fn read_only(&self) -> bool {
-        true
-    }
+/// `grep`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct GrepArgs {
+    /// Search pattern (regex or literal string)
+    pattern: String,
+    /// Directory or file to search (default: current directory)
+    path: Option<String>,
+    /// Filter files by glob pattern, e.g. '*.ts' or '**/*.spec.ts'
+    glob: Option<String>,
+    /// Case-insensitive search (default: false)
+    #[serde(rename = "ignoreCase")]
+    ignore_case: Option<bool>,
+    /// Treat pattern as literal string instead of regex (default: false)
+    literal: Option<bool>,
+    /// Number of lines to show before and after each match (default: 0)
+    context: Option<Count>,
+    /// Maximum number of matches to return (default: 100)
+    limit: Option<Count>,
+}
 
-    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
-        object(&args)?;
-        let pattern = required(&args, "pattern")?;
-        let path = string(&args, "path")?.unwrap_or_else(|| ".".into());
-        let glob_pat = string(&args, "glob")?;
-        let limit = number(&args, "limit")?.unwrap_or(100).max(1) as usize;
-        let context = number(&args, "context")?.unwrap_or(0);
+#[async_trait]
+impl Typed for Grep {
+    type Args = GrepArgs;
+    const NAME: &'static str = "grep";
+    const DESCRIPTION: &'static str = "Search file contents for a pattern. Returns matching lines with file paths and line numbers. Skips .git and node_modules. Output is truncated to 100 matches or 50KB (whichever is hit first). Long lines are truncated to 500 chars.";
+    const READ_ONLY: bool = true;
+
+    async fn call(&self, env: &dyn ExecutionEnv, args: GrepArgs, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        let pattern = args.pattern;
+        let path = args.path.unwrap_or_else(|| ".".into());
+        let glob_pat = args.glob;
+        let limit = args.limit.map_or(100, |c| c.0).max(1) as usize;
+        let context = args.context.map_or(0, |c| c.0);
+        let (ignore_case, literal) = (args.ignore_case.unwrap_or(false), args.literal.unwrap_or(false));
         let info = env.file_info(&path, ctx).await.map_err(|e| {
             if matches!(e.code, FsCode::NotFound | FsCode::NotDirectory) {
                 ToolError(format!("Path not found: {path}"))
@@ -96,14 +99,13 @@ impl Tool for Grep {
             "--exclude-dir=.git".into(),
             "--exclude-dir=node_modules".into(),
         ];
-        if boolean(&args, "ignoreCase")? {
+        if ignore_case {
             gargs.push("-i".into());
         }
         if context > 0 {
             gargs.push(format!("-C{context}"));
         }
         gargs.extend(["-e".into(), pattern.clone(), "--".into(), root.clone()]);
-        let literal = boolean(&args, "literal")?;
         let (mut stdout, mut stderr) = run_grep(env, if literal { "-F" } else { "-P" }, &gargs, ctx).await?;
         if !literal && status_of(&stderr) == Some(2) && stderr.contains("-P") {
             // A grep built without PCRE: extended regular expressions instead.

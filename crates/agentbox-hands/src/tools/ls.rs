@@ -2,38 +2,35 @@
 
 use agentbox_core::Ctx;
 use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolError, ToolResult, number, object, string, with_notices};
+use super::args::Count;
+use super::{ToolError, ToolResult, Typed, with_notices};
 use crate::env::{ExecutionEnv, FileKind, FsCode};
 
 pub struct Ls;
 
-#[async_trait]
-impl Tool for Ls {
-    fn name(&self) -> &'static str {
-        "ls"
-    }
-    fn description(&self) -> &'static str {
-        "List directory contents. Returns entries sorted alphabetically, with '/' suffix for directories. Includes dotfiles. Output is truncated to 500 entries or 50KB (whichever is hit first)."
-    }
-    fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Directory to list (default: current directory)"},
-                "limit": {"type": "number", "description": "Maximum number of entries to return (default: 500)"}
-            }
-        })
-    }
-    fn read_only(&self) -> bool {
-        true
-    }
+/// `ls`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct LsArgs {
+    /// Directory to list (default: current directory)
+    path: Option<String>,
+    /// Maximum number of entries to return (default: 500)
+    limit: Option<Count>,
+}
 
-    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
-        object(&args)?;
-        let path = string(&args, "path")?.unwrap_or_else(|| ".".into());
-        let limit = number(&args, "limit")?.unwrap_or(500).max(1) as usize;
+#[async_trait]
+impl Typed for Ls {
+    type Args = LsArgs;
+    const NAME: &'static str = "ls";
+    const DESCRIPTION: &'static str = "List directory contents. Returns entries sorted alphabetically, with '/' suffix for directories. Includes dotfiles. Output is truncated to 500 entries or 50KB (whichever is hit first).";
+    const READ_ONLY: bool = true;
+
+    async fn call(&self, env: &dyn ExecutionEnv, args: LsArgs, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        let path = args.path.unwrap_or_else(|| ".".into());
+        let limit = args.limit.map_or(500, |c| c.0).max(1) as usize;
         let mut entries = env.list_dir(&path, ctx).await.map_err(|e| match e.code {
             FsCode::NotFound => ToolError(format!("Path not found: {path}")),
             FsCode::NotDirectory => ToolError(format!("Not a directory: {path}")),

@@ -1,5 +1,5 @@
 //! The tools a model calls (read, write, edit, bash, ls, grep, find) over any
-//! [`ExecutionEnv`], with the schemas, defaults, limits and messages of `TOOLS.md`.
+//! [`ExecutionEnv`], with pi's schemas, defaults, limits and messages (`docs/tools.md` says them).
 //!
 //! A tool's failure is an error result carrying the message the model should read, never a
 //! crash of the host.
@@ -12,6 +12,7 @@
 //! # }
 //! ```
 
+mod args;
 mod bash;
 mod edit;
 mod find;
@@ -24,7 +25,9 @@ mod write;
 
 use agentbox_core::Ctx;
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::env::ExecutionEnv;
@@ -108,12 +111,50 @@ pub trait Tool: Send + Sync {
     fn name(&self) -> &'static str;
     /// What it does, for the model.
     fn description(&self) -> &'static str;
-    /// The JSON schema of its arguments.
+    /// The JSON schema of its arguments, derived from the struct they parse into.
     fn schema(&self) -> Value;
     /// Whether it only reads (an MCP read-only hint).
     fn read_only(&self) -> bool;
+    /// Parse `args` as a call would, without running anything: the refusal a call would give.
+    fn check(&self, args: Value) -> Result<(), ToolError>;
     /// Run it.
     async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError>;
+}
+
+/// A tool written against its typed arguments. [`Tool`] comes with it, so what every tool
+/// does first is written once: the schema is derived from `Args`, and a call's arguments are
+/// parsed into `Args` (refused with a message naming the argument) before `call` runs.
+#[async_trait]
+trait Typed: Send + Sync {
+    /// The arguments: their schema is what `tools/list` shows.
+    type Args: DeserializeOwned + JsonSchema + Send;
+    const NAME: &'static str;
+    const DESCRIPTION: &'static str;
+    const READ_ONLY: bool;
+    async fn call(&self, env: &dyn ExecutionEnv, args: Self::Args, ctx: &Ctx) -> Result<ToolResult, ToolError>;
+}
+
+#[async_trait]
+impl<T: Typed> Tool for T {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+    fn description(&self) -> &'static str {
+        T::DESCRIPTION
+    }
+    fn schema(&self) -> Value {
+        args::schema_of::<T::Args>()
+    }
+    fn read_only(&self) -> bool {
+        T::READ_ONLY
+    }
+    fn check(&self, args: Value) -> Result<(), ToolError> {
+        args::parse::<T::Args>(args).map(drop)
+    }
+    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        let args = args::parse::<T::Args>(args)?;
+        self.call(env, args, ctx).await
+    }
 }
 
 /// Every tool, in pi's order.
@@ -142,47 +183,6 @@ pub async fn call(name: &str, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) ->
     match tool.run(env, args, ctx).await {
         Ok(r) => r,
         Err(ToolError(m)) => ToolResult::error(m),
-    }
-}
-
-/// A string argument.
-fn string(args: &Value, key: &str) -> Result<Option<String>, ToolError> {
-    match args.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(ToolError(format!("Invalid arguments: {key} must be a string"))),
-    }
-}
-
-fn required(args: &Value, key: &str) -> Result<String, ToolError> {
-    string(args, key)?.ok_or_else(|| ToolError(format!("Invalid arguments: {key} is required")))
-}
-
-/// A positive whole-number argument.
-fn number(args: &Value, key: &str) -> Result<Option<u64>, ToolError> {
-    match args.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .filter(|n| n.is_finite() && *n >= 0.0 && n.fract() == 0.0)
-            .map(|n| Some(n as u64))
-            .ok_or_else(|| ToolError(format!("Invalid arguments: {key} must be a non-negative whole number"))),
-    }
-}
-
-fn boolean(args: &Value, key: &str) -> Result<bool, ToolError> {
-    match args.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(ToolError(format!("Invalid arguments: {key} must be a boolean"))),
-    }
-}
-
-fn object(args: &Value) -> Result<(), ToolError> {
-    if args.is_object() {
-        Ok(())
-    } else {
-        Err(ToolError("Invalid arguments: expected an object".into()))
     }
 }
 

@@ -3,10 +3,13 @@
 use agentbox_core::Ctx;
 use async_trait::async_trait;
 use base64::Engine;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::args::Count;
 use super::truncate::{MAX_BYTES, MAX_LINES, format_size, head};
-use super::{Content, Tool, ToolError, ToolResult, number, object, required};
+use super::{Content, ToolError, ToolResult, Typed};
 use crate::env::{ExecutionEnv, FsCode};
 
 pub struct Read;
@@ -22,34 +25,27 @@ fn image_mime(path: &str) -> Option<&'static str> {
     }
 }
 
-#[async_trait]
-impl Tool for Read {
-    fn name(&self) -> &'static str {
-        "read"
-    }
-    fn description(&self) -> &'static str {
-        "Read the contents of a file. Supports text files and images (jpg, png, gif, webp). Images are sent as attachments. For text files, output is truncated to 2000 lines or 50KB (whichever is hit first). Use offset/limit for large files."
-    }
-    fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Path to the file to read (relative or absolute)"},
-                "offset": {"type": "number", "description": "Line number to start reading from (1-indexed)"},
-                "limit": {"type": "number", "description": "Maximum number of lines to read"}
-            },
-            "required": ["path"]
-        })
-    }
-    fn read_only(&self) -> bool {
-        true
-    }
+/// `read`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct ReadArgs {
+    /// Path to the file to read (relative or absolute)
+    path: String,
+    /// Line number to start reading from (1-indexed)
+    offset: Option<Count>,
+    /// Maximum number of lines to read
+    limit: Option<Count>,
+}
 
-    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
-        object(&args)?;
-        let path = required(&args, "path")?;
-        let offset = number(&args, "offset")?;
-        let limit = number(&args, "limit")?;
+#[async_trait]
+impl Typed for Read {
+    type Args = ReadArgs;
+    const NAME: &'static str = "read";
+    const DESCRIPTION: &'static str = "Read the contents of a file. Supports text files and images (jpg, png, gif, webp). Images are sent as attachments. For text files, output is truncated to 2000 lines or 50KB (whichever is hit first). Use offset/limit for large files.";
+    const READ_ONLY: bool = true;
+
+    async fn call(&self, env: &dyn ExecutionEnv, args: ReadArgs, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        let ReadArgs { path, offset, limit } = args;
+        let (offset, limit) = (offset.map(|c| c.0), limit.map(|c| c.0));
         let not_found = |e: crate::env::FsError| {
             if e.code == FsCode::NotFound {
                 ToolError(format!("File not found: {path}"))

@@ -2,39 +2,33 @@
 
 use agentbox_core::Ctx;
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::{Tool, ToolError, ToolResult, object, required};
+use super::{ToolError, ToolResult, Typed};
 use crate::env::ExecutionEnv;
 
 pub struct Write;
 
-#[async_trait]
-impl Tool for Write {
-    fn name(&self) -> &'static str {
-        "write"
-    }
-    fn description(&self) -> &'static str {
-        "Write content to a file. Creates the file if it doesn't exist, overwrites if it does. Automatically creates parent directories."
-    }
-    fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Path to the file to write (relative or absolute)"},
-                "content": {"type": "string", "description": "Content to write to the file"}
-            },
-            "required": ["path", "content"]
-        })
-    }
-    fn read_only(&self) -> bool {
-        false
-    }
+/// `write`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct WriteArgs {
+    /// Path to the file to write (relative or absolute)
+    path: String,
+    /// Content to write to the file
+    content: String,
+}
 
-    async fn run(&self, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> Result<ToolResult, ToolError> {
-        object(&args)?;
-        let path = required(&args, "path")?;
-        let content = required(&args, "content")?;
+#[async_trait]
+impl Typed for Write {
+    type Args = WriteArgs;
+    const NAME: &'static str = "write";
+    const DESCRIPTION: &'static str = "Write content to a file. Creates the file if it doesn't exist, overwrites if it does. Automatically creates parent directories.";
+    const READ_ONLY: bool = false;
+
+    async fn call(&self, env: &dyn ExecutionEnv, args: WriteArgs, ctx: &Ctx) -> Result<ToolResult, ToolError> {
+        let WriteArgs { path, content } = args;
         env.write_file(&path, content.as_bytes(), ctx)
             .await
             .map_err(|e| ToolError(e.message))?;
