@@ -54,7 +54,9 @@ impl Leases {
             .await
             .map_err(|e| pg(e, "claiming"))?;
         if let Some(row) = granted {
-            return Ok(row.get::<_, i64>(0) as u64);
+            let generation = row.get::<_, i64>(0) as u64;
+            tracing::debug!(run, generation, ttl_s = secs, "lease claimed");
+            return Ok(generation);
         }
         let held = self
             .client
@@ -65,6 +67,7 @@ impl Leases {
             .await
             .map_err(|e| pg(e, "reading the lease"))?;
         let (who, left): (String, f64) = held.map(|r| (r.get(0), r.get(1))).unwrap_or_default();
+        tracing::debug!(run, holder = %who, left_s = left, "lease refused");
         Err(Error::refused(format!(
             "run {run} is held by {who} (its lease has {left:.1}s left)"
         )))
@@ -83,6 +86,7 @@ impl Leases {
             .await
             .map_err(|e| pg(e, "renewing"))?;
         if n == 0 {
+            tracing::warn!(run, generation, "fenced: the lease expired or was taken");
             return Err(Error::new(
                 ErrorCode::Fenced,
                 format!("run {run}: the lease of generation {generation} has expired or was taken"),
@@ -101,6 +105,7 @@ impl Leases {
             )
             .await
             .map_err(|e| pg(e, "releasing"))?;
+        tracing::debug!(run, generation, "lease released");
         Ok(())
     }
 }
