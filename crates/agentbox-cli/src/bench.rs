@@ -22,7 +22,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
     iterations: u32,
     /// The provider to measure.
-    #[arg(long, default_value = "local")]
+    #[arg(long, default_value = "local", help = crate::boxes::provider_help("The provider to measure (boxes)"))]
     provider: String,
     /// Print JSON.
     #[arg(long)]
@@ -152,7 +152,13 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     if args.what == "runner" {
         return runner(args).await;
     }
-    let provider = crate::boxes::provider(&args.provider).await?;
+    // The bare box against its baseline, which starts no runner either (`bench runner`
+    // measures the runner).
+    let bare = agentbox_providers::registry::Options {
+        runner: false,
+        ..Default::default()
+    };
+    let provider = crate::boxes::provider_with(&args.provider, &bare).await?;
     let n = args.iterations;
     let name = provider.name().to_string();
     let docker = name == "docker";
@@ -294,10 +300,13 @@ async fn hands(args: BenchArgs) -> Result<()> {
     let mut boxes = Vec::new();
     // A local box with no runner and one with a runner; a Docker box (with the runner when
     // its binary is found).
-    let local_runner = crate::boxes::provider_with("local", Default::default(), true).await;
+    let no_runner = agentbox_providers::registry::Options {
+        runner: false,
+        ..Default::default()
+    };
     for (p, provider) in [
+        ("local", crate::boxes::provider_with("local", &no_runner).await),
         ("local", crate::boxes::provider("local").await),
-        ("local", local_runner),
         ("docker", crate::boxes::provider("docker").await),
     ] {
         match provider {
@@ -545,26 +554,26 @@ struct Twin {
 
 async fn twin(provider: &str, ctx: &Ctx) -> Result<Twin> {
     let spec = Spec::new(Duration::from_secs(900)).label("agentbox-bench", "1");
+    let without = agentbox_providers::registry::Options {
+        runner: false,
+        ..Default::default()
+    };
     if provider == "docker" {
-        let with = crate::boxes::provider_with(
-            "docker",
-            agentbox_providers::docker::DockerOptions {
-                runner: Some(crate::boxes::runner_helper()?),
-                ..Default::default()
-            },
-            false,
-        )
-        .await?;
-        let through = with.create(&spec, ctx).await?;
-        let without =
-            crate::boxes::provider_with("docker", agentbox_providers::docker::DockerOptions::default(), false).await?;
-        let plain = without
+        let through = crate::boxes::provider("docker").await?.create(&spec, ctx).await?;
+        if through.facts().runner.is_none() {
+            let _ = through.destroy(ctx).await;
+            return Err(Error::unsupported(
+                "the Docker box got no runner (see the warning above)",
+            ));
+        }
+        let plain = crate::boxes::provider_with("docker", &without)
+            .await?
             .attach(through.id(), ctx)
             .await?
             .ok_or_else(|| Error::gone("the bench's Docker box ended"))?;
         return Ok(Twin { plain, through });
     }
-    let plain = crate::boxes::provider_with(provider, Default::default(), false)
+    let plain = crate::boxes::provider_with(provider, &without)
         .await?
         .create(&spec, ctx)
         .await?;
@@ -572,7 +581,7 @@ async fn twin(provider: &str, ctx: &Ctx) -> Result<Twin> {
         .join("boxes")
         .join(plain.id().name())
         .join("bench-runner.sock");
-    let helper = crate::boxes::runner_helper()?;
+    let helper = crate::boxes::environment()?.runner()?;
     let mut program = vec![helper.program.to_string_lossy().into_owned()];
     program.extend(helper.args);
     agentbox_providers::runner::start(

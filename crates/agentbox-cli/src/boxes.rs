@@ -7,9 +7,8 @@ use std::time::Duration;
 use agentbox_core::{
     Ctx, Error, ExecOptions, Labels, Mount, Network, Provider, Result, Sandbox, SandboxId, Spec, parse_duration,
 };
-use agentbox_providers::docker::{DockerOptions, DockerProvider};
 use agentbox_providers::helper::HelperCommand;
-use agentbox_providers::{LocalOptions, LocalProvider};
+use agentbox_providers::registry::{self, Entry, Environment, Options};
 use clap::{Args, Subcommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -34,11 +33,12 @@ pub enum BoxCommand {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         argv: Vec<String>,
     },
-    /// List running boxes.
+    /// List running boxes: every provider's this build has, or one provider's.
     Ls {
-        /// The provider to ask.
-        #[arg(long, default_value = "local")]
-        provider: String,
+        /// Without it, each provider of this build is asked, and one that cannot answer (no
+        /// Docker engine, say) is left out with a line on stderr.
+        #[arg(long, help = provider_help("Only this provider's boxes (else every provider's)"))]
+        provider: Option<String>,
         /// Only boxes with this label (repeatable).
         #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
         labels: Vec<(String, String)>,
@@ -69,7 +69,7 @@ pub enum BoxCommand {
 #[derive(Args)]
 pub struct CreateArgs {
     /// The provider.
-    #[arg(long, default_value = "local")]
+    #[arg(long, default_value = "local", help = provider_help("The provider"))]
     provider: String,
     /// How long the box may live (500ms, 90s, 10m, 6h, 2d).
     #[arg(long, default_value = "10m", value_parser = lifetime)]
@@ -107,10 +107,10 @@ pub struct CreateArgs {
     /// Drop every capability and forbid new privileges (docker).
     #[arg(long)]
     drop_capabilities: bool,
-    /// Start the in-box runner, so each command and file operation is one message rather
-    /// than a process (local, docker).
+    /// No in-box runner: each command and file operation is then a process of its own in the
+    /// box (without it, a runner started in the box serves them all over one connection).
     #[arg(long)]
-    runner: bool,
+    no_runner: bool,
     /// Print the id and the facts as JSON.
     #[arg(long)]
     json: bool,
@@ -156,48 +156,38 @@ fn memory_mb(s: &str) -> std::result::Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is not a memory size (512, 512m, 4g)"))
 }
 
-/// The provider called `name`, set up from the environment; a box made with a runner is
-/// found through its runner.
+/// `--provider`'s help: `what`, and every provider there is.
+pub fn provider_help(what: &str) -> String {
+    format!("{what}: {}", registry::choices())
+}
+
+/// What providers are made from: this process's variables, and this executable as the boxes'
+/// helper (`agentbox runner …`: local boxes' supervisor, and the runner of a Docker box where no
+/// `agentbox-runner` is found), so an installed `agentbox` needs no second file.
+pub fn environment() -> Result<Environment> {
+    let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
+    Ok(Environment::from_process().with_program(HelperCommand::new(exe, vec!["runner".into()])))
+}
+
+/// The registry's entry for `name`, an unknown one's error naming `flag` and every provider.
+pub fn entry(name: &str, flag: &str) -> Result<&'static Entry> {
+    registry::find(name).map_err(|e| e.context(flag))
+}
+
+/// The provider called `name`, on its defaults (a runner in each box where it can start one):
+/// how boxes are found by id, listed and measured.
 pub async fn provider(name: &str) -> Result<Arc<dyn Provider>> {
-    let docker = DockerOptions {
-        runner: runner_helper().ok(),
-        ..DockerOptions::default()
-    };
-    provider_with(name, docker, false).await
+    provider_with(name, &Options::default()).await
 }
 
-/// The runner program to mount in Docker boxes: `agentbox-runner` (`$AGENTBOX_RUNNER`, or beside
-/// this executable), else this executable itself (`agentbox runner …`).
-pub fn runner_helper() -> Result<HelperCommand> {
-    HelperCommand::discover().or_else(|_| {
-        let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
-        Ok(HelperCommand::new(exe, vec!["runner".into()]))
-    })
-}
-
-/// The provider called `name`; `docker` is how a Docker provider makes its boxes, `runner`
-/// whether a local provider starts a runner in each box it makes.
-pub async fn provider_with(name: &str, docker: DockerOptions, runner: bool) -> Result<Arc<dyn Provider>> {
-    match name {
-        "docker" => Ok(Arc::new(DockerProvider::new(docker).await?)),
-        "local" => {
-            let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
-            Ok(Arc::new(LocalProvider::new(LocalOptions {
-                root: agentbox_providers::home::default_home()?,
-                path: agentbox_providers::local::DEFAULT_PATH.into(),
-                // This binary is its own supervisor: `agentbox runner supervise …`.
-                supervisor: HelperCommand::new(exe, vec!["runner".into()]),
-                runner,
-            })?))
-        }
-        other => Err(Error::invalid(format!(
-            "--provider: {other:?} is not a provider (local)"
-        ))),
-    }
+/// The provider called `name`, made by the registry with `options`.
+pub async fn provider_with(name: &str, options: &Options) -> Result<Arc<dyn Provider>> {
+    entry(name, "--provider")?.make(options, &environment()?).await
 }
 
 pub async fn attach(id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-    provider(id.provider())
+    entry(id.provider(), &format!("box {id}"))?
+        .make(&Options::default(), &environment()?)
         .await?
         .attach(id, ctx)
         .await?
@@ -224,35 +214,22 @@ pub async fn run(cmd: BoxCommand) -> Result<i32> {
             for m in &a.mounts {
                 spec.mounts.push(mount(m)?);
             }
-            let docker = DockerOptions {
+            let entry = entry(&a.provider, "--provider")?;
+            let options = Options {
+                runner: !a.no_runner,
                 user: a.user.clone(),
                 pids_limit: a.pids_limit,
                 drop_capabilities: a.drop_capabilities,
-                runner: if a.runner && a.provider == "docker" {
-                    Some(runner_helper()?)
-                } else {
-                    None
-                },
-                ..Default::default()
             };
-            if a.provider != "docker" {
-                for (set, flag) in [
-                    (a.user.is_some(), "--user"),
-                    (a.pids_limit.is_some(), "--pids-limit"),
-                    (a.drop_capabilities, "--drop-capabilities"),
-                ] {
-                    if set {
-                        return Err(Error::unsupported(format!(
-                            "{flag}: {} boxes do not take it",
-                            a.provider
-                        )));
-                    }
-                }
+            if let Some(opt) = options.set().into_iter().find(|o| !entry.takes(*o)) {
+                return Err(Error::unsupported(format!(
+                    "--{}: {} boxes do not take it",
+                    opt.name(),
+                    a.provider
+                )));
             }
-            let b = provider_with(&a.provider, docker, a.runner)
-                .await?
-                .create(&spec, &ctx)
-                .await?;
+            let b = entry.make(&options, &environment()?).await?.create(&spec, &ctx).await?;
+            tracing::info!(box_id = %b.id(), runner = ?b.facts().runner, "box made");
             if a.json {
                 println!("{}", serde_json::json!({ "id": b.id(), "facts": b.facts() }));
             } else {
@@ -267,7 +244,10 @@ pub async fn run(cmd: BoxCommand) -> Result<i32> {
             json,
         } => {
             let labels: Labels = labels.into_iter().collect();
-            let boxes = provider(&p).await?.list(&labels, &ctx).await?;
+            let boxes = match p {
+                Some(p) => provider(&p).await?.list(&labels, &ctx).await?,
+                None => list_everywhere(&labels).await,
+            };
             if json {
                 let rows: Vec<_> = boxes
                     .iter()
@@ -305,12 +285,34 @@ pub async fn run(cmd: BoxCommand) -> Result<i32> {
         BoxCommand::Rm { ids } => {
             for id in ids {
                 attach(&id, &ctx).await?.destroy(&ctx).await?;
+                tracing::info!(box_id = %id, "box ended");
                 println!("{id}");
             }
             Ok(0)
         }
         BoxCommand::Cp { src, dst } => copy(&src, &dst, &ctx).await.map(|_| 0),
     }
+}
+
+/// The boxes of every provider this build has; a provider that cannot be made or cannot list
+/// (no Docker engine) is left out with a line on stderr, within a deadline each.
+async fn list_everywhere(labels: &Labels) -> Vec<Arc<dyn Sandbox>> {
+    let mut all = Vec::new();
+    for name in registry::names() {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+        let listed = match provider(name).await {
+            Ok(p) => p.list(labels, &ctx).await,
+            Err(e) => Err(e),
+        };
+        match listed {
+            Ok(boxes) => all.extend(boxes),
+            Err(e) => eprintln!(
+                "agentbox: box ls: {name} boxes left out: {} (--provider {name} to see it fail)",
+                crate::one_line(e.message())
+            ),
+        }
+    }
+    all
 }
 
 /// Split `ID:PATH`, when `s` starts with a box id.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentbox_core::{Ctx, Error, Provider, Result};
+use agentbox_core::{Ctx, Error, Result};
 use agentbox_runs::agent::{self, Reply, ScriptedModel, text_of};
 use agentbox_runs::{Runs, read_status};
 use agentbox_transport::ledger::{Recorder, SqliteLedger};
@@ -69,14 +69,16 @@ pub async fn step(root: &Path, id: &str, step: usize) -> Result<()> {
     let runs = Runs::new(root);
     let run = runs.open(id).await?;
     let ctx = Ctx::background();
-    let local: Arc<dyn Provider> = crate::boxes::provider("local").await?;
     let config = TransportConfig::from_toml(
         "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"10m\"\n",
     )?;
+    let providers = config
+        .registry_providers(&Default::default(), &crate::boxes::environment()?)
+        .await?;
     let transport = Transport::new(
         config,
         TransportHost {
-            providers: BTreeMap::from([("local".to_string(), local)]),
+            providers,
             documents: run.documents(),
             session: id.to_string(),
             labels: BTreeMap::from([("agentbox-demo".to_string(), id.to_string())]),

@@ -20,6 +20,9 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "agentbox", version, about, propagate_version = true)]
 struct Cli {
+    /// Log to stderr: -v info, -vv debug (RUST_LOG wins when set).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
         // The supervisor is synchronous and must not start inside a runtime.
         return ExitCode::from(agentbox_runner::main_with_args(args).clamp(0, 255) as u8);
     }
+    logging(cli.verbose);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -121,6 +125,34 @@ fn main() -> ExitCode {
     }
 }
 
-fn one_line(s: &str) -> String {
+/// Logs go to stderr, so stdout carries only what a command prints (for `mcp`, only protocol
+/// messages). `RUST_LOG` (tracing's filter syntax) wins when set; otherwise agentbox's own
+/// warnings and every crate's errors, agentbox at info (and others' warnings) with `-v`, and
+/// agentbox at debug with `-vv`.
+fn logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let from_verbosity = || {
+        EnvFilter::new(match verbose {
+            // Other crates' warnings (rmcp's for every client error, say) only with -v.
+            0 => "error,agentbox=warn",
+            1 => "warn,agentbox=info",
+            _ => "warn,agentbox=debug",
+        })
+    };
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(s) if !s.trim().is_empty() => EnvFilter::try_new(&s).unwrap_or_else(|e| {
+            eprintln!("agentbox: RUST_LOG: {e}; logging as without it");
+            from_verbosity()
+        }),
+        _ => from_verbosity(),
+    };
+    // A second subscriber cannot be installed; nothing in this process installs one.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub(crate) fn one_line(s: &str) -> String {
     s.lines().map(str::trim).collect::<Vec<_>>().join(" ")
 }

@@ -23,8 +23,8 @@ use tokio::sync::Mutex;
 
 #[derive(Args)]
 pub struct McpArgs {
-    /// The provider of the box (local, docker).
-    #[arg(long, default_value = "local")]
+    /// The provider of the box.
+    #[arg(long, default_value = "local", help = crate::boxes::provider_help("The provider of the box"))]
     provider: String,
     /// The box's image (providers that take one).
     #[arg(long)]
@@ -44,6 +44,10 @@ pub struct McpArgs {
     /// loopback are refused.
     #[arg(long, value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
+    /// No in-box runner: each tool's file operation or command is then a process of its own in
+    /// the box (without it, a runner in the box serves them all over one connection).
+    #[arg(long)]
+    no_runner: bool,
 }
 
 /// The box of a session, made at the first tool call; a session dropped with its box still
@@ -260,7 +264,7 @@ impl ServerHandler for Hands {
 }
 
 pub async fn run(a: McpArgs) -> Result<i32> {
-    let (provider_name, spec) = match &a.config {
+    let (entry, spec) = match &a.config {
         Some(path) => {
             let config = agentbox_transport::TransportConfig::load(path)?;
             let hands = config
@@ -268,13 +272,18 @@ pub async fn run(a: McpArgs) -> Result<i32> {
                 .as_ref()
                 .ok_or_else(|| Error::invalid(format!("{}: names no hands", path.display())))?;
             let env = &config.environments[&hands.default];
-            (env.provider.clone(), env.spec.clone())
+            let at = format!(
+                "{}: transport config: environments.{}.provider",
+                path.display(),
+                hands.default
+            );
+            (crate::boxes::entry(&env.provider, &at)?, env.spec.clone())
         }
         None => {
             let lifetime = parse_duration(&a.lifetime).map_err(|e| e.context("--lifetime"))?;
             let mut spec = Spec::new(lifetime);
             spec.image = a.image.clone();
-            (a.provider.clone(), spec)
+            (crate::boxes::entry(&a.provider, "--provider")?, spec)
         }
     };
     spec.validate()?;
@@ -286,7 +295,11 @@ pub async fn run(a: McpArgs) -> Result<i32> {
             dir.display()
         )));
     }
-    let provider = crate::boxes::provider(&provider_name).await?;
+    let options = agentbox_providers::registry::Options {
+        runner: !a.no_runner,
+        ..Default::default()
+    };
+    let provider = entry.make(&options, &crate::boxes::environment()?).await?;
     let spec = spec.label("agentbox-mcp", std::process::id().to_string());
     if let Some(addr) = a.http {
         if a.workspace.is_some() {
@@ -321,6 +334,7 @@ pub async fn run(a: McpArgs) -> Result<i32> {
 /// The streamable HTTP transport on a loopback address, with rmcp's Host checks (localhost,
 /// 127.0.0.1, ::1) kept: a page in a browser cannot reach it by DNS rebinding.
 async fn http(addr: std::net::SocketAddr, provider: Arc<dyn Provider>, spec: Spec) -> Result<i32> {
+    use rmcp::transport::streamable_http_server::session::SessionManager;
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
     if !addr.ip().is_loopback() {
@@ -328,6 +342,7 @@ async fn http(addr: std::net::SocketAddr, provider: Arc<dyn Provider>, spec: Spe
             "--http {addr}: only a loopback address (127.0.0.1:PORT) is served"
         )));
     }
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || {
             Ok(Hands {
@@ -339,7 +354,7 @@ async fn http(addr: std::net::SocketAddr, provider: Arc<dyn Provider>, spec: Spe
                 }),
             })
         },
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         StreamableHttpServerConfig::default(),
     );
     let listener = tokio::net::TcpListener::bind(addr)
@@ -354,7 +369,30 @@ async fn http(addr: std::net::SocketAddr, provider: Arc<dyn Provider>, spec: Spe
             r = listener.accept() => r.map_err(|e| Error::io(e, "accepting"))?,
             _ = tokio::signal::ctrl_c() => return Ok(0),
         };
-        let svc = hyper_util::service::TowerToHyperService::new(service.clone());
+        let (service, sessions) = (service.clone(), sessions.clone());
+        // rmcp answers every DELETE of a session with 202 Accepted; the MCP SDKs expect 200 or
+        // 204 (the Python SDK logs "Session termination failed: 202"), and the protocol wants
+        // 404 for a session it does not know. rmcp has closed the session by then (and checked
+        // the Host), so a 202 becomes 200, or 404 when there was no such session.
+        let svc = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let (service, sessions) = (service.clone(), sessions.clone());
+            async move {
+                let delete = request.method() == hyper::Method::DELETE;
+                let known = match request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+                    Some(id) if delete => sessions.has_session(&id.into()).await.unwrap_or(false),
+                    _ => false,
+                };
+                let mut response = service.handle(request).await;
+                if delete && response.status() == hyper::StatusCode::ACCEPTED {
+                    *response.status_mut() = if known {
+                        hyper::StatusCode::OK
+                    } else {
+                        hyper::StatusCode::NOT_FOUND
+                    };
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
         tokio::spawn(async move {
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())

@@ -12,15 +12,14 @@ pub enum RunsCommand {
     New {
         /// Its id (a new one when left out).
         id: Option<String>,
-        /// Where runs live (`<root>/runs/<id>`); default `$AGENTBOX_HOME`.
-        #[arg(long)]
+        #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
     },
     /// Open a run (the next generation), run a command in its workspace, and release it.
     Open {
         /// The run.
         id: String,
-        #[arg(long)]
+        #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
         /// The command, run with AGENTBOX_RUN, AGENTBOX_RUN_DIR and AGENTBOX_RUN_GENERATION set;
         /// with none, the run is held until stdin ends.
@@ -29,16 +28,18 @@ pub enum RunsCommand {
     },
     /// A run's record, read with no claim (also while another process holds it).
     Status {
-        /// The run.
-        id: String,
-        #[arg(long)]
+        /// The run: its id (under `--root`), or its directory (a path with a `/`, as the demo
+        /// prints it).
+        #[arg(value_name = "ID|DIR")]
+        run: String,
+        #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
     },
     /// Seal a run whose holder is gone (its claim is free): open it and release it.
     Release {
         /// The run.
         id: String,
-        #[arg(long)]
+        #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
     },
     /// Park a run: open it and release it until a deadline, when `supervise` starts it again.
@@ -48,7 +49,7 @@ pub enum RunsCommand {
         /// How long from now (90s, 10m, 6h).
         #[arg(long = "for", value_name = "DURATION")]
         wait: String,
-        #[arg(long)]
+        #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
     },
     /// Fork a sealed run into N runs, each with its parent recorded.
@@ -58,12 +59,12 @@ pub enum RunsCommand {
         /// How many.
         #[arg(short, long, default_value_t = 1)]
         n: usize,
-        #[arg(long)]
+        #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
     },
     /// Every run.
     Ls {
-        #[arg(long)]
+        #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
@@ -78,6 +79,9 @@ pub enum RunsCommand {
         command: Vec<String>,
     },
 }
+
+/// `--root`'s help, the same for every subcommand.
+const ROOT_HELP: &str = "Where runs live: <ROOT>/runs/<ID> [default: $AGENTBOX_HOME]";
 
 fn root(r: Option<PathBuf>) -> Result<PathBuf> {
     match r {
@@ -108,9 +112,30 @@ pub async fn run(cmd: RunsCommand) -> Result<i32> {
             println!("{}", rec.id);
             Ok(0)
         }
-        RunsCommand::Status { id, root: r } => {
-            agentbox_runs::run::check_id(&id)?;
-            let rec = read_status(&Runs::new(root(r)?).dir(&id))?;
+        RunsCommand::Status { run, root: r } => {
+            let dir = if run.contains('/') {
+                if r.is_some() {
+                    return Err(Error::invalid(format!(
+                        "--root: {run} is a run's directory, which needs no root"
+                    )));
+                }
+                PathBuf::from(&run)
+            } else {
+                agentbox_runs::run::check_id(&run).map_err(|e| {
+                    Error::new(
+                        e.code(),
+                        format!("{} (a run's directory is a path with a '/')", e.message()),
+                    )
+                })?;
+                Runs::new(root(r)?).dir(&run)
+            };
+            if !dir.join("run.json").is_file() {
+                return Err(Error::not_found(format!(
+                    "{}: no such run (its directory holds no run.json)",
+                    dir.display()
+                )));
+            }
+            let rec = read_status(&dir)?;
             println!(
                 "{}",
                 serde_json::to_string_pretty(&rec).map_err(|e| Error::unknown(e.to_string()))?

@@ -64,6 +64,11 @@ fn other_errors_exit_1_with_one_line_naming_the_problem() {
     one_line_error(&h.run(&["box", "create", "--image", "debian"], b""), 1, "spec.image");
     one_line_error(&h.run(&["box", "create", "--provider", "nowhere"], b""), 1, "nowhere");
     one_line_error(
+        &h.run(&["box", "create", "--pids-limit", "5"], b""),
+        1,
+        "--pids-limit: local boxes do not take it",
+    );
+    one_line_error(
         &h.run(&["box", "exec", "local:feedfeed", "true"], b""),
         1,
         "local:feedfeed",
@@ -78,6 +83,8 @@ fn other_errors_exit_1_with_one_line_naming_the_problem() {
 #[test]
 fn a_box_from_create_to_rm() {
     let h = Home::new();
+    // Unique: `box ls` without --provider asks the Docker engine too, which other tests share.
+    let team = format!("team=infra-{}", std::process::id());
     let id = h
         .ok(&[
             "box",
@@ -85,7 +92,7 @@ fn a_box_from_create_to_rm() {
             "--lifetime",
             "2m",
             "--label",
-            "team=infra",
+            &team,
             "--env",
             "MODE=test",
         ])
@@ -112,11 +119,18 @@ fn a_box_from_create_to_rm() {
     let out = h.run(&["box", "exec", &id, "--env", "ONE=1", "--", "printenv", "ONE"], b"");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n");
 
-    let ls: serde_json::Value = serde_json::from_str(&h.ok(&["box", "ls", "--label", "team=infra", "--json"])).unwrap();
-    assert_eq!(ls.as_array().unwrap().len(), 1);
+    // Without --provider, every provider of the build is asked.
+    let ls: serde_json::Value = serde_json::from_str(&h.ok(&["box", "ls", "--label", &team, "--json"])).unwrap();
+    assert_eq!(ls.as_array().unwrap().len(), 1, "{ls}");
     assert_eq!(ls[0]["id"], id.as_str());
-    assert_eq!(ls[0]["labels"]["team"], "infra");
-    assert_eq!(h.ok(&["box", "ls", "--label", "team=other", "--json"]).trim(), "[]");
+    assert_eq!(ls[0]["labels"]["team"], team.trim_start_matches("team="));
+    let text = h.ok(&["box", "ls", "--provider", "local"]);
+    assert!(text.starts_with(&format!("{id}\t")), "{text}");
+    assert_eq!(
+        h.ok(&["box", "ls", "--provider", "local", "--label", "team=other", "--json"])
+            .trim(),
+        "[]"
+    );
 
     let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
     assert_eq!(facts["provider"], "local");
@@ -139,7 +153,7 @@ fn a_box_from_create_to_rm() {
 
     assert_eq!(h.ok(&["box", "rm", &id]).trim(), id);
     one_line_error(&h.run(&["box", "exec", &id, "true"], b""), 1, "no such box");
-    assert_eq!(h.ok(&["box", "ls", "--json"]).trim(), "[]");
+    assert_eq!(h.ok(&["box", "ls", "--provider", "local", "--json"]).trim(), "[]");
 }
 
 #[test]
@@ -167,18 +181,51 @@ fn the_demo_picks_up_one_run_three_times() {
     );
     assert!(out.contains("the run is Sealed at generation 3"), "{out}");
     assert_eq!(
-        h.ok(&["box", "ls", "--json"]).trim(),
+        h.ok(&["box", "ls", "--provider", "local", "--json"]).trim(),
         "[]",
         "the last generation ended the box"
     );
-    let id = out.lines().next().unwrap().split(' ').nth(1).unwrap().to_string();
+    // The run read from outside as the demo prints it (`run ID lives in DIR`), and by its id.
+    let first = out.lines().next().unwrap();
+    let (id, dir) = first
+        .strip_prefix("run ")
+        .and_then(|l| l.split_once(" lives in "))
+        .unwrap_or_else(|| panic!("{first:?}"));
     let root = h.0.path().join("demo");
-    let status: serde_json::Value =
-        serde_json::from_str(&h.ok(&["runs", "status", &id, "--root", root.to_str().unwrap()])).unwrap();
-    assert_eq!(
-        (status["status"].as_str(), status["generation"].as_u64()),
-        (Some("sealed"), Some(3))
+    for args in [
+        vec!["runs", "status", dir],
+        vec!["runs", "status", id, "--root", root.to_str().unwrap()],
+    ] {
+        let status: serde_json::Value = serde_json::from_str(&h.ok(&args)).unwrap();
+        assert_eq!(
+            (
+                status["id"].as_str(),
+                status["status"].as_str(),
+                status["generation"].as_u64()
+            ),
+            (Some(id), Some("sealed"), Some(3)),
+            "{args:?}"
+        );
+    }
+    // A directory needs no root, and a directory that is no run's says so.
+    one_line_error(
+        &h.run(&["runs", "status", dir, "--root", root.to_str().unwrap()], b""),
+        1,
+        "needs no root",
     );
+    one_line_error(
+        &h.run(&["runs", "status", root.to_str().unwrap()], b""),
+        1,
+        "no such run",
+    );
+}
+
+#[test]
+fn runs_status_help_names_both_forms_and_the_root() {
+    let h = Home::new();
+    let help = h.ok(&["runs", "status", "--help"]);
+    assert!(help.contains("<ID|DIR>") && help.contains("its directory"), "{help}");
+    assert!(help.contains("--root <ROOT>  Where runs live"), "{help}");
 }
 
 #[test]
@@ -209,7 +256,8 @@ fn runs_from_the_command_line() {
     let forked: serde_json::Value = serde_json::from_str(&h.ok(&["runs", "status", "r1.fork-2"])).unwrap();
     assert_eq!(forked["parent"], "r1");
     assert!(h.ok(&["runs", "release", "r1"]).contains("generation=2"));
-    one_line_error(&h.run(&["runs", "status", "../etc"], b""), 1, "run id");
+    one_line_error(&h.run(&["runs", "status", "r 1"], b""), 1, "run id");
+    one_line_error(&h.run(&["runs", "status", "../etc"], b""), 1, "no such run");
     one_line_error(&h.run(&["runs", "open", "nope", "true"], b""), 1, "nope");
     // Nothing parked: supervise starts nothing.
     let home = h.0.path().to_str().unwrap().to_string();
@@ -402,12 +450,35 @@ fn sync_seed_then_pull_keeps_its_mark_between_calls() {
 }
 
 #[test]
-fn a_box_made_with_a_runner_from_the_cli() {
+fn an_unknown_provider_names_every_provider_there_is() {
     let h = Home::new();
-    let id = h
-        .ok(&["box", "create", "--runner", "--lifetime", "2m"])
-        .trim()
-        .to_string();
+    let names = agentbox_providers::registry::names();
+    assert!(names.contains(&"docker"), "docker is a default feature: {names:?}");
+    for args in [
+        vec!["box", "create", "--provider", "nowhere"],
+        vec!["box", "ls", "--provider", "nowhere"],
+        vec!["bench", "--provider", "nowhere", "--iterations", "3"],
+    ] {
+        let out = h.run(&args, b"");
+        one_line_error(&out, 1, "\"nowhere\" is not a provider");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for name in &names {
+            assert!(err.contains(name), "{args:?}: {err} should name {name}");
+        }
+    }
+    // A box id naming a provider there is not.
+    let out = h.run(&["box", "exec", "nowhere:ab12", "true"], b"");
+    one_line_error(&out, 1, "box nowhere:ab12: \"nowhere\" is not a provider");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("docker"));
+    // And --help lists them.
+    let help = h.ok(&["box", "create", "--help"]);
+    assert!(help.contains(&format!("The provider: {}", names.join(", "))), "{help}");
+}
+
+#[test]
+fn a_box_gets_a_runner_unless_told_not_to() {
+    let h = Home::new();
+    let id = h.ok(&["box", "create", "--lifetime", "2m"]).trim().to_string();
     let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
     assert!(
         facts["runner"].as_str().is_some_and(|r| r.contains("runner.sock")),
@@ -423,14 +494,39 @@ fn a_box_made_with_a_runner_from_the_cli() {
     let read = h.ok(&["tool", &id, "read", "--args", r#"{"path":"a.txt"}"#]);
     assert!(read.contains("one"), "{read}");
     h.ok(&["box", "rm", &id]);
-    if agentbox_testing::services::docker_available("a_box_made_with_a_runner_from_the_cli (docker)") {
+    let id = h
+        .ok(&["box", "create", "--no-runner", "--lifetime", "2m"])
+        .trim()
+        .to_string();
+    let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+    assert!(facts.get("runner").is_none_or(|r| r.is_null()), "{facts}");
+    assert_eq!(h.ok(&["box", "exec", &id, "--", "echo", "no runner"]), "no runner\n");
+    h.ok(&["box", "rm", &id]);
+    // The old opt-in is gone: a usage error, not a silent no-op.
+    one_line_error(&h.run(&["box", "create", "--runner"], b""), 2, "--runner");
+    if agentbox_testing::services::docker_available("a_box_gets_a_runner_unless_told_not_to (docker)") {
         let id = h
-            .ok(&["box", "create", "--provider", "docker", "--runner", "--lifetime", "2m"])
+            .ok(&["box", "create", "--provider", "docker", "--lifetime", "2m"])
             .trim()
             .to_string();
         let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
         assert!(facts["runner"].as_str().is_some_and(|r| r.contains(":7700")), "{facts}");
         assert_eq!(h.ok(&["box", "exec", &id, "--", "echo", "in docker"]), "in docker\n");
+        h.ok(&["box", "rm", &id]);
+        let id = h
+            .ok(&[
+                "box",
+                "create",
+                "--provider",
+                "docker",
+                "--no-runner",
+                "--lifetime",
+                "2m",
+            ])
+            .trim()
+            .to_string();
+        let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+        assert!(facts.get("runner").is_none_or(|r| r.is_null()), "{facts}");
         h.ok(&["box", "rm", &id]);
     }
 }
@@ -525,4 +621,170 @@ fn tool_calls_go_to_the_ledger_and_receipts_are_totalled() {
     );
     assert!(totals.lines().last().unwrap().contains("0.016000"), "{totals}");
     one_line_error(&h.run(&["receipts", "/no/such/file"], b""), 1, "/no/such/file");
+}
+
+/// `agentbox` alone in a `bin` directory, as `cargo install --path crates/agentbox-cli --root
+/// ROOT` lays it out (`ROOT/bin/agentbox` and nothing else): no `agentbox-runner` beside it.
+fn fresh_install() -> (tempfile::TempDir, std::path::PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let bin = root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("agentbox");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_agentbox"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), &exe).unwrap();
+    }
+    (root, exe)
+}
+
+fn docker_ps(label: &str) -> String {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_fresh_install_finds_its_runner_for_docker_boxes() {
+    if !agentbox_testing::services::docker_available("a_fresh_install_finds_its_runner_for_docker_boxes") {
+        return;
+    }
+    let (_root, exe) = fresh_install();
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&exe)
+            .args(args)
+            .env("AGENTBOX_HOME", home.path())
+            .env_remove("AGENTBOX_RUNNER")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["box", "create", "--provider", "docker", "--lifetime", "2m", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = made["id"].as_str().unwrap().to_string();
+    assert!(
+        made["facts"]["runner"].as_str().is_some_and(|r| r.contains(":7700")),
+        "the box's runner is this agentbox itself: {made}"
+    );
+    let out = run(&[
+        "tool",
+        &id,
+        "write",
+        "--args",
+        r#"{"path":"a.txt","content":"via the runner\n"}"#,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&["box", "exec", &id, "--", "cat", "a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "via the runner\n");
+    assert!(run(&["box", "rm", &id]).status.success());
+}
+
+#[test]
+fn a_runner_that_cannot_run_in_the_box_says_what_to_do() {
+    if !agentbox_testing::services::docker_available("a_runner_that_cannot_run_in_the_box_says_what_to_do") {
+        return;
+    }
+    // A dynamic build whose loader the image lacks, as an image with no glibc (or an older one)
+    // lacks what this machine's agentbox was linked against: /bin/true with its interpreter
+    // renamed.
+    let dir = tempfile::tempdir().unwrap();
+    let mut elf = std::fs::read("/bin/true").unwrap();
+    let interp = b"/lib64/ld-linux-x86-64.so.2";
+    let at = elf
+        .windows(interp.len())
+        .position(|w| w == interp)
+        .expect("/bin/true names its loader");
+    elf[at + interp.len() - 1] = b'9';
+    let runner = dir.path().join("agentbox-runner");
+    std::fs::write(&runner, &elf).unwrap();
+    std::fs::set_permissions(&runner, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let h = Home::new();
+    let label = format!("cli-unrunnable={}", std::process::id());
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args([
+            "box",
+            "create",
+            "--provider",
+            "docker",
+            "--lifetime",
+            "2m",
+            "--label",
+            &label,
+        ])
+        .env("AGENTBOX_HOME", h.0.path())
+        .env("AGENTBOX_RUNNER", &runner)
+        .output()
+        .unwrap();
+    one_line_error(&out, 1, "starting the box's runner");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("dynamically linked") && err.contains("scripts/runner-static") && err.contains("AGENTBOX_RUNNER"),
+        "{err}"
+    );
+    assert_eq!(docker_ps(&label), "", "the box that could not get its runner is gone");
+}
+
+#[test]
+fn verbose_logs_go_to_stderr_and_stdout_stays_the_commands() {
+    let h = Home::new();
+    let quiet = h.run(
+        &["box", "create", "--lifetime", "1m", "--env", "MODE=not-for-logs"],
+        b"",
+    );
+    assert!(quiet.status.success());
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "", "no -v, no logs");
+    let out = h.run(
+        &["-v", "box", "create", "--lifetime", "1m", "--env", "MODE=not-for-logs"],
+        b"",
+    );
+    assert!(out.status.success());
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let id = stdout.trim();
+    assert!(
+        id.starts_with("local:") && stdout.lines().count() == 1,
+        "stdout is the id alone: {stdout:?}"
+    );
+    assert!(
+        stderr.contains("INFO") && stderr.contains("box made") && stderr.contains(id),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("DEBUG"), "-v is info: {stderr}");
+    assert!(
+        !stderr.contains("not-for-logs"),
+        "an env value never reaches the logs: {stderr}"
+    );
+    // -vv is debug, after the subcommand too; a run's claim, fence and release are logged.
+    h.ok(&["runs", "new", "r1"]);
+    let out = h.run(&["runs", "open", "r1", "-vv", "--", "true"], b"");
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in ["DEBUG", "claimed", "fence taken", "run opened", "run released"] {
+        assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+    }
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    // RUST_LOG, when set, is the filter: sync's counts at info, and nothing from the runs crate.
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("f.txt"), "file contents stay out of logs\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["sync", "seed", id, "--from", src.path().to_str().unwrap(), "--to", "w"])
+        .env("AGENTBOX_HOME", h.0.path())
+        .env("RUST_LOG", "agentbox_sync=info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("seeded") && stderr.contains("sent=") && stderr.contains(id),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("file contents"), "{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("seeded"),
+        "logs are not stdout's"
+    );
+    h.ok(&["box", "rm", id]);
 }

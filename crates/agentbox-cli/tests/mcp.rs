@@ -17,10 +17,17 @@ struct Server {
 }
 
 async fn start(home: &Path, args: &[&str]) -> Server {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+    start_as(Path::new(env!("CARGO_BIN_EXE_agentbox")), home, args).await
+}
+
+/// The server as `program`, with no `AGENTBOX_RUNNER` (an MCP client's stdio launch passes
+/// none).
+async fn start_as(program: &Path, home: &Path, args: &[&str]) -> Server {
+    let mut child = tokio::process::Command::new(program)
         .arg("mcp")
         .args(args)
         .env("AGENTBOX_HOME", home)
+        .env_remove("AGENTBOX_RUNNER")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -320,8 +327,14 @@ async fn streamable_http_on_loopback_with_its_host_checks() {
     let answer = http(&addr, "POST", &addr, Some(&session), call).await;
     assert!(answer.contains("over-http"), "{answer}");
     assert_eq!(local_boxes(home.path()), 1);
-    // The session ends: its box goes.
-    http(&addr, "DELETE", &addr, Some(&session), "").await;
+    // The session ends: its box goes, and the DELETE is answered 200 (the MCP SDKs take 200
+    // or 204; rmcp alone says 202).
+    let deleted = http(&addr, "DELETE", &addr, Some(&session), "").await;
+    assert!(deleted.starts_with("HTTP/1.1 200"), "{deleted}");
+    let again = http(&addr, "DELETE", &addr, Some(&session), "").await;
+    assert!(again.starts_with("HTTP/1.1 404"), "a session no longer there: {again}");
+    let evil = http(&addr, "DELETE", "evil.example", Some("whatever"), "").await;
+    assert!(evil.starts_with("HTTP/1.1 403"), "the Host check comes first: {evil}");
     let mut gone = false;
     for _ in 0..100 {
         if local_boxes(home.path()) == 0 {
@@ -332,6 +345,126 @@ async fn streamable_http_on_loopback_with_its_host_checks() {
     }
     assert!(gone, "the session's box ended with it");
     child.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_has_a_runner_unless_told_not_to() {
+    let home = tempfile::tempdir().unwrap();
+    let runner_socket = |home: &Path| {
+        std::fs::read_dir(home.join("boxes"))
+            .unwrap()
+            .filter_map(|d| d.ok())
+            .any(|d| d.path().join("runner.sock").exists())
+    };
+    let s = start(home.path(), &[]).await;
+    assert_eq!(
+        text(&call(&s, "bash", json!({"command": "echo hi"})).await).trim(),
+        "hi"
+    );
+    assert!(runner_socket(home.path()), "the default box serves through its runner");
+    leave(s).await;
+    let s = start(home.path(), &["--no-runner"]).await;
+    assert_eq!(
+        text(&call(&s, "bash", json!({"command": "echo hi"})).await).trim(),
+        "hi"
+    );
+    assert!(!runner_socket(home.path()), "--no-runner: no runner");
+    leave(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_install_serves_docker_boxes_through_its_runner() {
+    if !agentbox_testing::services::docker_available("a_fresh_install_serves_docker_boxes_through_its_runner") {
+        return;
+    }
+    // `agentbox` alone in a bin directory, as `cargo install --root` lays it out.
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    let exe = root.path().join("bin/agentbox");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_agentbox"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), &exe).unwrap();
+    }
+    let home = tempfile::tempdir().unwrap();
+    let s = start_as(&exe, home.path(), &["--provider", "docker", "--lifetime", "10m"]).await;
+    call(&s, "write", json!({"path": "a.txt", "content": "through the runner\n"})).await;
+    assert!(text(&call(&s, "read", json!({"path": "a.txt"})).await).contains("through the runner"));
+    let pid = s.child.id().unwrap().to_string();
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=agentbox-mcp={pid}"),
+            "--filter",
+            "label=agentbox.runner=1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "the box was made with its runner"
+    );
+    leave(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_debug_logs_stdout_carries_only_protocol_messages() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let home = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["mcp", "-vv"])
+        .env("AGENTBOX_HOME", home.path())
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = stderr.read_to_string(&mut all).await;
+        all
+    });
+    let requests = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo logged"}}}"#,
+    ];
+    let mut lines = Vec::new();
+    for r in requests {
+        stdin.write_all(format!("{r}\n").as_bytes()).await.unwrap();
+        if r.contains("\"id\"") {
+            let line = tokio::time::timeout(Duration::from_secs(60), stdout.next_line())
+                .await
+                .expect("an answer")
+                .unwrap()
+                .expect("a line");
+            lines.push(line);
+        }
+    }
+    drop(stdin);
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(60), stdout.next_line())
+        .await
+        .expect("stdout closes once the client leaves")
+    {
+        lines.push(line);
+    }
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    for line in &lines {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON-RPC: {line:?}: {e}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{line}");
+    }
+    assert!(lines.iter().any(|l| l.contains("logged")), "{lines:?}");
+    let errors = errors.await.unwrap();
+    assert!(errors.contains("DEBUG"), "the debug logs went to stderr: {errors}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

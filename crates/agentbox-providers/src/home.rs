@@ -17,7 +17,12 @@ pub const HOME_ENV: &str = "AGENTBOX_HOME";
 /// println!("boxes live in {}", home.join("boxes").display());
 /// ```
 pub fn default_home() -> Result<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    home_from(|k| std::env::var_os(k))
+}
+
+/// [`default_home`] over variables `lookup` gives (a registry's environment, a test's).
+pub fn home_from(lookup: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<PathBuf> {
+    let var = |k: &str| lookup(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(h) = var(HOME_ENV) {
         return Ok(h);
     }

@@ -7,6 +7,9 @@
 //! | docker | [`docker`] | a container per box | the container's own process, `sleep <lifetime>` |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
+//! [`registry`] names them all: each provider's name, a line on what its boxes are, whether this
+//! build has it, and how it is made from options and the environment.
+//!
 //! This crate knows nothing of hands, tools, transport or runs.
 
 #![warn(missing_docs)]
@@ -17,6 +20,7 @@ pub mod helper;
 pub mod home;
 #[cfg(feature = "local")]
 pub mod local;
+pub mod registry;
 pub mod runner;
 pub mod transfer;
 pub(crate) mod util;

@@ -47,7 +47,9 @@ impl Leases {
             .await
             .map_err(|e| self.pg.error(e, "claiming"))?;
         if let Some(row) = granted {
-            return Ok(row.get::<_, i64>(0) as u64);
+            let generation = row.get::<_, i64>(0) as u64;
+            tracing::debug!(run, generation, ttl_s = secs, "lease claimed");
+            return Ok(generation);
         }
         let held = self
             .pg
@@ -59,6 +61,7 @@ impl Leases {
             .await
             .map_err(|e| self.pg.error(e, "reading the lease"))?;
         let (who, left): (String, f64) = held.map(|r| (r.get(0), r.get(1))).unwrap_or_default();
+        tracing::debug!(run, holder = %who, left_s = left, "lease refused");
         Err(Error::refused(format!(
             "run {run} is held by {who} (its lease has {left:.1}s left)"
         )))
@@ -78,6 +81,7 @@ impl Leases {
             .await
             .map_err(|e| self.pg.error(e, "renewing"))?;
         if n == 0 {
+            tracing::warn!(run, generation, "fenced: the lease expired or was taken");
             return Err(Error::new(
                 ErrorCode::Fenced,
                 format!("run {run}: the lease of generation {generation} has expired or was taken"),
@@ -97,6 +101,7 @@ impl Leases {
             )
             .await
             .map_err(|e| self.pg.error(e, "releasing"))?;
+        tracing::debug!(run, generation, "lease released");
         Ok(())
     }
 }

@@ -21,6 +21,16 @@ pub enum Claim {
     Lease(Arc<Leases>, Duration),
 }
 
+impl Claim {
+    /// `local` or `lease`, for logs.
+    fn kind(&self) -> &'static str {
+        match self {
+            Claim::Local => "local",
+            Claim::Lease(..) => "lease",
+        }
+    }
+}
+
 /// The runs under one directory (`<root>/runs/<id>/`).
 ///
 /// ```no_run
@@ -154,6 +164,7 @@ impl Runs {
 
     /// Open run `id`: claim it, and hold it as the next generation. A run another holds is
     /// `refused`, naming the holder.
+    #[tracing::instrument(name = "run.open", skip(self), fields(claim = self.claim.kind()))]
     pub async fn open(&self, id: &str) -> Result<Run> {
         check_id(id)?;
         let dir = self.dir(id);
@@ -179,6 +190,7 @@ impl Runs {
                 (None, Some((leases.clone(), *ttl)), g)
             }
         };
+        tracing::debug!(generation, "claimed");
         let before = read_status(&dir)?;
         let store = Arc::new(Store::take(&dir.join("store.db"), generation)?);
         let record = RunRecord {
@@ -190,6 +202,7 @@ impl Runs {
             deadline_ms: None,
         };
         write_record(&dir, &record)?;
+        tracing::info!(generation, previous = ?before.holder.as_ref().map(|h| h.to_string()), "run opened");
         Ok(Run {
             dir,
             record,
@@ -298,6 +311,7 @@ fn lock_dir(dir: &Path, record: &RunRecord) -> Result<OwnedFd> {
                 .or_else(|| record.holder.clone())
                 .map(|h| h.to_string())
                 .unwrap_or_else(|| "another process".into());
+            tracing::debug!(run = %record.id, holder = %who, "claim refused");
             Err(Error::refused(format!("run {}: held by {who}", record.id)))
         }
         Err(e) => Err(Error::io(e.into(), format!("locking {}", path.display()))),
@@ -376,6 +390,7 @@ impl Run {
         self.let_go(RunStatus::Parked, Some(deadline_ms)).await
     }
 
+    #[tracing::instrument(name = "run.release", skip(self), fields(run = %self.record.id, generation = self.record.generation))]
     async fn let_go(mut self, status: RunStatus, deadline_ms: Option<u64>) -> Result<RunRecord> {
         // A holder that lost its claim writes nothing, its record included.
         self.store.fenced(|_| Ok(()))?;
@@ -387,6 +402,7 @@ impl Run {
             leases.release(&self.record.id, self.record.generation).await?;
         }
         drop(self.lock.take());
+        tracing::info!(status = ?self.record.status, "run released");
         Ok(self.record.clone())
     }
 }

@@ -61,6 +61,11 @@ impl Store {
                 .optional()
                 .map_err(|e| db(e, "reading the fence"))?;
             if current.is_some_and(|c| c as u64 >= generation) {
+                tracing::warn!(
+                    generation,
+                    store = current,
+                    "fence not taken: the store saw this generation already"
+                );
                 return Err(Error::new(
                     ErrorCode::Fenced,
                     format!(
@@ -76,6 +81,7 @@ impl Store {
             .map_err(|e| db(e, "writing the fence"))?;
             tx.commit().map_err(|e| db(e, "committing the fence"))?;
         }
+        tracing::debug!(generation, "fence taken");
         Ok(store)
     }
 
@@ -113,6 +119,11 @@ impl Store {
             .optional()
             .map_err(|e| db(e, "reading the fence"))?;
         if fence != Some(self.generation as i64) {
+            tracing::warn!(
+                generation = self.generation,
+                run_at = fence.unwrap_or(0),
+                "fenced: this holder's claim was taken, nothing written"
+            );
             return Err(Error::new(
                 ErrorCode::Fenced,
                 format!(

@@ -139,6 +139,7 @@ pub fn extract(reader: impl Read, dest: &Path, opts: &Options) -> Receipt {
     });
     let outcome = walk(&mut archive, &root, opts, &mut receipt);
     let mut bounded = archive.into_inner();
+    let read = opts.max_bytes.saturating_sub(bounded.left);
     let outcome = outcome.and_then(|()| {
         // The crate stops at the first zero block: a well-formed end has a second.
         let mut block = [0u8; 512];
@@ -162,6 +163,14 @@ pub fn extract(reader: impl Read, dest: &Path, opts: &Options) -> Receipt {
         Err(Failure::Archive(m)) => stop(&mut receipt, StopReason::Malformed, m),
         Err(Failure::Host(m)) => stop(&mut receipt, StopReason::TransferFailed, m),
     }
+    tracing::debug!(
+        bytes = read,
+        written = receipt.written,
+        skipped = receipt.skipped_total(),
+        masked = receipt.masked,
+        stopped = ?receipt.stopped.as_ref().map(|s| s.reason),
+        "extracted"
+    );
     receipt
 }
 

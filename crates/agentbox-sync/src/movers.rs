@@ -235,6 +235,7 @@ const PACK: &str = r#"cd -- "$1" || exit 3
 exec tar -c -f - --null --no-recursion --hard-dereference -T -"#;
 
 /// Send `opts.from` into the box at `opts.to`.
+#[tracing::instrument(name = "sync.seed", skip_all, fields(box_id = %b.id(), to = %opts.to))]
 pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<Seeded> {
     let Packed {
         archive,
@@ -242,6 +243,7 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
         skipped,
         hashes,
     } = pack(opts)?;
+    let bytes = archive.len();
     let argv = ["sh", "-c", UNPACK, "agentbox-seed", &opts.to]
         .map(String::from)
         .to_vec();
@@ -265,6 +267,13 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
     for (path, e) in mark.entries.iter_mut() {
         e.sha256 = hashes.get(path).cloned();
     }
+    tracing::info!(
+        sent,
+        skipped = skipped.values().sum::<u64>(),
+        bytes,
+        listed = mark.entries.len(),
+        "seeded"
+    );
     Ok(Seeded { sent, skipped, mark })
 }
 
@@ -329,6 +338,7 @@ fn pull_lock(to: &Path) -> Arc<tokio::sync::Mutex<()>> {
 }
 
 /// Bring back from the box what changed since `opts.since`.
+#[tracing::instrument(name = "sync.pull", skip_all, fields(box_id = %b.id(), from = %opts.from))]
 pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<Pulled> {
     std::fs::create_dir_all(&opts.to).map_err(|e| Error::io(e, format!("making {}", opts.to.display())))?;
     // Pulls into one directory run one at a time, from the first check to the mark.
@@ -464,6 +474,16 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
             .removed;
     }
     let bytes = bytes.load(std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        listed = listed.entries.len(),
+        fetched = wanted.len(),
+        bytes,
+        written = receipt.written,
+        deleted,
+        host_changed = host_changed.len(),
+        stopped = ?receipt.stopped.as_ref().map(|s| s.reason),
+        "pulled"
+    );
     Ok(Pulled {
         fetched: wanted.len() as u64,
         bytes,

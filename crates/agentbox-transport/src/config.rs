@@ -16,12 +16,16 @@
 //! ```
 //!
 //! The same keys in JSON. Every error names the key and why; unknown keys are refused.
+//! `provider` is one of agentbox's providers (its registry: `local`, `docker`…), which
+//! [`TransportConfig::registry_providers`] makes, or a name the host gives a provider of its own.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Error, Network, Result, Spec, parse_duration, validate_env, validate_labels};
+use agentbox_core::{Error, Network, Provider, Result, Spec, parse_duration, validate_env, validate_labels};
+use agentbox_providers::registry;
 use serde::Deserialize;
 
 /// A box's lifetime when an environment names none.
@@ -30,7 +34,9 @@ pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
 /// One declared environment: a provider and the spec its boxes are made from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Environment {
-    /// The provider's name (`local`, `docker`, …), as the host passes its providers.
+    /// The provider's name, as the host passes its providers: one of agentbox's
+    /// ([`agentbox_providers::registry::choices`]: local, docker…), which
+    /// [`TransportConfig::registry_providers`] makes, or a name of the host's own.
     pub provider: String,
     /// What its boxes are asked for.
     pub spec: Spec,
@@ -208,6 +214,35 @@ impl TransportConfig {
         })
     }
 
+    /// The providers the environments name, each made once by agentbox's registry with
+    /// `options` and `env`: the `providers` of a [`crate::TransportHost`] whose providers are
+    /// agentbox's own. A name the registry does not have is refused, naming the environment
+    /// and every provider there is.
+    ///
+    /// ```no_run
+    /// # async fn f(config: agentbox_transport::TransportConfig) -> agentbox_core::Result<()> {
+    /// use agentbox_providers::registry::{Environment, Options};
+    /// let providers = config.registry_providers(&Options::default(), &Environment::from_process()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn registry_providers(
+        &self,
+        options: &registry::Options,
+        env: &registry::Environment,
+    ) -> Result<BTreeMap<String, Arc<dyn Provider>>> {
+        let mut entries = BTreeMap::new();
+        for (name, e) in &self.environments {
+            let entry = registry::find(&e.provider)
+                .map_err(|err| err.context(format!("transport config: environments.{name}.provider")))?;
+            entries.insert(e.provider.clone(), entry);
+        }
+        let mut made = BTreeMap::new();
+        for (name, entry) in entries {
+            made.insert(name, entry.make(options, env).await?);
+        }
+        Ok(made)
+    }
+
     /// The environment a role or an environment's name points at.
     pub fn resolve(&self, role_or_env: &str) -> Option<&str> {
         let h = self.hands.as_ref()?;
@@ -244,7 +279,11 @@ fn check_name(name: &str, key: &str) -> Result<()> {
 fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
     let at = |field: &str| format!("transport config: environments.{name}.{field}");
     if e.provider.is_empty() {
-        return Err(Error::invalid(format!("{}: empty", at("provider"))));
+        return Err(Error::invalid(format!(
+            "{}: empty (agentbox's providers: {})",
+            at("provider"),
+            registry::choices()
+        )));
     }
     let lifetime = match &e.max_lifetime {
         Some(s) => {

@@ -93,8 +93,13 @@ impl Transport {
         for (name, env) in &config.environments {
             let Some(p) = host.providers.get(&env.provider) else {
                 let passed: Vec<&str> = host.providers.keys().map(String::as_str).collect();
+                // A name agentbox has not heard of is most likely a typo: list agentbox's.
+                let known = match agentbox_providers::registry::find(&env.provider) {
+                    Ok(_) => String::new(),
+                    Err(_) => format!("; agentbox's providers: {}", agentbox_providers::registry::choices()),
+                };
                 return Err(Error::unsupported(format!(
-                    "transport config: environments.{name}.provider: {:?} is not a provider this host passed ({})",
+                    "transport config: environments.{name}.provider: {:?} is not a provider this host passed ({}{known})",
                     env.provider,
                     if passed.is_empty() {
                         "it passed none".to_string()
@@ -106,6 +111,12 @@ impl Transport {
             check_spec(&env.spec, &p.honours(), &env.provider)
                 .map_err(|e| e.context(format!("transport config: environments.{name}")))?;
         }
+        tracing::debug!(
+            session = %host.session,
+            environments = config.environments.len(),
+            scope = ?config.scope,
+            "transport ready"
+        );
         Ok(Transport {
             inner: Arc::new(Inner {
                 config,
@@ -120,6 +131,7 @@ impl Transport {
     /// uses its own). Nothing is made until its first operation.
     pub fn env(&self, conversation: &str) -> Option<Arc<dyn ExecutionEnv>> {
         self.inner.config.hands.as_ref()?;
+        tracing::debug!(conversation, "environment made (its box comes at its first call)");
         Some(Arc::new(LazyEnv {
             inner: self.inner.clone(),
             conversation: conversation.to_string(),
@@ -177,7 +189,10 @@ impl Transport {
             };
             match p.attach(&id, ctx).await {
                 Ok(Some(b)) => match b.destroy(ctx).await {
-                    Ok(()) => ended.push(id),
+                    Ok(()) => {
+                        tracing::info!(box_id = %id, "box ended with the session");
+                        ended.push(id)
+                    }
                     Err(e) => {
                         first_error.get_or_insert(e);
                         continue;
@@ -257,14 +272,23 @@ impl Inner {
             found = provider.attach(&id, ctx).await?;
         }
         let sandbox = match found {
-            Some(b) => b,
+            Some(b) => {
+                tracing::info!(box_id = %b.id(), environment = %env_name, "box found through the session's documents");
+                b
+            }
             None => {
                 let mut spec = environment.spec.clone();
                 spec.labels.extend(h.labels.clone());
-                let b = provider
-                    .create(&spec, ctx)
-                    .await
-                    .map_err(|e| Error::new(e.code(), format!("environment {env_name}: no box: {}", e.message())))?;
+                let b = provider.create(&spec, ctx).await.map_err(|e| {
+                    tracing::warn!(environment = %env_name, code = %e.code(), "no box: {}", e.message());
+                    Error::new(e.code(), format!("environment {env_name}: no box: {}", e.message()))
+                })?;
+                tracing::info!(
+                    box_id = %b.id(),
+                    environment = %env_name,
+                    runner = b.facts().runner.is_some(),
+                    "box made"
+                );
                 let doc = json!({"id": b.id().to_string(), "environment": env_name});
                 if let Err(e) = h.documents.put(&h.session, &key, &doc).await {
                     // Unrecorded, the box would be nobody's: end it now.
@@ -293,6 +317,9 @@ impl Inner {
         }
         let id = env.sandbox().id().clone();
         let first = self.lost_seen.lock().unwrap().insert(id.to_string());
+        if first {
+            tracing::warn!(box_id = %id, environment = env_name, "box lost: {why}");
+        }
         if first && let Some(f) = &self.host.on_lost {
             f(Lost {
                 id,

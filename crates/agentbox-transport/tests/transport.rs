@@ -313,3 +313,37 @@ fn what_the_host_cannot_serve_is_refused_at_start() {
     .unwrap();
     assert!(none.env("c1").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentbox_s_providers_come_from_its_registry() {
+    use agentbox_providers::helper::HelperCommand;
+    use agentbox_providers::registry::{self, Environment, Options};
+    let home = tempfile::tempdir().unwrap();
+    let env = Environment::from_vars([("AGENTBOX_HOME", home.path())])
+        .with_program(HelperCommand::discover().expect("the agentbox-runner binary"));
+    let config = TransportConfig::from_toml(
+        "hands = \"a\"\n[environments.a]\nprovider = \"local\"\n[environments.b]\nprovider = \"local\"\n",
+    )
+    .unwrap();
+    let providers = config.registry_providers(&Options::default(), &env).await.unwrap();
+    assert_eq!(providers.keys().collect::<Vec<_>>(), ["local"], "one provider for both");
+    assert_eq!(providers["local"].name(), "local");
+
+    // A name agentbox does not have: the environment named, and every provider listed.
+    let typo = TransportConfig::from_toml("hands = \"gpu\"\n[environments.gpu]\nprovider = \"dokcer\"\n").unwrap();
+    let e = typo.registry_providers(&Options::default(), &env).await.err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
+    assert!(e.message().contains("environments.gpu.provider"), "{e}");
+    for name in registry::names() {
+        assert!(e.message().contains(name), "{e} should name {name}");
+    }
+    // A host that passes its own providers: an unknown name lists agentbox's too.
+    let w = world();
+    let e = Transport::new(typo, host(&w, Arc::new(MemoryDocuments::default())))
+        .err()
+        .unwrap();
+    assert!(
+        e.message().contains("passed local") && e.message().contains(&registry::choices()),
+        "{e}"
+    );
+}

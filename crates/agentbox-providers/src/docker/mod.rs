@@ -678,7 +678,12 @@ impl Provider for DockerProvider {
             Ok(b) => Ok(b),
             Err(e) => {
                 let _ = self.docker.remove_container(&name, Some(remove_options())).await;
-                Err(e.context("starting the box's runner"))
+                let e = e.context("starting the box's runner");
+                // A dynamic build that cannot run in this image: say what to do instead.
+                Err(match &self.opts.runner {
+                    Some(r) => r.explain(e),
+                    None => e,
+                })
             }
         }
     }

@@ -1,0 +1,430 @@
+//! Every provider agentbox knows, by name, and how each is made from typed [`Options`] and an
+//! [`Environment`] (the process's variables, and the program that may serve as a box's
+//! helper).
+//!
+//! Every host asks the registry rather than keeping a list of its own: the CLI's `--provider`,
+//! `agentbox mcp`, a transport config's host (`agentbox_transport`) and the bench. A new
+//! provider is one [`Entry`] here, behind a cargo feature of its own; an unknown name's error
+//! lists every name there is, and a name whose feature this build left out says so.
+//!
+//! ```no_run
+//! # async fn f() -> agentbox_core::Result<()> {
+//! use agentbox_providers::registry::{self, Environment, Options};
+//! let env = Environment::from_process();
+//! let docker = registry::make("docker", &Options::default(), &env).await?;
+//! println!("{}", registry::choices()); // local, docker
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Error, Provider, Result};
+use futures_util::future::BoxFuture;
+
+use crate::helper::{HelperCommand, RUNNER_ENV};
+
+/// How long making a provider may take: Docker's is a round trip to the engine.
+pub const MAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An option beyond [`Options::runner`], which only some providers take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opt {
+    /// [`Options::user`].
+    User,
+    /// [`Options::pids_limit`].
+    PidsLimit,
+    /// [`Options::drop_capabilities`].
+    DropCapabilities,
+}
+
+impl Opt {
+    /// Its name in errors (and the CLI's flag, after `--`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Opt::User => "user",
+            Opt::PidsLimit => "pids-limit",
+            Opt::DropCapabilities => "drop-capabilities",
+        }
+    }
+}
+
+/// How a host wants a provider's boxes made, beyond each box's spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// Start agentbox's runner in each box where the provider can (on by default): each
+    /// command and file operation is then one message to it rather than a process, several
+    /// times faster (`agentbox bench runner`). Local boxes always can; Docker
+    /// boxes when the engine is this machine's (the runner is a bind mount) and a runner
+    /// binary is found ([`Environment::runner`]); elsewhere boxes are made without one, with a
+    /// warning, and a box's facts say which it got.
+    pub runner: bool,
+    /// Every program runs as `UID:GID`, so files written in a bind stay the host user's.
+    pub user: Option<String>,
+    /// At most this many processes in a box.
+    pub pids_limit: Option<i64>,
+    /// Drop every capability and forbid new privileges.
+    pub drop_capabilities: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            runner: true,
+            user: None,
+            pids_limit: None,
+            drop_capabilities: false,
+        }
+    }
+}
+
+impl Options {
+    /// The options beyond `runner` that are set.
+    pub fn set(&self) -> Vec<Opt> {
+        let mut v = Vec::new();
+        if self.user.is_some() {
+            v.push(Opt::User);
+        }
+        if self.pids_limit.is_some() {
+            v.push(Opt::PidsLimit);
+        }
+        if self.drop_capabilities {
+            v.push(Opt::DropCapabilities);
+        }
+        v
+    }
+}
+
+/// What a provider is made from besides its options: environment variables (a snapshot, so a
+/// test can pass its own) and the program that can be a box's helper.
+///
+/// Its `Debug` names the variables' keys, never their values (a provider's key may be one).
+#[derive(Clone, Default)]
+pub struct Environment {
+    vars: BTreeMap<String, OsString>,
+    program: Option<HelperCommand>,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("vars", &self.vars.keys().collect::<Vec<_>>())
+            .field("program", &self.program)
+            .finish()
+    }
+}
+
+impl Environment {
+    /// This process's variables.
+    pub fn from_process() -> Self {
+        Environment::from_vars(std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))))
+    }
+
+    /// These variables and no others.
+    pub fn from_vars<K: Into<String>, V: Into<OsString>>(vars: impl IntoIterator<Item = (K, V)>) -> Self {
+        Environment {
+            vars: vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            program: None,
+        }
+    }
+
+    /// Name the program that is agentbox's helper (local boxes' supervisor, and a box's runner
+    /// where no `agentbox-runner` is found): the `agentbox` binary passes itself with
+    /// `["runner"]`, so an installed `agentbox` needs no second file.
+    pub fn with_program(mut self, program: HelperCommand) -> Self {
+        self.program = Some(program);
+        self
+    }
+
+    /// A variable, empty ones included.
+    pub fn var(&self, key: &str) -> Option<&OsStr> {
+        self.vars.get(key).map(OsString::as_os_str)
+    }
+
+    /// agentbox's home, by [`crate::home::home_from`]'s rules over these variables.
+    pub fn home(&self) -> Result<PathBuf> {
+        crate::home::home_from(|k| self.vars.get(k).cloned())
+    }
+
+    /// The supervisor of local boxes (and their runner, the same program): the program given,
+    /// else `agentbox-runner` found by [`HelperCommand::discover_with`].
+    pub fn supervisor(&self) -> Result<HelperCommand> {
+        match &self.program {
+            Some(p) => Ok(p.clone()),
+            None => HelperCommand::discover_with(self.var(RUNNER_ENV)),
+        }
+    }
+
+    /// The runner to put in a box of another machine's kind (a container): `$AGENTBOX_RUNNER`,
+    /// else `agentbox-runner` beside this executable (a static build runs in any image), else
+    /// the program given (`agentbox` itself: a dynamic build, which runs in an image whose C
+    /// library is at least as new as this machine's; where it cannot, the box's creation fails
+    /// saying what to do, [`HelperCommand::explain`]).
+    pub fn runner(&self) -> Result<HelperCommand> {
+        match (HelperCommand::discover_with(self.var(RUNNER_ENV)), &self.program) {
+            (Ok(found), _) => Ok(found),
+            // A variable naming nothing is the user's mistake, not a reason to use another.
+            (Err(e), _) if self.var(RUNNER_ENV).is_some() => Err(e),
+            (Err(_), Some(p)) => Ok(p.clone()),
+            (Err(e), None) => Err(e),
+        }
+    }
+}
+
+/// How an entry makes its provider.
+pub type Make = for<'a> fn(&'a Options, &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>>;
+
+/// One provider of the registry.
+pub struct Entry {
+    /// Its name: the provider part of its boxes' ids, `--provider`'s value, a transport
+    /// config's `provider`.
+    pub name: &'static str,
+    /// One line: what its boxes are.
+    pub description: &'static str,
+    /// The cargo feature of `agentbox-providers` that compiles it in.
+    pub feature: &'static str,
+    /// Whether this build has it.
+    pub compiled: bool,
+    /// The options beyond `runner` it takes; any other that is set is refused.
+    pub takes: &'static [Opt],
+    make: Option<Make>,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("name", &self.name)
+            .field("feature", &self.feature)
+            .field("compiled", &self.compiled)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Entry {
+    /// Whether it takes `opt`.
+    pub fn takes(&self, opt: Opt) -> bool {
+        self.takes.contains(&opt)
+    }
+
+    /// Make the provider, refusing an option it does not take (naming it), within
+    /// [`MAKE_TIMEOUT`].
+    pub async fn make(&self, options: &Options, env: &Environment) -> Result<Arc<dyn Provider>> {
+        let Some(make) = self.make else {
+            return Err(not_compiled(self));
+        };
+        if let Some(opt) = options.set().into_iter().find(|o| !self.takes(*o)) {
+            return Err(Error::unsupported(format!(
+                "{}: {} boxes do not take it",
+                opt.name(),
+                self.name
+            )));
+        }
+        match tokio::time::timeout(MAKE_TIMEOUT, make(options, env)).await {
+            Ok(made) => made,
+            Err(_) => Err(Error::timeout(format!(
+                "{}: not ready within {} s",
+                self.name,
+                MAKE_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+}
+
+fn not_compiled(e: &Entry) -> Error {
+    Error::unsupported(format!(
+        "{:?}: this build has no {} provider (agentbox-providers' feature {:?} was off)",
+        e.name, e.name, e.feature
+    ))
+}
+
+static ENTRIES: &[Entry] = &[
+    Entry {
+        name: "local",
+        description: "a directory of this machine and a supervisor process; no isolation (development, tests)",
+        feature: "local",
+        compiled: cfg!(feature = "local"),
+        takes: &[],
+        make: LOCAL,
+    },
+    Entry {
+        name: "docker",
+        description: "a container per box on this machine's (or DOCKER_HOST's) Docker engine",
+        feature: "docker",
+        compiled: cfg!(feature = "docker"),
+        takes: &[Opt::User, Opt::PidsLimit, Opt::DropCapabilities],
+        make: DOCKER,
+    },
+];
+
+/// Every provider this source knows, compiled in or not, in a fixed order.
+pub fn entries() -> &'static [Entry] {
+    ENTRIES
+}
+
+/// The names of the providers this build has.
+pub fn names() -> Vec<&'static str> {
+    ENTRIES.iter().filter(|e| e.compiled).map(|e| e.name).collect()
+}
+
+/// Every name, for help and errors: `local, docker`, and any left out of this build after it.
+pub fn choices() -> String {
+    let out: Vec<&str> = ENTRIES.iter().filter(|e| !e.compiled).map(|e| e.name).collect();
+    let mut s = names().join(", ");
+    if !out.is_empty() {
+        s.push_str(&format!("; not in this build: {}", out.join(", ")));
+    }
+    s
+}
+
+/// The entry called `name`: `invalid` listing every name when there is none, `unsupported` when
+/// this build left it out.
+pub fn find(name: &str) -> Result<&'static Entry> {
+    match ENTRIES.iter().find(|e| e.name == name) {
+        Some(e) if e.compiled => Ok(e),
+        Some(e) => Err(not_compiled(e)),
+        None => Err(Error::invalid(format!("{name:?} is not a provider ({})", choices()))),
+    }
+}
+
+/// Make the provider called `name` ([`find`], then [`Entry::make`]).
+pub async fn make(name: &str, options: &Options, env: &Environment) -> Result<Arc<dyn Provider>> {
+    find(name)?.make(options, env).await
+}
+
+#[cfg(feature = "local")]
+const LOCAL: Option<Make> = Some(make_local);
+#[cfg(not(feature = "local"))]
+const LOCAL: Option<Make> = None;
+
+#[cfg(feature = "local")]
+fn make_local<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+    Box::pin(async move {
+        let provider = crate::local::LocalProvider::new(crate::local::LocalOptions {
+            root: env.home()?,
+            path: crate::local::DEFAULT_PATH.into(),
+            supervisor: env.supervisor()?,
+            runner: options.runner,
+        })?;
+        Ok(Arc::new(provider) as Arc<dyn Provider>)
+    })
+}
+
+#[cfg(feature = "docker")]
+const DOCKER: Option<Make> = Some(make_docker);
+#[cfg(not(feature = "docker"))]
+const DOCKER: Option<Make> = None;
+
+#[cfg(feature = "docker")]
+fn make_docker<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+    Box::pin(async move {
+        let runner = if !options.runner {
+            None
+        } else if !crate::docker::daemon::is_local() {
+            tracing::warn!("docker: the engine is another machine's, so its boxes get no runner (a bind mount)");
+            None
+        } else {
+            match env.runner() {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!("docker: boxes get no runner: {}", e.message());
+                    None
+                }
+            }
+        };
+        let provider = crate::docker::DockerProvider::new(crate::docker::DockerOptions {
+            user: options.user.clone(),
+            pids_limit: options.pids_limit,
+            drop_capabilities: options.drop_capabilities,
+            runner,
+            ..Default::default()
+        })
+        .await?;
+        Ok(Arc::new(provider) as Arc<dyn Provider>)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The features of this crate's Cargo.toml, less `default`.
+    fn features() -> Vec<String> {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+        let section = text.split("[features]").nth(1).expect("a [features] table");
+        section
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.trim_start().starts_with('['))
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim().to_string()))
+            .filter(|k| !k.is_empty() && k != "default")
+            .collect()
+    }
+
+    #[test]
+    fn every_feature_is_one_entry_and_the_names_are_the_features_compiled_in() {
+        let mut declared = features();
+        declared.sort();
+        let mut registered: Vec<&str> = entries().iter().map(|e| e.feature).collect();
+        registered.sort();
+        assert_eq!(
+            declared, registered,
+            "a provider's feature without an entry, or the reverse"
+        );
+        let on = [("local", cfg!(feature = "local")), ("docker", cfg!(feature = "docker"))];
+        assert_eq!(on.len(), entries().len(), "every entry's feature is checked here");
+        for (feature, compiled) in on {
+            let e = entries().iter().find(|e| e.feature == feature).unwrap();
+            assert_eq!(e.compiled, compiled, "{feature}");
+            assert_eq!(e.make.is_some(), compiled, "{feature}");
+        }
+        let want: Vec<&str> = on.iter().filter(|(_, c)| *c).map(|(f, _)| *f).collect();
+        assert_eq!(names(), want);
+    }
+
+    #[test]
+    fn an_unknown_name_lists_every_provider() {
+        let e = find("nowhere").unwrap_err();
+        assert_eq!(e.code(), agentbox_core::ErrorCode::Invalid);
+        for name in names() {
+            assert!(e.message().contains(name), "{e} should name {name}");
+        }
+        assert!(find("").is_err());
+    }
+
+    #[cfg(feature = "local")]
+    #[tokio::test]
+    async fn an_option_a_provider_does_not_take_is_named() {
+        let local = find("local").unwrap();
+        let options = Options {
+            pids_limit: Some(10),
+            ..Options::default()
+        };
+        let e = local
+            .make(&options, &Environment::from_vars([("AGENTBOX_HOME", "/nonexistent")]))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.code(), agentbox_core::ErrorCode::Unsupported);
+        assert!(e.message().contains("pids-limit: local boxes"), "{e}");
+    }
+
+    #[test]
+    fn the_environment_is_its_variables_and_hides_their_values() {
+        let env = Environment::from_vars([("AGENTBOX_HOME", "/h"), ("SOME_KEY", "s3cret")]);
+        assert_eq!(env.home().unwrap(), PathBuf::from("/h"));
+        assert!(!format!("{env:?}").contains("s3cret"));
+        let env = Environment::from_vars([("HOME", "/home/me")]);
+        assert_eq!(env.home().unwrap(), PathBuf::from("/home/me/.local/share/agentbox"));
+        // A runner variable that names nothing is an error, not a reason to use another program.
+        let me = HelperCommand::new("/bin/true", vec![]);
+        let env = Environment::from_vars([(RUNNER_ENV, "/nonexistent/agentbox-runner")]).with_program(me.clone());
+        assert!(env.runner().unwrap_err().message().contains("/nonexistent"));
+        assert_eq!(
+            Environment::default().with_program(me.clone()).supervisor().unwrap(),
+            me
+        );
+    }
+}
