@@ -86,7 +86,7 @@ impl BoxEnv {
 
 /// A file's bytes as the runner read them: nothing there is the host's ENOENT.
 pub(super) fn found(path: &str, bytes: Option<Vec<u8>>) -> Result<Vec<u8>, FsError> {
-    bytes.ok_or_else(|| FsError::from_io(&std::io::Error::from(std::io::ErrorKind::NotFound), path))
+    bytes.ok_or_else(|| FsError::from_io(&rustix::io::Errno::NOENT.into(), path))
 }
 
 /// A runner's metadata as hands' `FileInfo`, as the host's `info_of` builds it.
