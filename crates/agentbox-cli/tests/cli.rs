@@ -788,3 +788,35 @@ fn verbose_logs_go_to_stderr_and_stdout_stays_the_commands() {
     );
     h.ok(&["box", "rm", id]);
 }
+
+/// A new run's id comes from the kernel's random bytes (`getrandom`), not from reading
+/// `/dev/urandom`: with that file unreadable (here: /dev/null bound over it in a mount namespace
+/// of the test's own), two runs still get two distinct ids (a failed read made every id
+/// `run-000000000000`, so the second `runs new` collided with the first).
+#[test]
+fn run_ids_are_random_without_dev_urandom() {
+    let h = Home::new();
+    let script = "mount --bind /dev/null /dev/urandom && \"$AGENTBOX_BIN\" runs new && \"$AGENTBOX_BIN\" runs new";
+    let out = Command::new("unshare")
+        .args(["--mount", "--map-root-user", "sh", "-c", script])
+        .env("AGENTBOX_HOME", h.0.path())
+        .env("AGENTBOX_BIN", env!("CARGO_BIN_EXE_agentbox"))
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("unshare failed"),
+        "this test needs a mount namespace of its own (root, or unprivileged user namespaces): {stderr}"
+    );
+    assert!(out.status.success(), "{stderr}");
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_ne!(ids[0], ids[1]);
+    assert!(
+        ids.iter().all(|id| id.starts_with("run-") && id != "run-000000000000"),
+        "{ids:?}"
+    );
+}

@@ -59,8 +59,14 @@ const LABEL_RUNNER: &str = "agentbox.runner";
 
 /// Where a box's runner binary is mounted.
 pub const RUNNER_IN_BOX: &str = "/opt/agentbox/agentbox-runner";
-/// The unix socket the runner listens on in the box (the relay's way in).
-const RUNNER_SOCKET_IN_BOX: &str = "/tmp/agentbox-runner.sock";
+/// Where the box's runner directory (a directory of this machine's, bind-mounted) is in the box.
+const RUNNER_DIR_IN_BOX: &str = "/run/agentbox";
+/// The unix socket the runner listens on for this machine: in the bind-mounted directory, so
+/// the host reaches it as a file of its own, with no network between.
+const RUNNER_SOCKET_IN_BOX: &str = "/run/agentbox/runner.sock";
+/// The socket a relay exec reaches the runner by, in the box's own /tmp: for a host that
+/// cannot open the shared one (another user's) and a box with no network.
+const RELAY_SOCKET_IN_BOX: &str = "/tmp/agentbox-runner.sock";
 
 /// A named Docker volume mounted on every box (after the spec's binds).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -322,18 +328,19 @@ impl DockerProvider {
             argv: program
                 .iter()
                 .cloned()
-                .chain(["relay".to_string(), format!("unix:{RUNNER_SOCKET_IN_BOX}")])
+                .chain(["relay".to_string(), format!("unix:{RELAY_SOCKET_IN_BOX}")])
                 .collect(),
         };
-        let dial: Arc<dyn Dial> = match &ip {
-            Some(ip) => Arc::new(Address::Tcp {
-                addr: format!("{ip}:{}", agentbox_protocol::runner::PORT),
-                token: Some(token.clone()),
-            }),
-            None => Arc::new(relay()),
-        };
+        // This machine's end of the runner's socket: a file, no network, no token. Its owner
+        // is the box's user: a host process of another (not root) cannot open it, and goes by
+        // the container's address or a relay exec instead.
+        let socket = runner_dir(b.id().name(), false)?.join("runner.sock");
+        let tcp = ip.as_ref().map(|ip| Address::Tcp {
+            addr: format!("{ip}:{}", agentbox_protocol::runner::PORT),
+            token: Some(token.clone()),
+        });
         if fresh {
-            let mut listen = vec![format!("unix:{RUNNER_SOCKET_IN_BOX}")];
+            let mut listen = vec![format!("unix:{RUNNER_SOCKET_IN_BOX}"), format!("unix:{RELAY_SOCKET_IN_BOX}")];
             if ip.is_some() {
                 listen.push(format!("0.0.0.0:{}", agentbox_protocol::runner::PORT));
             }
@@ -345,9 +352,21 @@ impl DockerProvider {
                 ctx,
             )
             .await?;
+            // The runner said it listens: the socket answers at once. The container's address
+            // is the way of a host user the socket refuses; it can be unreachable for a moment
+            // (a reused address whose neighbour entry is stale), so it is tried for ten seconds.
+            let r = RunnerSandbox::new(b.clone(), Arc::new(Address::Unix(socket.clone())));
+            match r.check(ctx).await {
+                Ok(()) => return Ok(Arc::new(r)),
+                Err(e) => {
+                    tracing::debug!(box_id = %b.id(), error = %e, "the runner's socket refused this machine's user")
+                }
+            }
+            let dial: Arc<dyn Dial> = match tcp {
+                Some(t) => Arc::new(t),
+                None => Arc::new(relay()),
+            };
             let r = RunnerSandbox::new(b, dial);
-            // A container's address reused from one just removed can be unreachable for a moment
-            // (the host's neighbour entry for it is stale): try for up to ten seconds.
             let mut tries = 0;
             while let Err(e) = r.check(ctx).await {
                 tries += 1;
@@ -358,13 +377,14 @@ impl DockerProvider {
             }
             return Ok(Arc::new(r));
         }
-        let r = RunnerSandbox::new(b.clone(), dial);
-        if r.check(ctx).await.is_ok() {
-            return Ok(Arc::new(r));
-        }
-        let r = RunnerSandbox::new(b.clone(), Arc::new(relay()));
-        if r.check(ctx).await.is_ok() {
-            return Ok(Arc::new(r));
+        let mut ways: Vec<Arc<dyn Dial>> = vec![Arc::new(Address::Unix(socket))];
+        ways.extend(tcp.map(|t| Arc::new(t) as Arc<dyn Dial>));
+        ways.push(Arc::new(relay()));
+        for dial in ways {
+            let r = RunnerSandbox::new(b.clone(), dial);
+            if r.check(ctx).await.is_ok() {
+                return Ok(Arc::new(r));
+            }
         }
         Box::pin(self.through_runner(b, ip, true, ctx)).await
     }
@@ -379,6 +399,27 @@ fn container_ip(info: &bollard::models::ContainerInspectResponse) -> Option<Stri
         .values()
         .filter_map(|n| n.ip_address.clone())
         .find(|ip| !ip.is_empty())
+}
+
+/// This machine's directory for the runner of box `name`, bind-mounted at [`RUNNER_DIR_IN_BOX`]:
+/// `$AGENTBOX_HOME/docker/<name>`. Its parent is this user's alone (0700), so the directory
+/// itself may be open to the box's user (0777), whoever that is, to make its socket in.
+/// `make`: create it (at the box's create).
+pub(crate) fn runner_dir(name: &str, make: bool) -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let parent = crate::home::default_home()?.join("docker");
+    let dir = parent.join(name);
+    if make {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&parent)
+            .map_err(|e| Error::io(e, format!("making {}", parent.display())))?;
+        std::fs::create_dir(&dir).map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| Error::io(e, format!("opening {} to the box's user", dir.display())))?;
+    }
+    Ok(dir)
 }
 
 fn remove_options() -> RemoveContainerOptions {
@@ -413,8 +454,8 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         .iter()
         .flatten()
         .filter(|m| m.typ == Some(MountType::BIND))
-        // The runner's binary is the provider's, not the spec's.
-        .filter(|m| m.target.as_deref() != Some(RUNNER_IN_BOX))
+        // The runner's binary and directory are the provider's, not the spec's.
+        .filter(|m| !matches!(m.target.as_deref(), Some(RUNNER_IN_BOX | RUNNER_DIR_IN_BOX)))
         .filter_map(|m| {
             Some(agentbox_core::Mount {
                 source: m.source.clone()?,
@@ -484,7 +525,10 @@ impl Provider for DockerProvider {
         }
     }
 
+    #[tracing::instrument(name = "create", skip_all, fields(provider = NAME))]
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let t0 = std::time::Instant::now();
+        let ms = move || t0.elapsed().as_millis() as u64;
         // Asked at every create: a `docker context use` since the provider was made counts.
         check_spec(spec, &self.honours(), NAME)?;
         if let Some(ws) = &spec.workspace
@@ -527,6 +571,7 @@ impl Provider for DockerProvider {
                 ..Default::default()
             });
         }
+        let name = format!("agentbox-{}", random_hex(8)?);
         if let Some(r) = &self.opts.runner {
             if !daemon::is_local() {
                 return Err(Error::unsupported(
@@ -538,6 +583,13 @@ impl Provider for DockerProvider {
                 source: Some(r.program.to_string_lossy().into_owned()),
                 target: Some(RUNNER_IN_BOX.into()),
                 read_only: Some(true),
+                ..Default::default()
+            });
+            mounts.push(Mount {
+                typ: Some(MountType::BIND),
+                source: Some(runner_dir(&name, true)?.to_string_lossy().into_owned()),
+                target: Some(RUNNER_DIR_IN_BOX.into()),
+                read_only: Some(false),
                 ..Default::default()
             });
         }
@@ -552,7 +604,6 @@ impl Provider for DockerProvider {
         }
         ctx.check()?;
 
-        let name = format!("agentbox-{}", random_hex(8)?);
         let id = SandboxId::new(NAME, &name)?;
         let workspace = spec.workspace.clone().unwrap_or_else(|| self.opts.workspace.clone());
         let created = now_ms();
@@ -628,6 +679,7 @@ impl Provider for DockerProvider {
             let _ = self.docker.remove_container(&name, Some(remove_options())).await;
             return Err(e);
         }
+        tracing::debug!(container = %name, ms = ms(), "container started");
         let b = DockerSandbox::new(
             self.docker.clone(),
             self.opts.clone(),
@@ -672,10 +724,14 @@ impl Provider for DockerProvider {
         debug_assert_eq!(id.name(), name);
         let b = self.sandbox(name.clone(), facts, spec.labels.clone(), workspace);
         if self.opts.runner.is_none() {
+            tracing::info!(box_id = %id, ms = ms(), "created");
             return Ok(b);
         }
         match self.through_runner(b, ip, true, ctx).await {
-            Ok(b) => Ok(b),
+            Ok(b) => {
+                tracing::info!(box_id = %id, ms = ms(), runner = b.facts().runner.as_deref().unwrap_or("?"), "created");
+                Ok(b)
+            }
             Err(e) => {
                 let _ = self.docker.remove_container(&name, Some(remove_options())).await;
                 let e = e.context("starting the box's runner");
@@ -721,7 +777,40 @@ impl Provider for DockerProvider {
             }
         }
         out.sort_by(|a, b| a.id().cmp(b.id()));
+        self.sweep_runner_dirs(ctx).await;
         Ok(out)
+    }
+}
+
+impl DockerProvider {
+    /// Remove the runner directories of boxes that ended on their own (their lifetime passed,
+    /// with no call from the host): each whose container the engine no longer has, and made
+    /// over a minute ago (so never one whose box is being made).
+    async fn sweep_runner_dirs(&self, ctx: &Ctx) {
+        let Ok(parent) = crate::home::default_home().map(|h| h.join("docker")) else {
+            return;
+        };
+        let Ok(entries) = std::fs::read_dir(&parent) else {
+            return;
+        };
+        for e in entries.flatten().take(1024) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|d| d > std::time::Duration::from_secs(60)));
+            if !name.starts_with("agentbox-") || !old {
+                continue;
+            }
+            let gone = matches!(
+                ctx.run(self.docker.inspect_container(&name, None::<InspectContainerOptions>)).await,
+                Ok(Err(ref e)) if is_not_found(e)
+            );
+            if gone {
+                tracing::debug!(container = %name, "sweeping the runner directory of a box that ended");
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
     }
 }
 

@@ -454,7 +454,7 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn destroy(&self, ctx: &Ctx) -> Result<()> {
-        match ctx
+        let removed = match ctx
             .run(self.docker.remove_container(&self.name, Some(remove_options())))
             .await?
         {
@@ -463,6 +463,15 @@ impl Sandbox for DockerSandbox {
             // Auto-removal already under way.
             Err(e) if e.to_string().contains("is already in progress") => Ok(()),
             Err(e) => Err(Error::unknown(format!("removing {}: {e}", self.name))),
+        };
+        if removed.is_ok()
+            && let Ok(dir) = super::runner_dir(&self.name, false)
+        {
+            // Its runner's directory, where it had one; one left by a box that ended on its
+            // own is swept by the next list.
+            let _ = std::fs::remove_dir_all(dir);
         }
+        tracing::info!(box_id = %self.id(), ok = removed.is_ok(), "destroyed");
+        removed
     }
 }

@@ -250,7 +250,9 @@ impl Provider for LocalProvider {
         }
     }
 
+    #[tracing::instrument(name = "create", skip_all, fields(provider = NAME))]
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let t0 = std::time::Instant::now();
         check_spec(spec, &self.honours(), NAME)?;
         if let Some(agentbox_core::Network::Allow(_) | agentbox_core::Network::None) = &spec.network {
             return Err(Error::unsupported(
@@ -294,7 +296,10 @@ impl Provider for LocalProvider {
             Err(e) => Err(e),
         };
         match made {
-            Ok(b) => Ok(b),
+            Ok(b) => {
+                tracing::info!(box_id = %b.id(), ms = t0.elapsed().as_millis() as u64, runner = b.facts().runner.is_some(), "created");
+                Ok(b)
+            }
             Err(e) => {
                 // A supervisor that started removes the directory when told to end.
                 let _ = destroy_dir(&dir, Duration::from_secs(5)).await;
@@ -517,6 +522,7 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn destroy(&self, ctx: &Ctx) -> Result<()> {
+        tracing::info!(box_id = %self.id(), "destroying");
         let limit = ctx.remaining().unwrap_or(DESTROY_TIMEOUT).min(DESTROY_TIMEOUT);
         ctx.run_result(destroy_dir(&self.dir, limit)).await?;
         // The supervisor answers, then exits: give it a moment to be gone.
