@@ -104,9 +104,18 @@ pub struct CreateArgs {
     /// Run every program as UID:GID (docker), so files written in a bind stay yours.
     #[arg(long, value_name = "UID:GID")]
     user: Option<String>,
-    /// Drop every capability and forbid new privileges (docker).
-    #[arg(long)]
+    /// Drop every capability and forbid new privileges (docker): the default, kept so scripts
+    /// that ask for it still work.
+    #[arg(long, conflicts_with = "keep_capabilities")]
     drop_capabilities: bool,
+    /// At most this much of the box's own files, as 10g or 512m (docker: where the engine can
+    /// enforce a size; refused, naming why, where it cannot).
+    #[arg(long, value_parser = parse_disk)]
+    disk: Option<i64>,
+    /// Keep Docker's default capabilities, with no-new-privileges off (docker), for programs
+    /// that must change user; `box facts` says which a box got.
+    #[arg(long)]
+    keep_capabilities: bool,
     /// No in-box runner: each command and file operation is then a process of its own in the
     /// box (without it, a runner started in the box serves them all over one connection).
     #[arg(long)]
@@ -219,7 +228,8 @@ pub async fn run(cmd: BoxCommand) -> Result<i32> {
                 runner: !a.no_runner,
                 user: a.user.clone(),
                 pids_limit: a.pids_limit,
-                drop_capabilities: a.drop_capabilities,
+                keep_capabilities: a.keep_capabilities,
+                disk_bytes: a.disk,
             };
             if let Some(opt) = options.set().into_iter().find(|o| !entry.takes(*o)) {
                 return Err(Error::unsupported(format!(
@@ -403,6 +413,10 @@ async fn pump(from: Option<agentbox_core::ByteReader>, mut to: impl tokio::io::A
             return Ok(());
         }
     }
+}
+
+fn parse_disk(t: &str) -> std::result::Result<i64, String> {
+    agentbox_providers::docker::parse_size(t).map_err(|e| e.message().to_string())
 }
 
 #[cfg(test)]

@@ -67,6 +67,19 @@ pub struct Facts {
     /// rather than a process). Absent: no runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<String>,
+    /// The capabilities a box's programs hold: `none` (every one dropped), `docker-default`
+    /// (the engine's default set, kept on request), or the provider's word for another set.
+    /// Absent: unknown, which a caller must read as "may hold any".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<String>,
+    /// No program of the box can gain privileges by exec (setuid binaries, file
+    /// capabilities): `no_new_privs`. Absent: unknown, so not promised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_new_privs: Option<bool>,
+    /// The seccomp profile the box's programs run under, by name (`agentbox`: the provider's
+    /// own, with io_uring refused; `unconfined`: none). Absent: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp: Option<String>,
 }
 
 /// The network a box has, as its provider reports it.

@@ -37,8 +37,10 @@ pub enum Opt {
     User,
     /// [`Options::pids_limit`].
     PidsLimit,
-    /// [`Options::drop_capabilities`].
-    DropCapabilities,
+    /// [`Options::keep_capabilities`].
+    KeepCapabilities,
+    /// [`Options::disk_bytes`].
+    Disk,
 }
 
 impl Opt {
@@ -47,7 +49,8 @@ impl Opt {
         match self {
             Opt::User => "user",
             Opt::PidsLimit => "pids-limit",
-            Opt::DropCapabilities => "drop-capabilities",
+            Opt::KeepCapabilities => "keep-capabilities",
+            Opt::Disk => "disk",
         }
     }
 }
@@ -66,8 +69,12 @@ pub struct Options {
     pub user: Option<String>,
     /// At most this many processes in a box.
     pub pids_limit: Option<i64>,
-    /// Drop every capability and forbid new privileges.
-    pub drop_capabilities: bool,
+    /// Keep the provider's default capabilities (Docker's set), for programs that must change
+    /// user; by default a box keeps none and cannot gain privileges by exec.
+    pub keep_capabilities: bool,
+    /// At most this many bytes of a box's own files, where the provider can enforce it (it
+    /// refuses, naming why, where it cannot).
+    pub disk_bytes: Option<i64>,
 }
 
 impl Default for Options {
@@ -76,7 +83,8 @@ impl Default for Options {
             runner: true,
             user: None,
             pids_limit: None,
-            drop_capabilities: false,
+            keep_capabilities: false,
+            disk_bytes: None,
         }
     }
 }
@@ -91,8 +99,11 @@ impl Options {
         if self.pids_limit.is_some() {
             v.push(Opt::PidsLimit);
         }
-        if self.drop_capabilities {
-            v.push(Opt::DropCapabilities);
+        if self.keep_capabilities {
+            v.push(Opt::KeepCapabilities);
+        }
+        if self.disk_bytes.is_some() {
+            v.push(Opt::Disk);
         }
         v
     }
@@ -254,7 +265,7 @@ static ENTRIES: &[Entry] = &[
         description: "a container per box on this machine's (or DOCKER_HOST's) Docker engine",
         feature: "docker",
         compiled: cfg!(feature = "docker"),
-        takes: &[Opt::User, Opt::PidsLimit, Opt::DropCapabilities],
+        takes: &[Opt::User, Opt::PidsLimit, Opt::KeepCapabilities, Opt::Disk],
         make: DOCKER,
     },
 ];
@@ -337,7 +348,8 @@ fn make_docker<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, 
         let provider = crate::docker::DockerProvider::new(crate::docker::DockerOptions {
             user: options.user.clone(),
             pids_limit: options.pids_limit,
-            drop_capabilities: options.drop_capabilities,
+            keep_capabilities: options.keep_capabilities,
+            disk_bytes: options.disk_bytes,
             runner,
             ..Default::default()
         })

@@ -310,7 +310,6 @@ async fn dropped_capabilities_and_volumes() {
     let volume = "agentbox-test-volume";
     let _ = docker(&["volume", "create", volume]);
     let opts = DockerOptions {
-        drop_capabilities: true,
         volumes: vec![NamedVolume {
             name: volume.into(),
             target: "/run/shared".into(),
@@ -336,12 +335,15 @@ async fn dropped_capabilities_and_volumes() {
     );
     b.destroy(&ctx()).await.unwrap();
 
-    // A box made without dropped capabilities is ended by an attach that requires them.
-    let plain = provider(DockerOptions::default())
-        .await
-        .create(&Spec::new(Duration::from_secs(120)), &ctx())
-        .await
-        .unwrap();
+    // A box made with Docker's capabilities kept is ended by an attach that requires none.
+    let plain = provider(DockerOptions {
+        keep_capabilities: true,
+        ..Default::default()
+    })
+    .await
+    .create(&Spec::new(Duration::from_secs(120)), &ctx())
+    .await
+    .unwrap();
     assert!(dropped.attach(plain.id(), &ctx()).await.unwrap().is_none());
     assert!(!container_running(plain.id().name()), "the attach ended it");
 
@@ -374,4 +376,110 @@ fn a_remote_daemon_binds_nothing() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// The default box keeps no capability, cannot gain privileges by exec, runs under agentbox's
+/// seccomp profile and has pids and memory limits, each stated in its facts and read back in
+/// the box (the engine's defaults were 14 capabilities, no_new_privs off, io_uring allowed and
+/// no limits at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_box_is_hardened_and_says_so() {
+    if !docker_available("the_default_box_is_hardened_and_says_so") {
+        return;
+    }
+    let b = provider(DockerOptions::default())
+        .await
+        .create(&Spec::new(Duration::from_secs(120)), &ctx())
+        .await
+        .unwrap();
+    let f = b.facts();
+    assert_eq!(f.capabilities.as_deref(), Some("none"), "{f:?}");
+    assert_eq!(f.no_new_privs, Some(true), "{f:?}");
+    assert_eq!(f.seccomp.as_deref(), Some("agentbox"), "{f:?}");
+    assert_eq!(
+        f.pids_limit,
+        Some(agentbox_providers::docker::DEFAULT_PIDS_LIMIT as u64),
+        "{f:?}"
+    );
+    let mb = f.memory_mb.expect("a default memory limit");
+    assert!(mb > 0 && mb <= 4096, "at most 4 GiB: {mb}");
+    let text = sh(&*b, "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max 2>/dev/null").await.stdout_text();
+    assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
+    assert!(
+        text.contains("NoNewPrivs:\t1") && text.contains("Seccomp:\t2"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&agentbox_providers::docker::DEFAULT_PIDS_LIMIT.to_string()),
+        "{text}"
+    );
+    b.destroy(&ctx()).await.unwrap();
+    // A spec's memory and the options' pids limit win over the defaults.
+    let mut spec = Spec::new(Duration::from_secs(120));
+    spec.memory_mb = Some(300);
+    let b = provider(DockerOptions {
+        pids_limit: Some(77),
+        ..Default::default()
+    })
+    .await
+    .create(&spec, &ctx())
+    .await
+    .unwrap();
+    assert_eq!((b.facts().memory_mb, b.facts().pids_limit), (Some(300), Some(77)));
+    b.destroy(&ctx()).await.unwrap();
+}
+
+/// With every capability dropped, a box of another user still gets its workspace: the engine
+/// gives it its owner before the box starts (a chown in the box failed with EPERM).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_box_owns_its_workspace_with_no_capabilities() {
+    if !docker_available("a_user_box_owns_its_workspace_with_no_capabilities") {
+        return;
+    }
+    let b = provider(DockerOptions {
+        user: Some("1000:1000".into()),
+        ..Default::default()
+    })
+    .await
+    .create(&Spec::new(Duration::from_secs(120)), &ctx())
+    .await
+    .expect("a box of user 1000 with no capabilities is made");
+    assert_eq!(b.facts().capabilities.as_deref(), Some("none"));
+    let text = sh(
+        &*b,
+        "id -u; stat -c '%u:%g %a' /workspace; echo hi > /workspace/f && cat /workspace/f",
+    )
+    .await
+    .stdout_text();
+    assert_eq!(text, "1000\n1000:1000 755\nhi\n");
+    b.destroy(&ctx()).await.unwrap();
+}
+
+/// A disk bound is given where the engine enforces one, and refused, naming why, elsewhere
+/// (overlay2 enforces a size only over xfs with project quotas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_bound_is_enforced_or_refused_naming_why() {
+    if !docker_available("a_disk_bound_is_enforced_or_refused_naming_why") {
+        return;
+    }
+    let backing = docker(&["info", "--format", "{{json .DriverStatus}}"]).unwrap_or_default();
+    let p = provider(DockerOptions {
+        disk_bytes: Some(512 << 20),
+        ..Default::default()
+    })
+    .await;
+    match p.create(&Spec::new(Duration::from_secs(120)), &ctx()).await {
+        Ok(b) => {
+            assert!(backing.contains("xfs"), "a size was taken on {backing}");
+            b.destroy(&ctx()).await.unwrap();
+        }
+        Err(e) => {
+            assert!(!backing.contains("xfs"), "{e}");
+            assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+            assert!(
+                e.message().contains("docker disk") && e.message().contains("xfs"),
+                "{e}"
+            );
+        }
+    }
 }

@@ -90,7 +90,12 @@ async fn a_box_with_no_network_is_reached_through_a_relay() {
     assert!(runner.contains("unix:") && runner.contains("runner.sock"), "{runner}");
     // Where this machine cannot open that socket (here: it is gone), a relay exec is the way.
     remove_host_socket(made.id().name());
-    let b = provider(with_runner()).await.attach(made.id(), &ctx).await.unwrap().unwrap();
+    let b = provider(with_runner())
+        .await
+        .attach(made.id(), &ctx)
+        .await
+        .unwrap()
+        .unwrap();
     let runner = b.facts().runner.clone().unwrap_or_default();
     assert!(runner.contains("relay"), "{runner}");
     let files = b.files().unwrap();
@@ -122,7 +127,10 @@ async fn a_new_provider_finds_the_runner_and_the_token_is_never_in_the_box() {
         .await
         .unwrap();
     let runner = b.facts().runner.clone().unwrap_or_default();
-    assert!(runner.contains("unix:"), "over the socket in its runner directory: {runner}");
+    assert!(
+        runner.contains("unix:"),
+        "over the socket in its runner directory: {runner}"
+    );
     // The runner and its directory are not among the spec's mounts.
     assert!(b.facts().mounts.is_empty(), "{:?}", b.facts().mounts);
     // A host that cannot open that socket goes by the container's address, with the token.

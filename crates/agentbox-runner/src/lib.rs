@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod probe;
 pub mod proctree;
 pub mod server;
 pub mod supervisor;
@@ -29,13 +30,20 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 2
             }
         },
+        Some("probe") => match args.get(1) {
+            Some(name) if args.len() == 2 => probe::run(name),
+            _ => {
+                eprintln!("usage: agentbox-runner probe NAME");
+                2
+            }
+        },
         Some("--version") => {
             println!("agentbox-runner {}", env!("CARGO_PKG_VERSION"));
             0
         }
         Some("--help" | "-h" | "help") => {
             println!(
-                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS",
+                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner probe io_uring|user-namespace|mount-namespace",
                 server::USAGE
             );
             0

@@ -21,6 +21,7 @@
 pub mod daemon;
 mod key;
 mod sandbox;
+mod seccomp;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -68,6 +69,12 @@ const RUNNER_SOCKET_IN_BOX: &str = "/run/agentbox/runner.sock";
 /// cannot open the shared one (another user's) and a box with no network.
 const RELAY_SOCKET_IN_BOX: &str = "/tmp/agentbox-runner.sock";
 
+/// The processes a box may have when neither the spec nor the options say: a fork bomb stops
+/// here, not at the host's limit.
+pub const DEFAULT_PIDS_LIMIT: i64 = 1024;
+/// The most memory a box gets by default: half the engine's machine, at most this.
+pub const DEFAULT_MEMORY_MAX: i64 = 4 << 30;
+
 /// A named Docker volume mounted on every box (after the spec's binds).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamedVolume {
@@ -90,10 +97,15 @@ pub struct DockerOptions {
     pub cpus: Option<f64>,
     /// Memory in bytes, with swap equal (so swap never adds to it); a spec's `memory_mb` wins.
     pub memory_bytes: Option<i64>,
-    /// At most this many processes (1 to 4194304).
+    /// At most this many processes (1 to 4194304); [`DEFAULT_PIDS_LIMIT`] when not set.
     pub pids_limit: Option<i64>,
-    /// `--cap-drop ALL` and `no-new-privileges`; attach then ends a box made without them.
-    pub drop_capabilities: bool,
+    /// Keep Docker's default capabilities (for programs that must change user: `su`, package
+    /// installs that chown), with `no-new-privileges` off. By default every capability is
+    /// dropped and `no-new-privileges` is on; attach then ends a box made otherwise.
+    pub keep_capabilities: bool,
+    /// The box's writable layer is at most this many bytes, where the engine can enforce it
+    /// (`overlay2` on xfs with project quotas, and a few other drivers); refused elsewhere.
+    pub disk_bytes: Option<i64>,
     /// Named volumes on every box.
     pub volumes: Vec<NamedVolume>,
     /// Where programs start unless a spec names a workspace.
@@ -113,7 +125,8 @@ impl Default for DockerOptions {
             cpus: None,
             memory_bytes: None,
             pids_limit: None,
-            drop_capabilities: false,
+            keep_capabilities: false,
+            disk_bytes: None,
             volumes: Vec::new(),
             workspace: DEFAULT_WORKSPACE.into(),
             runner: None,
@@ -161,6 +174,11 @@ impl DockerOptions {
             return Err(Error::invalid(format!(
                 "docker pids_limit: {p} is not between 1 and 4194304"
             )));
+        }
+        if let Some(d) = self.disk_bytes
+            && d < 1 << 20
+        {
+            return Err(Error::invalid(format!("docker disk: {d} bytes is below 1 MiB")));
         }
         if !is_normal_absolute(&self.workspace) {
             return Err(Error::invalid(format!(
@@ -224,6 +242,9 @@ pub fn parse_size(s: &str) -> Result<i64> {
 pub struct DockerProvider {
     docker: Docker,
     opts: Arc<DockerOptions>,
+    /// Memory a box gets when neither the spec nor the options say: half the engine's
+    /// machine, at most [`DEFAULT_MEMORY_MAX`].
+    default_memory: i64,
 }
 
 impl DockerProvider {
@@ -238,9 +259,19 @@ impl DockerProvider {
             .negotiate_version()
             .await
             .map_err(|e| Error::unknown(format!("the Docker daemon does not answer: {e}")))?;
+        let info = tokio::time::timeout(std::time::Duration::from_secs(30), docker.info())
+            .await
+            .map_err(|_| Error::timeout("the Docker daemon did not answer its info within 30s"))?
+            .map_err(|e| Error::unknown(format!("the Docker daemon's info: {e}")))?;
+        let machine = info.mem_total.filter(|m| *m > 0).ok_or_else(|| {
+            Error::unknown(
+                "the Docker daemon's info states no memory total: a box's default memory limit cannot be set",
+            )
+        })?;
         Ok(DockerProvider {
             docker,
             opts: Arc::new(opts),
+            default_memory: (machine / 2).clamp(6 << 20, DEFAULT_MEMORY_MAX),
         })
     }
 
@@ -277,7 +308,7 @@ impl DockerProvider {
         if !running || ends_at <= now_ms() {
             return Ok(None);
         }
-        if self.opts.drop_capabilities && all_labels.get(LABEL_DROP_CAPS).map(String::as_str) != Some("1") {
+        if !self.opts.keep_capabilities && all_labels.get(LABEL_DROP_CAPS).map(String::as_str) != Some("1") {
             // Made without dropped capabilities: end it rather than take it.
             let _ = self.docker.remove_container(name, Some(remove_options())).await;
             return Ok(None);
@@ -340,7 +371,10 @@ impl DockerProvider {
             token: Some(token.clone()),
         });
         if fresh {
-            let mut listen = vec![format!("unix:{RUNNER_SOCKET_IN_BOX}"), format!("unix:{RELAY_SOCKET_IN_BOX}")];
+            let mut listen = vec![
+                format!("unix:{RUNNER_SOCKET_IN_BOX}"),
+                format!("unix:{RELAY_SOCKET_IN_BOX}"),
+            ];
             if ip.is_some() {
                 listen.push(format!("0.0.0.0:{}", agentbox_protocol::runner::PORT));
             }
@@ -438,6 +472,37 @@ pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
 }
 
 fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, workspace: &str) -> Facts {
+    // What the engine says it applied, read the way that fails closed.
+    let security = host.security_opt.clone().unwrap_or_default();
+    let capabilities = match host.cap_drop.as_deref() {
+        Some(d)
+            if d.iter().any(|c| c.eq_ignore_ascii_case("ALL"))
+                && host.cap_add.as_deref().unwrap_or_default().is_empty() =>
+        {
+            Some("none".to_string())
+        }
+        Some([]) | None
+            if host.cap_add.as_deref().unwrap_or_default().is_empty() && !host.privileged.unwrap_or(false) =>
+        {
+            Some("docker-default".to_string())
+        }
+        _ => None,
+    };
+    let no_new_privs = Some(
+        security
+            .iter()
+            .any(|o| o == "no-new-privileges" || o == "no-new-privileges:true"),
+    );
+    let seccomp = if security.iter().any(|o| o == &seccomp::security_opt()) {
+        Some(seccomp::NAME.to_string())
+    } else if security
+        .iter()
+        .any(|o| o == "seccomp=unconfined" || o == "seccomp:unconfined")
+    {
+        Some("unconfined".to_string())
+    } else {
+        None
+    };
     let cpus = match (host.cpu_quota, host.cpu_period) {
         (Some(q), Some(p)) if q > 0 && p > 0 => Some(q as f64 / p as f64),
         _ => None,
@@ -478,6 +543,9 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         secrets_via: Some("fd".into()),
         workspace: Some(workspace.to_string()),
         mounts,
+        capabilities,
+        no_new_privs,
+        seccomp,
         ..Default::default()
     }
 }
@@ -614,7 +682,7 @@ impl Provider for DockerProvider {
         labels.insert(LABEL_ENDS_AT.into(), ends_at.to_string());
         labels.insert(
             LABEL_DROP_CAPS.into(),
-            if self.opts.drop_capabilities { "1" } else { "0" }.into(),
+            if self.opts.keep_capabilities { "0" } else { "1" }.into(),
         );
         labels.insert(LABEL_WORKSPACE.into(), workspace.clone());
         if let Some(u) = &self.opts.user {
@@ -625,19 +693,29 @@ impl Provider for DockerProvider {
         }
 
         let cpus = spec.cpus.or(self.opts.cpus);
-        let memory = spec.memory_mb.map(|m| (m as i64) << 20).or(self.opts.memory_bytes);
+        let memory = spec
+            .memory_mb
+            .map(|m| (m as i64) << 20)
+            .or(self.opts.memory_bytes)
+            .unwrap_or(self.default_memory);
+        let drop = !self.opts.keep_capabilities;
+        let mut security = vec![seccomp::security_opt()];
+        if drop {
+            security.push("no-new-privileges".to_string());
+        }
         let host = HostConfig {
             auto_remove: Some(true),
             cpu_period: cpus.map(|_| 100_000),
             cpu_quota: cpus.map(|c| (c * 100_000.0).round() as i64),
-            memory,
-            memory_swap: memory,
-            pids_limit: self.opts.pids_limit,
-            cap_drop: self.opts.drop_capabilities.then(|| vec!["ALL".to_string()]),
-            security_opt: self
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(self.opts.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
+            cap_drop: drop.then(|| vec!["ALL".to_string()]),
+            security_opt: Some(security),
+            storage_opt: self
                 .opts
-                .drop_capabilities
-                .then(|| vec!["no-new-privileges".to_string()]),
+                .disk_bytes
+                .map(|d| HashMap::from([("size".to_string(), d.to_string())])),
             network_mode: (spec.network == Some(Network::None)).then(|| "none".to_string()),
             mounts: (!mounts.is_empty()).then_some(mounts),
             device_requests: spec.gpu.as_ref().map(|_| {
@@ -668,7 +746,32 @@ impl Provider for DockerProvider {
             }),
             body,
         );
-        ctx.run(create).await?.map_err(|e| map_create_error(e, spec))?;
+        ctx.run(create)
+            .await?
+            .map_err(|e| map_create_error(e, spec, self.opts.disk_bytes))?;
+        // The workspace is the box's user's before any program of the box runs: the engine
+        // unpacks a directory entry of that owner into the created container (a chown in
+        // the box would need the capabilities the box no longer has).
+        if let Some(user) = &self.opts.user {
+            let owned = async {
+                let tar = owned_dir(&workspace, user)?;
+                ctx.run(self.docker.upload_to_container(
+                    &name,
+                    Some(bollard::query_parameters::UploadToContainerOptions {
+                        path: "/".into(),
+                        ..Default::default()
+                    }),
+                    bollard::body_full(tar.into()),
+                ))
+                .await?
+                .map_err(|e| Error::unknown(format!("giving {workspace} to {user}: {e}")))
+            }
+            .await;
+            if let Err(e) = owned {
+                let _ = self.docker.remove_container(&name, Some(remove_options())).await;
+                return Err(e.context("giving the workspace to the box's user"));
+            }
+        }
         let started = ctx.run(self.docker.start_container(&name, None)).await;
         let started = match started {
             Ok(Ok(())) => Ok(()),
@@ -680,21 +783,6 @@ impl Provider for DockerProvider {
             return Err(e);
         }
         tracing::debug!(container = %name, ms = ms(), "container started");
-        let b = DockerSandbox::new(
-            self.docker.clone(),
-            self.opts.clone(),
-            name.clone(),
-            Facts::default(),
-            spec.labels.clone(),
-            workspace.clone(),
-        );
-        // A workspace Docker made is root's: give it to the box's user.
-        if let Some(user) = &self.opts.user
-            && let Err(e) = b.as_root(&["chown", user, &workspace], ctx).await
-        {
-            let _ = self.docker.remove_container(&name, Some(remove_options())).await;
-            return Err(e.context("giving the workspace to the box's user"));
-        }
         // The facts are what the engine says it made: a box whose facts cannot be read is not
         // handed out with guessed ones.
         let inspected = match ctx
@@ -814,8 +902,47 @@ impl DockerProvider {
     }
 }
 
-fn map_create_error(e: bollard::errors::Error, spec: &Spec) -> Error {
+/// A tar holding one directory entry, `path` (absolute, normal), owned by `user` (`uid:gid`),
+/// mode 0755, with its parents as plain root directories: what the engine unpacks to give a
+/// box's workspace its owner.
+fn owned_dir(path: &str, user: &str) -> Result<Vec<u8>> {
+    let (uid, gid) = user
+        .split_once(':')
+        .and_then(|(u, g)| Some((u.parse::<u64>().ok()?, g.parse::<u64>().ok()?)))
+        .ok_or_else(|| Error::invalid(format!("docker user: {user:?} is not uid:gid")))?;
+    let mut b = tar::Builder::new(Vec::new());
+    let mut prefix = String::new();
+    let parts: Vec<&str> = path
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    for (i, part) in parts.iter().enumerate() {
+        prefix.push_str(part);
+        prefix.push('/');
+        let last = i + 1 == parts.len();
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_size(0);
+        h.set_uid(if last { uid } else { 0 });
+        h.set_gid(if last { gid } else { 0 });
+        h.set_mtime(now_ms() / 1000);
+        b.append_data(&mut h, &prefix, std::io::empty())
+            .map_err(|e| Error::unknown(format!("writing the workspace's archive: {e}")))?;
+    }
+    b.into_inner()
+        .map_err(|e| Error::unknown(format!("writing the workspace's archive: {e}")))
+}
+
+fn map_create_error(e: bollard::errors::Error, spec: &Spec, disk: Option<i64>) -> Error {
     let text = e.to_string();
+    if disk.is_some() && (text.contains("storage-opt") || text.contains("storage opt") || text.contains("quota")) {
+        return Error::unsupported(format!(
+            "docker disk: this engine cannot bound a box's disk (Docker enforces a size only for \
+             overlay2 on xfs mounted with pquota, and for devicemapper, btrfs and zfs): {text}"
+        ));
+    }
     if is_not_found(&e) {
         let image = spec.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into());
         return Error::not_found(format!(

@@ -14,8 +14,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agentbox_core::{
-    ByteWriter, Ctx, Endpoint, Error, ExecOptions, ExitStatus, Facts, FinishOptions, Labels, Process, ProcessControl,
-    Result, Sandbox, SandboxId, Status, finish,
+    ByteWriter, Ctx, Endpoint, Error, ExecOptions, ExitStatus, Facts, Labels, Process, ProcessControl, Result, Sandbox,
+    SandboxId, Status,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -89,22 +89,6 @@ impl DockerSandbox {
 
     fn gone(&self) -> Error {
         Error::gone(format!("box {}: it has ended", self.id))
-    }
-
-    /// Run a short program as root (for setup) and require exit 0.
-    pub(super) async fn as_root(&self, argv: &[&str], ctx: &Ctx) -> Result<()> {
-        let ctx = ctx.with_timeout(CONTROL_TIMEOUT);
-        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        let p = self.start(&argv, &ExecOptions::default(), Some("0:0"), &ctx).await?;
-        let out = finish(p, FinishOptions::default()).await?;
-        if out.status.code != 0 {
-            return Err(Error::unknown(format!(
-                "{argv:?} exited {}: {}",
-                out.status.code,
-                out.stderr_text().trim()
-            )));
-        }
-        Ok(())
     }
 
     async fn start(&self, argv: &[String], opts: &ExecOptions, user: Option<&str>, ctx: &Ctx) -> Result<Process> {

@@ -1,0 +1,60 @@
+//! `agentbox-runner probe NAME`: try one thing a box should not be able to do, and say whether
+//! the kernel let it. The isolation suite runs it in a box (the runner binary is there already,
+//! and a box image need have no compiler or interpreter to make these calls).
+//!
+//! Exit 0 and `allowed` when the call succeeded; exit 3 and `refused: <error>` when the kernel
+//! refused it; 2 for a name it does not know. Each probe undoes nothing, so each runs in a
+//! process of its own that exits straight after.
+
+/// The probes, by name, and what each tries.
+pub const PROBES: &[(&str, &str)] = &[
+    ("io_uring", "io_uring_setup with 8 entries"),
+    (
+        "user-namespace",
+        "unshare(CLONE_NEWUSER): a user namespace, the door to namespaced root",
+    ),
+    ("mount-namespace", "unshare(CLONE_NEWNS): a mount namespace of its own"),
+];
+
+/// Run the probe `name`; the exit code as above.
+pub fn run(name: &str) -> i32 {
+    let result = match name {
+        "io_uring" => {
+            let mut params = rustix::io_uring::io_uring_params::default();
+            // SAFETY: the parameters are zeroed as the kernel asks, and the ring's fd is
+            // closed unmapped when it drops: nothing is read from or written to it.
+            #[allow(unsafe_code)]
+            unsafe { rustix::io_uring::io_uring_setup(8, &mut params) }.map(drop)
+        }
+        "user-namespace" => {
+            // SAFETY: this process is one thread that exits right after; nothing in it relies
+            // on the namespaces it had.
+            #[allow(unsafe_code)]
+            unsafe {
+                rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWUSER)
+            }
+        }
+        "mount-namespace" => {
+            // SAFETY: as above.
+            #[allow(unsafe_code)]
+            unsafe {
+                rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS)
+            }
+        }
+        other => {
+            let names: Vec<&str> = PROBES.iter().map(|p| p.0).collect();
+            eprintln!("agentbox-runner probe: {other:?} is not a probe ({})", names.join(", "));
+            return 2;
+        }
+    };
+    match result {
+        Ok(()) => {
+            println!("allowed");
+            0
+        }
+        Err(e) => {
+            println!("refused: {e}");
+            3
+        }
+    }
+}
