@@ -1,0 +1,282 @@
+//! The repository's docs stand alone and stay true to the workspace: README.md,
+//! ARCHITECTURE.md and docs/*.md point at nothing outside the repository, every repository
+//! path they name exists, and ARCHITECTURE's layer diagram names every workspace member and
+//! nothing else, with exactly the dependencies the members' manifests declare.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The repository's root (this crate is `crates/agentbox-cli`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root")
+}
+
+/// README.md, ARCHITECTURE.md and every docs/*.md, with their text.
+fn docs() -> Vec<(PathBuf, String)> {
+    let root = root();
+    let mut paths = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+    let mut more: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("a docs/ directory")
+        .map(|e| e.expect("a docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    more.sort();
+    paths.extend(more);
+    let docs: Vec<(PathBuf, String)> = paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, text)
+        })
+        .collect();
+    let names: Vec<String> = docs.iter().map(|(p, _)| shown(p)).collect();
+    for must in ["README.md", "ARCHITECTURE.md", "docs/tools.md", "docs/providers.md"] {
+        assert!(names.iter().any(|n| n == must), "{must} is missing (found {names:?})");
+    }
+    docs
+}
+
+/// A path as the repository names it.
+fn shown(p: &Path) -> String {
+    p.strip_prefix(root()).unwrap_or(p).display().to_string()
+}
+
+/// Each line of `text` with its number and whether it is inside a fenced code block.
+fn lines(text: &str) -> Vec<(usize, bool, &str)> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        out.push((i + 1, fenced, line));
+    }
+    out
+}
+
+#[test]
+fn no_doc_points_outside_the_repository() {
+    let root = root();
+    let mut wrong = Vec::new();
+    for (path, text) in docs() {
+        let dir = path.parent().unwrap().to_path_buf();
+        for (n, fenced, line) in lines(&text) {
+            for outside in ["../shared", "/work/shared"] {
+                if line.contains(outside) {
+                    wrong.push(format!("{}:{n}: names {outside}: {line}", shown(&path)));
+                }
+            }
+            if fenced {
+                continue;
+            }
+            // Markdown links, `](target)`: a link to the web is the web's; any other must be a
+            // file of this repository.
+            for (i, _) in line.match_indices("](") {
+                let rest = &line[i + 2..];
+                let Some(end) = rest.find(')') else { continue };
+                let target = rest[..end].split('#').next().unwrap_or_default();
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                match dir.join(target).canonicalize() {
+                    Ok(p) if p.starts_with(&root) => {}
+                    Ok(p) => wrong.push(format!(
+                        "{}:{n}: links {target}, which is outside the repository ({})",
+                        shown(&path),
+                        p.display()
+                    )),
+                    Err(e) => wrong.push(format!("{}:{n}: links {target}, which is not there: {e}", shown(&path))),
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the docs must stand alone:\n{}", wrong.join("\n"));
+}
+
+/// Where a repository path a doc names may start.
+const TOP: &[&str] = &["crates/", "docs/", "scripts/", "fuzz/", ".ci/"];
+
+#[test]
+fn every_repository_path_a_doc_names_exists() {
+    let root = root();
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for (path, text) in docs() {
+        for (n, fenced, line) in lines(&text) {
+            // In prose, paths are code spans; in a code block, words (a command's argument, the
+            // comment that says which file an excerpt is from).
+            let words: Vec<&str> = if fenced {
+                line.split_whitespace().collect()
+            } else {
+                line.split('`').skip(1).step_by(2).collect()
+            };
+            for w in words {
+                let w = w.trim_end_matches([',', '.', ';', ':', ')']);
+                if !TOP.iter().any(|t| w.starts_with(t)) || w.contains(['<', '>', '*', '…', '{', ' ']) {
+                    continue;
+                }
+                checked += 1;
+                if !root.join(w).exists() {
+                    missing.push(format!("{}:{n}: {w}", shown(&path)));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} paths found in the docs: is the parse right?"
+    );
+    assert!(
+        missing.is_empty(),
+        "paths the docs name that the repository does not hold:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// A workspace member as its manifest declares it.
+struct Member {
+    /// Its workspace crates among `[dependencies]`.
+    normal: BTreeSet<String>,
+    /// Its workspace crates among `[dev-dependencies]` only.
+    dev: BTreeSet<String>,
+}
+
+fn toml_file(path: &Path) -> toml::Table {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The workspace crates (`agentbox-…`) named in the dependency tables called `kind`, also the
+/// target-specific ones.
+fn workspace_deps(manifest: &toml::Table, kind: &str) -> BTreeSet<String> {
+    let mut tables: Vec<&toml::Table> = manifest.get(kind).and_then(|t| t.as_table()).into_iter().collect();
+    if let Some(targets) = manifest.get("target").and_then(|t| t.as_table()) {
+        for t in targets.values() {
+            tables.extend(t.get(kind).and_then(|t| t.as_table()));
+        }
+    }
+    tables
+        .into_iter()
+        .flat_map(|t| t.keys())
+        .filter(|k| k.starts_with("agentbox-"))
+        .cloned()
+        .collect()
+}
+
+/// Every member of the root Cargo.toml's `workspace.members`, by package name.
+fn members() -> BTreeMap<String, Member> {
+    let root = root();
+    let workspace = toml_file(&root.join("Cargo.toml"));
+    let dirs = workspace["workspace"]["members"]
+        .as_array()
+        .expect("workspace.members is a list");
+    let mut out = BTreeMap::new();
+    for dir in dirs {
+        let dir = dir.as_str().expect("a member is a path");
+        let manifest = toml_file(&root.join(dir).join("Cargo.toml"));
+        let name = manifest["package"]["name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{dir}: package.name"))
+            .to_string();
+        let normal = workspace_deps(&manifest, "dependencies");
+        let dev = workspace_deps(&manifest, "dev-dependencies")
+            .difference(&normal)
+            .cloned()
+            .collect();
+        out.insert(name, Member { normal, dev });
+    }
+    assert!(out.len() >= 10, "only {} members read from Cargo.toml", out.len());
+    out
+}
+
+/// One line of the diagram: a crate, its normal dependencies, its dev-only ones.
+struct Line {
+    name: String,
+    normal: BTreeSet<String>,
+    dev: BTreeSet<String>,
+}
+
+/// The layer diagram: the first code block of ARCHITECTURE.md's "## The layers", one crate a
+/// line, `──►` before its normal dependencies and `┄►` before its dev-only ones (short names:
+/// `core` for `agentbox-core`).
+fn diagram() -> Vec<Line> {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let section = text
+        .split("\n## The layers")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a section \"## The layers\"");
+    let section = section.split("\n## ").next().unwrap();
+    let block = section.split("```").nth(1).expect("\"## The layers\" has a code block");
+    let full = |short: &str| format!("agentbox-{short}");
+    let mut out = Vec::new();
+    for line in block.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        let (before_dev, dev) = line.split_once("┄►").unwrap_or((line, ""));
+        let (name, normal) = before_dev.split_once("──►").unwrap_or((before_dev, ""));
+        let name = name.trim();
+        assert!(
+            !name.is_empty() && !name.contains(' '),
+            "a diagram line starts with one crate's name: {line:?}"
+        );
+        out.push(Line {
+            name: name.to_string(),
+            normal: normal.split_whitespace().map(full).collect(),
+            dev: dev.split_whitespace().map(full).collect(),
+        });
+    }
+    out
+}
+
+#[test]
+fn the_layer_diagram_is_the_workspace_and_its_dependencies() {
+    let members = members();
+    let lines = diagram();
+    let mut wrong = Vec::new();
+
+    let drawn: Vec<&str> = lines.iter().map(|l| l.name.as_str()).collect();
+    let unique: BTreeSet<&str> = drawn.iter().copied().collect();
+    if unique.len() != drawn.len() {
+        wrong.push(format!("a crate is drawn twice: {drawn:?}"));
+    }
+    for name in &unique {
+        if !members.contains_key(*name) {
+            wrong.push(format!("{name} is in the diagram but is no workspace member"));
+        }
+    }
+    for name in members.keys() {
+        if !unique.contains(name.as_str()) {
+            wrong.push(format!("{name} is a workspace member the diagram does not name"));
+        }
+    }
+
+    for (at, line) in lines.iter().enumerate() {
+        let Some(m) = members.get(&line.name) else { continue };
+        if line.normal != m.normal {
+            wrong.push(format!(
+                "{}: the diagram draws dependencies {:?}, its Cargo.toml has {:?}",
+                line.name, line.normal, m.normal
+            ));
+        }
+        if line.dev != m.dev {
+            wrong.push(format!(
+                "{}: the diagram draws dev-only dependencies {:?}, its Cargo.toml has {:?}",
+                line.name, line.dev, m.dev
+            ));
+        }
+        // Calls flow down: every normal dependency is drawn below its dependent.
+        let above: BTreeSet<&str> = lines[..at].iter().map(|l| l.name.as_str()).collect();
+        for dep in &line.normal {
+            if above.contains(dep.as_str()) || *dep == line.name {
+                wrong.push(format!("{} depends on {dep}, which is drawn above it", line.name));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "ARCHITECTURE.md's layer diagram is not the workspace:\n{}",
+        wrong.join("\n")
+    );
+}
