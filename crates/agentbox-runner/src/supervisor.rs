@@ -24,8 +24,6 @@ use agentbox_protocol::supervisor::{READY_PREFIX, Reply, Request, SOCKET_NAME};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use rustix::process::{Pid, Signal, WaitOptions};
 
-use crate::proctree;
-
 /// How the supervisor is started.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -265,7 +263,7 @@ impl Supervisor {
     fn end_box(&self) {
         self.state.lock().unwrap().ending = true;
         for _ in 0..2000 {
-            let alive: Vec<_> = proctree::descendants(self.me)
+            let alive: Vec<_> = agentbox_proc::descendants(self.me)
                 .into_iter()
                 .filter(|p| !p.is_zombie())
                 .collect();
@@ -286,7 +284,7 @@ impl Supervisor {
     /// Wait for the zombies reparented to us that no exec thread waits for.
     fn reap_orphans(&self) {
         let st = self.state.lock().unwrap();
-        for p in proctree::descendants(self.me) {
+        for p in agentbox_proc::descendants(self.me) {
             if p.ppid == self.me
                 && p.is_zombie()
                 && !st.execs.contains(&p.pid)

@@ -51,7 +51,7 @@ impl Record {
 
     /// The supervisor still runs (and so the box has not been ended).
     pub fn supervisor_alive(&self) -> bool {
-        agentbox_runner::proctree::stat(self.supervisor_pid)
+        agentbox_proc::stat(self.supervisor_pid)
             .is_some_and(|s| s.start_time == self.supervisor_start && !s.is_zombie())
     }
 }
