@@ -6,8 +6,6 @@
 //! providers, hands or runs, so it stays small enough to copy into any box (a static build needs
 //! nothing there).
 
-#![warn(missing_docs)]
-
 pub mod server;
 pub mod supervisor;
 

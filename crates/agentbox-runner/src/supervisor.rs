@@ -320,14 +320,10 @@ fn wait_for(pid: i32) -> Reply {
     }
 }
 
-/// The standard signals 1 to 31; the real-time ones belong to the C library.
+/// The standard signals 1 to 31; the real-time ones belong to the C library. rustix's checked
+/// constructor knows every one of them by name, so no unchecked conversion is needed.
 pub(crate) fn signal_from(n: i32) -> Option<Signal> {
-    if (1..=31).contains(&n) {
-        // SAFETY: 1..=31 are the standard signals, none reserved by libc.
-        Some(unsafe { Signal::from_raw_unchecked(n) })
-    } else {
-        None
-    }
+    Signal::from_named_raw(n)
 }
 
 fn error(code: &str, message: &str) -> Reply {
@@ -393,5 +389,15 @@ mod tests {
         assert!(Config::from_args(&args("--dir /b")).is_err());
         assert!(Config::from_args(&args("--dir /b --deadline-ms x")).is_err());
         assert!(Config::from_args(&args("--dir /b --deadline-ms 5 --what")).is_err());
+    }
+
+    #[test]
+    fn every_standard_signal_converts_and_nothing_else() {
+        for n in 1..=31 {
+            assert_eq!(signal_from(n).map(Signal::as_raw), Some(n), "signal {n}");
+        }
+        for n in [0, -1, 32, 34, 64, 65] {
+            assert!(signal_from(n).is_none(), "signal {n}");
+        }
     }
 }
