@@ -11,7 +11,7 @@ use agentbox_core::{Ctx, Error, ExecOptions, FinishOptions, Provider, Result, Sa
 use clap::Args;
 
 #[derive(Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// What to measure: `boxes` (create, exec), `hands` (each file operation and a command,
     /// on the host and in boxes), `runner` (exec, read and write through a box's runner vs
     /// one exec per operation, on local and Docker boxes) or `sync` (extracting a
@@ -142,7 +142,7 @@ async fn docker_cli_cycle() -> Result<()> {
     r.map(|_| ())
 }
 
-pub async fn run(args: BenchArgs) -> Result<()> {
+pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     if args.what == "hands" {
         return hands(args).await;
     }

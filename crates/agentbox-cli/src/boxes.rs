@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const MAX_COPY_BYTES: u64 = 1 << 30;
 
 #[derive(Subcommand)]
-pub enum BoxCommand {
+pub(crate) enum BoxCommand {
     /// Make a box and print its id.
     Create(Box<CreateArgs>),
     /// Run a program in a box, passing stdin and streaming stdout and stderr; exit with its code.
@@ -67,7 +67,7 @@ pub enum BoxCommand {
 }
 
 #[derive(Args)]
-pub struct CreateArgs {
+pub(crate) struct CreateArgs {
     /// The provider.
     #[arg(long, default_value = "local", help = provider_help("The provider"))]
     provider: String,
@@ -166,35 +166,35 @@ fn memory_mb(s: &str) -> std::result::Result<u64, String> {
 }
 
 /// `--provider`'s help: `what`, and every provider there is.
-pub fn provider_help(what: &str) -> String {
+pub(crate) fn provider_help(what: &str) -> String {
     format!("{what}: {}", registry::choices())
 }
 
 /// What providers are made from: this process's variables, and this executable as the boxes'
 /// helper (`agentbox runner …`: local boxes' supervisor, and the runner of a Docker box where no
 /// `agentbox-runner` is found), so an installed `agentbox` needs no second file.
-pub fn environment() -> Result<Environment> {
+pub(crate) fn environment() -> Result<Environment> {
     let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
     Ok(Environment::from_process().with_program(HelperCommand::new(exe, vec!["runner".into()])))
 }
 
 /// The registry's entry for `name`, an unknown one's error naming `flag` and every provider.
-pub fn entry(name: &str, flag: &str) -> Result<&'static Entry> {
+pub(crate) fn entry(name: &str, flag: &str) -> Result<&'static Entry> {
     registry::find(name).map_err(|e| e.context(flag))
 }
 
 /// The provider called `name`, on its defaults (a runner in each box where it can start one):
 /// how boxes are found by id, listed and measured.
-pub async fn provider(name: &str) -> Result<Arc<dyn Provider>> {
+pub(crate) async fn provider(name: &str) -> Result<Arc<dyn Provider>> {
     provider_with(name, &Options::default()).await
 }
 
 /// The provider called `name`, made by the registry with `options`.
-pub async fn provider_with(name: &str, options: &Options) -> Result<Arc<dyn Provider>> {
+pub(crate) async fn provider_with(name: &str, options: &Options) -> Result<Arc<dyn Provider>> {
     entry(name, "--provider")?.make(options, &environment()?).await
 }
 
-pub async fn attach(id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+pub(crate) async fn attach(id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
     entry(id.provider(), &format!("box {id}"))?
         .make(&Options::default(), &environment()?)
         .await?
@@ -203,7 +203,7 @@ pub async fn attach(id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         .ok_or_else(|| Error::not_found(format!("box {id}: no such box, or it has ended")))
 }
 
-pub async fn run(cmd: BoxCommand) -> Result<i32> {
+pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
     let ctx = Ctx::background();
     match cmd {
         BoxCommand::Create(a) => {

@@ -22,7 +22,7 @@ const QUESTIONS: [&str; 3] = [
 ];
 
 /// The parent: make the run, start the three generations one after another, say where it lives.
-pub async fn run() -> Result<()> {
+pub(crate) async fn run() -> Result<()> {
     let root = agentbox_providers::home::default_home()?.join("demo");
     let runs = Runs::new(&root);
     let rec = runs.create(None)?;
@@ -62,7 +62,7 @@ pub async fn run() -> Result<()> {
 }
 
 /// One generation, in a process of its own.
-pub async fn step(root: &Path, id: &str, step: usize) -> Result<()> {
+pub(crate) async fn step(root: &Path, id: &str, step: usize) -> Result<()> {
     let question = *QUESTIONS
         .get(step.wrapping_sub(1))
         .ok_or_else(|| Error::invalid(format!("--step {step}: 1 to 3")))?;
@@ -177,7 +177,7 @@ fn last_tool_text(c: &[agentbox_runs::Message]) -> String {
 
 /// The hidden arguments of one generation.
 #[derive(clap::Args)]
-pub struct StepArgs {
+pub(crate) struct StepArgs {
     #[arg(long)]
     pub root: PathBuf,
     #[arg(long)]

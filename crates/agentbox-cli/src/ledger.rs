@@ -8,7 +8,7 @@ use agentbox_transport::ledger::{JsonlLedger, LedgerStore, PostgresLedger, Recor
 use clap::Args;
 
 #[derive(Args)]
-pub struct ReceiptsArgs {
+pub(crate) struct ReceiptsArgs {
     /// A receipts file (JSON lines).
     file: PathBuf,
     /// Print JSON.
@@ -17,7 +17,7 @@ pub struct ReceiptsArgs {
 }
 
 /// Totals by provider and kind.
-pub fn receipts(a: ReceiptsArgs) -> Result<i32> {
+pub(crate) fn receipts(a: ReceiptsArgs) -> Result<i32> {
     let totals = agentbox_transport::receipts::totals(&a.file)?;
     if a.json {
         let rows: Vec<_> = totals
@@ -46,7 +46,7 @@ pub fn receipts(a: ReceiptsArgs) -> Result<i32> {
 }
 
 #[derive(Args)]
-pub struct LedgerArgs {
+pub(crate) struct LedgerArgs {
     /// Where the ledger is: `jsonl:DIR`, `sqlite:FILE` or `postgres:CONNINFO` (a password belongs
     /// in PGPASSWORD, never here). Default: `jsonl:$AGENTBOX_HOME/ledger`.
     #[arg(long)]
@@ -66,7 +66,7 @@ pub struct LedgerArgs {
 }
 
 /// Open the store a `--store` names.
-pub async fn store(spec: Option<&str>) -> Result<Arc<dyn LedgerStore>> {
+pub(crate) async fn store(spec: Option<&str>) -> Result<Arc<dyn LedgerStore>> {
     let spec = match spec {
         Some(s) => s.to_string(),
         None => format!(
@@ -91,7 +91,7 @@ pub async fn store(spec: Option<&str>) -> Result<Arc<dyn LedgerStore>> {
     })
 }
 
-pub async fn ledger(a: LedgerArgs) -> Result<i32> {
+pub(crate) async fn ledger(a: LedgerArgs) -> Result<i32> {
     let s = store(a.store.as_deref()).await?;
     let records = match (&a.target, &a.run) {
         (Some(t), _) => s.read_by_target(t, a.limit).await?,

@@ -22,7 +22,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use tokio::sync::Mutex;
 
 #[derive(Args)]
-pub struct McpArgs {
+pub(crate) struct McpArgs {
     /// The provider of the box.
     #[arg(long, default_value = "local", help = crate::boxes::provider_help("The provider of the box"))]
     provider: String,
@@ -263,7 +263,7 @@ impl ServerHandler for Hands {
     }
 }
 
-pub async fn run(a: McpArgs) -> Result<i32> {
+pub(crate) async fn run(a: McpArgs) -> Result<i32> {
     let (entry, spec) = match &a.config {
         Some(path) => {
             let config = agentbox_transport::TransportConfig::load(path)?;

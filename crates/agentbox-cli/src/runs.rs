@@ -7,7 +7,7 @@ use agentbox_runs::{RunRecord, Runs, read_status};
 use clap::Subcommand;
 
 #[derive(Subcommand)]
-pub enum RunsCommand {
+pub(crate) enum RunsCommand {
     /// Make a run and print its id.
     New {
         /// Its id (a new one when left out).
@@ -105,7 +105,7 @@ fn show(r: &RunRecord) -> String {
     .replace(" New ", " new ")
 }
 
-pub async fn run(cmd: RunsCommand) -> Result<i32> {
+pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
     match cmd {
         RunsCommand::New { id, root: r } => {
             let rec = Runs::new(root(r)?).create(id.as_deref())?;

@@ -6,7 +6,7 @@ use agentbox_core::{Ctx, Error, Result, SandboxId};
 use clap::Subcommand;
 
 #[derive(Subcommand)]
-pub enum SyncCommand {
+pub(crate) enum SyncCommand {
     /// Unpack a tar read on stdin into DEST, safely; print the receipt as JSON. Exits 0 when
     /// the archive was read to its end, 1 when it stopped.
     Extract {
@@ -74,7 +74,7 @@ fn print(v: &impl serde::Serialize) -> Result<()> {
     Ok(())
 }
 
-pub async fn run(cmd: SyncCommand) -> Result<i32> {
+pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
     match cmd {
         SyncCommand::Extract {
             dest,

@@ -5,7 +5,7 @@ use agentbox_hands::BoxEnv;
 use clap::Args;
 
 #[derive(Args)]
-pub struct ToolArgs {
+pub(crate) struct ToolArgs {
     /// The box's id.
     id: SandboxId,
     /// The tool: read, write, edit, bash, ls, grep, find.
@@ -33,7 +33,7 @@ fn json_object(s: &str) -> std::result::Result<serde_json::Value, String> {
 }
 
 /// Run the tool; its failure exits 1 with the message the model would read.
-pub async fn run(a: ToolArgs) -> Result<i32> {
+pub(crate) async fn run(a: ToolArgs) -> Result<i32> {
     if agentbox_hands::tools::by_name(&a.name).is_none() {
         let names: Vec<&str> = agentbox_hands::tools::all().iter().map(|t| t.name()).collect();
         return Err(Error::invalid(format!(

@@ -510,7 +510,10 @@ fn a_box_gets_a_runner_unless_told_not_to() {
             .trim()
             .to_string();
         let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
-        assert!(facts["runner"].as_str().is_some_and(|r| r.contains("runner.sock")), "{facts}");
+        assert!(
+            facts["runner"].as_str().is_some_and(|r| r.contains("runner.sock")),
+            "{facts}"
+        );
         assert_eq!(h.ok(&["box", "exec", &id, "--", "echo", "in docker"]), "in docker\n");
         h.ok(&["box", "rm", &id]);
         let id = h
@@ -664,7 +667,9 @@ fn a_fresh_install_finds_its_runner_for_docker_boxes() {
     let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = made["id"].as_str().unwrap().to_string();
     assert!(
-        made["facts"]["runner"].as_str().is_some_and(|r| r.contains("runner.sock")),
+        made["facts"]["runner"]
+            .as_str()
+            .is_some_and(|r| r.contains("runner.sock")),
         "the box's runner is this agentbox itself: {made}"
     );
     let out = run(&[

@@ -7,8 +7,6 @@
 //! This crate does no I/O of its own and knows no provider. See `ARCHITECTURE.md` at the
 //! repository root for where it sits.
 
-#![warn(missing_docs)]
-
 mod ctx;
 mod error;
 mod facts;

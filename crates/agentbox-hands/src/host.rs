@@ -14,7 +14,7 @@ use crate::path::{absolute, base_name};
 use crate::watch::{Seen, Watcher, excluded};
 
 /// The PATH a command gets when it inherits no environment and names none.
-pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+pub(crate) const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// This machine's file system and shell, rooted at a working directory.
 ///

@@ -5,8 +5,6 @@
 //! This crate knows boxes only through the `agentbox-core` contract, and nothing of the
 //! transport or runs.
 
-#![warn(missing_docs)]
-
 pub mod boxenv;
 mod env;
 mod host;

@@ -3,8 +3,6 @@
 //! This crate holds data and framing only: no sockets, no runtime. Both ends (the runner
 //! binary, and the providers in the host) depend on it, and on nothing of each other.
 
-#![warn(missing_docs)]
-
 pub mod frame;
 pub mod runner;
 pub mod supervisor;

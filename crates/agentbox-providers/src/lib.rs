@@ -12,8 +12,6 @@
 //!
 //! This crate knows nothing of hands, tools, transport or runs.
 
-#![warn(missing_docs)]
-
 #[cfg(feature = "docker")]
 pub mod docker;
 pub mod helper;

@@ -8,7 +8,7 @@ use agentbox_core::{Error, Result};
 use tokio::io::AsyncReadExt;
 
 /// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -17,7 +17,7 @@ pub fn now_ms() -> u64 {
 
 /// `n` random bytes as lowercase hex, from the kernel (`getrandom`); its failure is an error,
 /// never a predictable name.
-pub fn random_hex(n: usize) -> Result<String> {
+pub(crate) fn random_hex(n: usize) -> Result<String> {
     let mut buf = vec![0u8; n];
     getrandom::fill(&mut buf).map_err(|e| Error::unknown(format!("the kernel gave no random bytes: {e}")))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
@@ -25,7 +25,7 @@ pub fn random_hex(n: usize) -> Result<String> {
 
 /// Write `bytes` to `path` so a reader sees the old file or the whole new one: a temporary
 /// file beside it, synced, then renamed over it.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(e, format!("creating {}", tmp.display())))?;
@@ -36,7 +36,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Read one length-prefixed frame from an async reader. `Ok(None)` at a clean end.
-pub async fn read_frame<T: serde::de::DeserializeOwned>(
+pub(crate) async fn read_frame<T: serde::de::DeserializeOwned>(
     r: &mut (impl tokio::io::AsyncRead + Unpin),
 ) -> std::io::Result<Option<T>> {
     let mut prefix = [0u8; 4];

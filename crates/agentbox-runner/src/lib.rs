@@ -2,13 +2,11 @@
 //!
 //! Two programs in one binary: the runner server ([`server`]: one connection for every process
 //! and file of a box, what a provider starts in a box on request) and the supervisor of a local
-//! box ([`supervisor`]). It depends on the protocol crate alone, never on providers, hands or
-//! runs, so it stays small enough to copy into any box (a static build needs nothing there).
-
-#![warn(missing_docs)]
+//! box ([`supervisor`]). It depends on the protocol crate and `agentbox-proc` alone, never on
+//! providers, hands or runs, so it stays small enough to copy into any box (a static build needs
+//! nothing there).
 
 pub mod probe;
-pub mod proctree;
 pub mod server;
 pub mod supervisor;
 

@@ -24,8 +24,6 @@ use agentbox_protocol::supervisor::{READY_PREFIX, Reply, Request, SOCKET_NAME};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use rustix::process::{Pid, Signal, WaitOptions};
 
-use crate::proctree;
-
 /// How the supervisor is started.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -265,7 +263,7 @@ impl Supervisor {
     fn end_box(&self) {
         self.state.lock().unwrap().ending = true;
         for _ in 0..2000 {
-            let alive: Vec<_> = proctree::descendants(self.me)
+            let alive: Vec<_> = agentbox_proc::descendants(self.me)
                 .into_iter()
                 .filter(|p| !p.is_zombie())
                 .collect();
@@ -286,7 +284,7 @@ impl Supervisor {
     /// Wait for the zombies reparented to us that no exec thread waits for.
     fn reap_orphans(&self) {
         let st = self.state.lock().unwrap();
-        for p in proctree::descendants(self.me) {
+        for p in agentbox_proc::descendants(self.me) {
             if p.ppid == self.me
                 && p.is_zombie()
                 && !st.execs.contains(&p.pid)
@@ -322,14 +320,10 @@ fn wait_for(pid: i32) -> Reply {
     }
 }
 
-/// The standard signals 1 to 31; the real-time ones belong to the C library.
+/// The standard signals 1 to 31; the real-time ones belong to the C library. rustix's checked
+/// constructor knows every one of them by name, so no unchecked conversion is needed.
 pub(crate) fn signal_from(n: i32) -> Option<Signal> {
-    if (1..=31).contains(&n) {
-        // SAFETY: 1..=31 are the standard signals, none reserved by libc.
-        Some(unsafe { Signal::from_raw_unchecked(n) })
-    } else {
-        None
-    }
+    Signal::from_named_raw(n)
 }
 
 fn error(code: &str, message: &str) -> Reply {
@@ -395,5 +389,15 @@ mod tests {
         assert!(Config::from_args(&args("--dir /b")).is_err());
         assert!(Config::from_args(&args("--dir /b --deadline-ms x")).is_err());
         assert!(Config::from_args(&args("--dir /b --deadline-ms 5 --what")).is_err());
+    }
+
+    #[test]
+    fn every_standard_signal_converts_and_nothing_else() {
+        for n in 1..=31 {
+            assert_eq!(signal_from(n).map(Signal::as_raw), Some(n), "signal {n}");
+        }
+        for n in [0, -1, 32, 34, 64, 65] {
+            assert!(signal_from(n).is_none(), "signal {n}");
+        }
     }
 }

@@ -4,8 +4,6 @@
 //! into one directory, and nothing escapes it. [`seed_dir`] and [`pull_dir`] move a run's
 //! files in and out of any box through exec alone, every pulled member through [`extract`].
 
-#![warn(missing_docs)]
-
 mod extract;
 #[doc(hidden)]
 pub mod fuzzing;

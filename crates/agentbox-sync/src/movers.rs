@@ -24,7 +24,7 @@ use crate::{Options, Receipt, extract_tar};
 /// The default bound on the box's listing.
 pub const MAX_LISTING_BYTES: usize = 64 << 20;
 /// The largest seed archive.
-pub const MAX_SEED_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_SEED_BYTES: u64 = 1 << 30;
 
 /// One path as the box listed it, and the SHA-256 of what the host knows it holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

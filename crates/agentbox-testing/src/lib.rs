@@ -4,8 +4,6 @@
 //!
 //! Never a dependency of non-test code.
 
-#![warn(missing_docs)]
-
 pub mod conformance;
 pub mod fake;
 pub mod isolation;

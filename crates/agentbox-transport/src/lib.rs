@@ -11,8 +11,6 @@
 //!   in memory).
 //! - [`postgres`]: a PostgreSQL client that keeps why its connection ended.
 
-#![warn(missing_docs)]
-
 pub mod config;
 pub mod documents;
 pub mod ledger;

@@ -1,7 +1,7 @@
 //! Wall-clock time as receipts and ledgers write it.
 
 /// `ms` since the epoch as RFC 3339 UTC with milliseconds (`2026-11-30T06:59:01.123Z`).
-pub fn rfc3339(ms: u64) -> String {
+pub(crate) fn rfc3339(ms: u64) -> String {
     let secs = (ms / 1000) as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days (Howard Hinnant's algorithm).

@@ -4,17 +4,17 @@
 //! which [`super::code_of`] maps to the same codes the host's errno gives.
 
 /// `stat` format for one path: kind|size|mtime with milliseconds.
-pub const INFO: &str = r#"exec stat -c '%F|%s|%.3Y' -- "$1""#;
+pub(crate) const INFO: &str = r#"exec stat -c '%F|%s|%.3Y' -- "$1""#;
 
-pub const READ: &str = r#"exec cat -- "$1""#;
+pub(crate) const READ: &str = r#"exec cat -- "$1""#;
 
 /// `head -n 0` never reads, so a directory is refused first, as a read would refuse it.
-pub const READ_LINES: &str = r#"[ -d "$1" ] && { echo "head: $1: Is a directory" >&2; exit 1; }
+pub(crate) const READ_LINES: &str = r#"[ -d "$1" ] && { echo "head: $1: Is a directory" >&2; exit 1; }
 exec head -n "$2" -- "$1""#;
 
 /// The lstat line, then the bytes; refused before a byte moves when a link (with no_follow)
 /// or over the bound.
-pub const OPEN_READER: &str = r#"info=$(stat -c '%F|%s|%.3Y' -- "$1") || exit 1
+pub(crate) const OPEN_READER: &str = r#"info=$(stat -c '%F|%s|%.3Y' -- "$1") || exit 1
 case $info in "symbolic link|"*) [ "$3" = 1 ] && { echo "agentbox:symlink" >&2; exit 3; } ;; esac
 size=$(stat -L -c '%s' -- "$1") || exit 1
 [ -d "$1" ] && { echo "cat: $1: Is a directory" >&2; exit 1; }
@@ -22,19 +22,19 @@ size=$(stat -L -c '%s' -- "$1") || exit 1
 printf '%s\n' "$info"
 exec cat -- "$1""#;
 
-pub const WRITE: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; exec tee -- "$1" >/dev/null"#;
+pub(crate) const WRITE: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; exec tee -- "$1" >/dev/null"#;
 
-pub const APPEND: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; exec tee -a -- "$1" >/dev/null"#;
+pub(crate) const APPEND: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; exec tee -a -- "$1" >/dev/null"#;
 
-pub const TRUNCATE: &str = r#"stat -L -c '' -- "$1" >/dev/null || exit 1; exec truncate -c -s "$2" -- "$1""#;
+pub(crate) const TRUNCATE: &str = r#"stat -L -c '' -- "$1" >/dev/null || exit 1; exec truncate -c -s "$2" -- "$1""#;
 
-pub const FLUSH: &str = r#"exec sync -- "$1""#;
+pub(crate) const FLUSH: &str = r#"exec sync -- "$1""#;
 
 /// rename(2), failing the way the kernel fails it where `mv -T` would refuse in its own
 /// words: a source that is an ancestor of the target is EINVAL, a target that is an ancestor
 /// of the source ENOTEMPTY, a non-directory onto a directory EISDIR. The same file is no
 /// error. Paths arrive absolute and folded; their parents are resolved as the kernel would.
-pub const RENAME: &str = r#"[ "$1" -ef "$2" ] && exit 0
+pub(crate) const RENAME: &str = r#"[ "$1" -ef "$2" ] && exit 0
 stat -L -c '' -- "${1%/*}/" >/dev/null || exit 1
 stat -L -c '' -- "${2%/*}/" >/dev/null || exit 1
 if [ -e "$1" ] || [ -L "$1" ]; then
@@ -49,37 +49,37 @@ fi
 exec mv -T -- "$1" "$2""#;
 
 /// Entries NUL-separated: name, type letter, size, mtime seconds with fraction.
-pub const LIST: &str = r#"k=$(stat -L -c '%F' -- "$1") || exit 1
+pub(crate) const LIST: &str = r#"k=$(stat -L -c '%F' -- "$1") || exit 1
 [ "$k" = directory ] || { echo "agentbox:not_directory $1: Not a directory" >&2; exit 1; }
 exec find "$1/" -mindepth 1 -maxdepth 1 -printf '%f\0%y\0%s\0%T@\0'"#;
 
-pub const CANONICAL: &str = r#"exec realpath -e -z -- "$1""#;
+pub(crate) const CANONICAL: &str = r#"exec realpath -e -z -- "$1""#;
 
-pub const READ_LINK: &str = r#"stat -c '' -- "$1" >/dev/null || exit 1
+pub(crate) const READ_LINK: &str = r#"stat -c '' -- "$1" >/dev/null || exit 1
 readlink -z -- "$1" || { echo "agentbox:invalid $1: Invalid argument (not a symbolic link)" >&2; exit 1; }"#;
 
 /// Exit 0 and `yes` or `no`; a failure other than a missing path is an error.
-pub const EXISTS: &str = r#"if err=$(stat -c '' -- "$1" 2>&1 >/dev/null); then echo yes; exit 0; fi
+pub(crate) const EXISTS: &str = r#"if err=$(stat -c '' -- "$1" 2>&1 >/dev/null); then echo yes; exit 0; fi
 case $err in *"No such file or directory"*|*"Not a directory"*) echo no; exit 0 ;; esac
 echo "$err" >&2; exit 1"#;
 
-pub const MKDIR: &str = r#"exec mkdir -- "$1""#;
-pub const MKDIR_P: &str = r#"exec mkdir -p -- "$1""#;
+pub(crate) const MKDIR: &str = r#"exec mkdir -- "$1""#;
+pub(crate) const MKDIR_P: &str = r#"exec mkdir -p -- "$1""#;
 
 /// `$2` is `rf`, `r`, `f` or `-` (no flag).
-pub const REMOVE: &str = r#"case $2 in
+pub(crate) const REMOVE: &str = r#"case $2 in
   rf) exec rm -rf -- "$1" ;;
   r) exec rm -r -- "$1" ;;
   f) exec rm -f -- "$1" ;;
   *) exec rm -- "$1" ;;
 esac"#;
 
-pub const TEMP_DIR: &str = r#"exec mktemp -d -p "${TMPDIR:-/tmp}" "$1XXXXXX""#;
-pub const TEMP_FILE: &str = r#"exec mktemp -p "${TMPDIR:-/tmp}" --suffix="$2" "$1XXXXXX""#;
+pub(crate) const TEMP_DIR: &str = r#"exec mktemp -d -p "${TMPDIR:-/tmp}" "$1XXXXXX""#;
+pub(crate) const TEMP_FILE: &str = r#"exec mktemp -p "${TMPDIR:-/tmp}" --suffix="$2" "$1XXXXXX""#;
 
 /// Every path under each target: path, type, size, mtime (NUL-separated). `$1` is the max
 /// depth (`-1` for the whole subtree), the rest are the targets.
-pub const SNAPSHOT: &str = r#"d=$1; shift
+pub(crate) const SNAPSHOT: &str = r#"d=$1; shift
 for t in "$@"; do
   if [ "$d" = -1 ]; then find "$t" -printf '%p\0%y\0%s\0%T@\0' 2>/dev/null
   else find "$t" -maxdepth "$d" -printf '%p\0%y\0%s\0%T@\0' 2>/dev/null; fi
@@ -90,7 +90,7 @@ done; exit 0"#;
 /// ended) reaches the command's streams; the subshell restores them and `exec`s `setsid`,
 /// which, in a process that is not a group leader (a forked child never is), takes the new
 /// session in place. The exit is the command's, 128 + the signal for a signalled one.
-pub const OUTER: &str = r#"w=$1; shift
+pub(crate) const OUTER: &str = r#"w=$1; shift
 exec 3>&2 4>&1 1>/dev/null 2>/dev/null
 ( exec 1>&4 2>&3 3>&- 4>&-; exec setsid sh -c "$w" agentbox-cmd "$@" )
 exit $?"#;
@@ -104,7 +104,7 @@ exit $?"#;
 /// [`END_LEFT`]. `$1` is `shell` or `argv`, `$2` the working directory, the rest the
 /// command. The caller's PATH arrives as AGENTBOX_CALLER_PATH so these lines keep the box's
 /// own search path.
-pub const COMMAND: &str = r#"mode=$1; cwd=$2; shift 2
+pub(crate) const COMMAND: &str = r#"mode=$1; cwd=$2; shift 2
 T="${TMPDIR:-/tmp}/.agentbox-hands"
 shbin=$(command -v bash || command -v sh)
 [ -n "$shbin" ] || { printf '\000agentbox-cmd noshell\n'; exit 127; }
@@ -137,7 +137,7 @@ if [ "$mode" = shell ]; then exec "$shbin" -c "$1"; else exec "$@"; fi"#;
 
 /// Ask group `$1` to end, kill it a second later, and say whether a live process of it is
 /// left (`gone` or `alive`). A zombie does not count.
-pub const KILL_GROUP: &str = r#"g=$1
+pub(crate) const KILL_GROUP: &str = r#"g=$1
 alive() {
   for s in /proc/[0-9]*/stat; do
     read -r l < "$s" 2>/dev/null || continue
@@ -154,7 +154,7 @@ if alive; then echo alive; else rm -f "${TMPDIR:-/tmp}/.agentbox-hands/$g"; echo
 
 /// Kill every group an environment wrote down whose leader is still the process it wrote
 /// down (same start time), and forget every file. Prints the groups it killed.
-pub const END_LEFT: &str = r#"T="${TMPDIR:-/tmp}/.agentbox-hands"
+pub(crate) const END_LEFT: &str = r#"T="${TMPDIR:-/tmp}/.agentbox-hands"
 for f in "$T"/*; do
   [ -f "$f" ] || continue
   g=${f##*/}
@@ -171,7 +171,7 @@ done; exit 0"#;
 /// caller's), and PATH the caller's (`AGENTBOX_CALLER_PATH`) or a default one. The one command
 /// over a runner that goes through a script: `inherit_env` false, which the runner cannot
 /// give. Only builtins run before the `exec`.
-pub const CLEAN_ENV: &str = r#"p=${AGENTBOX_CALLER_PATH-/usr/local/bin:/usr/bin:/bin}
+pub(crate) const CLEAN_ENV: &str = r#"p=${AGENTBOX_CALLER_PATH-/usr/local/bin:/usr/bin:/bin}
 names=$(export -p | while IFS= read -r l; do
   case $l in "export "*|"declare -x "*) n=${l#export }; n=${n#declare -x }; n=${n%%=*}
     case $n in ""|*[!A-Za-z0-9_]*) ;; *) echo "$n" ;; esac ;; esac; done)
@@ -184,4 +184,4 @@ PATH=$p; export PATH
 unset p names keep n l
 exec "$@""#;
 
-pub const REMOVE_ALL: &str = r#"exec rm -rf -- "$@""#;
+pub(crate) const REMOVE_ALL: &str = r#"exec rm -rf -- "$@""#;

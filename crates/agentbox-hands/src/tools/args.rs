@@ -20,7 +20,7 @@ use super::ToolError;
 
 /// The JSON schema of `T` as a tool lists it: every subschema inline, no `$schema`, no
 /// title, no `null` for an optional field, no `format`.
-pub fn schema_of<T: JsonSchema>() -> Value {
+pub(super) fn schema_of<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::draft2020_12()
         .with(|s| {
             s.meta_schema = None;
@@ -60,7 +60,7 @@ fn plain(v: &mut Value) {
 }
 
 /// Parse a call's arguments into `T`; a refusal names the argument and why.
-pub fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+pub(super) fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
     let Value::Object(mut map) = args else {
         return Err(ToolError("Invalid arguments: expected an object".into()));
     };
@@ -112,7 +112,7 @@ fn explain(path: &str, serde: &str) -> String {
 /// A count (`offset`, `limit`, `context`): any JSON number that is whole and not negative,
 /// `3.0` included, as pi's `number` arguments are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Count(pub u64);
+pub(super) struct Count(pub u64);
 
 impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -138,7 +138,7 @@ impl JsonSchema for Count {
 
 /// A time in seconds: a positive, finite JSON number (`0.5` included).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Seconds(pub f64);
+pub(super) struct Seconds(pub f64);
 
 impl<'de> Deserialize<'de> for Seconds {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

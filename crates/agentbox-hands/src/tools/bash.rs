@@ -14,11 +14,11 @@ use super::truncate::{MAX_BYTES, MAX_LINES, tail};
 use super::{ToolError, ToolResult, Typed};
 use crate::env::{Command, ExecCode, ExecOptions, ExecutionEnv, Spill};
 
-pub struct Bash;
+pub(super) struct Bash;
 
 /// `bash`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-pub struct BashArgs {
+pub(super) struct BashArgs {
     /// Bash command to execute
     command: String,
     /// Timeout in seconds (optional, no default timeout)

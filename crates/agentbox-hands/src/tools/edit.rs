@@ -11,11 +11,11 @@ use unicode_normalization::UnicodeNormalization;
 use super::{ToolError, ToolResult, Typed};
 use crate::env::{ExecutionEnv, FsCode};
 
-pub struct Edit;
+pub(super) struct Edit;
 
 /// The space a fuzzy match is made in: NFKC, no trailing whitespace on a line, smart quotes
 /// as ASCII, unicode dashes as `-`, special spaces as a space.
-pub fn fuzzy(text: &str) -> String {
+pub(super) fn fuzzy(text: &str) -> String {
     let nfkc: String = text.nfkc().collect();
     let trimmed: Vec<&str> = nfkc.split('\n').map(|l| l.trim_end()).collect();
     trimmed
@@ -39,7 +39,7 @@ struct OneEdit {
 /// `edit`'s arguments: the path and the edits, from either form.
 #[derive(Deserialize)]
 #[serde(try_from = "SentEditArgs")]
-pub struct EditArgs {
+pub(super) struct EditArgs {
     path: String,
     edits: Vec<OneEdit>,
 }

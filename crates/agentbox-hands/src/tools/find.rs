@@ -11,7 +11,7 @@ use super::args::Count;
 use super::{ToolError, ToolResult, Typed, capture, glob, with_notices};
 use crate::env::{ExecutionEnv, FsCode};
 
-pub struct Find;
+pub(super) struct Find;
 
 /// Every path under `$1` with its type letter, NUL-separated, bounded at 16 MiB.
 const SCRIPT: &str =
@@ -19,7 +19,7 @@ const SCRIPT: &str =
 
 /// `find`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-pub struct FindArgs {
+pub(super) struct FindArgs {
     /// Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'
     pattern: String,
     /// Directory to search in (default: current directory)

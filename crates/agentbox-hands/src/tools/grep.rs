@@ -12,7 +12,7 @@ use super::args::Count;
 use super::{ToolError, ToolResult, Typed, capture, glob, with_notices};
 use crate::env::{ExecutionEnv, FileKind, FsCode};
 
-pub struct Grep;
+pub(super) struct Grep;
 
 /// Lines longer than this are cut.
 const MAX_LINE: usize = 500;
@@ -49,7 +49,7 @@ fn status_of(stderr: &str) -> Option<i32> {
 
 /// `grep`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-pub struct GrepArgs {
+pub(super) struct GrepArgs {
     /// Search pattern (regex or literal string)
     pattern: String,
     /// Directory or file to search (default: current directory)

@@ -10,11 +10,11 @@ use super::args::Count;
 use super::{ToolError, ToolResult, Typed, with_notices};
 use crate::env::{ExecutionEnv, FileKind, FsCode};
 
-pub struct Ls;
+pub(super) struct Ls;
 
 /// `ls`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-pub struct LsArgs {
+pub(super) struct LsArgs {
     /// Directory to list (default: current directory)
     path: Option<String>,
     /// Maximum number of entries to return (default: 500)

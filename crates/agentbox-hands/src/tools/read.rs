@@ -12,7 +12,7 @@ use super::truncate::{MAX_BYTES, MAX_LINES, format_size, head};
 use super::{Content, ToolError, ToolResult, Typed};
 use crate::env::{ExecutionEnv, FsCode};
 
-pub struct Read;
+pub(super) struct Read;
 
 fn image_mime(path: &str) -> Option<&'static str> {
     let ext = path.rsplit('.').next()?.to_ascii_lowercase();
@@ -27,7 +27,7 @@ fn image_mime(path: &str) -> Option<&'static str> {
 
 /// `read`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-pub struct ReadArgs {
+pub(super) struct ReadArgs {
     /// Path to the file to read (relative or absolute)
     path: String,
     /// Line number to start reading from (1-indexed)

@@ -9,11 +9,11 @@ use serde_json::Value;
 use super::{ToolError, ToolResult, Typed};
 use crate::env::ExecutionEnv;
 
-pub struct Write;
+pub(super) struct Write;
 
 /// `write`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-pub struct WriteArgs {
+pub(super) struct WriteArgs {
     /// Path to the file to write (relative or absolute)
     path: String,
     /// Content to write to the file

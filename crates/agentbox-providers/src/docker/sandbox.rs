@@ -30,7 +30,7 @@ use super::{DockerOptions, NAME, is_not_found, remove_options};
 use crate::transfer::{CONTROL_TIMEOUT, download_by_exec, upload_by_exec};
 
 /// The exec shim. `$1` is the working directory, the rest is the program and its arguments.
-pub const SHIM: &str = r#"d=$1; shift
+pub(super) const SHIM: &str = r#"d=$1; shift
 cd -- "$d" 2>/dev/null || { printf '\000agentbox nocwd\n'; exit 126; }
 command -v -- "$1" >/dev/null 2>&1 || { printf '\000agentbox noprog\n'; exit 127; }
 printf '\000agentbox %s\n' "$$"

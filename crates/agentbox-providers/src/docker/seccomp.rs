@@ -24,7 +24,7 @@
 use serde_json::{Value, json};
 
 /// The profile's name as a box's facts state it.
-pub const NAME: &str = "agentbox";
+pub(super) const NAME: &str = "agentbox";
 
 /// Syscalls refused outright.
 const REFUSED: &[&str] = &[
@@ -98,7 +98,7 @@ const EPERM: u32 = 1;
 const ENOSYS: u32 = 38;
 
 /// The profile as the engine takes it (`SecurityOpt: seccomp=<this JSON>`).
-pub fn profile() -> Value {
+pub(super) fn profile() -> Value {
     let mut rules: Vec<Value> = vec![json!({
         "names": REFUSED,
         "action": "SCMP_ACT_ERRNO",
@@ -130,7 +130,7 @@ pub fn profile() -> Value {
 }
 
 /// The `SecurityOpt` entry that applies the profile.
-pub fn security_opt() -> String {
+pub(super) fn security_opt() -> String {
     format!("seccomp={}", profile())
 }
 

@@ -228,7 +228,7 @@ impl LocalProvider {
         };
         // The child handle is dropped here; tokio reaps the supervisor when it exits, and if
         // this process dies first, init does.
-        let start = agentbox_runner::proctree::stat(pid)
+        let start = agentbox_proc::stat(pid)
             .map(|s| s.start_time)
             .ok_or_else(|| Error::unknown("the box supervisor ended as it started"))?;
         Ok((pid, start))

@@ -24,7 +24,7 @@ use crate::util::read_frame;
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Start `req` (an exec) through the supervisor listening on `sock`.
-pub async fn start(sock: &Path, req: Request, ctx: &Ctx) -> Result<Process> {
+pub(super) async fn start(sock: &Path, req: Request, ctx: &Ctx) -> Result<Process> {
     let pipe_err = |e: rustix::io::Errno| Error::unknown(format!("making a pipe: {e}"));
     let (stdin_r, stdin_w) = pipe_with(PipeFlags::CLOEXEC).map_err(pipe_err)?;
     let (stdout_r, stdout_w) = pipe_with(PipeFlags::CLOEXEC).map_err(pipe_err)?;

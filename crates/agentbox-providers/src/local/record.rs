@@ -11,7 +11,7 @@ const FILE: &str = "record.json";
 
 /// Written once when the box is made, never changed.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Record {
+pub(super) struct Record {
     pub id: SandboxId,
     pub labels: Labels,
     pub spec: Spec,
@@ -29,7 +29,7 @@ pub struct Record {
 
 impl Record {
     /// The record in `dir`; `None` when there is none (a create under way, or a sweep).
-    pub fn read(dir: &Path) -> Result<Option<Record>> {
+    pub(super) fn read(dir: &Path) -> Result<Option<Record>> {
         let path = dir.join(FILE);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -44,14 +44,14 @@ impl Record {
     }
 
     /// Write the record, whole or not at all.
-    pub fn write(&self, dir: &Path) -> Result<()> {
+    pub(super) fn write(&self, dir: &Path) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::unknown(e.to_string()))?;
         write_atomic(&dir.join(FILE), &bytes)
     }
 
     /// The supervisor still runs (and so the box has not been ended).
-    pub fn supervisor_alive(&self) -> bool {
-        agentbox_runner::proctree::stat(self.supervisor_pid)
+    pub(super) fn supervisor_alive(&self) -> bool {
+        agentbox_proc::stat(self.supervisor_pid)
             .is_some_and(|s| s.start_time == self.supervisor_start && !s.is_zombie())
     }
 }

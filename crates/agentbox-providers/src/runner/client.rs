@@ -31,7 +31,7 @@ const RECONNECT_FOR: Duration = Duration::from_secs(60);
 /// The flow-control window asked of the runner: at most this many bytes of a process's
 /// output sent and not yet taken by its reader. A reader that stops reading holds up its own
 /// process at the runner, never this connection's other processes and file operations.
-pub const WINDOW: u64 = 1 << 20;
+pub(super) const WINDOW: u64 = 1 << 20;
 /// A reader acknowledges what it took once this much has gathered.
 const ACK_EVERY: u64 = WINDOW / 4;
 /// Bytes held per stream for a reader that has not taken them: room for a whole window and

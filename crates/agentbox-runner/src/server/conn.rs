@@ -18,7 +18,7 @@ use super::process::{self, Attachment, Command, Handle, json};
 
 /// What arrives on a connection: a message, or a frame its transport could not read (which is
 /// answered, and the connection goes on).
-pub enum Inbound {
+pub(super) enum Inbound {
     /// A message.
     Message(Message),
     /// A frame that was not a message, and why.
@@ -44,7 +44,12 @@ struct PendingWrite {
 /// Serve one connection until `rx` ends; its processes run on. With `half_close`, the end of
 /// `rx` is only the end of requests (stdin closed): the processes' output and exits still go
 /// out on `tx` until they end.
-pub async fn serve(runner: Arc<Runner>, mut rx: mpsc::Receiver<Inbound>, tx: mpsc::Sender<Message>, half_close: bool) {
+pub(super) async fn serve(
+    runner: Arc<Runner>,
+    mut rx: mpsc::Receiver<Inbound>,
+    tx: mpsc::Sender<Message>,
+    half_close: bool,
+) {
     let conn = runner.next_conn.fetch_add(1, Ordering::Relaxed);
     let mut c = Conn {
         runner,

@@ -9,11 +9,11 @@ use std::path::Path;
 use agentbox_protocol::runner::{Answer, Kind, MAX_MESSAGE, Meta};
 
 /// The largest file a single `read` or `write` frame carries: a message less its header.
-pub const MAX_FILE: u64 = (MAX_MESSAGE - 16) as u64;
+pub(super) const MAX_FILE: u64 = (MAX_MESSAGE - 16) as u64;
 
 /// A failed operation as the answer the client reads: the errno and its name, and a message
 /// naming the path.
-pub fn io_error(id: u32, e: &std::io::Error, path: &str) -> Answer {
+pub(super) fn io_error(id: u32, e: &std::io::Error, path: &str) -> Answer {
     let errno = e.raw_os_error();
     Answer::Error {
         id: Some(id),
@@ -48,7 +48,7 @@ fn is_a_directory() -> std::io::Error {
 }
 
 /// A path's metadata as the protocol carries it.
-pub fn meta_of(path: &str, m: &std::fs::Metadata) -> Meta {
+pub(super) fn meta_of(path: &str, m: &std::fs::Metadata) -> Meta {
     let ft = m.file_type();
     let kind = if ft.is_symlink() {
         Kind::Symlink
@@ -72,7 +72,7 @@ pub fn meta_of(path: &str, m: &std::fs::Metadata) -> Meta {
 }
 
 /// What a `read` answers: the bytes, `None` for a missing file, or an error answer.
-pub fn read(id: u32, path: &str, offset: Option<u64>, length: Option<u64>) -> Result<Option<Vec<u8>>, Answer> {
+pub(super) fn read(id: u32, path: &str, offset: Option<u64>, length: Option<u64>) -> Result<Option<Vec<u8>>, Answer> {
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -114,7 +114,7 @@ pub fn read(id: u32, path: &str, offset: Option<u64>, length: Option<u64>) -> Re
 }
 
 /// Write (or append) `bytes` to `path`, making missing parents first.
-pub fn write(id: u32, path: &str, bytes: &[u8], mode: Option<u32>, append: bool) -> Answer {
+pub(super) fn write(id: u32, path: &str, bytes: &[u8], mode: Option<u32>, append: bool) -> Answer {
     if let Some(parent) = Path::new(path).parent() {
         // A parent that cannot be made shows as the open's own error below.
         let _ = std::fs::create_dir_all(parent);
@@ -136,7 +136,7 @@ pub fn write(id: u32, path: &str, bytes: &[u8], mode: Option<u32>, append: bool)
 }
 
 /// Every other file operation: its answer.
-pub fn other(req: &agentbox_protocol::runner::Request) -> Answer {
+pub(super) fn other(req: &agentbox_protocol::runner::Request) -> Answer {
     use agentbox_protocol::runner::Request as R;
     let id = req.id();
     let done = |r: std::io::Result<()>, path: &str| match r {

@@ -222,8 +222,12 @@ pub fn main(config: Config) -> Result<(), String> {
     }
     let detached = std::env::var_os(transport::DETACHED_ENV).is_some();
     if detached {
-        // SAFETY: no other thread runs yet. The variable must not reach the box's programs.
-        unsafe { std::env::remove_var(transport::DETACHED_ENV) };
+        // SAFETY: no other thread runs yet (the runtime is built below), so nothing reads the
+        // environment while it changes. The variable must not reach the box's programs.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::env::remove_var(transport::DETACHED_ENV)
+        };
     }
     let token = if config.token_stdin {
         let mut line = String::new();

@@ -28,7 +28,7 @@ const DRAIN: Duration = Duration::from_millis(100);
 
 /// A connection's end that a process sends to.
 #[derive(Clone)]
-pub struct Attachment {
+pub(super) struct Attachment {
     /// The connection's number in this runner.
     pub conn: u64,
     /// The id the process has on that connection.
@@ -43,7 +43,7 @@ pub struct Attachment {
 }
 
 /// What a connection asks of a process.
-pub enum Command {
+pub(super) enum Command {
     /// Send output to this connection from sequence number `after + 1` on, answering
     /// `resumed` first.
     Attach(Attachment, u64),
@@ -171,7 +171,7 @@ fn code_of(st: std::process::ExitStatus) -> (i32, Option<i32>) {
 }
 
 /// What the runner's table knows of a running process task.
-pub struct Handle {
+pub(super) struct Handle {
     /// The task's commands.
     pub tx: mpsc::Sender<Command>,
     /// The process group to signal (the program leads it).
@@ -186,7 +186,7 @@ pub struct Handle {
 }
 
 /// What a process task starts from.
-pub struct Task {
+pub(super) struct Task {
     /// The program, spawned with piped stdout and stderr.
     pub child: Child,
     /// Started by a protocol-3 connection: its output is kept for a resume.
@@ -205,7 +205,7 @@ pub struct Task {
 
 /// Run the process task until the process ended and its exit reached a client that keeps it
 /// no longer (or it was forgotten). `done` runs last, to take it out of the runner's table.
-pub async fn run(task: Task, done: impl FnOnce()) {
+pub(super) async fn run(task: Task, done: impl FnOnce()) {
     let Task {
         mut child,
         resumable,
@@ -347,6 +347,6 @@ async fn reserve(to: Option<mpsc::Sender<Message>>) -> Option<mpsc::OwnedPermit<
 }
 
 /// An answer as JSON text.
-pub fn json(a: &Answer) -> String {
+pub(super) fn json(a: &Answer) -> String {
     serde_json::to_string(a).unwrap_or_else(|_| r#"{"op":"error","message":"an answer did not serialise"}"#.into())
 }

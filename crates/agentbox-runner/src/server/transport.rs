@@ -131,7 +131,9 @@ pub(crate) fn detach() -> Result<(), String> {
         .env(DETACHED_ENV, "1")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    // SAFETY: setsid is async-signal-safe and touches no memory of this process.
+    // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
+    // calls are sound: setsid is one, allocates nothing and touches no memory of this process.
+    #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(|| rustix::process::setsid().map(|_| ()).map_err(std::io::Error::from));
     }

@@ -11,10 +11,10 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message as Ws;
 
-pub const RUNNER: &str = env!("CARGO_BIN_EXE_agentbox-runner");
+pub(crate) const RUNNER: &str = env!("CARGO_BIN_EXE_agentbox-runner");
 
 /// A runner listening on a loopback port, killed when dropped.
-pub struct Runner {
+pub(crate) struct Runner {
     pub child: Child,
     pub addr: String,
 }
@@ -27,7 +27,7 @@ impl Drop for Runner {
 }
 
 /// Start `agentbox-runner --listen 127.0.0.1:0 extra…` in `cwd` and read where it listens.
-pub fn start(extra: &[&str], cwd: &std::path::Path) -> Runner {
+pub(crate) fn start(extra: &[&str], cwd: &std::path::Path) -> Runner {
     let mut child = Command::new(RUNNER)
         .args(["--listen", "127.0.0.1:0"])
         .args(extra)
@@ -48,10 +48,10 @@ pub fn start(extra: &[&str], cwd: &std::path::Path) -> Runner {
     Runner { child, addr }
 }
 
-pub type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+pub(crate) type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
 
 /// A WebSocket to the runner at `addr`, as the seed's client opens it (at `/`).
-pub async fn connect(addr: &str) -> Socket {
+pub(crate) async fn connect(addr: &str) -> Socket {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
         .await
@@ -61,25 +61,25 @@ pub async fn connect(addr: &str) -> Socket {
 
 /// What came next from the runner.
 #[derive(Debug, PartialEq)]
-pub enum Got {
+pub(crate) enum Got {
     Text(Value),
     Binary(Vec<u8>),
 }
 
-pub async fn send_text(ws: &mut Socket, v: Value) {
+pub(crate) async fn send_text(ws: &mut Socket, v: Value) {
     ws.send(Ws::text(v.to_string())).await.unwrap();
 }
 
-pub async fn send_raw(ws: &mut Socket, t: &str) {
+pub(crate) async fn send_raw(ws: &mut Socket, t: &str) {
     ws.send(Ws::text(t.to_string())).await.unwrap();
 }
 
-pub async fn send_binary(ws: &mut Socket, b: Vec<u8>) {
+pub(crate) async fn send_binary(ws: &mut Socket, b: Vec<u8>) {
     ws.send(Ws::binary(b)).await.unwrap();
 }
 
 /// The next text or binary message, within 20 s.
-pub async fn next(ws: &mut Socket) -> Got {
+pub(crate) async fn next(ws: &mut Socket) -> Got {
     loop {
         let m = tokio::time::timeout(Duration::from_secs(20), ws.next())
             .await
@@ -95,14 +95,14 @@ pub async fn next(ws: &mut Socket) -> Got {
 }
 
 /// Whether nothing arrives within `ms`.
-pub async fn quiet(ws: &mut Socket, ms: u64) -> bool {
+pub(crate) async fn quiet(ws: &mut Socket, ms: u64) -> bool {
     tokio::time::timeout(Duration::from_millis(ms), ws.next())
         .await
         .is_err()
 }
 
 /// Messages up to and including the text answer whose `op` is `op` for `id`.
-pub async fn until(ws: &mut Socket, id: u32, op: &str) -> (Vec<Got>, Value) {
+pub(crate) async fn until(ws: &mut Socket, id: u32, op: &str) -> (Vec<Got>, Value) {
     let mut seen = Vec::new();
     loop {
         match next(ws).await {
@@ -113,7 +113,7 @@ pub async fn until(ws: &mut Socket, id: u32, op: &str) -> (Vec<Got>, Value) {
 }
 
 /// The bytes of `stream` for `id` among protocol-2 binary frames.
-pub fn bytes_of(frames: &[Got], id: u32, stream: u8) -> Vec<u8> {
+pub(crate) fn bytes_of(frames: &[Got], id: u32, stream: u8) -> Vec<u8> {
     let mut out = Vec::new();
     for f in frames {
         if let Got::Binary(b) = f
@@ -128,7 +128,7 @@ pub fn bytes_of(frames: &[Got], id: u32, stream: u8) -> Vec<u8> {
 }
 
 /// A plain HTTP GET, answered as (status line, body).
-pub async fn get(addr: &str, path: &str, extra: &str) -> (String, String) {
+pub(crate) async fn get(addr: &str, path: &str, extra: &str) -> (String, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\n{extra}\r\n").as_bytes())
         .await

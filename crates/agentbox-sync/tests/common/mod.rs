@@ -1,7 +1,7 @@
 //! A minimal tar writer for building hostile archives byte by byte.
 #![allow(dead_code)]
 
-pub fn header(name: &[u8], typeflag: u8, size: u64, mode: u32, link: &[u8]) -> [u8; 512] {
+pub(crate) fn header(name: &[u8], typeflag: u8, size: u64, mode: u32, link: &[u8]) -> [u8; 512] {
     let mut h = [0u8; 512];
     h[..name.len().min(100)].copy_from_slice(&name[..name.len().min(100)]);
     h[100..108].copy_from_slice(format!("{mode:07o}\0").as_bytes());
@@ -19,31 +19,31 @@ pub fn header(name: &[u8], typeflag: u8, size: u64, mode: u32, link: &[u8]) -> [
     h
 }
 
-pub fn padded(data: &[u8]) -> Vec<u8> {
+pub(crate) fn padded(data: &[u8]) -> Vec<u8> {
     let mut v = data.to_vec();
     v.resize(data.len().div_ceil(512) * 512, 0);
     v
 }
 
-pub fn member(name: &str, typeflag: u8, data: &[u8], mode: u32) -> Vec<u8> {
+pub(crate) fn member(name: &str, typeflag: u8, data: &[u8], mode: u32) -> Vec<u8> {
     let mut v = header(name.as_bytes(), typeflag, data.len() as u64, mode, b"").to_vec();
     v.extend(padded(data));
     v
 }
 
-pub fn file(name: &str, data: &[u8]) -> Vec<u8> {
+pub(crate) fn file(name: &str, data: &[u8]) -> Vec<u8> {
     member(name, b'0', data, 0o644)
 }
 
-pub fn dir(name: &str) -> Vec<u8> {
+pub(crate) fn dir(name: &str) -> Vec<u8> {
     member(name, b'5', b"", 0o755)
 }
 
-pub fn link(name: &str, typeflag: u8, target: &str) -> Vec<u8> {
+pub(crate) fn link(name: &str, typeflag: u8, target: &str) -> Vec<u8> {
     header(name.as_bytes(), typeflag, 0, 0o777, target.as_bytes()).to_vec()
 }
 
-pub fn pax_records(records: &[(&str, &[u8])]) -> Vec<u8> {
+pub(crate) fn pax_records(records: &[(&str, &[u8])]) -> Vec<u8> {
     let mut out = Vec::new();
     for (k, v) in records {
         let body_len = 1 + k.len() + 1 + v.len() + 1;
@@ -58,15 +58,15 @@ pub fn pax_records(records: &[(&str, &[u8])]) -> Vec<u8> {
     out
 }
 
-pub fn pax(typeflag: u8, records: &[(&str, &[u8])]) -> Vec<u8> {
+pub(crate) fn pax(typeflag: u8, records: &[(&str, &[u8])]) -> Vec<u8> {
     member("PaxHeaders/x", typeflag, &pax_records(records), 0o644)
 }
 
-pub fn end() -> Vec<u8> {
+pub(crate) fn end() -> Vec<u8> {
     vec![0u8; 1024]
 }
 
-pub fn archive(parts: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn archive(parts: &[Vec<u8>]) -> Vec<u8> {
     let mut v: Vec<u8> = parts.concat();
     v.extend(end());
     v

@@ -1,4 +1,8 @@
 //! Reading the process tree from /proc: who descends from whom, and who is a zombie.
+//!
+//! A crate of its own, with no dependency beyond std, so that a host telling whether a local
+//! box's supervisor still runs (`agentbox-providers`) reads `/proc` the same way as the
+//! supervisor killing its descendants (`agentbox-runner`) without linking the runner's server.
 
 use std::collections::HashMap;
 
