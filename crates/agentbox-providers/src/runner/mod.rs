@@ -189,6 +189,8 @@ impl Sandbox for RunnerSandbox {
     }
 
     async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
+        // The program alone: its arguments and environment may hold what a log must not.
+        tracing::debug!(box_id = %self.id(), program = argv.first().map(String::as_str).unwrap_or(""), "exec");
         opts.validate(argv)?;
         match self.client.exec(argv, opts, ctx).await {
             Ok(p) => Ok(p),
