@@ -151,6 +151,7 @@ struct Packed {
 fn pack(opts: &SeedOptions) -> Result<Packed> {
     let mut b = tar::Builder::new(Vec::new());
     let (mut sent, mut skipped, mut hashes) = (0u64, BTreeMap::new(), BTreeMap::new());
+    let mut read_only_dirs: Vec<(String, u64)> = Vec::new();
     let mut stack = vec![(opts.from.clone(), String::new())];
     let mut total = 0u64;
     while let Some((dir, rel)) = stack.pop() {
@@ -176,11 +177,16 @@ fn pack(opts: &SeedOptions) -> Result<Packed> {
             if meta.file_type().is_symlink() {
                 *skipped.entry("link".to_string()).or_default() += 1;
             } else if meta.is_dir() {
+                // Made writable first, whatever it ends as: a box's root that holds no
+                // capabilities cannot write into a read-only directory, not even its own.
                 h.set_entry_type(tar::EntryType::Directory);
-                h.set_mode(if ro { 0o555 } else { 0o755 });
+                h.set_mode(0o755);
                 h.set_size(0);
                 b.append_data(&mut h, format!("{r}/"), std::io::empty())
                     .map_err(|err| Error::io(err, "packing"))?;
+                if ro {
+                    read_only_dirs.push((r.clone(), meta.mtime().max(0) as u64));
+                }
                 sent += 1;
                 stack.push((e.path(), r));
             } else if meta.is_file() {
@@ -213,6 +219,17 @@ fn pack(opts: &SeedOptions) -> Result<Packed> {
                 *skipped.entry("other".to_string()).or_default() += 1;
             }
         }
+    }
+    // Read-only directories take their mode last, once what is in them was written (the
+    // deepest first, so a parent's mode never stands in a child's way).
+    for (r, mtime) in read_only_dirs.into_iter().rev() {
+        let mut h = tar::Header::new_gnu();
+        h.set_mtime(mtime);
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o555);
+        h.set_size(0);
+        b.append_data(&mut h, format!("{r}/"), std::io::empty())
+            .map_err(|err| Error::io(err, "packing"))?;
     }
     let archive = b.into_inner().map_err(|e| Error::io(e, "packing"))?;
     Ok(Packed {
