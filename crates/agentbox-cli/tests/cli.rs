@@ -825,3 +825,73 @@ fn run_ids_are_random_without_dev_urandom() {
         "{ids:?}"
     );
 }
+
+/// `--drop-capabilities --user` makes a box (it failed with `chown 1000:1000 /workspace:
+/// Operation not permitted`), and `box facts` says what it keeps; `--keep-capabilities` keeps
+/// Docker's set and says so.
+#[test]
+fn docker_capabilities_from_the_cli() {
+    if !agentbox_testing::services::docker_available("docker_capabilities_from_the_cli") {
+        return;
+    }
+    let h = Home::new();
+    let id = h
+        .ok(&[
+            "box",
+            "create",
+            "--provider",
+            "docker",
+            "--lifetime",
+            "2m",
+            "--drop-capabilities",
+            "--user",
+            "1000:1000",
+        ])
+        .trim()
+        .to_string();
+    let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+    assert_eq!(
+        (facts["capabilities"].as_str(), facts["no_new_privs"].as_bool()),
+        (Some("none"), Some(true)),
+        "{facts}"
+    );
+    assert_eq!(
+        h.ok(&["box", "exec", &id, "--", "sh", "-c", "touch f && stat -c %u:%g ."]),
+        "1000:1000\n"
+    );
+    h.ok(&["box", "rm", &id]);
+    let id = h
+        .ok(&[
+            "box",
+            "create",
+            "--provider",
+            "docker",
+            "--lifetime",
+            "2m",
+            "--keep-capabilities",
+        ])
+        .trim()
+        .to_string();
+    let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+    assert_eq!(
+        (facts["capabilities"].as_str(), facts["no_new_privs"].as_bool()),
+        (Some("docker-default"), Some(false)),
+        "{facts}"
+    );
+    h.ok(&["box", "rm", &id]);
+    one_line_error(
+        &h.run(
+            &[
+                "box",
+                "create",
+                "--provider",
+                "docker",
+                "--keep-capabilities",
+                "--drop-capabilities",
+            ],
+            b"",
+        ),
+        2,
+        "--keep-capabilities",
+    );
+}

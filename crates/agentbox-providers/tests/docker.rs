@@ -335,7 +335,7 @@ async fn dropped_capabilities_and_volumes() {
     );
     b.destroy(&ctx()).await.unwrap();
 
-    // A box made with Docker's capabilities kept is ended by an attach that requires none.
+    // A box made with Docker's capabilities kept is found again as it is, and says so.
     let plain = provider(DockerOptions {
         keep_capabilities: true,
         ..Default::default()
@@ -344,8 +344,10 @@ async fn dropped_capabilities_and_volumes() {
     .create(&Spec::new(Duration::from_secs(120)), &ctx())
     .await
     .unwrap();
-    assert!(dropped.attach(plain.id(), &ctx()).await.unwrap().is_none());
-    assert!(!container_running(plain.id().name()), "the attach ended it");
+    let again = dropped.attach(plain.id(), &ctx()).await.unwrap().expect("found again");
+    assert_eq!(again.facts().capabilities.as_deref(), Some("docker-default"));
+    assert_eq!(again.facts().no_new_privs, Some(false));
+    again.destroy(&ctx()).await.unwrap();
 
     // A bind on a volume's target is refused.
     let mut s = Spec::new(Duration::from_secs(60));

@@ -101,7 +101,8 @@ pub struct DockerOptions {
     pub pids_limit: Option<i64>,
     /// Keep Docker's default capabilities (for programs that must change user: `su`, package
     /// installs that chown), with `no-new-privileges` off. By default every capability is
-    /// dropped and `no-new-privileges` is on; attach then ends a box made otherwise.
+    /// dropped and `no-new-privileges` is on. A box found again by id keeps what it was made
+    /// with, whatever these options say, and its facts say which.
     pub keep_capabilities: bool,
     /// The box's writable layer is at most this many bytes, where the engine can enforce it
     /// (`overlay2` on xfs with project quotas, and a few other drivers); refused elsewhere.
@@ -306,11 +307,6 @@ impl DockerProvider {
         let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
         let ends_at: u64 = all_labels.get(LABEL_ENDS_AT).and_then(|v| v.parse().ok()).unwrap_or(0);
         if !running || ends_at <= now_ms() {
-            return Ok(None);
-        }
-        if !self.opts.keep_capabilities && all_labels.get(LABEL_DROP_CAPS).map(String::as_str) != Some("1") {
-            // Made without dropped capabilities: end it rather than take it.
-            let _ = self.docker.remove_container(name, Some(remove_options())).await;
             return Ok(None);
         }
         let host = info.host_config.clone().unwrap_or_default();
