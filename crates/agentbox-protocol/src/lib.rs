@@ -6,5 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod runner;
 pub mod supervisor;
