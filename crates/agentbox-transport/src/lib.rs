@@ -14,6 +14,8 @@
 
 pub mod config;
 pub mod documents;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ledger;
 pub mod receipts;
 mod sqlite;
