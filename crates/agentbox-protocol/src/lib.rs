@@ -4,5 +4,7 @@
 //! binary, and the providers in the host) depend on it, and on nothing of each other.
 
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod runner;
 pub mod supervisor;

@@ -417,14 +417,21 @@ fn write_file(
     }
     let capped = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
     let masked = (mode & 0o7777) & !capped != 0;
-    let tmp = format!(".agentbox-extract-{}-{}", std::process::id(), unique());
-    let fd = rustix::fs::openat(
-        parent,
-        tmp.as_str(),
-        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(|e| host("creating a file", e))?;
+    // A name already taken (the archive chooses its members' names, and may choose ours) is
+    // passed over: each is taken once, so this ends within the directory's entries.
+    let (tmp, fd) = loop {
+        let tmp = format!(".agentbox-extract-{}-{}", std::process::id(), unique());
+        match rustix::fs::openat(
+            parent,
+            tmp.as_str(),
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        ) {
+            Ok(fd) => break (tmp, fd),
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(host("creating a file", e)),
+        }
+    };
     let mut file = std::fs::File::from(fd);
     let copied = copy(data, &mut file, size);
     let finished = copied.and_then(|()| {

@@ -14,6 +14,9 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let long = "n".repeat(150);
     let mut gnu_long = header(b"././@LongLink", b'L', long.len() as u64 + 1, 0o644, b"").to_vec();
     gnu_long.extend(padded(&[long.as_bytes(), b"\0"].concat()));
+    let long = format!(".agentbox-extract{}", "n".repeat(133));
+    let mut temporary_like_long = header(b"././@LongLink", b'L', long.len() as u64 + 1, 0o644, b"").to_vec();
+    temporary_like_long.extend(padded(&[long.as_bytes(), b"\0"].concat()));
     vec![
         (
             "plain",
@@ -70,7 +73,38 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             archive(&[file("f", b"x"), dir("f/"), file("f/x", b"y")]),
         ),
         ("garbage", (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect()),
+        // What the fuzzer stopped on: an ordinary member whose name only starts like the
+        // extractor's temporaries, which the property once took for a leftover.
+        (
+            "temporary-like-name",
+            archive(&[file(".agentbox-extractnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn", b"x")]),
+        ),
+        (
+            "temporary-like-long-name",
+            archive(&[temporary_like_long, file("short", b"x")]),
+        ),
+        // A member named in the temporaries' very form is an ordinary file too.
+        ("temporary-form-name", archive(&[file(".agentbox-extract-1-0", b"x")])),
     ]
+}
+
+/// A member the archive names is the archive's, whatever its name: one that only starts like
+/// the extractor's temporaries (`.agentbox-extract-<pid>-<n>`) is extracted and passes.
+#[test]
+fn a_member_named_like_a_temporary_is_extracted_and_passes() {
+    for name in [
+        ".agentbox-extractnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn",
+        ".agentbox-extract",
+        ".agentbox-extract-1-0",
+        "d/.agentbox-extract-x",
+    ] {
+        let bytes = archive(&[file(name, b"mine")]);
+        agentbox_sync::fuzzing::extract_confined(&bytes);
+        let dest = tempfile::tempdir().unwrap();
+        let r = agentbox_sync::extract(&bytes[..], dest.path(), &Default::default());
+        assert_eq!((r.written, r.stopped), (1, None), "{name}");
+        assert_eq!(std::fs::read(dest.path().join(name)).unwrap(), b"mine", "{name}");
+    }
 }
 
 #[test]

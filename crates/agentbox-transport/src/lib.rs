@@ -13,6 +13,8 @@
 
 pub mod config;
 pub mod documents;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ledger;
 pub mod postgres;
 pub mod receipts;
