@@ -1,4 +1,4 @@
-// The seed's runner-box.ts (../shared/seeds/004_39bf0cc8fb2cca46.txt) with its types removed
+// The reference TypeScript client's runner-box.ts with its types removed
 // and nothing else changed (runnerScript, which reads the TypeScript runner's bundle, is left
 // out): the client our runner must serve unchanged.
 import { FILE, frame, RUNNER_HEALTH, STDERR, STDIN, unframe } from "./runner-protocol.mjs";

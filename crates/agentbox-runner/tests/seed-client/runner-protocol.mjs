@@ -1,4 +1,4 @@
-// The seed's runner-protocol.ts (../shared/seeds/004_39bf0cc8fb2cca46.txt) with its types
+// The reference TypeScript client's runner-protocol.ts with its types
 // removed and nothing else changed: the client our runner must serve unchanged.
 
 export const RUNNER_PORT = 7700;
