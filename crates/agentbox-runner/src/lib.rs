@@ -46,6 +46,10 @@ pub fn main_with_args(args: &[String]) -> i32 {
             );
             0
         }
+        Some("serve") if args[1..].iter().any(|a| a == "--help" || a == "-h") => {
+            println!("{}", server::USAGE);
+            0
+        }
         first => {
             let rest = if first == Some("serve") { &args[1..] } else { args };
             match server::Config::from_args(rest) {

@@ -267,3 +267,18 @@ async fn extensions_are_refused_to_a_protocol_2_client() {
     let Got::Text(e) = next(&mut ws).await else { panic!() };
     assert_eq!((e["op"].as_str(), e["id"].as_u64()), (Some("error"), Some(2)));
 }
+
+/// `serve --help` prints the usage and exits 0 (it said `unknown argument "--help"`).
+#[test]
+fn serve_help_prints_the_usage() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox-runner"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("usage: agentbox-runner") && text.contains("--listen"),
+        "{text}"
+    );
+}
