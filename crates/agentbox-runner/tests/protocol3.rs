@@ -93,6 +93,8 @@ async fn output_survives_a_dropped_connection_and_resumes_from_a_number() {
     assert_eq!(rest, b"2\n3\n4\n5\n6\n");
     // Seen and forgotten: nothing left to resume.
     send_text(&mut ws, json!({"op":"forget","id":7})).await;
+    // Protocol 3 answers a forget (it had no answer).
+    assert_eq!(next(&mut ws).await, Got::Text(json!({"op":"ok","id":7})));
     send_text(&mut ws, json!({"op":"resume","id":8,"handle":handle,"after":0})).await;
     let Got::Text(e) = next(&mut ws).await else { panic!() };
     assert_eq!(
@@ -487,4 +489,30 @@ async fn a_window_holds_a_process_at_the_runner_until_its_reader_acks() {
     }
     assert!(seen >= last);
     assert_eq!(bytes, total, "every byte arrives once the reader acks");
+}
+
+/// Protocol 3 answers a kill: `ok` when it went to a process of the connection, `not_found`
+/// naming the id when there is none (a kill had no answer either way).
+#[tokio::test]
+async fn a_kill_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(&mut ws, json!({"op":"run","id":1,"argv":["sleep","30"],"stdin":false})).await;
+    let Got::Text(s) = next(&mut ws).await else { panic!() };
+    assert_eq!(s["op"], "started");
+    send_text(&mut ws, json!({"op":"kill","id":1,"signal":"SIGTERM"})).await;
+    let (_, ok) = until(&mut ws, 1, "ok").await;
+    assert_eq!(ok, json!({"op":"ok","id":1}));
+    let (_, exit) = until(&mut ws, 1, "exit").await;
+    assert_eq!(
+        (exit["code"].as_i64(), exit["signal"].as_i64()),
+        (Some(143), Some(15)),
+        "{exit}"
+    );
+    send_text(&mut ws, json!({"op":"kill","id":99})).await;
+    let (_, e) = until(&mut ws, 99, "error").await;
+    assert_eq!(e["code"], "not_found", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("99"), "{e}");
 }

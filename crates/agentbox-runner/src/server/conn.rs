@@ -188,8 +188,28 @@ impl Conn {
                             .await;
                     }
                 };
-                if let Some(m) = self.mine.get(&id) {
-                    self.runner.signal(m.handle, sig);
+                let known = match self.mine.get(&id) {
+                    Some(m) => {
+                        self.runner.signal(m.handle, sig);
+                        true
+                    }
+                    None => false,
+                };
+                // Protocol 3 answers, so a client knows its signal went to a process (the
+                // seed's protocol-2 client expects no answer, and gets none).
+                if self.extended {
+                    if known {
+                        self.answer(Answer::Ok { id }).await
+                    } else {
+                        self.answer(Answer::error(
+                            Some(id),
+                            "not_found",
+                            format!(
+                                "kill: no process {id} on this connection (it ended and was forgotten, or never ran)"
+                            ),
+                        ))
+                        .await
+                    }
                 }
             }
             Request::Stop { .. } => {
@@ -202,6 +222,8 @@ impl Conn {
                 {
                     let _ = h.tx.try_send(Command::Forget);
                 }
+                // Answered whether or not the process was still kept: forgetting is idempotent.
+                self.answer(Answer::Ok { id }).await
             }
             Request::Resume { handle, after, .. } => self.resume(id, handle, after).await,
             Request::Write { .. } | Request::Append { .. } if self.writes.len() >= MAX_PENDING_WRITES => {
