@@ -65,7 +65,8 @@ fn no_doc_points_outside_the_repository() {
     for (path, text) in docs() {
         let dir = path.parent().unwrap().to_path_buf();
         for (n, fenced, line) in lines(&text) {
-            for outside in ["../shared", "/work/shared"] {
+            // Spelt in parts, so this test is not itself a line that points outside.
+            for outside in [concat!("..", "/shared"), concat!("/work", "/shared")] {
                 if line.contains(outside) {
                     wrong.push(format!("{}:{n}: names {outside}: {line}", shown(&path)));
                 }
