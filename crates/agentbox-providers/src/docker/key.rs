@@ -104,11 +104,10 @@ fn read_key(path: &Path) -> Result<Option<[u8; KEY_LEN]>> {
         .map_err(|e| Error::io(e, format!("reading the runner key {}", path.display())))?;
     let key: [u8; KEY_LEN] = bytes.as_slice().try_into().map_err(|_| {
         Error::invalid(format!(
-            "the runner key {} is not {KEY_LEN} bytes ({}{} bytes): remove it to make a new one \
+            "the runner key {} is not {KEY_LEN} bytes ({} bytes): remove it to make a new one \
              (runners started with the old key are then reached through a relay exec)",
             path.display(),
-            meta.len().min(bytes.len() as u64),
-            if bytes.len() > KEY_LEN { " or more" } else { "" }
+            meta.len()
         ))
     })?;
     Ok(Some(key))
@@ -163,7 +162,8 @@ mod tests {
 
     #[test]
     fn first_uses_at_once_agree_on_one_key_that_never_changes() {
-        for round in 0..20 {
+        // 100 rounds: the old code let first uses disagree in about 1 round of 18 (measured: 11 of 200).
+        for round in 0..100 {
             let home = tempfile::tempdir().unwrap();
             let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
             let tokens: Vec<String> = (0..8)
