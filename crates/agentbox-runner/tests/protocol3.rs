@@ -516,3 +516,39 @@ async fn a_kill_is_answered() {
     assert_eq!(e["code"], "not_found", "{e}");
     assert!(e["message"].as_str().unwrap().contains("99"), "{e}");
 }
+
+/// A stream whose reader has not acked yet (here stderr, never) does not hold up the other:
+/// what the other's reader acked is freed even behind it, so the buffer never fills with taken
+/// bytes and the pipes keep being read (they stopped, and both readers waited for ever).
+#[tokio::test]
+async fn an_unacked_stream_does_not_starve_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&["--max-buffered", "65536"], dir.path());
+    let mut ws = connect(&r.addr).await;
+    send_text(&mut ws, json!({"op":"hello","id":0,"protocol":3,"window":32768})).await;
+    let Got::Text(_) = next(&mut ws).await else { panic!() };
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["sh","-c","echo first >&2; head -c 1048576 /dev/zero"],"stdin":false}),
+    )
+    .await;
+    let Got::Text(s) = next(&mut ws).await else { panic!() };
+    assert_eq!(s["op"], "started");
+    let mut out = 0u64;
+    loop {
+        match next(&mut ws).await {
+            Got::Binary(b) => {
+                let (seq, stream, chunk) = seq_frames(&[Got::Binary(b)])[0].clone();
+                if stream == 1 {
+                    out += chunk.len() as u64;
+                    send_text(&mut ws, json!({"op":"ack","id":1,"stream":1,"seq":seq})).await;
+                }
+            }
+            Got::Text(t) => {
+                assert_eq!(t["op"], "exit", "{t}");
+                break;
+            }
+        }
+    }
+    assert_eq!(out, 1 << 20, "all of stdout, with stderr never acked");
+}

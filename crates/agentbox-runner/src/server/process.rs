@@ -78,6 +78,10 @@ impl Output {
     fn get(&self, seq: u64) -> Option<&(u64, u8, Vec<u8>)> {
         self.chunks.get(seq.checked_sub(self.first())? as usize)
     }
+    fn get_mut(&mut self, seq: u64) -> Option<&mut (u64, u8, Vec<u8>)> {
+        let i = seq.checked_sub(self.first())? as usize;
+        self.chunks.get_mut(i)
+    }
     /// Drop chunks up to `sent` while at or over the bound, so there is room to read again
     /// (all of them when nothing resumes).
     fn trim(&mut self, sent: u64, keep: bool) {
@@ -128,8 +132,11 @@ impl Acked {
             _ => true,
         }
     }
-    /// Stream `stream` taken up to `seq` (of what was sent): free its bytes in the window.
-    fn ack(&mut self, out: &Output, stream: u8, seq: u64, sent: u64) {
+    /// Stream `stream` taken up to `seq` (of what was sent): free its bytes in the window and
+    /// in the buffer. A chunk taken behind one of the other stream that is not yet taken is
+    /// emptied in place (its number kept): left whole, such chunks could fill the buffer, stop
+    /// the pipes, and starve the other reader of the bytes it waits for before it acks.
+    fn ack(&mut self, out: &mut Output, stream: u8, seq: u64, sent: u64) {
         let seq = seq.min(sent);
         let Some(from) = self.of(stream).map(|a| *a + 1) else {
             return;
@@ -138,10 +145,13 @@ impl Acked {
             return;
         }
         for n in from.max(out.first())..=seq {
-            if let Some((_, st, bytes)) = out.get(n)
+            if let Some((_, st, bytes)) = out.get_mut(n)
                 && *st == stream
             {
-                self.unacked = self.unacked.saturating_sub(bytes.len() as u64);
+                let len = bytes.len();
+                self.unacked = self.unacked.saturating_sub(len as u64);
+                *bytes = Vec::new();
+                out.bytes -= len;
             }
         }
         if let Some(a) = self.of(stream) {
@@ -265,7 +275,7 @@ pub(super) async fn run(task: Task, done: impl FnOnce()) {
                 }
                 Some(Command::Ack(conn, stream, seq)) => {
                     if at.as_ref().is_some_and(|a| a.conn == conn) {
-                        acked.ack(&out, stream, seq, sent);
+                        acked.ack(&mut out, stream, seq, sent);
                     }
                 }
                 Some(Command::Attach(a, after)) => {
