@@ -60,10 +60,12 @@ impl Postgres {
         let what = self.what;
         let mut ended = self.ended.lock().unwrap();
         // A server that ends the connection says why to the request in flight; the calls
-        // after it see only "connection closed", so the reason is kept for them.
+        // after it see only "connection closed", so the reason is kept for them. The server's
+        // own words replace whatever the connection task kept: that task may have ended first
+        // with a bare "connection closed" (seen in CI), which names no cause.
         if e.as_db_error().is_some_and(|d| d.severity() == "FATAL") {
             tracing::warn!(store = what, error = %text(&e), "PostgreSQL ended the connection");
-            ended.get_or_insert_with(|| text(&e));
+            *ended = Some(text(&e));
         }
         match ended.as_deref() {
             Some(why) if e.is_closed() => {
