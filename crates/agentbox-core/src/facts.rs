@@ -80,6 +80,32 @@ pub struct Facts {
     /// own, with io_uring refused; `unconfined`: none). Absent: unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seccomp: Option<String>,
+    /// The root file system the box sees: `host` (this machine's own, with people's homes and
+    /// daemons' sockets masked), `rootfs` (a directory holding an unpacked image), or the
+    /// provider's image. Absent: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// How the root may change: `read-only`, `overlay` (writes kept apart from the image) or
+    /// `writable`. Absent: unknown, so a caller must not count on it being read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_mode: Option<String>,
+    /// Landlock as applied to the box's programs: `abi N`, or `none: why`. Absent: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock: Option<String>,
+    /// The box's own namespaces by name (`user`, `mnt`, `pid`...), each with its inode as the
+    /// host reads it. A name absent here is not known to be the box's own.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub namespaces: std::collections::BTreeMap<String, u64>,
+    /// The uid map of the box's user namespace (`inside outside count`), as the host reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid_map: Option<String>,
+    /// The network interfaces the box sees. Absent: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interfaces: Option<Vec<String>>,
+    /// Each resource bound and how it is held (`processes`: `RLIMIT_NPROC 1024`), or why it is
+    /// not (`memory`: `unsupported: …`). A resource absent here is not bounded.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub limits: std::collections::BTreeMap<String, String>,
 }
 
 /// The network a box has, as its provider reports it.

@@ -6,5 +6,6 @@
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod namespace;
 pub mod runner;
 pub mod supervisor;

@@ -4,6 +4,7 @@
 //! | provider | module | isolation | lifetime enforced by |
 //! | --- | --- | --- | --- |
 //! | local | [`local`] | none (development, tests) | the box's supervisor, a detached process |
+//! | namespace | [`namespace`] | user, mount, pid, ipc, uts, cgroup (and net) namespaces, no daemon | the box's init, pid 1 of its pid namespace |
 //! | docker | [`docker`] | a container per box | the container's own process, `sleep <lifetime>` |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
@@ -18,6 +19,8 @@ pub mod helper;
 pub mod home;
 #[cfg(feature = "local")]
 pub mod local;
+#[cfg(all(feature = "namespace", target_os = "linux"))]
+pub mod namespace;
 pub mod registry;
 pub mod runner;
 pub mod transfer;

@@ -261,6 +261,15 @@ static ENTRIES: &[Entry] = &[
         make: LOCAL,
     },
     Entry {
+        name: "namespace",
+        description: "Linux namespaces over this machine's root (read-only, homes and daemons' sockets masked) or an \
+                      unpacked image; no daemon, made in milliseconds",
+        feature: "namespace",
+        compiled: cfg!(all(feature = "namespace", target_os = "linux")),
+        takes: &[Opt::PidsLimit],
+        make: NAMESPACE,
+    },
+    Entry {
         name: "docker",
         description: "a container per box on this machine's (or DOCKER_HOST's) Docker engine",
         feature: "docker",
@@ -318,6 +327,37 @@ fn make_local<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, R
             path: crate::local::DEFAULT_PATH.into(),
             supervisor: env.supervisor()?,
             runner: options.runner,
+        })?;
+        Ok(Arc::new(provider) as Arc<dyn Provider>)
+    })
+}
+
+#[cfg(all(feature = "namespace", target_os = "linux"))]
+const NAMESPACE: Option<Make> = Some(make_namespace);
+#[cfg(not(all(feature = "namespace", target_os = "linux")))]
+const NAMESPACE: Option<Make> = None;
+
+#[cfg(all(feature = "namespace", target_os = "linux"))]
+fn make_namespace<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+    Box::pin(async move {
+        let runner = env.runner()?;
+        crate::namespace::available(&runner).await?;
+        let max_processes = match options.pids_limit {
+            None => crate::namespace::DEFAULT_MAX_PROCESSES,
+            Some(n) if n > 0 => n as u64,
+            Some(n) => {
+                return Err(Error::invalid(format!(
+                    "pids-limit {n}: a namespace box needs room for at least one process"
+                )));
+            }
+        };
+        let provider = crate::namespace::NamespaceProvider::new(crate::namespace::NamespaceOptions {
+            root: env.home()?,
+            runner,
+            runner_files: options.runner,
+            host_id: crate::namespace::DEFAULT_HOST_ID,
+            max_processes,
+            landlock: true,
         })?;
         Ok(Arc::new(provider) as Arc<dyn Provider>)
     })
@@ -385,7 +425,11 @@ mod tests {
             declared, registered,
             "a provider's feature without an entry, or the reverse"
         );
-        let on = [("local", cfg!(feature = "local")), ("docker", cfg!(feature = "docker"))];
+        let on = [
+            ("local", cfg!(feature = "local")),
+            ("namespace", cfg!(all(feature = "namespace", target_os = "linux"))),
+            ("docker", cfg!(feature = "docker")),
+        ];
         assert_eq!(on.len(), entries().len(), "every entry's feature is checked here");
         for (feature, compiled) in on {
             let e = entries().iter().find(|e| e.feature == feature).unwrap();

@@ -6,6 +6,7 @@
 //! providers, hands or runs, so it stays small enough to copy into any box (a static build needs
 //! nothing there).
 
+pub mod namespace;
 pub mod probe;
 pub mod server;
 pub mod supervisor;
@@ -28,6 +29,27 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 2
             }
         },
+        Some(sub @ ("namespace" | "namespace-init")) => match args.get(1) {
+            Some(dir) if args.len() == 2 && dir.starts_with('/') => {
+                let dir = std::path::Path::new(dir);
+                let r = if sub == "namespace" {
+                    namespace::keeper(dir)
+                } else {
+                    namespace::init(dir)
+                };
+                match r {
+                    Ok(never) => match never {},
+                    Err(e) => {
+                        eprintln!("agentbox-runner {sub}: {e}");
+                        1
+                    }
+                }
+            }
+            _ => {
+                eprintln!("usage: agentbox-runner {sub} /ABSOLUTE/BOX/DIR");
+                2
+            }
+        },
         Some("probe") => match args.get(1) {
             Some(name) if args.len() == 2 => probe::run(name),
             _ => {
@@ -41,7 +63,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
         Some("--help" | "-h" | "help") => {
             println!(
-                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner probe io_uring|user-namespace|mount-namespace",
+                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner probe io_uring|user-namespace|mount-namespace",
                 server::USAGE
             );
             0

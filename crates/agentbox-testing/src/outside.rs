@@ -64,3 +64,62 @@ impl Outside for DockerCli {
         })
     }
 }
+
+/// Namespace boxes seen from this machine's process table: a box has ended when no process of
+/// its pid namespace is left, and the pids a box reports are its own namespace's, matched by
+/// the `NSpid` line of each process in that namespace.
+pub struct NamespaceView {
+    /// The provider's `namespace/` directory.
+    pub boxes: PathBuf,
+}
+
+impl NamespaceView {
+    /// The inode of the box's pid namespace, from its record.
+    fn pid_ns(&self, id: &SandboxId) -> Option<u64> {
+        let record = std::fs::read(self.boxes.join(id.name()).join("record.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&record).ok()?;
+        v["facts"]["namespaces"]["pid"].as_u64()
+    }
+
+    /// Every running process of the pid namespace `ns`, as (host pid, pid in the box).
+    pub fn members(ns: u64) -> Vec<(u32, u32)> {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return vec![];
+        };
+        let mut out = Vec::new();
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if std::fs::metadata(format!("/proc/{pid}/ns/pid")).map(|m| m.ino()).ok() != Some(ns) || !running(pid) {
+                continue;
+            }
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            if let Some(inner) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|l| l.split_whitespace().last()?.parse().ok())
+            {
+                out.push((pid, inner));
+            }
+        }
+        out
+    }
+}
+
+#[async_trait]
+impl Outside for NamespaceView {
+    async fn ended(&self, id: &SandboxId) -> bool {
+        match self.pid_ns(id) {
+            Some(ns) => Self::members(ns).is_empty(),
+            None => !self.boxes.join(id.name()).exists(),
+        }
+    }
+    async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool {
+        let Some(ns) = self.pid_ns(id) else {
+            return false;
+        };
+        Self::members(ns).iter().any(|(_, inner)| pids.contains(inner))
+    }
+}

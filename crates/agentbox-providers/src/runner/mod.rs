@@ -123,6 +123,14 @@ impl RunnerSandbox {
         }
     }
 
+    /// Over `inner`, through a `client` the caller shares with it (a box whose own exec,
+    /// upload and download already go through the same runner).
+    pub fn with_client(inner: Arc<dyn Sandbox>, client: Arc<Client>) -> Self {
+        let mut facts = inner.facts().clone();
+        facts.runner = Some(client.describe());
+        RunnerSandbox { inner, client, facts }
+    }
+
     /// The box under the runner.
     pub fn inner(&self) -> &Arc<dyn Sandbox> {
         &self.inner

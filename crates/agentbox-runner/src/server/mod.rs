@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use agentbox_protocol::runner::{Answer, HEALTH_PATH, PORT};
 
+pub(crate) use transport::DETACHED_ENV;
 pub use transport::relay;
 
 /// Bounds on what one runner holds.

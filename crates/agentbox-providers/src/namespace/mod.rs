@@ -1,0 +1,600 @@
+//! Namespace boxes: isolated by Linux namespaces alone, with no daemon, made in milliseconds.
+//!
+//! Each box is `<root>/namespace/<name>/` on the host: `box.json` (what the box is built
+//! from), `record.json` (its id, labels, spec, end and facts, read by attach and list from any
+//! process), `box.log`, and the directories bound into the box: `work/` at `/workspace`,
+//! `home/` at `/root`, `tmp/` at `/tmp` and `run/` at `/run/agentbox`, where the runner's socket
+//! is. The box itself is built by `agentbox-runner namespace DIR` (see that crate's
+//! `namespace` module): a user, mount, pid, ipc, uts and cgroup namespace, and a net
+//! namespace with loopback only for `network: none`; its init is the runner binary, pid 1,
+//! which ends the box at its lifetime whether or not the host is alive.
+//!
+//! The box's user is root of its own user namespace, mapped to one id of the host's: the
+//! host user's own when it is not root, else [`NamespaceOptions::host_id`] (so no file of the
+//! host's root is the box's, and the process limit applies). It holds no capability, runs
+//! with no_new_privs, landlock where the kernel has it, and a seccomp filter; the host reads
+//! all of that back from `/proc/<init>` and refuses a box where any lock is missing.
+//!
+//! ```no_run
+//! # async fn f() -> agentbox_core::Result<()> {
+//! use std::time::Duration;
+//! use agentbox_core::{finish, Ctx, ExecOptions, FinishOptions, Provider, Spec};
+//! use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
+//!
+//! let provider = NamespaceProvider::new(NamespaceOptions::from_env()?)?;
+//! let ctx = Ctx::background();
+//! let b = provider.create(&Spec::new(Duration::from_secs(600)), &ctx).await?;
+//! let p = b.exec(&["id".into()], &ExecOptions::default(), &ctx).await?;
+//! println!("{}", finish(p, FinishOptions::default()).await?.stdout_text());
+//! b.destroy(&ctx).await?;
+//! # Ok(()) }
+//! ```
+
+mod facts;
+mod sandbox;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Ctx, Error, Honours, Labels, Network, Provider, Result, Sandbox, SandboxId, Spec, check_spec};
+use agentbox_protocol::namespace::{
+    Bind, BoxConfig, CONFIG_FILE, ERROR_PREFIX, HOME, INIT_PREFIX, MAPPED, READY_PREFIX, Root, UNSHARED, WORKSPACE,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+use crate::helper::HelperCommand;
+use crate::util::{now_ms, random_hex, write_atomic};
+pub use sandbox::NamespaceSandbox;
+
+/// The provider's name and id prefix.
+pub const NAME: &str = "namespace";
+
+/// The PATH programs get.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The host id a root host maps the box's root to, unless told otherwise.
+pub const DEFAULT_HOST_ID: u32 = 100_000;
+
+/// The process bound of a box unless told otherwise.
+pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
+
+/// How long making a box may take before it is given up.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A directory with no record older than this is the leftover of a create that died.
+const ORPHAN_DIR_AGE: Duration = Duration::from_secs(600);
+
+const RECORD: &str = "record.json";
+
+/// How a [`NamespaceProvider`] is set up.
+#[derive(Clone, Debug)]
+pub struct NamespaceOptions {
+    /// agentbox's home: boxes live in `<root>/namespace`.
+    pub root: PathBuf,
+    /// The runner binary: the keeper, the init and the runner of every box. For boxes with a
+    /// `rootfs` root it must be static (the image's C library may be older than the host's).
+    pub runner: HelperCommand,
+    /// File operations through the runner (one message each) rather than through programs.
+    pub runner_files: bool,
+    /// The id of the host's that the box's root is mapped to when agentbox runs as root.
+    pub host_id: u32,
+    /// RLIMIT_NPROC of the box's user.
+    pub max_processes: u64,
+    /// Apply landlock where the kernel has it.
+    pub landlock: bool,
+}
+
+impl NamespaceOptions {
+    /// Options with `root` and the runner found by [`HelperCommand::discover`].
+    pub fn at(root: impl Into<PathBuf>) -> Result<Self> {
+        Ok(NamespaceOptions {
+            root: root.into(),
+            runner: HelperCommand::discover()?,
+            runner_files: true,
+            host_id: DEFAULT_HOST_ID,
+            max_processes: DEFAULT_MAX_PROCESSES,
+            landlock: true,
+        })
+    }
+
+    /// Options from the environment's agentbox home (see [`crate::home::default_home`]).
+    pub fn from_env() -> Result<Self> {
+        NamespaceOptions::at(crate::home::default_home()?)
+    }
+}
+
+/// What attach and list read of a box, written once when it is made.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub id: SandboxId,
+    pub labels: Labels,
+    pub spec: Spec,
+    pub created_at_ms: u64,
+    pub ends_at_ms: u64,
+    /// The init's pid and start time on the host: together they name one process for ever.
+    pub init_pid: i32,
+    pub init_start: u64,
+    pub facts: agentbox_core::Facts,
+    pub runner_files: bool,
+}
+
+impl Record {
+    fn read(dir: &Path) -> Result<Option<Record>> {
+        let path = dir.join(RECORD);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(Error::io(e, format!("reading {}", path.display()))),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::invalid(format!("{}: not a box record: {e}", path.display())))
+    }
+
+    /// The init still runs: the box has not ended.
+    pub(crate) fn init_alive(&self) -> bool {
+        agentbox_proc::stat(self.init_pid).is_some_and(|s| s.start_time == self.init_start && !s.is_zombie())
+    }
+}
+
+/// Whether namespace boxes can be made on this machine, and if not, why (the sysctl, the
+/// kernel feature or the missing binary), from a probe that costs one short process.
+pub async fn available(runner: &HelperCommand) -> Result<()> {
+    let out = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::process::Command::new(&runner.program)
+            .args(&runner.args)
+            .args(["probe", "user-namespace"])
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .output(),
+    )
+    .await
+    .map_err(|_| Error::timeout("probing for user namespaces: no answer in 5 s"))?
+    .map_err(|e| Error::io(e, format!("running {}", runner.program.display())))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut why = format!("user namespaces are not available here ({said})");
+    for (path, hint) in [
+        ("/proc/sys/kernel/unprivileged_userns_clone", "1"),
+        ("/proc/sys/user/max_user_namespaces", "over 0"),
+        ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "0"),
+    ] {
+        if let Ok(v) = std::fs::read_to_string(path) {
+            why.push_str(&format!(
+                "; sysctl {} is {} (needs {hint})",
+                path.trim_start_matches("/proc/sys/").replace('/', "."),
+                v.trim()
+            ));
+        }
+    }
+    Err(Error::unsupported(why))
+}
+
+/// Makes namespace boxes. See the [module documentation](self).
+pub struct NamespaceProvider {
+    opts: NamespaceOptions,
+    boxes: PathBuf,
+}
+
+impl NamespaceProvider {
+    /// A provider over `opts.root`, whose `namespace/` directory is made (mode 0700) if missing.
+    pub fn new(opts: NamespaceOptions) -> Result<Self> {
+        if opts.max_processes == 0 {
+            return Err(Error::invalid("namespace max_processes: 0 would let no program start"));
+        }
+        let boxes = opts.root.join("namespace");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&boxes)
+            .map_err(|e| Error::io(e, format!("creating {}", boxes.display())))?;
+        Ok(NamespaceProvider { opts, boxes })
+    }
+
+    /// The directory boxes live in.
+    pub fn boxes_dir(&self) -> &Path {
+        &self.boxes
+    }
+
+    /// The host ids the box's root maps to: this user's own, or for root the configured one.
+    fn host_ids(&self) -> (u32, u32, bool) {
+        let uid = rustix::process::geteuid().as_raw();
+        let gid = rustix::process::getegid().as_raw();
+        if uid == 0 {
+            (self.opts.host_id, self.opts.host_id, true)
+        } else {
+            (uid, gid, false)
+        }
+    }
+
+    fn root_of(spec: &Spec) -> Result<Root> {
+        let Some(image) = &spec.image else {
+            return Ok(Root::Host);
+        };
+        let p = Path::new(image);
+        if !p.is_absolute() {
+            return Err(Error::invalid(format!(
+                "spec.image {image:?}: a namespace box's image is a directory holding a root file system, \
+                 named by its absolute path"
+            )));
+        }
+        let canon = std::fs::canonicalize(p)
+            .map_err(|e| Error::invalid(format!("spec.image {image:?}: not a directory here: {e}")))?;
+        if !canon.is_dir() || !canon.join("bin").exists() {
+            return Err(Error::invalid(format!(
+                "spec.image {image:?}: not a root file system (a directory with bin/ in it)"
+            )));
+        }
+        Ok(Root::Rootfs(canon.to_string_lossy().into_owned()))
+    }
+
+    fn check(&self, spec: &Spec) -> Result<()> {
+        if spec.cpus.is_some() || spec.memory_mb.is_some() {
+            let field = if spec.cpus.is_some() { "cpus" } else { "memory_mb" };
+            return Err(Error::unsupported(format!(
+                "spec.{field}: namespace boxes bound cpu and memory only through cgroup v2, and {}",
+                facts::cgroup_v2_state()
+            )));
+        }
+        if let Some(Network::Allow(_)) = &spec.network {
+            return Err(Error::unsupported(
+                "spec.network: namespace boxes have the open network or none; an allowlist needs the egress proxy",
+            ));
+        }
+        if let Some(i) = &spec.isolation
+            && i != NAME
+        {
+            return Err(Error::unsupported(format!(
+                "spec.isolation {i:?}: namespace boxes are isolated by namespaces only"
+            )));
+        }
+        check_spec(spec, &self.honours(), NAME)?;
+        for m in &spec.mounts {
+            if !Path::new(&m.source).exists() {
+                return Err(Error::invalid(format!(
+                    "spec.mounts: source {}: no such path",
+                    m.source
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn config(&self, name: &str, dir: &Path, spec: &Spec, ends_at_ms: u64) -> Result<BoxConfig> {
+        let mut env = BTreeMap::new();
+        env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
+        env.insert("HOME".into(), HOME.into());
+        env.insert("TMPDIR".into(), "/tmp".into());
+        env.insert("USER".into(), "root".into());
+        env.insert("LANG".into(), "C.UTF-8".into());
+        env.extend(spec.env.clone());
+        let cfg = BoxConfig {
+            name: name.to_string(),
+            dir: dir.to_string_lossy().into_owned(),
+            root: Self::root_of(spec)?,
+            deadline_ms: ends_at_ms,
+            network_none: matches!(spec.network, Some(Network::None)),
+            mounts: spec
+                .mounts
+                .iter()
+                .map(|m| Bind {
+                    source: m.source.clone(),
+                    target: m.target.clone(),
+                    read_only: m.read_only,
+                })
+                .collect(),
+            env,
+            max_processes: Some(self.opts.max_processes),
+            landlock: self.opts.landlock,
+        };
+        cfg.validate()
+            .map_err(|e| Error::invalid(format!("namespace box: {e}")))?;
+        Ok(cfg)
+    }
+
+    /// Make the box's directory tree, owned by the box's host id.
+    fn make_dirs(&self, dir: &Path, uid: u32, gid: u32, root: bool) -> Result<()> {
+        let mut b = std::fs::DirBuilder::new();
+        b.mode(0o700);
+        b.create(dir)
+            .map_err(|e| Error::io(e, format!("creating {}", dir.display())))?;
+        for sub in ["work", "home", "tmp", "run", "root"] {
+            let p = dir.join(sub);
+            b.create(&p)
+                .map_err(|e| Error::io(e, format!("creating the box's {sub}")))?;
+            if root {
+                std::os::unix::fs::chown(&p, Some(uid), Some(gid))
+                    .map_err(|e| Error::io(e, format!("giving the box its {sub}")))?;
+            }
+        }
+        if root {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+                .map_err(|e| Error::io(e, format!("giving the box {}", dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Start the keeper, map its ids, and wait for the init's word: the init's pid and landlock.
+    async fn start(&self, dir: &Path, uid: u32, gid: u32, root: bool, ctx: &Ctx) -> Result<(i32, String)> {
+        let log_path = dir.join("box.log");
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| Error::io(e, format!("creating {}", log_path.display())))?;
+        let r = &self.opts.runner;
+        let mut child = tokio::process::Command::new(&r.program)
+            .args(&r.args)
+            .arg("namespace")
+            .arg(dir)
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::from(log))
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| Error::io(e, format!("starting {}", r.program.display())))?;
+        let keeper = child
+            .id()
+            .ok_or_else(|| Error::unknown("the box's keeper ended as it started"))? as i32;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| Error::unknown("the keeper has no stdin"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::unknown("the keeper has no stdout"))?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let talk = async {
+            let mut init = None;
+            loop {
+                let line = lines
+                    .next_line()
+                    .await
+                    .map_err(|e| Error::io(e, "reading the box's keeper"))?
+                    .ok_or_else(|| Error::unknown("the box's keeper ended before the box was ready"))?;
+                if line == UNSHARED {
+                    map_ids(keeper, uid, gid, root)?;
+                    stdin
+                        .write_all(format!("{MAPPED}\n").as_bytes())
+                        .await
+                        .map_err(|e| Error::io(e, "answering the box's keeper"))?;
+                } else if let Some(pid) = line.strip_prefix(INIT_PREFIX) {
+                    init = Some(
+                        pid.trim()
+                            .parse::<i32>()
+                            .map_err(|_| Error::unknown(format!("the box's keeper named no pid: {line:?}")))?,
+                    );
+                } else if let Some(landlock) = line.strip_prefix(READY_PREFIX) {
+                    let pid = init.ok_or_else(|| Error::unknown("the box said ready before its init ran"))?;
+                    return Ok((pid, landlock.to_string()));
+                } else if let Some(why) = line.strip_prefix(ERROR_PREFIX) {
+                    return Err(Error::unknown(format!("the namespace box could not be made: {why}")));
+                }
+            }
+        };
+        let outcome = match ctx.run(tokio::time::timeout(START_TIMEOUT, talk)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(Error::timeout(format!(
+                "the namespace box was not ready within {}s",
+                START_TIMEOUT.as_secs()
+            ))),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &outcome {
+            let _ = child.start_kill();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let log = log.trim();
+            if !log.is_empty() {
+                return Err(Error::new(e.code(), format!("{}; its log: {log}", e.message())));
+            }
+        }
+        // The keeper's handle is dropped: tokio reaps it when it exits, and if this process dies
+        // first, init does.
+        outcome
+    }
+
+    fn sandbox(&self, dir: PathBuf, record: Record) -> Arc<dyn Sandbox> {
+        sandbox::open(dir, record)
+    }
+
+    fn find(&self, name: &str) -> Result<Option<(PathBuf, Record)>> {
+        let dir = self.boxes.join(name);
+        let record = match Record::read(&dir)? {
+            Some(r) => r,
+            None => {
+                sweep_if_orphan(&dir);
+                return Ok(None);
+            }
+        };
+        if record.init_alive() {
+            return Ok((record.ends_at_ms > now_ms()).then_some((dir, record)));
+        }
+        remove_tree(&dir);
+        Ok(None)
+    }
+}
+
+/// Write the keeper's maps from outside: root of the box is `uid`/`gid` of the host's. An
+/// unprivileged host may map only its own ids, and must deny setgroups first.
+fn map_ids(pid: i32, uid: u32, gid: u32, root: bool) -> Result<()> {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let write = |file: &str, text: String| {
+        std::fs::write(proc.join(file), text.as_bytes())
+            .map_err(|e| Error::io(e, format!("writing the box's {file} ({})", text.trim())))
+    };
+    write("uid_map", format!("0 {uid} 1\n"))?;
+    if !root {
+        write("setgroups", "deny\n".into())?;
+    }
+    write("gid_map", format!("0 {gid} 1\n"))
+}
+
+#[async_trait]
+impl Provider for NamespaceProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn honours(&self) -> Honours {
+        Honours {
+            image: true,
+            isolation: vec![NAME.into()],
+            network_none: true,
+            mounts: true,
+            env: true,
+            live_processes: true,
+            ..Default::default()
+        }
+    }
+
+    #[tracing::instrument(name = "create", skip_all, fields(provider = NAME))]
+    async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let t0 = std::time::Instant::now();
+        self.check(spec)?;
+        ctx.check()?;
+        let name = random_hex(8)?;
+        let id = SandboxId::new(NAME, &name)?;
+        let dir = self.boxes.join(&name);
+        let created_at_ms = now_ms();
+        let ends_at_ms = created_at_ms.saturating_add(spec.max_lifetime.as_millis() as u64);
+        let cfg = self.config(&name, &dir, spec, ends_at_ms)?;
+        let (uid, gid, root) = self.host_ids();
+        self.make_dirs(&dir, uid, gid, root)?;
+        let made = async {
+            let bytes = serde_json::to_vec_pretty(&cfg).map_err(|e| Error::unknown(e.to_string()))?;
+            write_atomic(&dir.join(CONFIG_FILE), &bytes)?;
+            let (init_pid, landlock) = self.start(&dir, uid, gid, root, ctx).await?;
+            let init_start = agentbox_proc::stat(init_pid)
+                .map(|s| s.start_time)
+                .ok_or_else(|| Error::unknown("the box's init ended as it started"))?;
+            let facts = facts::measure(
+                init_pid,
+                &cfg,
+                spec,
+                created_at_ms,
+                ends_at_ms,
+                landlock,
+                self.opts.max_processes,
+            )?;
+            let record = Record {
+                id: id.clone(),
+                labels: spec.labels.clone(),
+                spec: spec.clone(),
+                created_at_ms,
+                ends_at_ms,
+                init_pid,
+                init_start,
+                facts,
+                runner_files: self.opts.runner_files,
+            };
+            let bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::unknown(e.to_string()))?;
+            write_atomic(&dir.join(RECORD), &bytes)?;
+            Ok::<_, Error>(record)
+        }
+        .await;
+        match made {
+            Ok(record) => {
+                let b = self.sandbox(dir, record);
+                tracing::info!(box_id = %b.id(), ms = t0.elapsed().as_millis() as u64, "created");
+                Ok(b)
+            }
+            Err(e) => {
+                end_box(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        id.expect_provider(NAME)?;
+        ctx.check()?;
+        Ok(self.find(id.name())?.map(|(dir, record)| self.sandbox(dir, record)))
+    }
+
+    async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        ctx.check()?;
+        let entries = match std::fs::read_dir(&self.boxes) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(Error::io(e, format!("listing {}", self.boxes.display()))),
+        };
+        let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            if let Ok(Some((dir, record))) = self.find(&name)
+                && labels.iter().all(|(k, v)| record.labels.get(k) == Some(v))
+            {
+                out.push(self.sandbox(dir, record));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// End a box whose record may not exist yet: kill the init the config's keeper started (found
+/// by the box's directory in its arguments), then remove the directory.
+fn end_box(dir: &Path) {
+    let needle = dir.to_string_lossy().into_owned();
+    for p in agentbox_proc::all() {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{}/cmdline", p.pid)) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let ours = args
+            .windows(2)
+            .any(|w| (w[0] == b"namespace" || w[0] == b"namespace-init") && w[1] == needle.as_bytes());
+        if ours && let Some(pid) = rustix::process::Pid::from_raw(p.pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+    remove_tree(dir);
+}
+
+/// Remove a box's directory, opening up what the box left without permission for its owner.
+pub(crate) fn remove_tree(dir: &Path) {
+    if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
+        return;
+    }
+    fn open_up(d: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = std::fs::read_dir(d) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&e.path());
+                }
+            }
+        }
+    }
+    open_up(dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn sweep_if_orphan(dir: &Path) {
+    let old = std::fs::metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > ORPHAN_DIR_AGE);
+    if old {
+        end_box(dir);
+    }
+}
+
+/// The workspace's path in every namespace box.
+pub const WORKSPACE_IN_BOX: &str = WORKSPACE;

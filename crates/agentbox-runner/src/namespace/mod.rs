@@ -1,0 +1,330 @@
+//! A namespace box, built from inside: the keeper and the init.
+//!
+//! `agentbox-runner namespace DIR` is the **keeper**. It reads `DIR/box.json`
+//! ([`agentbox_protocol::namespace::BoxConfig`]), unshares a user, mount, pid, ipc, uts and
+//! cgroup namespace (and a net namespace for `network: none`), waits while the host writes its
+//! id maps, then starts the box's **init** (`agentbox-runner namespace-init DIR`, pid 1 of the
+//! new pid namespace) and waits for it to end, when it removes `DIR`. It stays outside the
+//! box's pid namespace, so no program of the box can see or signal it.
+//!
+//! The init builds the box's file system ([`fs`]), hardens itself ([`harden`]: rlimits,
+//! no_new_privs, landlock, every capability dropped, seccomp), starts the runner (pid 2, which
+//! inherits all of it, as does every program the runner starts) and then reaps orphans until
+//! the box's deadline, when it exits: the kernel then kills every program of the pid
+//! namespace, whether or not the host is alive. A runner that dies is started again, a few
+//! times at most.
+//!
+//! bubblewrap could do most of the file system, but Debian's bwrap (0.8) has no overlay flags
+//! and no seccomp from a profile we write, and a second program to find and trust in every box;
+//! these calls are few, each one a rustix call or one syscall, so they live here.
+
+mod fs;
+mod harden;
+
+use std::io::{BufRead, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use agentbox_protocol::namespace::{
+    BoxConfig, CONFIG_FILE, ERROR_PREFIX, INIT_PREFIX, MAPPED, READY_PREFIX, RUN_DIR, RUNNER, SOCKET, UNSHARED,
+    WORKSPACE,
+};
+use rustix::process::{Pid, WaitOptions};
+use rustix::thread::UnshareFlags;
+
+/// How many times the init starts a runner that died before it ends the box.
+const RUNNER_RESTARTS: u32 = 5;
+
+fn read_config(dir: &Path) -> Result<BoxConfig, String> {
+    let path = dir.join(CONFIG_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if bytes.len() > 1 << 20 {
+        return Err(format!("{}: over 1 MiB, not a box config", path.display()));
+    }
+    let c: BoxConfig =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a box config: {e}", path.display()))?;
+    c.validate()?;
+    if Path::new(&c.dir) != dir {
+        return Err(format!(
+            "{}: names the directory {}, not its own",
+            path.display(),
+            c.dir
+        ));
+    }
+    Ok(c)
+}
+
+/// The arguments this program was started with before `subcommand` (`["runner"]` when it is
+/// the `agentbox` binary), so it can start itself again the same way.
+fn prefix(subcommand: &str) -> Vec<String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().position(|a| a == subcommand) {
+        Some(i) => args[..i].to_vec(),
+        None => vec![],
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// The keeper (see the [module documentation](self)). Returns only on a failure, which it has
+/// also said on stdout.
+pub fn keeper(dir: &Path) -> Result<std::convert::Infallible, String> {
+    let r = keeper_inner(dir);
+    if let Err(e) = &r {
+        say(&format!("{ERROR_PREFIX}{e}"));
+    }
+    r
+}
+
+fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
+    let cfg = read_config(dir)?;
+    // A session of its own: no terminal's hangup or ^C reaches the box through the host.
+    let _ = rustix::process::setsid();
+    let mut flags = UnshareFlags::NEWUSER
+        | UnshareFlags::NEWNS
+        | UnshareFlags::NEWPID
+        | UnshareFlags::NEWIPC
+        | UnshareFlags::NEWUTS
+        | UnshareFlags::NEWCGROUP;
+    if cfg.network_none {
+        flags |= UnshareFlags::NEWNET;
+    }
+    // SAFETY: unshare's hazard is CLONE_FILES with other threads holding descriptors; it is not
+    // asked for, and this program has started no thread.
+    #[allow(unsafe_code)]
+    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(explain_unshare)?;
+    say(UNSHARED);
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| format!("waiting for the id maps: {e}"))?;
+    if line.trim() != MAPPED {
+        return Err(format!(
+            "the host did not map the box's ids (it said {:?})",
+            line.trim()
+        ));
+    }
+    // What the init must reach on the host: opened here, where the host user's own
+    // permissions still apply (a root host's box is another id of the host's, which may not
+    // search the directories its box lives under), and handed down as descriptors.
+    let handles = Handles::open(&cfg)?;
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    // The init is root of the box's user namespace (the one id the host mapped), so it holds
+    // every capability there until it drops them.
+    let mut init = Command::new(&exe)
+        .args(prefix("namespace"))
+        .arg("namespace-init")
+        .arg(dir)
+        .env_clear()
+        .uid(0)
+        .gid(0)
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting the box's init: {e}"))?;
+    {
+        let mut to_init = init.stdin.take().ok_or("the init has no stdin")?;
+        let config = serde_json::to_string(&cfg).map_err(|e| e.to_string())?;
+        let fds = serde_json::to_string(&handles.numbers()).map_err(|e| e.to_string())?;
+        writeln!(to_init, "{config}\n{fds}").map_err(|e| format!("handing the init its config: {e}"))?;
+    }
+    drop(handles);
+    let pid = init.id();
+    say(&format!("{INIT_PREFIX}{pid}"));
+    // The init talks to the host on this same pipe; the keeper lets go of it.
+    to_dev_null();
+    if let Some(p) = Pid::from_raw(pid as i32) {
+        while let Err(rustix::io::Errno::INTR) = rustix::process::waitpid(Some(p), WaitOptions::empty()) {}
+    }
+    fs::remove_box_dir(dir);
+    std::process::exit(0)
+}
+
+fn explain_unshare(e: rustix::io::Errno) -> String {
+    let mut why = format!("unshare: {e}");
+    if e == rustix::io::Errno::PERM || e == rustix::io::Errno::NOSPC {
+        for (path, hint) in [
+            ("/proc/sys/kernel/unprivileged_userns_clone", "must be 1"),
+            ("/proc/sys/user/max_user_namespaces", "must be over 0"),
+            (
+                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                "must be 0 (or an AppArmor profile must allow agentbox-runner)",
+            ),
+        ] {
+            if let Ok(v) = std::fs::read_to_string(path) {
+                why.push_str(&format!(
+                    "; {} is {} ({hint})",
+                    path.trim_start_matches("/proc/sys/"),
+                    v.trim()
+                ));
+            }
+        }
+    }
+    why
+}
+
+fn to_dev_null() {
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdout(&null);
+    }
+}
+
+/// The init (see the [module documentation](self)). Returns only on a failure, which it has
+/// also said on stdout.
+pub fn init(dir: &Path) -> Result<std::convert::Infallible, String> {
+    let r = init_inner(dir);
+    if let Err(e) = &r {
+        say(&format!("{ERROR_PREFIX}{e}"));
+    }
+    r
+}
+
+fn init_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
+    if std::process::id() != 1 {
+        return Err("namespace-init must be the first process of a new pid namespace".into());
+    }
+    let (cfg, fds) = read_from_keeper()?;
+    if Path::new(&cfg.dir) != dir {
+        return Err(format!("the keeper's config names {}, not {}", cfg.dir, dir.display()));
+    }
+    harden::drop_host_groups();
+    fs::build(&cfg, &fds)?;
+    rustix::system::sethostname(cfg.name.as_bytes()).map_err(|e| format!("sethostname: {e}"))?;
+    let landlock = harden::apply(&cfg)?;
+    let prefix = prefix("namespace-init");
+    let mut runner = start_runner(&cfg, &prefix)?;
+    say(&format!("{READY_PREFIX}{landlock}"));
+    to_dev_null();
+
+    let deadline = cfg.deadline_ms;
+    std::thread::spawn(move || {
+        loop {
+            let now = now_ms();
+            if now >= deadline {
+                // Pid 1 exits: the kernel kills every program of the box.
+                std::process::exit(0);
+            }
+            std::thread::sleep(Duration::from_millis((deadline - now).min(60_000)));
+        }
+    });
+    let mut restarts = 0;
+    loop {
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some((pid, _))) if pid.as_raw_nonzero().get() as u32 == runner => {
+                if restarts >= RUNNER_RESTARTS {
+                    eprintln!("agentbox-runner namespace-init: the runner died {restarts} times; the box ends");
+                    std::process::exit(1);
+                }
+                restarts += 1;
+                std::thread::sleep(Duration::from_millis(100));
+                match start_runner(&cfg, &prefix) {
+                    Ok(pid) => runner = pid,
+                    Err(e) => {
+                        eprintln!("agentbox-runner namespace-init: {e}; the box ends");
+                        std::process::exit(1);
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            // No child at all: nothing to reap until the runner starts one; never busy-wait.
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Descriptors of what the init binds from the host, open across its exec.
+struct Handles {
+    dir: std::os::fd::OwnedFd,
+    rootfs: Option<std::os::fd::OwnedFd>,
+    mounts: Vec<std::os::fd::OwnedFd>,
+}
+
+impl Handles {
+    fn open(cfg: &BoxConfig) -> Result<Handles, String> {
+        use rustix::fs::{Mode, OFlags};
+        let open = |p: &str| rustix::fs::open(p, OFlags::PATH, Mode::empty()).map_err(|e| format!("opening {p}: {e}"));
+        Ok(Handles {
+            dir: open(&cfg.dir)?,
+            rootfs: match &cfg.root {
+                agentbox_protocol::namespace::Root::Rootfs(p) => Some(open(p)?),
+                agentbox_protocol::namespace::Root::Host => None,
+            },
+            mounts: cfg.mounts.iter().map(|m| open(&m.source)).collect::<Result<_, _>>()?,
+        })
+    }
+
+    fn numbers(&self) -> fs::Fds {
+        use std::os::fd::AsRawFd;
+        fs::Fds {
+            dir: self.dir.as_raw_fd(),
+            rootfs: self.rootfs.as_ref().map(|f| f.as_raw_fd()),
+            mounts: self.mounts.iter().map(|f| f.as_raw_fd()).collect(),
+        }
+    }
+}
+
+/// The config and descriptors the keeper wrote on the init's stdin.
+fn read_from_keeper() -> Result<(BoxConfig, fs::Fds), String> {
+    let mut stdin = std::io::stdin().lock();
+    let mut line = String::new();
+    let mut next = |what: &str| -> Result<String, String> {
+        line.clear();
+        (&mut stdin)
+            .take(1 << 20)
+            .read_line(&mut line)
+            .map_err(|e| format!("reading the {what} from the keeper: {e}"))?;
+        Ok(line.clone())
+    };
+    let cfg: BoxConfig = serde_json::from_str(&next("config")?).map_err(|e| format!("the keeper's config: {e}"))?;
+    cfg.validate()?;
+    let fds: fs::Fds =
+        serde_json::from_str(&next("descriptors")?).map_err(|e| format!("the keeper's descriptors: {e}"))?;
+    if fds.mounts.len() != cfg.mounts.len() {
+        return Err("the keeper's descriptors do not match its mounts".into());
+    }
+    Ok((cfg, fds))
+}
+
+/// Start the runner on the box's socket and wait until it listens; its pid.
+fn start_runner(cfg: &BoxConfig, prefix: &[String]) -> Result<u32, String> {
+    let socket = PathBuf::from(RUN_DIR).join(SOCKET);
+    let _ = std::fs::remove_file(&socket);
+    let mut child = Command::new(RUNNER)
+        .args(prefix)
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .env_clear()
+        .envs(&cfg.env)
+        .env(crate::server::DETACHED_ENV, "1")
+        .current_dir(WORKSPACE)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting the runner: {e}"))?;
+    let pid = child.id();
+    let out = child.stdout.take().ok_or("the runner has no stdout")?;
+    for line in std::io::BufReader::new(out).lines() {
+        let line = line.map_err(|e| format!("reading the runner: {e}"))?;
+        if line.starts_with("ready ") {
+            // The child handle is dropped unwaited: the init's loop reaps it.
+            return Ok(pid);
+        }
+    }
+    let _ = child.wait();
+    Err("the runner ended before it listened (its log is the box's box.log)".into())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
