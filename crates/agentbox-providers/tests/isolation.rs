@@ -60,3 +60,63 @@ async fn a_local_box_breaches_most_cases_as_the_control() {
     eprintln!("{report:#?}");
     report.assert_mostly_breached();
 }
+
+fn namespace_provider(root: &std::path::Path) -> Arc<dyn Provider> {
+    use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
+    let opts = NamespaceOptions {
+        runner: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
+        ..NamespaceOptions::at(root).unwrap()
+    };
+    Arc::new(NamespaceProvider::new(opts).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_holds_every_case_but_memory_which_it_states_it_does_not_bound() {
+    let root = tempfile::tempdir().unwrap();
+    let p = namespace_provider(root.path());
+    let report = isolation::run(p, Options::new("namespace", agentbox_protocol::namespace::RUNNER)).await;
+    eprintln!("{report:#?}");
+    report.assert_all_held_but(&[(
+        "memory_unbounded",
+        "cgroup v1 here: memory is refused in specs and the limits fact says so",
+    )]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_with_no_network_cannot_reach_the_hosts_loopback_and_one_with_the_network_can() {
+    use agentbox_core::{Ctx, Network, Spec};
+    let root = tempfile::tempdir().unwrap();
+    let p = namespace_provider(root.path());
+    let ctx = Ctx::background();
+    let none = p
+        .create(
+            &Spec {
+                network: Some(Network::None),
+                ..Spec::new(std::time::Duration::from_secs(60))
+            },
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        none.facts().interfaces.as_deref(),
+        Some(&["lo".to_string()][..]),
+        "{:?}",
+        none.facts()
+    );
+    assert_eq!(
+        isolation::loopback_reached(none.as_ref()).await,
+        isolation::Verdict::Held
+    );
+    // The control: the same case breaches a box that shares this machine's network.
+    let open = p
+        .create(&Spec::new(std::time::Duration::from_secs(60)), &ctx)
+        .await
+        .unwrap();
+    assert!(matches!(
+        isolation::loopback_reached(open.as_ref()).await,
+        isolation::Verdict::Breach(_)
+    ));
+    none.destroy(&ctx).await.unwrap();
+    open.destroy(&ctx).await.unwrap();
+}

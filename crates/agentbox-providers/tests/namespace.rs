@@ -78,3 +78,216 @@ async fn a_box_runs_a_program_as_its_own_root_with_no_capability() {
     assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
     b.destroy(&ctx).await.unwrap();
 }
+
+async fn sh(b: &dyn agentbox_core::Sandbox, script: &str) -> (i32, String) {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let p = b
+        .exec(
+            &["sh".into(), "-c".into(), script.into()],
+            &ExecOptions::default(),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    let out = finish(p, FinishOptions::default()).await.unwrap();
+    (out.status.code, format!("{}{}", out.stdout_text(), out.stderr_text()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seccomp_refuses_what_it_says_and_the_process_limit_stops_a_fork_bomb() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path(), true);
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(120)), &ctx).await.unwrap();
+    let runner = agentbox_protocol::namespace::RUNNER;
+    for probe in [
+        "ptrace",
+        "keyctl",
+        "io_uring",
+        "mount",
+        "user-namespace",
+        "mount-namespace",
+    ] {
+        let (code, out) = sh(b.as_ref(), &format!("{runner} probe {probe}")).await;
+        assert_eq!(code, 3, "{probe}: {out}");
+        assert!(out.contains("refused: "), "{probe}: {out}");
+    }
+    // The same probes are allowed on the host (as root, where this test runs in CI), so the
+    // refusals above are the box's.
+    if rustix::process::geteuid().is_root() {
+        for probe in ["ptrace", "keyctl", "mount-namespace"] {
+            let out = std::process::Command::new(agentbox_testing::runner::ensure())
+                .args(["probe", probe])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{probe} on the host: {:?}", out);
+        }
+    }
+    // A fork bomb meets RLIMIT_NPROC: a fork is refused (dash then gives up the script), and
+    // the box goes on. Every sleep that started counted itself first.
+    let limit = b.facts().pids_limit.unwrap();
+    let (code, out) = sh(
+        b.as_ref(),
+        &format!(
+            "i=0; while [ $i -lt {} ]; do sleep 2 & i=$((i+1)); echo $i > /tmp/forks; done",
+            limit + 64
+        ),
+    )
+    .await;
+    assert_ne!(code, 0, "the bomb must be refused a fork: {out}");
+    // Once the sleeps are gone, the box runs programs again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, forks) = sh(b.as_ref(), "cat /tmp/forks").await;
+    let started: u64 = forks.trim().parse().unwrap_or(0);
+    assert!(
+        started > 100 && started < limit,
+        "{started} forks before the refusal: {out}"
+    );
+    b.destroy(&ctx).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setuid_root_program_gives_the_box_no_privilege_and_the_hosts_homes_and_sockets_are_masked() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("NOT RUN: only root can make a setuid-root program to try (CI runs this as root)");
+        assert!(std::env::var_os("CI").is_none(), "CI runs this test as root");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path(), true);
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    // A setuid-root copy of cat, put in the workspace by the host: on the host it reads
+    // /etc/shadow for anyone; in the box it must not.
+    let work = root.path().join("namespace").join(b.id().name()).join("work");
+    let cat = work.join("suidcat");
+    std::fs::copy("/bin/cat", &cat).unwrap();
+    std::os::unix::fs::chown(&cat, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&cat, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
+    let (code, out) = sh(b.as_ref(), "./suidcat /etc/shadow").await;
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("Permission denied"), "{out}");
+    assert_eq!(
+        sh(b.as_ref(), "ls -A /home").await,
+        (0, String::new()),
+        "every home masked"
+    );
+    assert_eq!(
+        sh(b.as_ref(), "ls -A /root").await,
+        (0, String::new()),
+        "/root is the box's own"
+    );
+    let (_, run) = sh(b.as_ref(), "ls -A /run").await;
+    assert_eq!(run, "agentbox\nagentbox-runner\n", "no daemon's socket under /run");
+    let (_, run) = sh(b.as_ref(), "ls -A /run/agentbox").await;
+    assert_eq!(run, "runner.sock\n");
+    b.destroy(&ctx).await.unwrap();
+}
+
+/// Boxes made by the creator of the test below, which it SIGKILLs.
+const BOXES: usize = 100;
+const LIFETIME: Duration = Duration::from_secs(5);
+
+async fn creator(root: &std::path::Path) {
+    let p = provider(root, true);
+    let ctx = Ctx::background();
+    for _ in 0..BOXES {
+        let b = p.create(&Spec::new(LIFETIME), &ctx).await.unwrap();
+        // A program in the background, one in a session of its own, and one still under the
+        // exec when the creator dies.
+        let (code, out) = sh(
+            b.as_ref(),
+            "sleep 1000 >/dev/null 2>&1 & setsid sleep 1000 >/dev/null 2>&1 & echo ok",
+        )
+        .await;
+        assert_eq!((code, out.as_str()), (0, "ok\n"));
+        let _held = b
+            .exec(&["sleep".into(), "1000".into()], &ExecOptions::default(), &ctx)
+            .await
+            .unwrap();
+        std::mem::forget(_held);
+        // After a newline: the test harness may have left its own line open.
+        println!("\nBOX {}", b.id());
+    }
+    println!("READY");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[test]
+fn a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_lifetime() {
+    use agentbox_testing::reexec;
+    use std::io::BufRead;
+    const TEST: &str = "a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_lifetime";
+    if reexec::part().as_deref() == Some("creator") {
+        let root = std::env::var_os("AGENTBOX_TEST_CREATOR_ROOT").expect("the parent names the root");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(creator(std::path::Path::new(&root)));
+        reexec::done();
+    }
+    let root = tempfile::tempdir().unwrap();
+    let mut child = reexec::child(TEST, "creator")
+        .env("AGENTBOX_TEST_CREATOR_ROOT", root.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let boxes = root.path().join("namespace");
+    let mut namespaces = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(id) = line.strip_prefix("BOX ") {
+            let name = id.rsplit(':').next().unwrap().to_string();
+            let record: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(boxes.join(&name).join("record.json")).unwrap()).unwrap();
+            let ns = record["facts"]["namespaces"]["pid"].as_u64().unwrap();
+            // Four programs at least: init, runner, and the three started above.
+            assert!(NamespaceView::members(ns).len() >= 5, "box {name}'s programs run");
+            namespaces.push((name, ns, record["ends_at_ms"].as_u64().unwrap()));
+        } else if line.contains("READY") {
+            break;
+        }
+    }
+    assert_eq!(namespaces.len(), BOXES, "the creator made every box");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let last_end = namespaces.iter().map(|n| n.2).max().unwrap();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    // Nothing ends early: the creator's death is not the boxes' end.
+    assert!(
+        namespaces
+            .iter()
+            .filter(|n| n.2 > now() + 500)
+            .all(|n| !NamespaceView::members(n.1).is_empty())
+    );
+    loop {
+        let alive: Vec<&String> = namespaces
+            .iter()
+            .filter(|n| !NamespaceView::members(n.1).is_empty())
+            .map(|n| &n.0)
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            now() < last_end + 3000,
+            "{} boxes still have programs 3 s past their lifetime: {alive:?}",
+            alive.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // And the next listing finds none and leaves no directory behind.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listed = rt
+        .block_on(provider(root.path(), true).list(&Default::default(), &Ctx::background()))
+        .unwrap();
+    assert!(listed.is_empty());
+    let left: Vec<_> = std::fs::read_dir(&boxes).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -14,6 +14,15 @@ pub const PROBES: &[(&str, &str)] = &[
         "unshare(CLONE_NEWUSER): a user namespace, the door to namespaced root",
     ),
     ("mount-namespace", "unshare(CLONE_NEWNS): a mount namespace of its own"),
+    (
+        "ptrace",
+        "ptrace(PTRACE_TRACEME): to be traced, the first step of tracing anything",
+    ),
+    (
+        "keyctl",
+        "keyctl(KEYCTL_GET_KEYRING_ID) of the session keyring: the kernel's keyrings are not namespaced",
+    ),
+    ("mount", "mount a tmpfs on /tmp"),
 ];
 
 /// Run the probe `name`; the exit code as above.
@@ -41,6 +50,20 @@ pub fn run(name: &str) -> i32 {
                 rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS)
             }
         }
+        "ptrace" => {
+            // SAFETY: PTRACE_TRACEME takes no pointer; the process exits right after.
+            #[allow(unsafe_code)]
+            let r = unsafe { libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) };
+            errno_of(r)
+        }
+        "keyctl" => {
+            // SAFETY: KEYCTL_GET_KEYRING_ID with a special keyring id and create=0 passes no
+            // pointer.
+            #[allow(unsafe_code)]
+            let r = unsafe { libc::syscall(libc::SYS_keyctl, 0, libc::KEY_SPEC_SESSION_KEYRING, 0) };
+            errno_of(r)
+        }
+        "mount" => rustix::mount::mount("tmpfs", "/tmp", "tmpfs", rustix::mount::MountFlags::empty(), None),
         other => {
             let names: Vec<&str> = PROBES.iter().map(|p| p.0).collect();
             eprintln!("agentbox-runner probe: {other:?} is not a probe ({})", names.join(", "));
@@ -56,5 +79,14 @@ pub fn run(name: &str) -> i32 {
             println!("refused: {e}");
             3
         }
+    }
+}
+
+/// A libc call's result as rustix's: `Err` with errno when it returned -1.
+fn errno_of<T: Into<i64>>(r: T) -> rustix::io::Result<()> {
+    if r.into() == -1 {
+        Err(rustix::io::Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(rustix::io::Errno::INVAL))
+    } else {
+        Ok(())
     }
 }

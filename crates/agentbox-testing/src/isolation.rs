@@ -77,6 +77,26 @@ impl Report {
         assert!(bad.is_empty(), "{}: isolation not held:\n{}", self.name, bad.join("\n"));
     }
 
+    /// Panic unless every case held but `left_out`, each of which must not have run (a box
+    /// that states it has no such bound, say), with the reason the caller gives.
+    pub fn assert_all_held_but(&self, left_out: &[(&str, &str)]) {
+        let bad: Vec<String> = self
+            .cases
+            .iter()
+            .filter(|(n, v)| match left_out.iter().find(|(l, _)| l == n) {
+                Some(_) => !matches!(v, Verdict::NotRun(_)),
+                None => *v != Verdict::Held,
+            })
+            .map(|(n, v)| format!("{n}: {v:?}"))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{}: isolation not held (left out, with reasons: {left_out:?}):\n{}",
+            self.name,
+            bad.join("\n")
+        );
+    }
+
     /// Panic unless more than half the cases that ran breached: the control, on a box that
     /// isolates nothing, proving the cases can fail.
     pub fn assert_mostly_breached(&self) {
@@ -105,6 +125,7 @@ const CASES: &[(&str, Case)] = &[
     ("host_process_seen", |p| Box::pin(p.host_process_seen())),
     ("host_process_signalled", |p| Box::pin(p.host_process_signalled())),
     ("host_environment_read", |p| Box::pin(p.host_environment_read())),
+    ("host_home_read", |p| Box::pin(p.host_home_read())),
     ("daemon_socket_reachable", |p| Box::pin(p.daemon_socket_reachable())),
     ("capabilities_held", |p| Box::pin(p.capabilities_held())),
     ("privileges_gained_by_exec", |p| Box::pin(p.privileges_gained_by_exec())),
@@ -149,6 +170,8 @@ pub async fn run(provider: Arc<dyn Provider>, options: Options) -> Report {
 /// secret in its environment. Both end when it drops.
 struct HostSide {
     dir: std::path::PathBuf,
+    /// A file holding the secret in this user's home, where this machine lets it be made.
+    home_file: Option<std::path::PathBuf>,
     file: String,
     secret: String,
     sleeper: std::process::Child,
@@ -172,8 +195,12 @@ impl HostSide {
             .env("AGENTBOX_ISOLATION_SECRET", &secret)
             .spawn()
             .expect("the host's marker process (sleep)");
+        let home_file = std::env::var_os("HOME")
+            .map(|h| std::path::PathBuf::from(h).join(format!(".agentbox-isolation-{}", unique())))
+            .filter(|f| std::fs::write(f, &secret).is_ok());
         HostSide {
             file: file.to_string_lossy().into_owned(),
+            home_file,
             dir,
             secret,
             sleeper,
@@ -186,6 +213,9 @@ impl Drop for HostSide {
         let _ = self.sleeper.kill();
         let _ = self.sleeper.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(f) = &self.home_file {
+            let _ = std::fs::remove_file(f);
+        }
     }
 }
 
@@ -246,6 +276,13 @@ impl Probe {
     async fn host_file_through_proc_1_root(&self) -> Verdict {
         self.secret_shown(&format!("cat '/proc/1/root{}' 2>&1", self.host.file))
             .await
+    }
+
+    async fn host_home_read(&self) -> Verdict {
+        let Some(f) = &self.host.home_file else {
+            return Verdict::NotRun("no file could be made in this user's $HOME".into());
+        };
+        self.secret_shown(&format!("cat '{}' 2>&1", f.display())).await
     }
 
     async fn host_environment_read(&self) -> Verdict {
@@ -363,5 +400,32 @@ impl Probe {
             // The kernel ended the program (or what carried it): the limit held.
             Err(_) => Verdict::Held,
         }
+    }
+}
+
+/// Whether a program of `b` reaches a server on this machine's loopback: a TCP listener the
+/// host opens for the call, which the box tries with bash's `/dev/tcp`.
+pub async fn loopback_reached(b: &dyn Sandbox) -> Verdict {
+    let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
+        Ok(l) => l,
+        Err(e) => return Verdict::NotRun(format!("no listener on the host's loopback: {e}")),
+    };
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let script = format!(
+        "command -v bash >/dev/null || {{ echo no-bash; exit 9; }}; bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>&1 && echo connected"
+    );
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(30));
+    let argv = vec!["sh".to_string(), "-c".to_string(), script];
+    let ran = match b.exec(&argv, &ExecOptions::default(), &ctx).await {
+        Ok(p) => finish(p, FinishOptions::default()).await,
+        Err(e) => return Verdict::NotRun(format!("exec: {e}")),
+    };
+    match ran {
+        Ok(f) if f.status.code == 9 => Verdict::NotRun("the box has no bash".into()),
+        Ok(f) if f.stdout_text().contains("connected") => {
+            Verdict::Breach(format!("connected to 127.0.0.1:{port} of the host"))
+        }
+        Ok(_) => Verdict::Held,
+        Err(e) => Verdict::NotRun(format!("finish: {e}")),
     }
 }
