@@ -1047,3 +1047,76 @@ fn where_namespace_boxes_cannot_be_made_a_box_is_local_and_says_why_once() {
     let out = create(&[], &[("AGENTBOX_PROVIDER", "nowhere")]);
     one_line_error(&out, 1, "AGENTBOX_PROVIDER: \"nowhere\" is not a provider");
 }
+
+/// `bench boxes --provider namespace` times a namespace box's create → first exec → destroy
+/// beside a host spawn, a local box and a Docker box in one run, then its exec round trip; an
+/// engine that does not answer is named in the table, not a failure.
+#[test]
+fn the_namespace_bench_measures_local_and_docker_boxes_beside_it() {
+    let h = Home::new();
+    let bench = |json: bool, docker_host: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentbox"));
+        c.args(["bench", "boxes", "--provider", "namespace", "--iterations", "3"])
+            .env("AGENTBOX_HOME", h.0.path());
+        if json {
+            c.arg("--json");
+        }
+        if let Some(d) = docker_host {
+            c.env("DOCKER_HOST", d);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (table, stderr) = bench(false, Some("unix:///nonexistent/docker.sock"));
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("create → first exec → destroy") || l.starts_with("exec round trip"))
+        .collect();
+    assert_eq!(rows.len(), 3, "host, local box, exec: {table}");
+    assert!(
+        rows.iter().all(|r| r.contains("(p90 ") && r.trim_end().ends_with('x')),
+        "{table}"
+    );
+    for needle in [
+        "baseline: spawn true on the host; agentbox: namespace box",
+        "baseline: a local box, the same cycle; agentbox: namespace box",
+        "baseline: spawn true on the host; agentbox: exec in a namespace box",
+        "not measured: docker boxes, beside namespace boxes: ",
+    ] {
+        assert!(table.contains(needle), "{needle:?} in {table}");
+    }
+    assert!(stderr.contains("/nonexistent/docker.sock"), "{stderr}");
+    if !agentbox_testing::services::docker_available("the_namespace_bench_measures_local_and_docker_boxes_beside_it") {
+        return;
+    }
+    let (json, _) = bench(true, None);
+    let pairs: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let baselines: Vec<(&str, &str)> = pairs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["baseline"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        baselines,
+        [
+            ("create → first exec → destroy", "spawn true on the host"),
+            ("create → first exec → destroy", "a local box, the same cycle"),
+            ("create → first exec → destroy", "a docker box, the same cycle"),
+            ("exec round trip of true", "spawn true on the host"),
+        ]
+    );
+    for p in pairs.as_array().unwrap() {
+        let (base, subject) = (
+            p["baseline_ms"]["median"].as_f64().unwrap(),
+            p["subject_ms"]["median"].as_f64().unwrap(),
+        );
+        assert!(base > 0.0 && subject > 0.0, "{p}");
+        assert!((p["ratio"].as_f64().unwrap() - subject / base).abs() < 1e-9, "{p}");
+        assert!(p["subject_ms"]["p90"].as_f64().unwrap() >= subject, "{p}");
+    }
+}
