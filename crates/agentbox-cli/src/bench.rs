@@ -4,6 +4,7 @@
 //! interleaved sample by sample, does not drift with them.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,9 +22,9 @@ pub(crate) struct BenchArgs {
     /// Samples of each side.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
     iterations: u32,
-    /// The provider to measure.
-    #[arg(long, default_value = "local", help = crate::boxes::provider_help("The provider to measure (boxes)"))]
-    provider: String,
+    /// The provider to measure (boxes; without it, the default of `box create`).
+    #[arg(long, help = crate::boxes::default_help("The provider to measure (boxes)"))]
+    provider: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -41,7 +42,7 @@ struct Pair {
     ratio: f64,
 }
 
-#[derive(serde::Serialize)]
+#[derive(Clone, Copy, serde::Serialize)]
 struct Stats {
     median: f64,
     p90: f64,
@@ -59,31 +60,53 @@ fn stats(mut v: Vec<Duration>) -> Stats {
 /// The pause after each sample, untimed.
 const SETTLE: Duration = Duration::from_millis(20);
 
-/// Time `baseline` and `subject` alternately, `n` times each.
-async fn measure<B, BF, S, SF>(n: u32, mut baseline: B, mut subject: S) -> Result<(Stats, Stats)>
+/// One side of a measurement: each call is one sample's work.
+type Side<'a> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<()>> + 'a>> + 'a>;
+
+/// A [`Side`] from a closure returning a future.
+fn side<'a, F, Fut>(mut f: F) -> Side<'a>
 where
-    B: FnMut() -> BF,
-    BF: Future<Output = Result<()>>,
-    S: FnMut() -> SF,
-    SF: Future<Output = Result<()>>,
+    F: FnMut() -> Fut + 'a,
+    Fut: Future<Output = Result<()>> + 'a,
 {
-    // One warm-up of each, not counted.
-    baseline().await?;
-    subject().await?;
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for _ in 0..n {
-        let t = Instant::now();
-        baseline().await?;
-        a.push(t.elapsed());
-        // What one side leaves running (a daemon's clean-up after an exec) must not be
-        // timed as the other's: both sides settle alike before each sample.
-        tokio::time::sleep(SETTLE).await;
-        let t = Instant::now();
-        subject().await?;
-        b.push(t.elapsed());
-        tokio::time::sleep(SETTLE).await;
+    Box::new(move || Box::pin(f()))
+}
+
+/// Time `baseline` and `subject` alternately, `n` times each.
+async fn measure<'a, B, BF, S, SF>(n: u32, baseline: B, subject: S) -> Result<(Stats, Stats)>
+where
+    B: FnMut() -> BF + 'a,
+    BF: Future<Output = Result<()>> + 'a,
+    S: FnMut() -> SF + 'a,
+    SF: Future<Output = Result<()>> + 'a,
+{
+    let mut stats = measure_all(n, vec![side(baseline), side(subject)]).await?.into_iter();
+    match (stats.next(), stats.next()) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(Error::unknown("bench: two sides measured, two answers expected")),
     }
-    Ok((stats(a), stats(b)))
+}
+
+/// Time every side in turn, `n` rounds, so each sample of one side is taken between samples
+/// of the others (a drift of the machine falls on every side alike); the stats in the sides'
+/// order.
+async fn measure_all(n: u32, mut sides: Vec<Side<'_>>) -> Result<Vec<Stats>> {
+    // One warm-up of each, not counted.
+    for s in sides.iter_mut() {
+        s().await?;
+    }
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); sides.len()];
+    for _ in 0..n {
+        for (s, taken) in sides.iter_mut().zip(samples.iter_mut()) {
+            let t = Instant::now();
+            s().await?;
+            taken.push(t.elapsed());
+            // What one side leaves running (a daemon's clean-up after an exec) must not be
+            // timed as the next's: every side settles alike after each sample.
+            tokio::time::sleep(SETTLE).await;
+        }
+    }
+    Ok(samples.into_iter().map(stats).collect())
 }
 
 async fn host_true() -> Result<()> {
@@ -158,30 +181,56 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         runner: false,
         ..Default::default()
     };
-    let provider = crate::boxes::provider_with(&args.provider, &bare).await?;
+    let env = crate::boxes::environment()?;
+    let entry = crate::boxes::chosen(args.provider.as_deref(), &env).await?;
+    let provider = entry.make(&bare, &env).await?;
     let n = args.iterations;
     let name = provider.name().to_string();
     let docker = name == "docker";
     let mut pairs = Vec::new();
+    let mut notes = Vec::new();
     eprintln!("agentbox bench: {n} samples of each side, interleaved");
 
-    let (a, b) = if docker {
-        measure(n, docker_cli_cycle, || create_exec_destroy(&provider)).await?
+    // The cycle beside its baseline (the docker CLI's for Docker boxes, a host spawn for the
+    // others) and beside the boxes of the providers it is compared with, one run for all.
+    let mut beside = Vec::new();
+    for &other in compared_with(&name) {
+        match usable(other, &bare).await {
+            Ok(p) => beside.push(p),
+            Err(e) => {
+                let note = format!("{other} boxes, beside {name} boxes: {}", crate::one_line(e.message()));
+                eprintln!("agentbox bench: not measured: {note}");
+                notes.push(note);
+            }
+        }
+    }
+    let mut labels = Vec::new();
+    let mut sides = Vec::new();
+    if docker {
+        labels.push("docker run -d + docker exec true + docker rm -f".to_string());
+        sides.push(side(docker_cli_cycle));
     } else {
-        measure(n, host_true, || create_exec_destroy(&provider)).await?
-    };
-    let base = if docker {
-        "docker run -d + docker exec true + docker rm -f"
-    } else {
-        "spawn true on the host"
-    };
-    pairs.push(pair(
-        "create → first exec → destroy",
-        base,
-        &format!("{name} box"),
-        a,
-        b,
-    ));
+        labels.push("spawn true on the host".to_string());
+        sides.push(side(host_true));
+    }
+    for p in &beside {
+        labels.push(format!("a {} box, the same cycle", p.name()));
+        sides.push(side(move || create_exec_destroy(p)));
+    }
+    sides.push(side(|| create_exec_destroy(&provider)));
+    let stats = measure_all(n, sides).await?;
+    let (subject, baselines) = stats
+        .split_last()
+        .ok_or_else(|| Error::unknown("bench: no sides measured"))?;
+    for (base, a) in labels.iter().zip(baselines) {
+        pairs.push(pair(
+            "create → first exec → destroy",
+            base,
+            &format!("{name} box"),
+            *a,
+            *subject,
+        ));
+    }
 
     let ctx = Ctx::background().with_timeout(Duration::from_secs(600));
     let sandbox = provider
@@ -213,10 +262,30 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         b,
     ));
 
-    print_pairs(&pairs, args.json)
+    print_pairs(&pairs, &notes, args.json)
 }
 
-fn print_pairs(pairs: &[Pair], json: bool) -> Result<()> {
+/// The providers whose boxes `bench boxes` measures beside `name`'s: namespace boxes stand
+/// between local boxes (no isolation, no daemon) and Docker boxes (isolation through a
+/// daemon), so they are timed beside both.
+fn compared_with(name: &str) -> &'static [&'static str] {
+    match name {
+        "namespace" => &["local", "docker"],
+        _ => &[],
+    }
+}
+
+/// The provider `name` (bare, like the one measured), once it has made a box, run `true` in
+/// it and ended it: a provider that cannot (no Docker engine answers, no image) is left out
+/// with its error rather than failing the run.
+async fn usable(name: &str, bare: &agentbox_providers::registry::Options) -> Result<Arc<dyn Provider>> {
+    let p = crate::boxes::provider_with(name, bare).await?;
+    create_exec_destroy(&p).await?;
+    Ok(p)
+}
+
+/// The pairs as a table (or JSON), then what was not measured and why.
+fn print_pairs(pairs: &[Pair], notes: &[String], json: bool) -> Result<()> {
     if json {
         println!(
             "{}",
@@ -237,6 +306,9 @@ fn print_pairs(pairs: &[Pair], json: bool) -> Result<()> {
             p.ratio
         );
         println!("    baseline: {}; agentbox: {}", p.baseline, p.subject);
+    }
+    for note in notes {
+        println!("not measured: {note}");
     }
     Ok(())
 }
@@ -716,5 +788,5 @@ async fn runner(args: BenchArgs) -> Result<()> {
         let _ = t.through.destroy(&ctx).await;
         measured?;
     }
-    print_pairs(&pairs, args.json)
+    print_pairs(&pairs, &[], args.json)
 }

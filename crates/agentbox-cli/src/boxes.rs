@@ -68,9 +68,9 @@ pub(crate) enum BoxCommand {
 
 #[derive(Args)]
 pub(crate) struct CreateArgs {
-    /// The provider.
-    #[arg(long, default_value = "local", help = provider_help("The provider"))]
-    provider: String,
+    /// The provider (without it, the default: see `default_provider`).
+    #[arg(long, help = default_help("The provider"))]
+    provider: Option<String>,
     /// How long the box may live (500ms, 90s, 10m, 6h, 2d).
     #[arg(long, default_value = "10m", value_parser = lifetime)]
     lifetime: Duration,
@@ -170,6 +170,68 @@ pub(crate) fn provider_help(what: &str) -> String {
     format!("{what}: {}", registry::choices())
 }
 
+/// `--provider`'s help where it may be left out: [`provider_help`], and the default.
+pub(crate) fn default_help(what: &str) -> String {
+    format!(
+        "{}. Without it: ${PROVIDER_ENV} when set, else namespace where namespace boxes work on this machine, \
+         else local (saying why on stderr)",
+        provider_help(what)
+    )
+}
+
+/// The variable naming the provider of a command that names none (`box create`, `mcp`,
+/// `bench`): a machine where namespace boxes cannot work sets it to `local` (or `docker`) once
+/// rather than passing `--provider` to every command, and hears no warning.
+pub(crate) const PROVIDER_ENV: &str = "AGENTBOX_PROVIDER";
+
+/// The provider of a command that names none, and, when it is `local` only because namespace
+/// boxes do not work here, why not (the probe's answer, for the caller to say).
+///
+/// `$AGENTBOX_PROVIDER` when set (a choice the user made: no probe, no fallback); else
+/// `namespace` where its boxes work on this machine, since an agent's commands should be
+/// isolated unless the user asks for less; else `local`, which isolates nothing. Whether they
+/// work is the provider's own probe ([`agentbox_providers::namespace::available`]: one short
+/// process of the runner that `env` finds) after the registry says this build has them.
+pub(crate) async fn default_provider(env: &Environment) -> Result<(&'static str, Option<String>)> {
+    if let Some(name) = env.var(PROVIDER_ENV).filter(|v| !v.is_empty()) {
+        let name = name
+            .to_str()
+            .ok_or_else(|| Error::invalid(format!("{PROVIDER_ENV}: {name:?} is not UTF-8")))?;
+        return Ok((entry(name, PROVIDER_ENV)?.name, None));
+    }
+    match namespace_works(env).await {
+        Ok(()) => Ok(("namespace", None)),
+        Err(e) => Ok(("local", Some(crate::one_line(e.message())))),
+    }
+}
+
+async fn namespace_works(env: &Environment) -> Result<()> {
+    registry::find("namespace")?;
+    // The registry has no namespace entry compiled in off Linux, so this is Linux's alone.
+    #[cfg(target_os = "linux")]
+    agentbox_providers::namespace::available(&env.runner()?).await?;
+    #[cfg(not(target_os = "linux"))]
+    let _ = env;
+    Ok(())
+}
+
+/// The registry's entry for `--provider NAME`, or without one the default
+/// ([`default_provider`]), saying once on stderr why it is `local` when namespace boxes do not
+/// work. A named provider is never probed.
+pub(crate) async fn chosen(flag: Option<&str>, env: &Environment) -> Result<&'static Entry> {
+    if let Some(name) = flag {
+        return entry(name, "--provider");
+    }
+    let (name, why_not) = default_provider(env).await?;
+    if let Some(why) = why_not {
+        eprintln!(
+            "agentbox: namespace boxes cannot be made here: {why}; using a local box, which isolates nothing \
+             (--provider local or {PROVIDER_ENV}=local chooses it without this line)"
+        );
+    }
+    entry(name, "the default provider")
+}
+
 /// What providers are made from: this process's variables, and this executable as the boxes'
 /// helper (`agentbox runner …`: local boxes' supervisor, and the runner of a Docker box where no
 /// `agentbox-runner` is found), so an installed `agentbox` needs no second file.
@@ -223,7 +285,8 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             for m in &a.mounts {
                 spec.mounts.push(mount(m)?);
             }
-            let entry = entry(&a.provider, "--provider")?;
+            let env = environment()?;
+            let entry = chosen(a.provider.as_deref(), &env).await?;
             let options = Options {
                 runner: !a.no_runner,
                 user: a.user.clone(),
@@ -235,10 +298,10 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
                 return Err(Error::unsupported(format!(
                     "--{}: {} boxes do not take it",
                     opt.name(),
-                    a.provider
+                    entry.name
                 )));
             }
-            let b = entry.make(&options, &environment()?).await?.create(&spec, &ctx).await?;
+            let b = entry.make(&options, &env).await?.create(&spec, &ctx).await?;
             tracing::info!(box_id = %b.id(), runner = ?b.facts().runner, "box made");
             if a.json {
                 println!("{}", serde_json::json!({ "id": b.id(), "facts": b.facts() }));

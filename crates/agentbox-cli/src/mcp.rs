@@ -23,9 +23,9 @@ use tokio::sync::Mutex;
 
 #[derive(Args)]
 pub(crate) struct McpArgs {
-    /// The provider of the box.
-    #[arg(long, default_value = "local", help = crate::boxes::provider_help("The provider of the box"))]
-    provider: String,
+    /// The provider of the box (without it, the default: see `boxes::default_provider`).
+    #[arg(long, help = crate::boxes::default_help("The provider of the box"))]
+    provider: Option<String>,
     /// The box's image (providers that take one).
     #[arg(long)]
     image: Option<String>,
@@ -264,6 +264,7 @@ impl ServerHandler for Hands {
 }
 
 pub(crate) async fn run(a: McpArgs) -> Result<i32> {
+    let environment = crate::boxes::environment()?;
     let (entry, spec) = match &a.config {
         Some(path) => {
             let config = agentbox_transport::TransportConfig::load(path)?;
@@ -283,7 +284,7 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
             let lifetime = parse_duration(&a.lifetime).map_err(|e| e.context("--lifetime"))?;
             let mut spec = Spec::new(lifetime);
             spec.image = a.image.clone();
-            (crate::boxes::entry(&a.provider, "--provider")?, spec)
+            (crate::boxes::chosen(a.provider.as_deref(), &environment).await?, spec)
         }
     };
     spec.validate()?;
@@ -299,7 +300,7 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
         runner: !a.no_runner,
         ..Default::default()
     };
-    let provider = entry.make(&options, &crate::boxes::environment()?).await?;
+    let provider = entry.make(&options, &environment).await?;
     let spec = spec.label("agentbox-mcp", std::process::id().to_string());
     if let Some(addr) = a.http {
         if a.workspace.is_some() {

@@ -14,6 +14,8 @@ impl Home {
         let mut child = Command::new(env!("CARGO_BIN_EXE_agentbox"))
             .args(args)
             .env("AGENTBOX_HOME", self.0.path())
+            // The default provider is the tests' to choose.
+            .env_remove("AGENTBOX_PROVIDER")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -64,9 +66,14 @@ fn other_errors_exit_1_with_one_line_naming_the_problem() {
     one_line_error(&h.run(&["box", "create", "--image", "debian"], b""), 1, "spec.image");
     one_line_error(&h.run(&["box", "create", "--provider", "nowhere"], b""), 1, "nowhere");
     one_line_error(
-        &h.run(&["box", "create", "--pids-limit", "5"], b""),
+        &h.run(&["box", "create", "--provider", "local", "--pids-limit", "5"], b""),
         1,
         "--pids-limit: local boxes do not take it",
+    );
+    one_line_error(
+        &h.run(&["box", "create", "--provider", "namespace", "--user", "1:1"], b""),
+        1,
+        "--user: namespace boxes do not take it",
     );
     one_line_error(
         &h.run(&["box", "exec", "local:feedfeed", "true"], b""),
@@ -89,6 +96,8 @@ fn a_box_from_create_to_rm() {
         .ok(&[
             "box",
             "create",
+            "--provider",
+            "local",
             "--lifetime",
             "2m",
             "--label",
@@ -478,7 +487,10 @@ fn an_unknown_provider_names_every_provider_there_is() {
 #[test]
 fn a_box_gets_a_runner_unless_told_not_to() {
     let h = Home::new();
-    let id = h.ok(&["box", "create", "--lifetime", "2m"]).trim().to_string();
+    let id = h
+        .ok(&["box", "create", "--provider", "local", "--lifetime", "2m"])
+        .trim()
+        .to_string();
     let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
     assert!(
         facts["runner"].as_str().is_some_and(|r| r.contains("runner.sock")),
@@ -495,7 +507,15 @@ fn a_box_gets_a_runner_unless_told_not_to() {
     assert!(read.contains("one"), "{read}");
     h.ok(&["box", "rm", &id]);
     let id = h
-        .ok(&["box", "create", "--no-runner", "--lifetime", "2m"])
+        .ok(&[
+            "box",
+            "create",
+            "--provider",
+            "local",
+            "--no-runner",
+            "--lifetime",
+            "2m",
+        ])
         .trim()
         .to_string();
     let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
@@ -750,7 +770,7 @@ fn verbose_logs_go_to_stderr_and_stdout_stays_the_commands() {
     );
     let id = stdout.trim();
     assert!(
-        id.starts_with("local:") && stdout.lines().count() == 1,
+        id.starts_with("namespace:") && stdout.lines().count() == 1,
         "stdout is the id alone: {stdout:?}"
     );
     assert!(
@@ -894,4 +914,209 @@ fn docker_capabilities_from_the_cli() {
         2,
         "--keep-capabilities",
     );
+}
+
+/// With no `--provider` a box is a namespace box where they work (they do on the machines these
+/// tests run on: root, or unprivileged user namespaces), with nothing said on stderr: a box of
+/// its own user, pid and mount namespaces, no capability, no new privileges.
+#[test]
+fn a_box_is_a_namespace_box_unless_asked_otherwise() {
+    let h = Home::new();
+    let out = h.run(&["box", "create", "--lifetime", "2m", "--json"], b"");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr, "", "namespace boxes work here: nothing to say");
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = made["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("namespace:"), "{made}");
+    let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+    assert_eq!(facts["provider"], "namespace");
+    assert_eq!(
+        (facts["capabilities"].as_str(), facts["no_new_privs"].as_bool()),
+        (Some("none"), Some(true)),
+        "{facts}"
+    );
+    // What the box's programs see of themselves, beside this test's own user namespace.
+    let out = h.run(
+        &[
+            "box",
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "cat; grep -E '^(NoNewPrivs|CapEff):' /proc/self/status; readlink /proc/self/ns/user; exit 3",
+        ],
+        b"piped\n",
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.get(..3),
+        Some(&["piped", "CapEff:\t0000000000000000", "NoNewPrivs:\t1"][..]),
+        "{text}"
+    );
+    let host_user_ns = std::fs::read_link("/proc/self/ns/user").unwrap();
+    assert_ne!(
+        lines.get(3).copied(),
+        Some(host_user_ns.to_str().unwrap()),
+        "a user namespace of its own: {text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.txt");
+    std::fs::write(&src, "in and out\n").unwrap();
+    h.ok(&["box", "cp", src.to_str().unwrap(), &format!("{id}:sub/in.txt")]);
+    let back = dir.path().join("back.txt");
+    h.ok(&["box", "cp", &format!("{id}:sub/in.txt"), back.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "in and out\n");
+    let ls = h.ok(&["box", "ls", "--provider", "namespace"]);
+    assert!(ls.starts_with(&format!("{id}\t")), "{ls}");
+    assert_eq!(h.ok(&["box", "rm", &id]).trim(), id);
+    one_line_error(&h.run(&["box", "exec", &id, "true"], b""), 1, "no such box");
+}
+
+/// A runner whose user-namespace probe the kernel refuses, as a machine with user namespaces
+/// off answers it (`refused: …`, exit 3), and which notes in `probed` each time it is asked.
+fn refusing_runner(dir: &std::path::Path) -> std::path::PathBuf {
+    let runner = dir.join("agentbox-runner");
+    let script = format!(
+        "#!/bin/sh\necho \"$*\" >> '{}'\necho 'refused: Operation not permitted (os error 1)'\nexit 3\n",
+        dir.join("probed").display()
+    );
+    std::fs::write(&runner, script).unwrap();
+    std::fs::set_permissions(&runner, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    runner
+}
+
+/// Where namespace boxes cannot be made, a box made with no `--provider` is a local one, and
+/// agentbox says so once, with the probe's answer; `--provider local` or
+/// `AGENTBOX_PROVIDER=local` never probes and says nothing; an `AGENTBOX_PROVIDER` naming no
+/// provider is an error naming the variable.
+#[test]
+fn where_namespace_boxes_cannot_be_made_a_box_is_local_and_says_why_once() {
+    let h = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let runner = refusing_runner(dir.path());
+    let probed = dir.path().join("probed");
+    let create = |args: &[&str], vars: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentbox"));
+        c.args(["box", "create", "--lifetime", "1m"])
+            .args(args)
+            .env("AGENTBOX_HOME", h.0.path())
+            .env("AGENTBOX_RUNNER", &runner)
+            .env_remove("AGENTBOX_PROVIDER");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let out = create(&[], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(id.starts_with("local:"), "{id}");
+    assert_eq!(stderr.lines().count(), 1, "said once: {stderr:?}");
+    assert!(
+        stderr.starts_with("agentbox: namespace boxes cannot be made here: ")
+            && stderr.contains("refused: Operation not permitted")
+            && stderr.contains("local box, which isolates nothing")
+            && stderr.contains("--provider local"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&probed).unwrap(), "probe user-namespace\n");
+    h.ok(&["box", "rm", &id]);
+
+    std::fs::remove_file(&probed).unwrap();
+    for (args, vars) in [
+        (&["--provider", "local"][..], &[][..]),
+        (&[][..], &[("AGENTBOX_PROVIDER", "local")][..]),
+    ] {
+        let out = create(args, vars);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?} {vars:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?} {vars:?}: a provider chosen is not warned about");
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(id.starts_with("local:"), "{id}");
+        assert!(!probed.exists(), "{args:?} {vars:?}: a provider chosen is not probed");
+        h.ok(&["box", "rm", &id]);
+    }
+    // Named, namespace boxes are not replaced by local ones: the probe's answer is the error.
+    let out = create(&["--provider", "namespace"], &[]);
+    one_line_error(&out, 1, "refused: Operation not permitted");
+    let out = create(&[], &[("AGENTBOX_PROVIDER", "nowhere")]);
+    one_line_error(&out, 1, "AGENTBOX_PROVIDER: \"nowhere\" is not a provider");
+}
+
+/// `bench boxes --provider namespace` times a namespace box's create → first exec → destroy
+/// beside a host spawn, a local box and a Docker box in one run, then its exec round trip; an
+/// engine that does not answer is named in the table, not a failure.
+#[test]
+fn the_namespace_bench_measures_local_and_docker_boxes_beside_it() {
+    let h = Home::new();
+    let bench = |json: bool, docker_host: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentbox"));
+        c.args(["bench", "boxes", "--provider", "namespace", "--iterations", "3"])
+            .env("AGENTBOX_HOME", h.0.path());
+        if json {
+            c.arg("--json");
+        }
+        if let Some(d) = docker_host {
+            c.env("DOCKER_HOST", d);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (table, stderr) = bench(false, Some("unix:///nonexistent/docker.sock"));
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("create → first exec → destroy") || l.starts_with("exec round trip"))
+        .collect();
+    assert_eq!(rows.len(), 3, "host, local box, exec: {table}");
+    assert!(
+        rows.iter().all(|r| r.contains("(p90 ") && r.trim_end().ends_with('x')),
+        "{table}"
+    );
+    for needle in [
+        "baseline: spawn true on the host; agentbox: namespace box",
+        "baseline: a local box, the same cycle; agentbox: namespace box",
+        "baseline: spawn true on the host; agentbox: exec in a namespace box",
+        "not measured: docker boxes, beside namespace boxes: ",
+    ] {
+        assert!(table.contains(needle), "{needle:?} in {table}");
+    }
+    assert!(stderr.contains("/nonexistent/docker.sock"), "{stderr}");
+    if !agentbox_testing::services::docker_available("the_namespace_bench_measures_local_and_docker_boxes_beside_it") {
+        return;
+    }
+    let (json, _) = bench(true, None);
+    let pairs: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let baselines: Vec<(&str, &str)> = pairs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["baseline"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        baselines,
+        [
+            ("create → first exec → destroy", "spawn true on the host"),
+            ("create → first exec → destroy", "a local box, the same cycle"),
+            ("create → first exec → destroy", "a docker box, the same cycle"),
+            ("exec round trip of true", "spawn true on the host"),
+        ]
+    );
+    for p in pairs.as_array().unwrap() {
+        let (base, subject) = (
+            p["baseline_ms"]["median"].as_f64().unwrap(),
+            p["subject_ms"]["median"].as_f64().unwrap(),
+        );
+        assert!(base > 0.0 && subject > 0.0, "{p}");
+        assert!((p["ratio"].as_f64().unwrap() - subject / base).abs() < 1e-9, "{p}");
+        assert!(p["subject_ms"]["p90"].as_f64().unwrap() >= subject, "{p}");
+    }
 }

@@ -28,6 +28,7 @@ async fn start_as(program: &Path, home: &Path, args: &[&str]) -> Server {
         .args(args)
         .env("AGENTBOX_HOME", home)
         .env_remove("AGENTBOX_RUNNER")
+        .env_remove("AGENTBOX_PROVIDER")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -145,15 +146,62 @@ fn local_boxes(home: &Path) -> usize {
     std::fs::read_dir(home.join("boxes")).map(|d| d.count()).unwrap_or(0)
 }
 
+fn namespace_boxes(home: &Path) -> usize {
+    std::fs::read_dir(home.join("namespace"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Boxes of either kind a server started without `--provider` may make.
+fn boxes(home: &Path) -> usize {
+    local_boxes(home) + namespace_boxes(home)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tool_in_a_local_box_and_the_box_ends_with_the_client() {
     let home = tempfile::tempdir().unwrap();
-    let s = start(home.path(), &["--lifetime", "10m"]).await;
+    let s = start(home.path(), &["--provider", "local", "--lifetime", "10m"]).await;
     assert_eq!(local_boxes(home.path()), 0, "no box before the first tool call");
     every_tool(&s).await;
     assert_eq!(local_boxes(home.path()), 1);
     leave(s).await;
     assert_eq!(local_boxes(home.path()), 0, "the box went with the client");
+}
+
+/// With no `--provider`, a client's hands are isolated: every tool runs in a namespace box
+/// (this machine makes them), whose programs have no new privileges and a user namespace of
+/// their own, and the box goes with the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_in_a_namespace_box_unless_asked_otherwise() {
+    let home = tempfile::tempdir().unwrap();
+    let s = start(home.path(), &["--lifetime", "10m"]).await;
+    assert_eq!(boxes(home.path()), 0, "no box before the first tool call");
+    every_tool(&s).await;
+    assert_eq!(
+        (namespace_boxes(home.path()), local_boxes(home.path())),
+        (1, 0),
+        "a namespace box"
+    );
+    let out = text(
+        &call(
+            &s,
+            "bash",
+            json!({"command": "grep '^NoNewPrivs:' /proc/self/status; readlink /proc/self/ns/user"}),
+        )
+        .await,
+    );
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("NoNewPrivs:\t1"), "{out}");
+    let host_user_ns = std::fs::read_link("/proc/self/ns/user").unwrap();
+    let box_user_ns = lines.next().unwrap_or_default();
+    assert!(box_user_ns.starts_with("user:["), "{out}");
+    assert_ne!(
+        box_user_ns,
+        host_user_ns.to_str().unwrap(),
+        "a user namespace of its own"
+    );
+    leave(s).await;
+    assert_eq!(boxes(home.path()), 0, "the box went with the client");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,11 +226,7 @@ async fn a_client_dying_mid_call_ends_the_box() {
         .expect("the server exits")
         .unwrap();
     assert!(status.success(), "{status}");
-    assert_eq!(
-        local_boxes(home.path()),
-        0,
-        "the box and its sleep went with the client"
-    );
+    assert_eq!(boxes(home.path()), 0, "the box and its sleep went with the client");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,6 +334,7 @@ async fn streamable_http_on_loopback_with_its_host_checks() {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .args(["mcp", "--http", &addr])
         .env("AGENTBOX_HOME", home.path())
+        .env_remove("AGENTBOX_PROVIDER")
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -326,7 +371,7 @@ async fn streamable_http_on_loopback_with_its_host_checks() {
     let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo over-http"}}}"#;
     let answer = http(&addr, "POST", &addr, Some(&session), call).await;
     assert!(answer.contains("over-http"), "{answer}");
-    assert_eq!(local_boxes(home.path()), 1);
+    assert_eq!(boxes(home.path()), 1);
     // The session ends: its box goes, and the DELETE is answered 200 (the MCP SDKs take 200
     // or 204; rmcp alone says 202).
     let deleted = http(&addr, "DELETE", &addr, Some(&session), "").await;
@@ -337,7 +382,7 @@ async fn streamable_http_on_loopback_with_its_host_checks() {
     assert!(evil.starts_with("HTTP/1.1 403"), "the Host check comes first: {evil}");
     let mut gone = false;
     for _ in 0..100 {
-        if local_boxes(home.path()) == 0 {
+        if boxes(home.path()) == 0 {
             gone = true;
             break;
         }
@@ -356,14 +401,14 @@ async fn a_box_has_a_runner_unless_told_not_to() {
             .filter_map(|d| d.ok())
             .any(|d| d.path().join("runner.sock").exists())
     };
-    let s = start(home.path(), &[]).await;
+    let s = start(home.path(), &["--provider", "local"]).await;
     assert_eq!(
         text(&call(&s, "bash", json!({"command": "echo hi"})).await).trim(),
         "hi"
     );
     assert!(runner_socket(home.path()), "the default box serves through its runner");
     leave(s).await;
-    let s = start(home.path(), &["--no-runner"]).await;
+    let s = start(home.path(), &["--provider", "local", "--no-runner"]).await;
     assert_eq!(
         text(&call(&s, "bash", json!({"command": "echo hi"})).await).trim(),
         "hi"
@@ -414,6 +459,7 @@ async fn with_debug_logs_stdout_carries_only_protocol_messages() {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .args(["mcp", "-vv"])
         .env("AGENTBOX_HOME", home.path())
+        .env_remove("AGENTBOX_PROVIDER")
         .env("RUST_LOG", "debug")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
