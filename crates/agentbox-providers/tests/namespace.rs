@@ -242,9 +242,10 @@ fn a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_l
             let record: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(boxes.join(&name).join("record.json")).unwrap()).unwrap();
             let ns = record["facts"]["namespaces"]["pid"].as_u64().unwrap();
-            // Four programs at least: init, runner, and the three started above.
-            assert!(NamespaceView::members(ns).len() >= 5, "box {name}'s programs run");
-            namespaces.push((name, ns, record["ends_at_ms"].as_u64().unwrap()));
+            let init = record["init_pid"].as_u64().unwrap() as u32;
+            // Five programs at least: init, runner, and the three started above.
+            assert!(NamespaceView::members(ns, init).len() >= 5, "box {name}'s programs run");
+            namespaces.push((name, (ns, init), record["ends_at_ms"].as_u64().unwrap()));
         } else if line.contains("READY") {
             break;
         }
@@ -264,12 +265,12 @@ fn a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_l
         namespaces
             .iter()
             .filter(|n| n.2 > now() + 500)
-            .all(|n| !NamespaceView::members(n.1).is_empty())
+            .all(|n| !NamespaceView::members(n.1.0, n.1.1).is_empty())
     );
     loop {
         let alive: Vec<&String> = namespaces
             .iter()
-            .filter(|n| !NamespaceView::members(n.1).is_empty())
+            .filter(|n| !NamespaceView::members(n.1.0, n.1.1).is_empty())
             .map(|n| &n.0)
             .collect();
         if alive.is_empty() {

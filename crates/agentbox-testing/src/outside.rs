@@ -74,15 +74,25 @@ pub struct NamespaceView {
 }
 
 impl NamespaceView {
-    /// The inode of the box's pid namespace, from its record.
-    fn pid_ns(&self, id: &SandboxId) -> Option<u64> {
+    /// The inode of the box's pid namespace and its init's host pid, from its record.
+    fn pid_ns(&self, id: &SandboxId) -> Option<(u64, u32)> {
         let record = std::fs::read(self.boxes.join(id.name()).join("record.json")).ok()?;
         let v: serde_json::Value = serde_json::from_slice(&record).ok()?;
-        v["facts"]["namespaces"]["pid"].as_u64()
+        Some((
+            v["facts"]["namespaces"]["pid"].as_u64()?,
+            v["init_pid"].as_u64()? as u32,
+        ))
     }
 
-    /// Every running process of the pid namespace `ns`, as (host pid, pid in the box).
-    pub fn members(ns: u64) -> Vec<(u32, u32)> {
+    /// Every running process of the box whose pid namespace is `ns` and whose init is `init`
+    /// (a pid of the host's), as (host pid, pid in the box). A namespace's inode is reused once
+    /// it ends, so a namespace of that inode whose pid 1 is another process is another box's.
+    pub fn members(ns: u64, init: u32) -> Vec<(u32, u32)> {
+        let all = Self::in_namespace(ns);
+        if all.contains(&(init, 1)) { all } else { vec![] }
+    }
+
+    fn in_namespace(ns: u64) -> Vec<(u32, u32)> {
         use std::os::unix::fs::MetadataExt;
         let Ok(entries) = std::fs::read_dir("/proc") else {
             return vec![];
@@ -112,14 +122,14 @@ impl NamespaceView {
 impl Outside for NamespaceView {
     async fn ended(&self, id: &SandboxId) -> bool {
         match self.pid_ns(id) {
-            Some(ns) => Self::members(ns).is_empty(),
+            Some((ns, init)) => Self::members(ns, init).is_empty(),
             None => !self.boxes.join(id.name()).exists(),
         }
     }
     async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool {
-        let Some(ns) = self.pid_ns(id) else {
+        let Some((ns, init)) = self.pid_ns(id) else {
             return false;
         };
-        Self::members(ns).iter().any(|(_, inner)| pids.contains(inner))
+        Self::members(ns, init).iter().any(|(_, inner)| pids.contains(inner))
     }
 }

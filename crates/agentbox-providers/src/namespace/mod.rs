@@ -168,6 +168,17 @@ pub async fn available(runner: &HelperCommand) -> Result<()> {
         return Ok(());
     }
     let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if out.status.code() != Some(3) {
+        // Not the kernel's refusal: the runner could not run the probe at all (an old runner
+        // without it, say).
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Err(Error::unsupported(format!(
+            "namespace boxes: {} could not probe for user namespaces ({}): {}",
+            runner.program.display(),
+            out.status,
+            if err.is_empty() { said } else { err }
+        )));
+    }
     let mut why = format!("user namespaces are not available here ({said})");
     for (path, hint) in [
         ("/proc/sys/kernel/unprivileged_userns_clone", "1"),
