@@ -53,6 +53,72 @@ async fn namespace_boxes_without_the_runners_file_operations_pass_the_conformanc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_boxes_with_a_rootfs_root_pass_the_conformance_suite() {
+    let Some(rootfs) =
+        agentbox_testing::services::rootfs("namespace_boxes_with_a_rootfs_root_pass_the_conformance_suite")
+    else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().to_path_buf();
+    let outside = Arc::new(NamespaceView {
+        boxes: path.join("namespace"),
+    });
+    let mut options = Options::new(
+        "namespace, rootfs",
+        Duration::from_secs(3),
+        Duration::from_secs(4),
+        outside,
+    );
+    options.base.image = Some(rootfs.clone());
+    let report = conformance::run(
+        conformance::factory(move || {
+            let path = path.clone();
+            async move { provider(&path, true) }
+        }),
+        options,
+    )
+    .await;
+    report.assert_all_passed();
+    // The box sees the image, not this machine: its own Debian release file, no host checkout.
+    let p = provider(root.path(), true);
+    let ctx = Ctx::background();
+    let b = p
+        .create(
+            &Spec {
+                image: Some(rootfs.clone()),
+                ..Spec::new(Duration::from_secs(60))
+            },
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.facts().root.as_deref(), Some("rootfs"));
+    let here = std::env::current_dir().unwrap();
+    let (code, out) = sh(
+        b.as_ref(),
+        &format!("test -e '{}' || echo absent; ls /usr/bin | wc -l", here.display()),
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.starts_with("absent\n"),
+        "the host's checkout is not in a rootfs box: {out}"
+    );
+    // Bad images are refused, naming the field.
+    for bad in ["debian:12", "/nonexistent/rootfs", "/etc"] {
+        let spec = Spec {
+            image: Some(bad.into()),
+            ..Spec::new(Duration::from_secs(60))
+        };
+        let e = p.create(&spec, &ctx).await.err().unwrap();
+        assert_eq!(e.code(), agentbox_core::ErrorCode::Invalid, "{bad}: {e}");
+        assert!(e.message().contains("spec.image"), "{bad}: {e}");
+    }
+    b.destroy(&ctx).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_box_runs_a_program_as_its_own_root_with_no_capability() {
     let root = tempfile::tempdir().unwrap();
     let p = provider(root.path(), true);

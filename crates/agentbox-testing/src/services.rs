@@ -39,3 +39,22 @@ pub fn postgres(test: &str) -> Option<String> {
     eprintln!("\n!!!! {test}: NO POSTGRESQL ({POSTGRES_ENV} unset): this test did NOT run. Run scripts/test. !!!!\n");
     None
 }
+
+/// The variable naming an unpacked root file system (`scripts/box-rootfs`) for namespace
+/// boxes with a `rootfs` root.
+pub const ROOTFS_ENV: &str = "AGENTBOX_TEST_ROOTFS";
+
+/// The rootfs directory `scripts/test` exports, or `None` (after a loud notice) where there is
+/// none; under CI a missing one is a failure.
+pub fn rootfs(test: &str) -> Option<String> {
+    if let Ok(d) = std::env::var(ROOTFS_ENV)
+        && !d.is_empty()
+    {
+        return Some(d);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI needs a box rootfs and {ROOTFS_ENV} is not set (scripts/test unpacks one)");
+    }
+    eprintln!("\n!!!! {test}: NO ROOTFS ({ROOTFS_ENV} unset): this test did NOT run. Run scripts/box-rootfs. !!!!\n");
+    None
+}
