@@ -7,6 +7,7 @@ use std::time::Duration;
 use agentbox_core::{Ctx, Provider, Sandbox, Spec};
 use agentbox_hands::{BoxEnv, Command, ExecOptions, ExecutionEnv, FileInfo, FsError, HostEnv};
 use agentbox_providers::docker::{DockerOptions, DockerProvider};
+use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
 use agentbox_providers::{LocalOptions, LocalProvider};
 use proptest::prelude::*;
 
@@ -217,6 +218,8 @@ struct Boxes {
     local_runner: Arc<dyn Sandbox>,
     docker: Option<Arc<dyn Sandbox>>,
     docker_runner: Option<Arc<dyn Sandbox>>,
+    namespace: Arc<dyn Sandbox>,
+    namespace_runner: Arc<dyn Sandbox>,
     _home: tempfile::TempDir,
 }
 
@@ -230,7 +233,7 @@ fn boxes() -> &'static Boxes {
             .unwrap();
         let home = tempfile::tempdir().unwrap();
         agentbox_testing::runner::ensure();
-        let (local, local_runner, docker, docker_runner) = rt.block_on(async {
+        let (local, local_runner, docker, docker_runner, namespace, namespace_runner) = rt.block_on(async {
             let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
             let mut with_runner = LocalOptions::at(home.path()).unwrap();
             with_runner.runner = true;
@@ -259,7 +262,18 @@ fn boxes() -> &'static Boxes {
                 } else {
                     (None, None)
                 };
-            (local, local_runner, docker, docker_runner)
+            // Namespace boxes: file operations by programs in the box, and by its runner.
+            let np = |runner_files| {
+                NamespaceProvider::new(NamespaceOptions {
+                    runner_files,
+                    ..NamespaceOptions::at(home.path()).unwrap()
+                })
+                .unwrap()
+            };
+            let namespace = np(false).create(&spec, &Ctx::background()).await.unwrap();
+            let namespace_runner = np(true).create(&spec, &Ctx::background()).await.unwrap();
+            assert!(namespace.files().is_none() && namespace_runner.files().is_some());
+            (local, local_runner, docker, docker_runner, namespace, namespace_runner)
         });
         Boxes {
             rt,
@@ -267,6 +281,8 @@ fn boxes() -> &'static Boxes {
             local_runner,
             docker,
             docker_runner,
+            namespace,
+            namespace_runner,
             _home: home,
         }
     })
@@ -337,5 +353,23 @@ proptest! {
         if let Some(d) = &boxes().docker_runner {
             same(d, &ops)?;
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_namespace_box_agree(ops in prop::collection::vec(op(), 1..14)) {
+        same(&boxes().namespace, &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_namespace_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..14)) {
+        same(&boxes().namespace_runner, &ops)?;
     }
 }
