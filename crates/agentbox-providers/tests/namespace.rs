@@ -358,3 +358,57 @@ fn a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_l
     let left: Vec<_> = std::fs::read_dir(&boxes).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_specs_mounts_are_bound_where_asked_read_only_or_not_and_an_impossible_one_is_refused() {
+    use agentbox_core::Mount;
+    let root = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("in.txt"), "from the host\n").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    // The box's root is another id of the host's when the host is root: let it write here.
+    std::fs::set_permissions(out.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let p = provider(root.path(), true);
+    let ctx = Ctx::background();
+    let spec = Spec {
+        mounts: vec![
+            Mount {
+                source: data.path().to_string_lossy().into_owned(),
+                target: "/data".into(),
+                read_only: true,
+            },
+            Mount {
+                source: out.path().to_string_lossy().into_owned(),
+                target: "/workspace/out".into(),
+                read_only: false,
+            },
+        ],
+        ..Spec::new(Duration::from_secs(60))
+    };
+    let b = p.create(&spec, &ctx).await.unwrap();
+    assert_eq!(b.facts().mounts, spec.mounts);
+    assert_eq!(sh(b.as_ref(), "cat /data/in.txt").await, (0, "from the host\n".into()));
+    let (code, said) = sh(b.as_ref(), "echo x > /data/new 2>&1").await;
+    assert_ne!(code, 0, "a read-only mount refuses writes: {said}");
+    assert_eq!(sh(b.as_ref(), "echo made > out/made.txt").await.0, 0);
+    assert_eq!(std::fs::read_to_string(out.path().join("made.txt")).unwrap(), "made\n");
+    b.destroy(&ctx).await.unwrap();
+    // A target under the read-only root that does not exist cannot be made: a clear refusal.
+    let bad = Spec {
+        mounts: vec![Mount {
+            source: data.path().to_string_lossy().into_owned(),
+            target: "/usr/no-such-dir".into(),
+            read_only: true,
+        }],
+        ..Spec::new(Duration::from_secs(60))
+    };
+    let e = p.create(&bad, &ctx).await.err().unwrap();
+    assert!(e.message().contains("mount target /usr/no-such-dir"), "{e}");
+    assert!(
+        std::fs::read_dir(root.path().join("namespace"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "nothing left"
+    );
+}
