@@ -85,6 +85,11 @@ pub struct BoxConfig {
     pub max_processes: Option<u64>,
     /// Apply landlock where the kernel has it.
     pub landlock: bool,
+    /// Host directories hidden under an empty read-only tmpfs in a `host` root, beyond what
+    /// every such box masks (`/home`, `/root`, `/run`, `/tmp`): the host user's own home and
+    /// agentbox's home (other boxes' files, local boxes' supervisor sockets), wherever they are.
+    #[serde(default)]
+    pub masks: Vec<String>,
 }
 
 /// The descriptors the keeper opens for the init (`O_PATH`, open across exec) and names on
@@ -127,6 +132,9 @@ impl BoxConfig {
         if let Root::Rootfs(p) = &self.root {
             absolute("root", p)?;
         }
+        for m in &self.masks {
+            absolute("mask", m)?;
+        }
         for m in &self.mounts {
             absolute("mount source", &m.source)?;
             absolute("mount target", &m.target)?;
@@ -156,6 +164,7 @@ mod tests {
             env: BTreeMap::new(),
             max_processes: Some(10),
             landlock: true,
+            masks: vec!["/srv/agentbox".into()],
         }
     }
 

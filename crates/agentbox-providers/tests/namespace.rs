@@ -360,6 +360,21 @@ fn a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_l
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentbox_home_is_masked_wherever_it_is() {
+    // A home outside every fixed mask (/tmp, /home, /root, /run): agentbox's own files there,
+    // other boxes' and local boxes' supervisor sockets, must still be out of the box's sight.
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(root.path().join("marker"), "agentbox's own\n").unwrap();
+    let p = provider(root.path(), true);
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let (code, out) = sh(b.as_ref(), &format!("ls -A '{}'", root.path().display())).await;
+    assert_eq!((code, out.as_str()), (0, ""), "agentbox's home is empty in the box");
+    b.destroy(&ctx).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_specs_mounts_are_bound_where_asked_read_only_or_not_and_an_impossible_one_is_refused() {
     use agentbox_core::Mount;
     let root = tempfile::tempdir().unwrap();

@@ -312,10 +312,26 @@ impl NamespaceProvider {
             env,
             max_processes: Some(self.opts.max_processes),
             landlock: self.opts.landlock,
+            masks: self.masks(),
         };
         cfg.validate()
             .map_err(|e| Error::invalid(format!("namespace box: {e}")))?;
         Ok(cfg)
+    }
+
+    /// What a `host` root hides beyond its fixed masks: agentbox's home (other boxes, local
+    /// boxes' supervisor sockets, the runner key) and this user's home, wherever they are.
+    fn masks(&self) -> Vec<String> {
+        let root = std::fs::canonicalize(&self.opts.root).unwrap_or_else(|_| self.opts.root.clone());
+        let mut masks = vec![root.to_string_lossy().into_owned()];
+        if let Some(home) = std::env::var_os("HOME").map(PathBuf::from)
+            && home.is_absolute()
+            && home != Path::new("/")
+        {
+            masks.push(home.to_string_lossy().into_owned());
+        }
+        masks.retain(|m| !m.contains('\0') && !m.split('/').any(|c| c == ".."));
+        masks
     }
 
     /// Make the box's directory tree, owned by the box's host id.

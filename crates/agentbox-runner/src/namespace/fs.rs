@@ -187,20 +187,21 @@ fn build_inner(cfg: &BoxConfig, fds: &Fds) -> Result<(), String> {
         let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if m.read_only { MOUNT_ATTR_RDONLY } else { 0 };
         setattr(&to, attrs, true)?;
     }
-    // The host's boxes are masked too, where the host's tree shows them.
-    if cfg.root == Root::Host
-        && let Some(boxes) = Path::new(&cfg.dir).parent()
-    {
-        let inside = new.join(boxes.strip_prefix("/").unwrap_or(boxes));
-        if inside.is_dir() {
-            rustix::mount::mount(
-                "tmpfs",
-                &inside,
-                "tmpfs",
-                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
-                c"size=4k",
-            )
-            .map_err(|e| err("masking the boxes' directory", e))?;
+    // What the config names (the host user's home, agentbox's home) is masked too, where the
+    // host's tree shows it.
+    if cfg.root == Root::Host {
+        for m in &cfg.masks {
+            let inside = new.join(m.trim_start_matches('/'));
+            if inside.is_dir() {
+                rustix::mount::mount(
+                    "tmpfs",
+                    &inside,
+                    "tmpfs",
+                    MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+                    c"size=4k,mode=0755",
+                )
+                .map_err(|e| err(format!("masking {m}"), e))?;
+            }
         }
     }
 
