@@ -3,8 +3,9 @@
 //! The host writes a [`BoxConfig`] as JSON into the box's directory, then starts
 //! `agentbox-runner namespace DIR`. That process (the *keeper*) unshares the namespaces and
 //! says [`UNSHARED`] on its stdout; the host, still outside, writes the keeper's uid and gid
-//! maps and answers [`MAPPED`] on its stdin (an unprivileged process cannot map ids into its
-//! own new namespace, and a root one may map them only from outside). The keeper then starts
+//! maps and answers [`MAPPED`] on its stdin (a root host maps the box's root to another id,
+//! which takes CAP_SETUID in the host's namespace, given up by the keeper when it unshared; an
+//! unprivileged host, which may map only its own ids, goes the same way). The keeper then starts
 //! the box's init, says [`INIT_PREFIX`] with the init's pid as the host sees it, and stays to
 //! remove the box's directory when the init ends. The init builds the box's file system,
 //! hardens itself, starts the runner and says [`READY_PREFIX`]; any step that fails says

@@ -12,8 +12,11 @@
 //! The box's user is root of its own user namespace, mapped to one id of the host's: the
 //! host user's own when it is not root, else [`NamespaceOptions::host_id`] (so no file of the
 //! host's root is the box's, and the process limit applies). It holds no capability, runs
-//! with no_new_privs, landlock where the kernel has it, and a seccomp filter; the host reads
-//! all of that back from `/proc/<init>` and refuses a box where any lock is missing.
+//! with no_new_privs, landlock where the kernel has it, and a seccomp filter. The host reads
+//! the capabilities, no_new_privs, the filter and the namespaces back from `/proc/<init>` and
+//! refuses a box where any is missing; landlock, which `/proc` does not show, is the init's
+//! word (said before any program of the box runs), stated in the facts: a kernel without it
+//! still makes boxes.
 //!
 //! ```no_run
 //! # async fn f() -> agentbox_core::Result<()> {

@@ -4,7 +4,8 @@
 //! top-level entry of the source root (this machine's `/`, or an unpacked image), except what
 //! the box gets its own of: a new `/proc`, a minimal `/dev`, `/tmp`, `/run` (an empty tmpfs, so
 //! every daemon's socket under it is gone, `/run/user` with the SSH and D-Bus sockets too),
-//! `/home` (empty: every person's home is masked), `/root` (the box's home) and `/workspace`.
+//! `/home` (empty: every person's home is masked), `/root` (the box's home) and `/workspace`;
+//! `/sys` is always this machine's, read-only, also over a rootfs.
 //! Everything bound from the host is made read-only, nosuid and nodev at once with
 //! `mount_setattr(AT_RECURSIVE)`, then the writable directories are bound over it, and the
 //! init pivots into the new root, leaving the host's tree unreachable.

@@ -1,7 +1,8 @@
 //! The hardening a namespace box's init applies to itself before it starts the runner, so
 //! every program of the box inherits it: rlimits, no_new_privs, landlock, no capability, and
-//! a seccomp filter. The host reads the result back from `/proc/<init>/status` (the kernel's
-//! word, not the box's), and refuses a box where any of it is missing.
+//! a seccomp filter. The host reads no_new_privs, the filter and every capability set back
+//! from `/proc/<init>/status` (the kernel's word, not the box's), and refuses a box where any
+//! is missing; how landlock went, which `/proc` does not show, is said on the `ready` line.
 
 use std::collections::BTreeMap;
 use std::convert::TryInto;
