@@ -195,14 +195,15 @@ async fn seccomp_refuses_what_it_says_and_the_process_limit_stops_a_fork_bomb() 
     let (code, out) = sh(
         b.as_ref(),
         &format!(
-            "i=0; while [ $i -lt {} ]; do sleep 2 & i=$((i+1)); echo $i > /tmp/forks; done",
+            "i=0; while [ $i -lt {} ]; do sleep 8 & i=$((i+1)); echo $i > /tmp/forks; done",
             limit + 64
         ),
     )
     .await;
     assert_ne!(code, 0, "the bomb must be refused a fork: {out}");
-    // Once the sleeps are gone, the box runs programs again.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Once the sleeps are gone, the box runs programs again. They sleep long enough that all
+    // are alive at once even on a loaded machine (2 s was too short beside a CI run).
+    tokio::time::sleep(Duration::from_secs(9)).await;
     let (_, forks) = sh(b.as_ref(), "cat /tmp/forks").await;
     let started: u64 = forks.trim().parse().unwrap_or(0);
     assert!(
