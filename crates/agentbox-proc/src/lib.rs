@@ -1,4 +1,5 @@
-//! Reading the process tree from /proc: who descends from whom, and who is a zombie.
+//! Reading the process tree from /proc: who descends from whom, who is a zombie, what a
+//! process's status says and which namespaces it is in.
 //!
 //! A crate of its own, with no dependency beyond std, so that a host telling whether a local
 //! box's supervisor still runs (`agentbox-providers`) reads `/proc` the same way as the
@@ -53,6 +54,28 @@ pub fn stat(pid: i32) -> Option<ProcStat> {
         .and_then(parse_stat)
 }
 
+/// The value of the `key:` line of a /proc/<pid>/status text (`NoNewPrivs`, `CapEff`,
+/// `NSpid`...), trimmed.
+pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
+}
+
+/// The text of /proc/<pid>/status (`pid` may be `self`).
+pub fn status(pid: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).ok()
+}
+
+/// The inode of the namespace `name` (`pid`, `user`, `mnt`...) that `pid` (or `self`) is in:
+/// two processes are in the same namespace when these are equal.
+pub fn namespace_inode(pid: &str, name: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/{name}"))
+        .ok()
+        .map(|m| m.ino())
+}
+
 /// Every process on the machine.
 pub fn all() -> Vec<ProcStat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -89,6 +112,19 @@ pub fn descendants(root: i32) -> Vec<ProcStat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_field_is_read_by_its_whole_key_and_this_process_has_namespaces() {
+        let text = "Name:\tsh\nCapEff:\t0000000000000000\nCapEffX:\t1\nNSpid:\t4242\t7\n";
+        assert_eq!(status_field(text, "CapEff"), Some("0000000000000000"));
+        assert_eq!(status_field(text, "NSpid"), Some("4242\t7"));
+        assert_eq!(status_field(text, "Cap"), None, "a prefix of a key is not the key");
+        assert_eq!(status_field(text, "Seccomp"), None);
+        let own = status("self").unwrap();
+        assert_eq!(status_field(&own, "Pid"), Some(std::process::id().to_string().as_str()));
+        assert!(namespace_inode("self", "pid").is_some());
+        assert_eq!(namespace_inode("self", "no-such-namespace"), None);
+    }
 
     #[test]
     fn a_name_with_spaces_and_parens_is_skipped_whole() {

@@ -13,6 +13,8 @@
 //!
 //! This crate knows nothing of hands, tools, transport or runs.
 
+#[cfg(any(feature = "local", feature = "namespace"))]
+pub(crate) mod boxdir;
 #[cfg(feature = "docker")]
 pub mod docker;
 pub mod helper;

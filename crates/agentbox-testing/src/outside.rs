@@ -10,11 +10,10 @@ use crate::conformance::Outside;
 
 /// Whether `pid` names a process of this machine that runs (a zombie does not).
 pub fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|c| c != 'Z' && c != 'X')
-    })
+    i32::try_from(pid)
+        .ok()
+        .and_then(agentbox_proc::stat)
+        .is_some_and(|s| !s.is_zombie())
 }
 
 /// Local boxes seen from the file system and this machine's process table.
@@ -93,28 +92,20 @@ impl NamespaceView {
     }
 
     fn in_namespace(ns: u64) -> Vec<(u32, u32)> {
-        use std::os::unix::fs::MetadataExt;
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return vec![];
-        };
-        let mut out = Vec::new();
-        for e in entries.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            if std::fs::metadata(format!("/proc/{pid}/ns/pid")).map(|m| m.ino()).ok() != Some(ns) || !running(pid) {
-                continue;
-            }
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            if let Some(inner) = status
-                .lines()
-                .find_map(|l| l.strip_prefix("NSpid:"))
-                .and_then(|l| l.split_whitespace().last()?.parse().ok())
-            {
-                out.push((pid, inner));
-            }
-        }
-        out
+        agentbox_proc::all()
+            .into_iter()
+            .filter(|p| !p.is_zombie())
+            .filter(|p| agentbox_proc::namespace_inode(&p.pid.to_string(), "pid") == Some(ns))
+            .filter_map(|p| {
+                let status = agentbox_proc::status(&p.pid.to_string())?;
+                let inner = agentbox_proc::status_field(&status, "NSpid")?
+                    .split_whitespace()
+                    .last()?
+                    .parse()
+                    .ok()?;
+                Some((p.pid as u32, inner))
+            })
+            .collect()
     }
 }
 

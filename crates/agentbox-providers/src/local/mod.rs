@@ -43,6 +43,7 @@ use agentbox_protocol::supervisor::{READY_PREFIX, Reply, Request, SOCKET_NAME};
 use async_trait::async_trait;
 use tokio::io::AsyncBufReadExt;
 
+use crate::boxdir;
 use crate::helper::HelperCommand;
 use crate::runner::{Address, RunnerSandbox};
 use crate::util::{now_ms, random_hex};
@@ -64,10 +65,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a destroy may take when the caller's context has no deadline.
 const DESTROY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A directory with no record older than this is the leftover of a create that died, and a
-/// listing removes it.
-const ORPHAN_DIR_AGE: Duration = Duration::from_secs(600);
 
 /// How a [`LocalProvider`] is set up.
 #[derive(Clone, Debug)]
@@ -113,12 +110,7 @@ impl LocalProvider {
         if opts.path.contains('\0') {
             return Err(Error::invalid("local path: holds a NUL byte"));
         }
-        let boxes = opts.root.join("boxes");
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&boxes)
-            .map_err(|e| Error::io(e, format!("creating {}", boxes.display())))?;
+        let boxes = crate::boxdir::make_boxes_dir(&opts.root, "boxes")?;
         Ok(LocalProvider { opts, boxes })
     }
 
@@ -320,17 +312,10 @@ impl Provider for LocalProvider {
 
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         ctx.check()?;
-        let entries = match std::fs::read_dir(&self.boxes) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(Error::io(e, format!("listing {}", self.boxes.display()))),
-        };
         let mut out = Vec::new();
-        let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
-        names.sort();
-        for name in names {
+        for name in boxdir::names(&self.boxes)? {
             if let Ok(Some((dir, record))) = self.find(&name)
-                && labels.iter().all(|(k, v)| record.labels.get(k) == Some(v))
+                && boxdir::labels_match(&record.labels, labels)
             {
                 out.push(self.sandbox(dir, record, ctx).await?);
             }
@@ -574,12 +559,7 @@ async fn destroy_dir(dir: &Path, limit: Duration) -> Result<()> {
 /// Remove a box directory that has no record and no live supervisor, once it is old enough
 /// not to be a create under way.
 fn sweep_if_orphan(dir: &Path) {
-    let old = std::fs::metadata(dir)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.elapsed().ok())
-        .is_some_and(|age| age > ORPHAN_DIR_AGE);
-    if old && !dir.join(SOCKET_NAME).exists() {
+    if boxdir::is_old(dir) && !dir.join(SOCKET_NAME).exists() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }

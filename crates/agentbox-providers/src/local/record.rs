@@ -30,17 +30,7 @@ pub(super) struct Record {
 impl Record {
     /// The record in `dir`; `None` when there is none (a create under way, or a sweep).
     pub(super) fn read(dir: &Path) -> Result<Option<Record>> {
-        let path = dir.join(FILE);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            // A directory being removed under us reads as gone.
-            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => return Ok(None),
-            Err(e) => return Err(Error::io(e, format!("reading {}", path.display()))),
-        };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::invalid(format!("{}: not a box record: {e}", path.display())))
+        crate::boxdir::read_record(&dir.join(FILE))
     }
 
     /// Write the record, whole or not at all.

@@ -24,19 +24,7 @@ pub(super) fn cgroup_v2_state() -> String {
     }
 }
 
-/// The `Key:\tvalue` lines of a status file.
-fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
-}
-
-fn ns_inode(pid: &str, name: &str) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}/ns/{name}"))
-        .ok()
-        .map(|m| m.ino())
-}
+use agentbox_proc::{namespace_inode as ns_inode, status_field as field};
 
 /// Read and check the facts of the box whose init is `init` (a pid of the host's).
 #[allow(clippy::too_many_arguments)]
@@ -50,8 +38,11 @@ pub(super) fn measure(
     max_processes: u64,
 ) -> Result<Facts> {
     let pid = init.to_string();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|e| Error::io(e, "reading the box's init's status"))?;
+    let status = agentbox_proc::status(&pid).ok_or_else(|| {
+        Error::unknown(format!(
+            "the box's init (pid {pid}) has no status: it ended as it started"
+        ))
+    })?;
     let mut missing = Vec::new();
     if field(&status, "NoNewPrivs") != Some("1") {
         missing.push("no_new_privs".to_string());

@@ -50,6 +50,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
+use crate::boxdir;
 use crate::helper::HelperCommand;
 use crate::util::{now_ms, random_hex, write_atomic};
 pub use sandbox::NamespaceSandbox;
@@ -68,9 +69,6 @@ pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
 
 /// How long making a box may take before it is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A directory with no record older than this is the leftover of a create that died.
-const ORPHAN_DIR_AGE: Duration = Duration::from_secs(600);
 
 const RECORD: &str = "record.json";
 
@@ -128,22 +126,7 @@ pub(crate) struct Record {
 
 impl Record {
     fn read(dir: &Path) -> Result<Option<Record>> {
-        let path = dir.join(RECORD);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(None);
-            }
-            Err(e) => return Err(Error::io(e, format!("reading {}", path.display()))),
-        };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::invalid(format!("{}: not a box record: {e}", path.display())))
+        boxdir::read_record(&dir.join(RECORD))
     }
 
     /// The init still runs: the box has not ended.
@@ -211,12 +194,7 @@ impl NamespaceProvider {
         if opts.max_processes == 0 {
             return Err(Error::invalid("namespace max_processes: 0 would let no program start"));
         }
-        let boxes = opts.root.join("namespace");
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&boxes)
-            .map_err(|e| Error::io(e, format!("creating {}", boxes.display())))?;
+        let boxes = crate::boxdir::make_boxes_dir(&opts.root, "namespace")?;
         Ok(NamespaceProvider { opts, boxes })
     }
 
@@ -557,17 +535,10 @@ impl Provider for NamespaceProvider {
 
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         ctx.check()?;
-        let entries = match std::fs::read_dir(&self.boxes) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(Error::io(e, format!("listing {}", self.boxes.display()))),
-        };
-        let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
-        names.sort();
         let mut out = Vec::new();
-        for name in names {
+        for name in boxdir::names(&self.boxes)? {
             if let Ok(Some((dir, record))) = self.find(&name)
-                && labels.iter().all(|(k, v)| record.labels.get(k) == Some(v))
+                && boxdir::labels_match(&record.labels, labels)
             {
                 out.push(self.sandbox(dir, record));
             }
@@ -616,12 +587,7 @@ pub(crate) fn remove_tree(dir: &Path) {
 }
 
 fn sweep_if_orphan(dir: &Path) {
-    let old = std::fs::metadata(dir)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.elapsed().ok())
-        .is_some_and(|age| age > ORPHAN_DIR_AGE);
-    if old {
+    if boxdir::is_old(dir) {
         end_box(dir);
     }
 }
