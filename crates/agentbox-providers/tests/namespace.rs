@@ -318,6 +318,17 @@ fn a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_l
         }
     }
     assert_eq!(namespaces.len(), BOXES, "the creator made every box");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // Another process (this one) finds a box by id and runs a program in it.
+    let id: agentbox_core::SandboxId = format!("namespace:{}", namespaces[0].0).parse().unwrap();
+    rt.block_on(async {
+        let b = provider(root.path(), true)
+            .attach(&id, &Ctx::background())
+            .await
+            .unwrap()
+            .expect("attached");
+        assert_eq!(sh(b.as_ref(), "echo here").await, (0, "here\n".to_string()));
+    });
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let last_end = namespaces.iter().map(|n| n.2).max().unwrap();
@@ -351,7 +362,6 @@ fn a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_l
         std::thread::sleep(Duration::from_millis(100));
     }
     // And the next listing finds none and leaves no directory behind.
-    let rt = tokio::runtime::Runtime::new().unwrap();
     let listed = rt
         .block_on(provider(root.path(), true).list(&Default::default(), &Ctx::background()))
         .unwrap();
@@ -420,6 +430,136 @@ async fn a_specs_mounts_are_bound_where_asked_read_only_or_not_and_an_impossible
     };
     let e = p.create(&bad, &ctx).await.err().unwrap();
     assert!(e.message().contains("mount target /usr/no-such-dir"), "{e}");
+    assert!(
+        std::fs::read_dir(root.path().join("namespace"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "nothing left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn landlock_keeps_a_box_from_the_hosts_abstract_sockets_and_a_box_without_it_reaches_them() {
+    use std::os::linux::net::SocketAddrExt;
+    // Abstract unix sockets belong to the net namespace, which a box with the open network
+    // shares with this machine: only landlock's scope stands between the box and them.
+    let name = format!("agentbox-landlock-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let ctx = Ctx::background();
+    let probe = format!("{} probe abstract-unix:{name}", agentbox_protocol::namespace::RUNNER);
+    for landlock in [true, false] {
+        let p: Arc<dyn Provider> = Arc::new(
+            NamespaceProvider::new(NamespaceOptions {
+                landlock,
+                ..options(root.path(), true)
+            })
+            .unwrap(),
+        );
+        let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+        let fact = b.facts().landlock.clone().unwrap_or_default();
+        let (code, out) = sh(b.as_ref(), &probe).await;
+        if landlock {
+            assert!(fact.starts_with("abi "), "{fact}");
+            assert_eq!(code, 3, "refused with landlock: {out}");
+        } else {
+            assert!(fact.starts_with("none"), "{fact}");
+            assert_eq!(code, 0, "the control reaches the socket: {out}");
+        }
+        b.destroy(&ctx).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_dies_is_started_again_by_the_init_and_the_box_goes_on() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path(), true);
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let runner_pid = |out: &str| out.trim().to_string();
+    let (_, first) = sh(b.as_ref(), "echo $PPID").await;
+    // The program's parent is the runner: kill it, as a program of the box may.
+    let kill = ["sh".to_string(), "-c".into(), "kill -9 $PPID".into()];
+    let _ = b.exec(&kill, &ExecOptions::default(), &ctx).await;
+    let t = std::time::Instant::now();
+    let second = loop {
+        let attempt = ctx.with_timeout(Duration::from_secs(2));
+        let argv = ["sh".to_string(), "-c".into(), "echo $PPID".into()];
+        if let Ok(proc) = b.exec(&argv, &ExecOptions::default(), &attempt).await
+            && let Ok(out) = finish(proc, FinishOptions::default()).await
+            && out.status.code == 0
+        {
+            break out.stdout_text();
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no runner answered again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(runner_pid(&first), runner_pid(&second), "a new runner serves the box");
+    assert_eq!(b.status(&ctx).await.unwrap(), agentbox_core::Status::Running);
+    b.destroy(&ctx).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpus_and_memory_are_refused_on_this_machine_and_the_facts_say_why() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path(), true);
+    let ctx = Ctx::background();
+    for spec in [
+        Spec {
+            cpus: Some(1.0),
+            ..Spec::new(Duration::from_secs(60))
+        },
+        Spec {
+            memory_mb: Some(256),
+            ..Spec::new(Duration::from_secs(60))
+        },
+    ] {
+        let e = p.create(&spec, &ctx).await.err().unwrap();
+        assert_eq!(e.code(), agentbox_core::ErrorCode::Unsupported, "{e}");
+        assert!(e.message().contains("cgroup"), "{e}");
+    }
+    let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let limits = &b.facts().limits;
+    assert!(limits["memory"].starts_with("unsupported: "), "{limits:?}");
+    assert!(limits["cpus"].starts_with("unsupported: "), "{limits:?}");
+    assert_eq!(
+        limits["processes"],
+        format!("RLIMIT_NPROC {}", b.facts().pids_limit.unwrap())
+    );
+    b.destroy(&ctx).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_user_namespaces_are_refused_the_error_names_the_sysctl() {
+    // A user namespace of its own whose user.max_user_namespaces is 0: there, the keeper's
+    // unshare is refused as it is on a machine with that sysctl at 0.
+    let root = tempfile::tempdir().unwrap();
+    let runner = agentbox_testing::runner::ensure();
+    let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"";
+    if rustix::process::geteuid().is_root() {
+        // A root host's keeper reads the box's directory as root of this machine, which it is
+        // no longer inside the user namespace this test puts it in: the case is an ordinary
+        // user's, and scripts/test runs it as one.
+        eprintln!("NOT RUN as root: scripts/test runs this case as its ordinary user");
+        return;
+    }
+    let mut argv: Vec<String> = vec![];
+    argv.extend(["unshare", "--user", "--map-root-user", "sh", "-c", script].map(String::from));
+    argv.push(runner.to_string_lossy().into_owned());
+    let opts = NamespaceOptions {
+        runner: HelperCommand::new(argv.remove(0), argv),
+        ..options(root.path(), true)
+    };
+    let p = NamespaceProvider::new(opts).unwrap();
+    let e = p
+        .create(&Spec::new(Duration::from_secs(60)), &Ctx::background())
+        .await
+        .err()
+        .unwrap();
+    assert!(e.message().contains("unshare"), "{e}");
+    assert!(e.message().contains("max_user_namespaces is 0"), "{e}");
     assert!(
         std::fs::read_dir(root.path().join("namespace"))
             .unwrap()

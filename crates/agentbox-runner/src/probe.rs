@@ -23,6 +23,10 @@ pub const PROBES: &[(&str, &str)] = &[
         "keyctl(KEYCTL_GET_KEYRING_ID) of the session keyring: the kernel's keyrings are not namespaced",
     ),
     ("mount", "mount a tmpfs on /tmp"),
+    (
+        "abstract-unix:NAME",
+        "connect to the abstract unix socket NAME: a socket outside the box's landlock domain",
+    ),
 ];
 
 /// Run the probe `name`; the exit code as above.
@@ -64,6 +68,14 @@ pub fn run(name: &str) -> i32 {
             errno_of(r)
         }
         "mount" => rustix::mount::mount("tmpfs", "/tmp", "tmpfs", rustix::mount::MountFlags::empty(), None),
+        other if other.starts_with("abstract-unix:") => {
+            use std::os::linux::net::SocketAddrExt;
+            let name = &other["abstract-unix:".len()..];
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
+                .map(drop)
+                .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::INVAL))
+        }
         other => {
             let names: Vec<&str> = PROBES.iter().map(|p| p.0).collect();
             eprintln!("agentbox-runner probe: {other:?} is not a probe ({})", names.join(", "));
