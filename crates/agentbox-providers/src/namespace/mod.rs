@@ -34,6 +34,7 @@
 //! ```
 
 mod facts;
+mod record;
 mod sandbox;
 
 use std::collections::BTreeMap;
@@ -47,12 +48,12 @@ use agentbox_protocol::namespace::{
     Bind, BoxConfig, CONFIG_FILE, ERROR_PREFIX, HOME, INIT_PREFIX, MAPPED, READY_PREFIX, Root, UNSHARED, WORKSPACE,
 };
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::boxdir;
 use crate::helper::HelperCommand;
 use crate::util::{now_ms, random_hex, write_atomic};
+pub(crate) use record::Record;
 pub use sandbox::NamespaceSandbox;
 
 /// The provider's name and id prefix.
@@ -69,8 +70,6 @@ pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
 
 /// How long making a box may take before it is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-
-const RECORD: &str = "record.json";
 
 /// How a [`NamespaceProvider`] is set up.
 #[derive(Clone, Debug)]
@@ -106,32 +105,6 @@ impl NamespaceOptions {
     /// Options from the environment's agentbox home (see [`crate::home::default_home`]).
     pub fn from_env() -> Result<Self> {
         NamespaceOptions::at(crate::home::default_home()?)
-    }
-}
-
-/// What attach and list read of a box, written once when it is made.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Record {
-    pub id: SandboxId,
-    pub labels: Labels,
-    pub spec: Spec,
-    pub created_at_ms: u64,
-    pub ends_at_ms: u64,
-    /// The init's pid and start time on the host: together they name one process for ever.
-    pub init_pid: i32,
-    pub init_start: u64,
-    pub facts: agentbox_core::Facts,
-    pub runner_files: bool,
-}
-
-impl Record {
-    fn read(dir: &Path) -> Result<Option<Record>> {
-        boxdir::read_record(&dir.join(RECORD))
-    }
-
-    /// The init still runs: the box has not ended.
-    pub(crate) fn init_alive(&self) -> bool {
-        agentbox_proc::stat(self.init_pid).is_some_and(|s| s.start_time == self.init_start && !s.is_zombie())
     }
 }
 
@@ -509,8 +482,7 @@ impl Provider for NamespaceProvider {
                 facts,
                 runner_files: self.opts.runner_files,
             };
-            let bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::unknown(e.to_string()))?;
-            write_atomic(&dir.join(RECORD), &bytes)?;
+            record.write(&dir)?;
             Ok::<_, Error>(record)
         }
         .await;
