@@ -13,6 +13,7 @@ mod facts;
 mod files;
 mod id;
 mod process;
+mod processes;
 mod sandbox;
 mod spec;
 
@@ -22,8 +23,11 @@ pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock};
 pub use files::{FileError, FileMeta, FileType, Files};
 pub use id::SandboxId;
 pub use process::{
-    ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, Process, ProcessControl, SIGKILL,
-    SIGTERM, Stdin, finish, read_bounded,
+    ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, MAX_TTY, OutputGap, Process,
+    ProcessControl, SIGKILL, SIGTERM, Stdin, Tty, finish, read_bounded,
+};
+pub use processes::{
+    MAX_READ, MAX_READ_WAIT, OutputChunk, OutputRead, ProcessInfo, ProcessState, Processes, Stream,
 };
 pub use sandbox::{Endpoint, Provider, Sandbox, Status};
 pub use spec::{

@@ -28,7 +28,36 @@ pub const SIGTERM: i32 = 15;
 /// [`Process::wait`] answers anyway.
 const KILL_GRACE: Duration = Duration::from_secs(10);
 
+/// The largest terminal an exec may ask for, in rows and in columns.
+pub const MAX_TTY: u16 = 4096;
+
+/// A terminal for a program: its stdin, stdout and stderr are one pty's, and its output comes
+/// on stdout alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tty {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+    /// `TERM` in the program's environment; `xterm-256color` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<String>,
+}
+
+impl Default for Tty {
+    fn default() -> Self {
+        Tty {
+            rows: 24,
+            cols: 80,
+            term: None,
+        }
+    }
+}
+
 /// Options of one exec.
+///
+/// A provider that cannot give one of `tty`, `detach` or `timeout` refuses the exec with
+/// `unsupported`, naming it; none is ever dropped silently.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecOptions {
     /// The working directory; relative paths are taken from the box's workspace.
@@ -37,6 +66,39 @@ pub struct ExecOptions {
     /// Variables for this program alone, over the spec's env.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Run the program in a terminal of this size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tty: Option<Tty>,
+    /// The program outlives its caller: the exec's context governs only its start, and the
+    /// program runs on after the [`Process`] is dropped and after this host process exits,
+    /// until it ends, is signalled, or its `timeout` passes. It has a handle
+    /// ([`Process::handle`]) by which any host process reaches it again through
+    /// [`crate::Sandbox::processes`]. Its output is kept in the box as a ring of a bounded
+    /// number of bytes while nobody reads it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub detach: bool,
+    /// The box ends the program this long after it started, with no call from the host (so
+    /// a host that is gone still leaves no program running past it); its wait then answers
+    /// `timeout`, also to whoever attaches later.
+    #[serde(default, with = "opt_ms", skip_serializing_if = "Option::is_none", rename = "timeout_ms")]
+    pub timeout: Option<Duration>,
+}
+
+/// An optional duration as whole milliseconds.
+mod opt_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
 }
 
 impl ExecOptions {
@@ -57,7 +119,57 @@ impl ExecOptions {
         {
             return Err(Error::invalid("exec cwd: must be a non-empty path with no NUL"));
         }
+        if let Some(t) = &self.tty {
+            if t.rows == 0 || t.cols == 0 || t.rows > MAX_TTY || t.cols > MAX_TTY {
+                return Err(Error::invalid(format!(
+                    "exec tty: {} rows by {} columns: each must be 1 to {MAX_TTY}",
+                    t.rows, t.cols
+                )));
+            }
+            if let Some(term) = &t.term
+                && (term.is_empty() || term.len() > 64 || !term.bytes().all(|b| b.is_ascii_graphic()))
+            {
+                return Err(Error::invalid(format!(
+                    "exec tty: TERM {term:?} is not a terminal name (1 to 64 printable characters)"
+                )));
+            }
+        }
+        if let Some(t) = self.timeout
+            && (t.is_zero() || t > crate::spec::MAX_LIFETIME)
+        {
+            return Err(Error::invalid(format!(
+                "exec timeout: {}ms: must be over 0 and at most {} days",
+                t.as_millis(),
+                crate::spec::MAX_LIFETIME.as_secs() / 86400
+            )));
+        }
         Ok(())
+    }
+
+    /// Refuse, naming each, the options a box without them cannot give (`unsupported`).
+    ///
+    /// ```
+    /// use agentbox_core::{ErrorCode, ExecOptions};
+    /// let opts = ExecOptions { detach: true, ..Default::default() };
+    /// let e = opts.refuse(false, false, false, "it has no runner").unwrap_err();
+    /// assert_eq!(e.code(), ErrorCode::Unsupported);
+    /// assert!(e.message().contains("detach"));
+    /// ```
+    pub fn refuse(&self, tty: bool, detach: bool, timeout: bool, why: &str) -> Result<()> {
+        let mut no = Vec::new();
+        if self.tty.is_some() && !tty {
+            no.push("tty");
+        }
+        if self.detach && !detach {
+            no.push("detach");
+        }
+        if self.timeout.is_some() && !timeout {
+            no.push("timeout");
+        }
+        if no.is_empty() {
+            return Ok(());
+        }
+        Err(Error::unsupported(format!("exec {}: this box cannot give it: {why}", no.join(", "))))
     }
 }
 
@@ -98,6 +210,10 @@ pub trait ProcessControl: Send + Sync + 'static {
     async fn wait(&self) -> Result<ExitStatus>;
     /// Send `signal` to the program. A program that already ended is no error.
     async fn signal(&self, signal: i32) -> Result<()>;
+    /// Set the size of the program's terminal. `unsupported` for one without a terminal.
+    async fn resize(&self, _rows: u16, _cols: u16) -> Result<()> {
+        Err(Error::unsupported("resize: the program has no terminal"))
+    }
 }
 
 /// The write end of a program's stdin. [`Stdin::close`] delivers EOF, also when nothing was
@@ -176,6 +292,7 @@ pub struct Process {
     pub stderr: Option<ByteReader>,
     control: Arc<dyn ProcessControl>,
     outcome: watch::Receiver<Outcome>,
+    handle: Option<u64>,
 }
 
 impl Process {
@@ -213,7 +330,32 @@ impl Process {
             stderr,
             control,
             outcome: rx,
+            handle: None,
         }
+    }
+
+    /// The same process, named in its box by `handle` (see [`Process::handle`]).
+    pub fn with_handle(mut self, handle: u64) -> Self {
+        self.handle = Some(handle);
+        self
+    }
+
+    /// The process's number in its box, where the box keeps its processes
+    /// ([`crate::Sandbox::processes`]): with the box's id, what any host process reaches it
+    /// by again. `None` where the box keeps none.
+    pub fn handle(&self) -> Option<u64> {
+        self.handle
+    }
+
+    /// Set the size of the program's terminal (its foreground group gets SIGWINCH).
+    /// `unsupported` for a program run without one.
+    pub async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
+        if rows == 0 || cols == 0 || rows > MAX_TTY || cols > MAX_TTY {
+            return Err(Error::invalid(format!(
+                "resize: {rows} rows by {cols} columns: each must be 1 to {MAX_TTY}"
+            )));
+        }
+        self.control.resize(rows, cols).await
     }
 
     /// Wait for the program to end. Close stdin first if the program reads it.
@@ -250,7 +392,7 @@ impl Process {
     }
 }
 
-/// Kills a [`Process`] from elsewhere.
+/// Kills (or resizes) a [`Process`] from elsewhere.
 #[derive(Clone)]
 pub struct Killer(Arc<dyn ProcessControl>);
 
@@ -258,6 +400,59 @@ impl Killer {
     /// Send `signal` to the program.
     pub async fn signal(&self, signal: i32) -> Result<()> {
         self.0.signal(signal).await
+    }
+
+    /// Set the size of the program's terminal.
+    pub async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
+        self.0.resize(rows, cols).await
+    }
+}
+
+/// Output a box let go before a reader took it: the read that meets it fails with an
+/// [`std::io::Error`] carrying this (see [`OutputGap::of`]), and the next read goes on with
+/// the byte numbered `from`.
+///
+/// A box keeps a bounded tail of each process's output. A reader that holds its process (the
+/// caller of an exec) never meets one from a runner that keeps its window; a reader that
+/// comes late to a process nobody held, or a box that lost output, does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputGap {
+    /// The number of the first byte the reader did not get.
+    pub after: u64,
+    /// The number of the byte the output goes on from.
+    pub from: u64,
+}
+
+impl std::fmt::Display for OutputGap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "output bytes {}..{} were let go before they were read ({} bytes lost to the box's bound)",
+            self.after,
+            self.from,
+            self.from - self.after
+        )
+    }
+}
+
+impl std::error::Error for OutputGap {}
+
+impl OutputGap {
+    /// The gap an I/O error carries, if it is one.
+    ///
+    /// ```
+    /// use agentbox_core::OutputGap;
+    /// let e: std::io::Error = OutputGap { after: 10, from: 50 }.into();
+    /// assert_eq!(OutputGap::of(&e), Some(OutputGap { after: 10, from: 50 }));
+    /// ```
+    pub fn of(e: &std::io::Error) -> Option<OutputGap> {
+        e.get_ref()?.downcast_ref::<OutputGap>().copied()
+    }
+}
+
+impl From<OutputGap> for std::io::Error {
+    fn from(g: OutputGap) -> Self {
+        std::io::Error::other(g)
     }
 }
 

@@ -89,6 +89,13 @@ pub trait Sandbox: Send + Sync + 'static {
     fn files(&self) -> Option<&dyn crate::files::Files> {
         None
     }
+
+    /// The processes the box keeps, where something in it keeps them (a runner): listed,
+    /// read and attached to by any host process. `None` where a program lives only as long as
+    /// the exec that started it; such a box refuses `detach` and `timeout` (`unsupported`).
+    fn processes(&self) -> Option<&dyn crate::processes::Processes> {
+        None
+    }
 }
 
 /// Whether a box runs.

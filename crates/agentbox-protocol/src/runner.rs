@@ -13,9 +13,19 @@
 //! - output frames carry a sequence number after the stream byte ([`frame_seq`]), the runner
 //!   keeps a bounded tail of each process's output, and [`Request::Resume`] on a later
 //!   connection replays it from a number on; a dropped connection ends no process;
-//! - `exit` also carries the `signal` that ended a process;
+//! - `exit` also carries the `signal` that ended a process, and whether the deadline the
+//!   `run` gave it (`timeout_ms`, kept by the runner) ended it;
+//! - every byte of a process's output has a number: its place in the process's output, both
+//!   streams counted together from 0; an output frame carries the number of its first byte;
+//! - `run` may ask for a terminal (`tty`), for a process that no connection holds (`detach`),
+//!   and carry a client-chosen `key`, which makes it idempotent: a `run` whose key the runner
+//!   knows is answered `started` for that process, so a client that lost the answer in a drop
+//!   sends it again;
+//! - any connection may list the box's processes (`ps`), attach to one (`resume`, by handle or
+//!   key; several readers at once each get all of its output), write its stdin (`input`),
+//!   resize its terminal (`resize`), signal it (`kill` by handle) and `release` or `forget` it;
 //! - the file operations hands need: `stat`, `list`, `mkdir`, `remove`, `rename`, `append`,
-//!   `truncate`, `read` of a range, and `forget` for a process whose exit was seen.
+//!   `truncate`, `read` of a range.
 //!
 //! Over a byte stream with no WebSocket (the stdin and stdout of one long exec, a unix
 //! socket), the same messages travel as [`Message`]s: a u32 big-endian length of what
@@ -81,6 +91,24 @@ pub enum Request {
         /// Whether stdin frames will follow; without, the process reads EOF.
         #[serde(default)]
         stdin: bool,
+        /// The client's name for this run (protocol 3, at most [`MAX_KEY`] bytes): a `run`
+        /// whose key names a process the runner holds is answered `started` for it, and the
+        /// connection reads it as a `resume` from 0 would.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// A terminal for the process (protocol 3): its stdin, stdout and stderr are a pty's,
+        /// its output comes on [`STDOUT`] alone.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tty: Option<Tty>,
+        /// No connection holds the process (protocol 3): its output is kept as a ring of the
+        /// runner's bound while nobody reads it (a reader that comes later is told where its
+        /// replay starts), and it is never held up for a reader that left.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        detach: bool,
+        /// The runner kills the process's group this many ms after it started, with or without
+        /// a client, and its exit says `timeout` (protocol 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
     },
     /// The process's stdin ends.
     StdinEnd {
@@ -89,11 +117,14 @@ pub enum Request {
     },
     /// Send a signal (a name such as `SIGTERM`) to the process's group.
     Kill {
-        /// The process's id.
+        /// The process's id on this connection, or the request's id when `handle` is given.
         id: u32,
         /// The signal's name; `SIGKILL` when absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<String>,
+        /// The process by its handle rather than by id (protocol 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<u64>,
     },
     /// Read a file: answered by the frame `(id, FILE)`, or `absent`.
     Read {
@@ -137,31 +168,87 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         window: Option<u64>,
     },
-    /// A reader took a process's output on one stream up to sequence number `seq` (on a
-    /// connection whose hello set a window): that much of the window is free again, and the
-    /// runner may let go of what it kept of that stream up to there.
+    /// A reader took a process's output on one stream up to byte number `seq` (on a
+    /// connection whose hello set a window, or a resume that gave one): that much of the
+    /// window is free again, and the runner may let go of what it kept of that stream up to
+    /// there.
     Ack {
         /// The process's id.
         id: u32,
         /// The stream ([`STDOUT`] or [`STDERR`]).
         stream: u8,
-        /// The highest sequence number of that stream taken; earlier ones are taken too.
+        /// One past the number of the last byte of that stream taken: every byte of it before
+        /// this number is taken.
         seq: u64,
     },
-    /// Bind a process started on an earlier connection to this one under `id`, and replay
-    /// its output after sequence number `after`.
+    /// Read a process (started on this connection or any other) under `id`: its output from
+    /// byte `after` on, then its exit. Answered `resumed`. Any number of connections may read
+    /// one process at once; each gets all of its output.
     Resume {
         /// The id the process takes on this connection.
         id: u32,
-        /// The process's handle, from `started`.
-        handle: u64,
-        /// The last sequence number the client saw (0 for none).
+        /// The process's handle, from `started` or `ps`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<u64>,
+        /// The process by the key its `run` carried, instead of its handle.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// How many bytes of its output the client already has (0 for none): the replay starts
+        /// at that byte's number.
         after: u64,
+        /// Whether this reader holds the process up (true when absent): output it was sent is
+        /// kept until it acknowledges it, and the process waits at the bound for it, also
+        /// after a drop while the process was not started detached. A reader that does not
+        /// hold is sent what is kept, and told (`resumed`) when it fell behind what is kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hold: Option<bool>,
+        /// At most this many bytes sent to this reader and not acknowledged, instead of the
+        /// connection's window (0: none at all, for a reader that only waits for the exit).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u64>,
     },
-    /// Forget a process whose exit the client saw: its buffered output is freed.
-    Forget {
-        /// The process's id.
+    /// Stop reading the process `id` on this connection (answered `ok`); it runs on.
+    Release {
+        /// The process's id on this connection.
         id: u32,
+    },
+    /// Forget a process whose exit the client saw: its kept output is freed, and `ps` no longer
+    /// lists it. A running process is forgotten once it ends.
+    Forget {
+        /// The process's id, or the request's id when `handle` is given.
+        id: u32,
+        /// The process by its handle rather than by id (protocol 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<u64>,
+    },
+    /// The box's processes: running, and ended ones not yet forgotten. Answered `processes`.
+    Ps {
+        /// The request's id.
+        id: u32,
+    },
+    /// Write to a process's stdin by its handle: the bytes follow as the frame `(id, STDIN)`
+    /// (empty for none), then stdin ends when `close`. Answered `ok` once they were queued.
+    Input {
+        /// The request's id.
+        id: u32,
+        /// The process's handle.
+        handle: u64,
+        /// End its stdin after these bytes.
+        #[serde(default)]
+        close: bool,
+    },
+    /// Set the size of a process's terminal (its foreground group gets SIGWINCH). Answered
+    /// `ok`, or `unsupported` for a process without one.
+    Resize {
+        /// The process's id on this connection, or the request's id when `handle` is given.
+        id: u32,
+        /// The process by its handle rather than by id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<u64>,
+        /// Rows.
+        rows: u16,
+        /// Columns.
+        cols: u16,
     },
     /// What a path is.
     Stat {
@@ -243,7 +330,11 @@ impl Request {
             | Request::Hello { id, .. }
             | Request::Ack { id, .. }
             | Request::Resume { id, .. }
-            | Request::Forget { id }
+            | Request::Release { id }
+            | Request::Forget { id, .. }
+            | Request::Ps { id }
+            | Request::Input { id, .. }
+            | Request::Resize { id, .. }
             | Request::Stat { id, .. }
             | Request::List { id, .. }
             | Request::Mkdir { id, .. }
@@ -257,16 +348,86 @@ impl Request {
     /// Whether only a protocol-3 connection may send it.
     pub fn is_extended(&self) -> bool {
         match self {
-            Request::Run { argv, .. } => argv.is_some(),
+            Request::Run {
+                argv,
+                key,
+                tty,
+                detach,
+                timeout_ms,
+                ..
+            } => argv.is_some() || key.is_some() || tty.is_some() || *detach || timeout_ms.is_some(),
             Request::Read { offset, length, .. } => offset.is_some() || length.is_some(),
+            Request::Kill { handle, .. } => handle.is_some(),
             Request::StdinEnd { .. }
-            | Request::Kill { .. }
             | Request::Write { .. }
             | Request::Stop { .. }
             | Request::Hello { .. } => false,
             _ => true,
         }
     }
+}
+
+/// The longest key a `run` may carry.
+pub const MAX_KEY: usize = 128;
+/// The most bytes of a process's argv a `ps` answer carries (longer ones are cut, and say so).
+pub const MAX_PS_ARGV: usize = 1024;
+/// The largest terminal a `run` or `resize` may ask for, in rows and in columns.
+pub const MAX_TTY: u16 = 4096;
+
+/// A terminal a process runs in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tty {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+    /// `TERM` in the process's environment (`xterm-256color` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<String>,
+}
+
+/// How a process stands, as `ps` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    /// Its handle.
+    pub handle: u64,
+    /// The key its `run` carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Its program and arguments (cut to [`MAX_PS_ARGV`] bytes in all).
+    pub argv: Vec<String>,
+    /// Its pid in the box.
+    pub pid: u32,
+    /// When it started, in ms since the epoch.
+    pub started_ms: i64,
+    /// Whether it has a terminal.
+    #[serde(default)]
+    pub tty: bool,
+    /// Whether it was started detached.
+    #[serde(default)]
+    pub detach: bool,
+    /// Its exit, once it ended (and its output was read to the end by the runner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ProcExit>,
+    /// The number of the first output byte still kept.
+    pub first: u64,
+    /// The number the next output byte will have: how many it wrote in all.
+    pub end: u64,
+    /// Connections reading it now.
+    pub readers: u32,
+}
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcExit {
+    /// Its exit code: 128 + the signal for one a signal ended.
+    pub code: i32,
+    /// The signal that ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Whether its deadline (`timeout_ms`) ended it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timeout: bool,
 }
 
 /// What a path is, as `stat` answers.
@@ -312,6 +473,9 @@ pub enum Answer {
         /// The signal that ended it (protocol 3).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<i32>,
+        /// Its deadline ended it (protocol 3).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        timeout: bool,
     },
     /// A `read` found no file.
     Absent {
@@ -360,13 +524,25 @@ pub enum Answer {
         /// Its pid in the box.
         pid: u32,
     },
-    /// A resumed process's replay starts at `from` (over `after + 1` when output was lost
-    /// to the buffer's bound).
+    /// A resumed process's output follows from byte `from` on. Past `after` when output was
+    /// let go (the process ran detached with nobody reading, or this reader does not hold it):
+    /// the bytes between were lost to the bound. Sent again, mid-stream, to a reader that
+    /// does not hold the process when it falls behind what is kept.
     Resumed {
         /// The process's id on this connection.
         id: u32,
-        /// The first sequence number that follows.
+        /// The number of the first byte that follows.
         from: u64,
+        /// The process's handle (for a resume by key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<u64>,
+    },
+    /// A `ps`'s answer, in the order the processes started.
+    Processes {
+        /// The request's id.
+        id: u32,
+        /// The processes.
+        processes: Vec<ProcInfo>,
     },
     /// A `stat`'s answer.
     Stat {
@@ -420,8 +596,8 @@ pub fn unframe(f: &[u8]) -> Option<(u32, u8, &[u8])> {
     Some((u32::from_be_bytes(f[..4].try_into().ok()?), f[4], &f[5..]))
 }
 
-/// An output frame on a protocol-3 connection: `id`, `stream`, the chunk's sequence number
-/// (u64, big-endian), then `bytes`.
+/// An output frame on a protocol-3 connection: `id`, `stream`, the number of its first byte
+/// in the process's output (u64, big-endian), then `bytes`.
 pub fn frame_seq(id: u32, stream: u8, seq: u64, bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(13 + bytes.len());
     out.extend_from_slice(&id.to_be_bytes());
@@ -564,7 +740,8 @@ mod tests {
             r,
             Request::Kill {
                 id: 3,
-                signal: Some("SIGTERM".into())
+                signal: Some("SIGTERM".into()),
+                handle: None,
             }
         );
         let r: Request = serde_json::from_str(r#"{"op":"stdin-end","id":4}"#).unwrap();
@@ -586,6 +763,7 @@ mod tests {
             id: 1,
             code: 0,
             signal: None,
+            timeout: false,
         })
         .unwrap();
         assert_eq!(s, r#"{"op":"exit","id":1,"code":0}"#);

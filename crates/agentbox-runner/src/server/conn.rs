@@ -4,17 +4,18 @@
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use agentbox_protocol::runner::{
-    Answer, EXTENDED, FILE, Message, PROTOCOL, Request, STDIN, frame, signal_number, unframe,
+    Answer, EXTENDED, FILE, MAX_KEY, MAX_TTY, Message, PROTOCOL, Request, STDIN, Tty, frame, signal_number, unframe,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::Runner;
 use super::files;
-use super::process::{self, Attachment, Command, Handle, json};
+use super::process::{self, Proc, Reading, json};
+use super::pty;
 
 /// What arrives on a connection: a message, or a frame its transport could not read (which is
 /// answered, and the connection goes on).
@@ -25,20 +26,20 @@ pub(super) enum Inbound {
     Bad(String),
 }
 
-/// A process as this connection knows it.
+/// A process as this connection reads it.
 struct Mine {
-    handle: u64,
-    stdin: Option<mpsc::Sender<Option<Vec<u8>>>>,
+    proc: Arc<Proc>,
 }
 
 /// How many `write`s or `append`s may wait for their bytes on one connection.
 const MAX_PENDING_WRITES: usize = 256;
 
-/// A `write` or `append` waiting for its bytes.
-struct PendingWrite {
-    path: String,
-    mode: Option<u32>,
-    append: bool,
+/// A `write`, `append` or `input` waiting for its bytes.
+enum PendingWrite {
+    /// To a file.
+    File { path: String, mode: Option<u32>, append: bool },
+    /// To a process's stdin, which then ends when `close`.
+    Input { proc: Arc<Proc>, close: bool },
 }
 
 /// Serve one connection until `rx` ends; its processes run on. With `half_close`, the end of
@@ -77,10 +78,8 @@ pub(super) async fn serve(
     if half_close {
         return;
     }
-    for m in c.mine.values() {
-        if let Some(h) = c.runner.procs.lock().unwrap().get(&m.handle) {
-            let _ = h.tx.try_send(Command::Detach(conn));
-        }
+    for (id, m) in c.mine.drain() {
+        m.proc.detach((conn, id), true);
     }
 }
 
@@ -145,13 +144,8 @@ impl Conn {
                 .await
             }
             Request::Ack { stream, seq, .. } => {
-                let task = self
-                    .mine
-                    .get(&id)
-                    .and_then(|m| self.runner.procs.lock().unwrap().get(&m.handle).map(|h| h.tx.clone()));
-                // Never dropped: the last ack may be the one that frees a stalled window.
-                if let Some(tx) = task {
-                    let _ = tx.send(Command::Ack(self.conn, stream, seq)).await;
+                if let Some(m) = self.mine.get(&id) {
+                    m.proc.ack((self.conn, id), stream, seq);
                 }
             }
             Request::Run {
@@ -160,18 +154,34 @@ impl Conn {
                 cwd,
                 env,
                 stdin,
+                key,
+                tty,
+                detach,
+                timeout_ms,
                 ..
             } => {
-                if let Err(a) = self.run(id, command, argv, cwd, env, stdin).await {
+                let run = Run {
+                    command,
+                    argv,
+                    cwd,
+                    env,
+                    stdin,
+                    key,
+                    tty,
+                    detach,
+                    timeout_ms,
+                };
+                if let Err(a) = self.run(id, run).await {
                     self.answer(a).await
                 }
             }
             Request::StdinEnd { .. } => {
-                if let Some(tx) = self.mine.get_mut(&id).and_then(|m| m.stdin.take()) {
+                let tx = self.mine.get(&id).and_then(|m| m.proc.stdin.lock().unwrap().take());
+                if let Some(tx) = tx {
                     let _ = tx.send(None).await;
                 }
             }
-            Request::Kill { signal, .. } => {
+            Request::Kill { signal, handle, .. } => {
                 let sig = match signal.as_deref().map(signal_number) {
                     None => 9,
                     Some(Some(n)) => n,
@@ -188,27 +198,16 @@ impl Conn {
                             .await;
                     }
                 };
-                let known = match self.mine.get(&id) {
-                    Some(m) => {
-                        self.runner.signal(m.handle, sig);
-                        true
-                    }
-                    None => false,
-                };
+                let target = self.target(id, handle);
+                if let Some(p) = &target {
+                    process::kill_group(p.pid as i32, sig);
+                }
                 // Protocol 3 answers, so a client knows its signal went to a process (the
                 // seed's protocol-2 client expects no answer, and gets none).
                 if self.extended {
-                    if known {
-                        self.answer(Answer::Ok { id }).await
-                    } else {
-                        self.answer(Answer::error(
-                            Some(id),
-                            "not_found",
-                            format!(
-                                "kill: no process {id} on this connection (it ended and was forgotten, or never ran)"
-                            ),
-                        ))
-                        .await
+                    match target {
+                        Some(_) => self.answer(Answer::Ok { id }).await,
+                        None => self.answer(self.unknown(id, handle, "kill")).await,
                     }
                 }
             }
@@ -216,16 +215,75 @@ impl Conn {
                 self.runner.stop_all().await;
                 self.answer(Answer::Ok { id }).await
             }
-            Request::Forget { .. } => {
-                if let Some(m) = self.mine.remove(&id)
-                    && let Some(h) = self.runner.procs.lock().unwrap().get(&m.handle)
-                {
-                    let _ = h.tx.try_send(Command::Forget);
+            Request::Forget { handle, .. } => {
+                let target = match handle {
+                    Some(h) => self.runner.proc(h),
+                    None => self.mine.remove(&id).map(|m| m.proc),
+                };
+                if let Some(p) = target {
+                    p.forget();
                 }
                 // Answered whether or not the process was still kept: forgetting is idempotent.
                 self.answer(Answer::Ok { id }).await
             }
-            Request::Resume { handle, after, .. } => self.resume(id, handle, after).await,
+            Request::Release { .. } => {
+                if let Some(m) = self.mine.remove(&id) {
+                    m.proc.detach((self.conn, id), false);
+                }
+                self.answer(Answer::Ok { id }).await
+            }
+            Request::Ps { .. } => {
+                let mut all: Vec<Arc<Proc>> = self.runner.procs.lock().unwrap().values().cloned().collect();
+                all.sort_by_key(|p| p.handle);
+                let processes = all.iter().map(|p| p.info()).collect();
+                self.answer(Answer::Processes { id, processes }).await
+            }
+            Request::Resize {
+                handle, rows, cols, ..
+            } => {
+                let a = match self.target(id, handle) {
+                    None => self.unknown(id, handle, "resize"),
+                    Some(p) => match (&p.tty, check_size(rows, cols)) {
+                        (_, Err(why)) => Answer::error(Some(id), "invalid", format!("resize: {why}")),
+                        (None, _) => Answer::error(
+                            Some(id),
+                            "unsupported",
+                            format!("resize: process {} has no terminal (run it with tty)", p.handle),
+                        ),
+                        (Some(t), Ok(())) => match t.resize(rows, cols) {
+                            Ok(()) => Answer::Ok { id },
+                            Err(e) => Answer::error(Some(id), "unknown", format!("resize: {e}")),
+                        },
+                    },
+                };
+                self.answer(a).await
+            }
+            Request::Input { handle, close, .. } => match self.runner.proc(handle) {
+                None => self.answer(self.unknown(id, Some(handle), "input")).await,
+                Some(_) if self.writes.len() >= MAX_PENDING_WRITES => {
+                    self.answer(Answer::error(
+                        Some(id),
+                        "too_large",
+                        format!("{MAX_PENDING_WRITES} writes already wait for their bytes on this connection"),
+                    ))
+                    .await
+                }
+                Some(proc) => {
+                    self.writes.insert(id, PendingWrite::Input { proc, close });
+                }
+            },
+            Request::Resume {
+                handle,
+                key,
+                after,
+                hold,
+                window,
+                ..
+            } => {
+                if let Err(a) = self.resume(id, handle, key, after, hold, window).await {
+                    self.answer(a).await
+                }
+            }
             Request::Write { .. } | Request::Append { .. } if self.writes.len() >= MAX_PENDING_WRITES => {
                 self.answer(Answer::error(
                     Some(id),
@@ -237,7 +295,7 @@ impl Conn {
             Request::Write { path, mode, .. } => {
                 self.writes.insert(
                     id,
-                    PendingWrite {
+                    PendingWrite::File {
                         path,
                         mode,
                         append: false,
@@ -247,7 +305,7 @@ impl Conn {
             Request::Append { path, .. } => {
                 self.writes.insert(
                     id,
-                    PendingWrite {
+                    PendingWrite::File {
                         path,
                         mode: None,
                         append: true,
@@ -292,18 +350,46 @@ impl Conn {
                 .await;
         };
         match stream {
+            STDIN if matches!(self.writes.get(&id), Some(PendingWrite::Input { .. })) => {
+                let Some(PendingWrite::Input { proc, close }) = self.writes.remove(&id) else {
+                    return;
+                };
+                let tx = proc.stdin.lock().unwrap().clone();
+                let a = match tx {
+                    None => Answer::error(
+                        Some(id),
+                        "gone",
+                        format!("input: the stdin of process {} has ended", proc.handle),
+                    ),
+                    Some(tx) => {
+                        let mut ok = bytes.is_empty() || tx.send(Some(bytes.to_vec())).await.is_ok();
+                        if close && let Some(tx) = proc.stdin.lock().unwrap().take() {
+                            ok &= tx.try_send(None).is_ok() || !tx.is_closed();
+                        }
+                        if ok {
+                            Answer::Ok { id }
+                        } else {
+                            Answer::error(Some(id), "gone", format!("input: process {} has ended", proc.handle))
+                        }
+                    }
+                };
+                self.answer(a).await
+            }
             STDIN => {
                 // Stdin for an id this connection does not know, or whose stdin ended, is dropped.
-                if let Some(tx) = self.mine.get(&id).and_then(|m| m.stdin.clone()) {
+                let tx = self.mine.get(&id).and_then(|m| m.proc.stdin.lock().unwrap().clone());
+                if let Some(tx) = tx {
                     let _ = tx.send(Some(bytes.to_vec())).await;
                 }
             }
             FILE => {
-                let Some(w) = self.writes.remove(&id) else { return };
+                let Some(PendingWrite::File { path, mode, append }) = self.writes.remove(&id) else {
+                    return;
+                };
                 let bytes = bytes.to_vec();
                 let tx = self.tx.clone();
                 tokio::spawn(async move {
-                    let a = tokio::task::spawn_blocking(move || files::write(id, &w.path, &bytes, w.mode, w.append))
+                    let a = tokio::task::spawn_blocking(move || files::write(id, &path, &bytes, mode, append))
                         .await
                         .unwrap_or_else(|e| Answer::error(Some(id), "unknown", format!("{e}")));
                     let _ = tx.send(Message::Text(json(&a))).await;
@@ -320,32 +406,61 @@ impl Conn {
         }
     }
 
-    fn attachment(&self, id: u32) -> Attachment {
-        Attachment {
-            conn: self.conn,
+    /// The process a request names: by `handle`, else by its id on this connection.
+    fn target(&self, id: u32, handle: Option<u64>) -> Option<Arc<Proc>> {
+        match handle {
+            Some(h) => self.runner.proc(h),
+            None => self.mine.get(&id).map(|m| m.proc.clone()),
+        }
+    }
+
+    fn unknown(&self, id: u32, handle: Option<u64>, op: &str) -> Answer {
+        let what = match handle {
+            Some(h) => format!("no process {h}"),
+            None => format!("no process {id} on this connection"),
+        };
+        Answer::error(
+            Some(id),
+            "not_found",
+            format!("{op}: {what} (it ended and was forgotten, or never ran)"),
+        )
+    }
+
+    fn reading(&self, id: u32, hold: bool, window: Option<u64>) -> Reading {
+        Reading {
             id,
             extended: self.extended,
-            window: self.window,
+            hold,
+            window,
             tx: self.tx.clone(),
         }
     }
 
-    async fn run(
-        &mut self,
-        id: u32,
-        command: Option<String>,
-        argv: Option<Vec<String>>,
-        cwd: Option<String>,
-        env: Option<std::collections::BTreeMap<String, String>>,
-        stdin: bool,
-    ) -> Result<(), Answer> {
+    async fn run(&mut self, id: u32, r: Run) -> Result<(), Answer> {
         let invalid = |why: String| Answer::error(Some(id), "invalid", why);
         if self.mine.contains_key(&id) {
             return Err(invalid(format!(
                 "run: id {id} already names a process on this connection"
             )));
         }
-        let argv = match (command, argv) {
+        if let Some(k) = &r.key {
+            if k.is_empty() || k.len() > MAX_KEY {
+                return Err(invalid(format!("run: key: {} bytes, not 1 to {MAX_KEY}", k.len())));
+            }
+            // Sent again after a drop that lost its answer: the process it started, not a second.
+            if let Some(p) = self.runner.by_key(k) {
+                self.answer(Answer::Started {
+                    id,
+                    handle: p.handle,
+                    pid: p.pid,
+                })
+                .await;
+                self.mine.insert(id, Mine { proc: p.clone() });
+                p.attach(self.conn, self.reading(id, true, self.window), 0, false);
+                return Ok(());
+            }
+        }
+        let argv = match (r.command, r.argv) {
             (Some(c), None) => vec![self.runner.shell.clone(), "-c".into(), c],
             (None, Some(a)) if !a.is_empty() && !a[0].is_empty() => a,
             (None, Some(_)) => return Err(invalid("run: argv is empty: no program to run".into())),
@@ -355,7 +470,20 @@ impl Conn {
         if argv.iter().any(|a| a.contains('\0')) {
             return Err(invalid("run: an argument holds a NUL byte".into()));
         }
-        if let Some(d) = &cwd
+        if let Some(t) = &r.tty {
+            check_size(t.rows, t.cols).map_err(|why| invalid(format!("run: tty: {why}")))?;
+            if let Some(term) = &t.term
+                && (term.is_empty() || term.len() > 64 || !term.bytes().all(|b| b.is_ascii_graphic()))
+            {
+                return Err(invalid(format!(
+                    "run: tty: TERM {term:?} is not a terminal name (1 to 64 printable characters)"
+                )));
+            }
+        }
+        if r.timeout_ms == Some(0) {
+            return Err(invalid("run: timeout_ms: must be over 0".into()));
+        }
+        if let Some(d) = &r.cwd
             && !std::path::Path::new(d).is_dir()
         {
             return Err(Answer::error(
@@ -366,16 +494,41 @@ impl Conn {
         }
         let handle = self.runner.admit(id)?;
         let mut cmd = tokio::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .envs(env.unwrap_or_default())
-            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(false);
-        if let Some(d) = &cwd {
+        cmd.args(&argv[1..]).envs(r.env.unwrap_or_default()).kill_on_drop(false);
+        if let Some(d) = &r.cwd {
             cmd.current_dir(d);
         }
+        let terminal = match &r.tty {
+            None => {
+                cmd.stdin(if r.stdin { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .process_group(0);
+                None
+            }
+            Some(t) => {
+                let (master, slave) = pty::open(t.rows, t.cols)
+                    .map_err(|e| Answer::error(Some(id), "unknown", format!("run: opening a terminal: {e}")))?;
+                let io = |f: &std::os::fd::OwnedFd| {
+                    f.try_clone()
+                        .map(Stdio::from)
+                        .map_err(|e| Answer::error(Some(id), "unknown", format!("run: the terminal: {e}")))
+                };
+                cmd.stdin(io(&slave)?).stdout(io(&slave)?).stderr(io(&slave)?);
+                cmd.env("TERM", t.term.as_deref().unwrap_or("xterm-256color"));
+                // SAFETY: between fork and exec only async-signal-safe calls: setsid(2), and
+                // the ioctl that makes the terminal on fd 0 the session's controlling one.
+                #[allow(unsafe_code)]
+                unsafe {
+                    cmd.pre_exec(|| {
+                        rustix::process::setsid()?;
+                        rustix::process::ioctl_tiocsctty(std::os::fd::BorrowedFd::borrow_raw(0))?;
+                        Ok(())
+                    });
+                }
+                Some(master)
+            }
+        };
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -391,8 +544,23 @@ impl Conn {
                 ));
             }
         };
+        // The slave's last copy here: the terminal's output ends when the process's does.
+        drop(cmd);
         let pid = child.id().unwrap_or(0);
-        let stdin_tx = child.stdin.take().map(|mut w| {
+        let (stdout, stderr, writer): (Option<process::Pipe>, Option<process::Pipe>, Option<Writer>) =
+            match &terminal {
+                Some(t) => (
+                    Some(Box::new(pty::Reader(t.clone()))),
+                    None,
+                    r.stdin.then(|| Box::new(pty::Writer(t.clone())) as Writer),
+                ),
+                None => (
+                    child.stdout.take().map(|s| Box::new(s) as _),
+                    child.stderr.take().map(|s| Box::new(s) as _),
+                    child.stdin.take().map(|s| Box::new(s) as Writer),
+                ),
+            };
+        let stdin_tx = writer.map(|mut w| {
             let (tx, mut rx) = mpsc::channel::<Option<Vec<u8>>>(16);
             tokio::spawn(async move {
                 while let Some(Some(b)) = rx.recv().await {
@@ -404,84 +572,117 @@ impl Conn {
             });
             tx
         });
-        let (ctl, ctl_rx) = mpsc::channel(16);
-        let delivered = Arc::new(AtomicBool::new(false));
-        let settled = Arc::new(AtomicBool::new(false));
-        self.runner.procs.lock().unwrap().insert(
-            handle,
-            Handle {
-                tx: ctl,
-                pgid: pid as i32,
-                delivered: delivered.clone(),
-                stdin: stdin_tx.clone(),
-                settled: settled.clone(),
-            },
-        );
-        self.mine.insert(
-            id,
-            Mine {
+        let proc = Proc::new(
+            process::Start {
                 handle,
+                key: r.key,
+                argv,
+                tty: terminal,
+                detach: r.detach,
+                resumable: self.extended,
+                max_buffered: self.runner.limits.max_buffered,
                 stdin: stdin_tx,
             },
+            pid,
         );
+        self.runner.procs.lock().unwrap().insert(handle, proc.clone());
+        self.mine.insert(id, Mine { proc: proc.clone() });
         if self.extended {
-            // Ahead of any output: the process task starts after this is queued.
+            // Ahead of any output: the reader's task starts after this is queued.
             self.answer(Answer::Started { id, handle, pid }).await;
         }
+        proc.attach(self.conn, self.reading(id, true, self.window), 0, false);
+        let deadline = r
+            .timeout_ms
+            .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
         let runner = self.runner.clone();
-        let first = self.attachment(id);
-        let resumable = self.extended;
-        let max = self.runner.limits.max_buffered;
-        let task = process::Task {
-            child,
-            resumable,
-            max_buffered: max,
-            first,
-            rx: ctl_rx,
-            delivered,
-            settled,
-        };
-        tokio::spawn(process::run(task, move || {
+        tokio::spawn(process::run(proc, child, stdout, stderr, deadline, move || {
             runner.procs.lock().unwrap().remove(&handle);
         }));
         Ok(())
     }
 
-    async fn resume(&mut self, id: u32, handle: u64, after: u64) {
+    async fn resume(
+        &mut self,
+        id: u32,
+        handle: Option<u64>,
+        key: Option<String>,
+        after: u64,
+        hold: Option<bool>,
+        window: Option<u64>,
+    ) -> Result<(), Answer> {
         if self.mine.contains_key(&id) {
-            return self
-                .answer(Answer::error(
+            return Err(Answer::error(
+                Some(id),
+                "invalid",
+                format!("resume: id {id} already names a process on this connection"),
+            ));
+        }
+        let found = match (handle, &key) {
+            (Some(h), None) => self.runner.proc(h),
+            (None, Some(k)) => self.runner.by_key(k),
+            _ => {
+                return Err(Answer::error(
                     Some(id),
                     "invalid",
-                    format!("resume: id {id} already names a process on this connection"),
-                ))
-                .await;
-        }
-        let found = self
-            .runner
-            .procs
-            .lock()
-            .unwrap()
-            .get(&handle)
-            .map(|h| (h.tx.clone(), h.stdin.clone()));
-        let Some((tx, stdin)) = found else {
-            return self
-                .answer(Answer::error(
-                    Some(id),
-                    "not_found",
-                    format!("resume: no process {handle}: it ended and was forgotten, or never ran"),
-                ))
-                .await;
+                    "resume: name the process by its handle or by its key, one of them",
+                ));
+            }
         };
-        self.mine.insert(id, Mine { handle, stdin });
-        if tx.send(Command::Attach(self.attachment(id), after)).await.is_err() {
-            self.mine.remove(&id);
-            self.answer(Answer::error(
+        let Some(proc) = found else {
+            let what = match (handle, key) {
+                (Some(h), _) => format!("no process {h}"),
+                (_, k) => format!("no process of key {:?}", k.unwrap_or_default()),
+            };
+            return Err(Answer::error(
                 Some(id),
                 "not_found",
-                format!("resume: process {handle} just ended"),
-            ))
-            .await
+                format!("resume: {what}: it ended and was forgotten, or never ran"),
+            ));
+        };
+        let end = proc.info().end;
+        if after > end {
+            return Err(Answer::error(
+                Some(id),
+                "invalid",
+                format!(
+                    "resume: after {after} is past the {end} bytes process {} wrote",
+                    proc.handle
+                ),
+            ));
         }
+        let max = self.runner.limits.max_buffered as u64;
+        let window = match window {
+            Some(w) => Some(w.min(max)),
+            None => self.window,
+        };
+        let hold = hold.unwrap_or(true);
+        self.mine.insert(id, Mine { proc: proc.clone() });
+        // The reader's task says `resumed` first, ahead of every frame.
+        proc.attach(self.conn, self.reading(id, hold, window), after, true);
+        Ok(())
     }
+}
+
+/// A `run`'s fields.
+struct Run {
+    command: Option<String>,
+    argv: Option<Vec<String>>,
+    cwd: Option<String>,
+    env: Option<std::collections::BTreeMap<String, String>>,
+    stdin: bool,
+    key: Option<String>,
+    tty: Option<Tty>,
+    detach: bool,
+    timeout_ms: Option<u64>,
+}
+
+type Writer = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+/// A terminal's size within bounds.
+fn check_size(rows: u16, cols: u16) -> Result<(), String> {
+    if rows == 0 || cols == 0 || rows > MAX_TTY || cols > MAX_TTY {
+        return Err(format!("{rows} rows by {cols} columns: each must be 1 to {MAX_TTY}"));
+    }
+    Ok(())
 }

@@ -14,6 +14,7 @@
 mod conn;
 mod files;
 mod process;
+mod pty;
 mod transport;
 
 use std::collections::HashMap;
@@ -31,7 +32,8 @@ pub use transport::relay;
 pub struct Limits {
     /// Processes known at once, running or ended and not yet forgotten.
     pub max_processes: usize,
-    /// Output bytes kept per process that no client has taken.
+    /// Output bytes kept per process: what its holders have not acknowledged, or the ring of
+    /// what nobody holds.
     pub max_buffered: usize,
 }
 
@@ -43,6 +45,9 @@ impl Default for Limits {
         }
     }
 }
+
+/// The most processes a runner may be told to hold (`--max-processes`).
+pub const MAX_PROCESSES: usize = 4096;
 
 /// Where the runner listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,6 +127,12 @@ impl Config {
         if c.limits.max_processes == 0 || c.limits.max_buffered == 0 {
             return Err("--max-processes and --max-buffered must be over 0".into());
         }
+        if c.limits.max_processes > MAX_PROCESSES {
+            return Err(format!(
+                "--max-processes {}: at most {MAX_PROCESSES} (one `ps` answer lists them all)",
+                c.limits.max_processes
+            ));
+        }
         if c.listen.is_empty() && !c.stdio {
             c.listen
                 .push(Listen::Tcp(std::net::SocketAddr::from(([0, 0, 0, 0], PORT))));
@@ -135,7 +146,7 @@ pub(crate) struct Runner {
     limits: Limits,
     token: Option<String>,
     shell: String,
-    procs: Mutex<HashMap<u64, process::Handle>>,
+    procs: Mutex<HashMap<u64, Arc<process::Proc>>>,
     next_handle: AtomicU64,
     next_conn: AtomicU64,
 }
@@ -164,12 +175,12 @@ impl Runner {
         if procs.len() >= self.limits.max_processes {
             let done: Vec<u64> = procs
                 .iter()
-                .filter(|(_, h)| h.delivered.load(Ordering::Relaxed))
+                .filter(|(_, p)| p.delivered())
                 .map(|(k, _)| *k)
                 .collect();
             for k in done {
-                if let Some(h) = procs.remove(&k) {
-                    let _ = h.tx.try_send(process::Command::Forget);
+                if let Some(p) = procs.remove(&k) {
+                    p.forget();
                 }
             }
         }
@@ -186,30 +197,30 @@ impl Runner {
         Ok(self.next_handle.fetch_add(1, Ordering::Relaxed))
     }
 
-    fn signal(&self, handle: u64, sig: i32) {
-        let pgid = self.procs.lock().unwrap().get(&handle).map(|h| h.pgid);
-        if let (Some(pgid), Some(sig)) = (pgid, crate::supervisor::signal_from(sig))
-            && let Some(p) = rustix::process::Pid::from_raw(pgid)
-        {
-            let _ = rustix::process::kill_process_group(p, sig);
-        }
+    /// The process of `handle`.
+    fn proc(&self, handle: u64) -> Option<Arc<process::Proc>> {
+        self.procs.lock().unwrap().get(&handle).cloned()
+    }
+
+    /// The process whose `run` carried `key`.
+    fn by_key(&self, key: &str) -> Option<Arc<process::Proc>> {
+        self.procs
+            .lock()
+            .unwrap()
+            .values()
+            .find(|p| p.key.as_deref() == Some(key))
+            .cloned()
     }
 
     /// Kill every process, and wait (up to 5 s) until each exit went out, so a client hears
     /// its processes' exits before `stop`'s answer.
     async fn stop_all(&self) {
-        let handles: Vec<(u64, Arc<std::sync::atomic::AtomicBool>)> = self
-            .procs
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, h)| (*k, h.settled.clone()))
-            .collect();
-        for (h, _) in &handles {
-            self.signal(*h, 9);
+        let all: Vec<Arc<process::Proc>> = self.procs.lock().unwrap().values().cloned().collect();
+        for p in &all {
+            process::kill_group(p.pid as i32, 9);
         }
         let until = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-        while tokio::time::Instant::now() < until && !handles.iter().all(|(_, s)| s.load(Ordering::Relaxed)) {
+        while tokio::time::Instant::now() < until && !all.iter().all(|p| p.settled()) {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }

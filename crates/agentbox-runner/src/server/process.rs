@@ -1,173 +1,534 @@
-//! One process of the runner: a task that owns the child, its pipes and the numbered tail of
-//! its output, and sends that output to whichever connection the process is attached to.
+//! One process of the runner: the numbered tail of its output, shared by every connection that
+//! reads it, and the tasks that fill and empty it.
 //!
-//! A connection whose hello set a flow-control window gets at most that many bytes of the
-//! process's output past what its reader acknowledged (`ack`, per stream), and nothing it was
-//! sent is let go before it is acknowledged: a reader that stops reading holds up only this
-//! process (its buffer fills, then its pipes), and one that drops and resumes loses nothing.
+//! Every byte a process writes (stdout and stderr counted together, from 0) has a number. The
+//! runner keeps the bytes no reader that *holds* the process has acknowledged, up to
+//! `max_buffered`; at the bound it stops reading the process's pipes (the program blocks on a
+//! full pipe) until a holder acknowledges more. So a holder that keeps up, drops and resumes
+//! loses nothing however fast the program writes. Output nobody holds is kept as a ring of
+//! the same bound: a reader that comes later, or one that does not hold and falls behind, is
+//! told (`resumed`) where what follows starts.
 //!
-//! A process outlives its connection. Started by a protocol-3 connection, it keeps up to
-//! `max_buffered` bytes of output that no connection has taken, then stops reading its pipes
-//! (the program blocks on a full pipe) until a client resumes it: nothing is lost. Started by a
-//! protocol-2 connection, which cannot resume, its output goes nowhere once that connection
-//! drops. Either way only `kill`, `stop` or its own exit ends it.
+//! Who holds: each connection reading with `hold` (the one that ran the process, unless it
+//! asked otherwise), and, for a process not started detached, the last holder that dropped
+//! until another one comes (its acknowledgements are kept, so the same client resuming loses
+//! nothing). A detached process is held only while someone holds it.
+//!
+//! Each reader has a task of its own ([`pump`]) that sends it what it has not been sent, within
+//! its flow-control window, then the exit: one slow connection never holds up another. A
+//! process outlives every connection: only `kill`, `stop`, its deadline or its own end ends it.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentbox_protocol::runner::{Answer, Message, STDERR, STDOUT, frame, frame_seq};
+use agentbox_protocol::runner::{Answer, Message, ProcExit, ProcInfo, STDERR, STDOUT, frame, frame_seq};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Child;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+
+use super::pty::Pty;
 
 /// How long output may still arrive after a process exits (a pipe's last bytes) before its
 /// exit is answered. A program it left running that holds the pipe is not waited for.
 const DRAIN: Duration = Duration::from_millis(100);
+/// The most bytes of output one frame carries.
+const MAX_FRAME: usize = 256 << 10;
 
-/// A connection's end that a process sends to.
-#[derive(Clone)]
-pub(super) struct Attachment {
-    /// The connection's number in this runner.
-    pub conn: u64,
+/// A reader's key: its connection's number and the id the process has there.
+pub(super) type ReaderKey = (u64, u32);
+
+/// How a connection reads a process.
+pub(super) struct Reading {
     /// The id the process has on that connection.
     pub id: u32,
-    /// Whether the connection speaks protocol 3 (numbered output frames, `signal` in `exit`).
+    /// Whether the connection speaks protocol 3 (numbered frames, gaps, `signal` in `exit`).
     pub extended: bool,
-    /// The connection's flow-control window: at most this many bytes sent and not yet
-    /// acknowledged. `None`: the connection takes whatever comes.
+    /// Whether this reader holds the process up (see the module documentation).
+    pub hold: bool,
+    /// At most this many bytes sent and not acknowledged; `None`: whatever the connection takes.
     pub window: Option<u64>,
     /// The connection's outgoing messages.
     pub tx: mpsc::Sender<Message>,
 }
 
-/// What a connection asks of a process.
-pub(super) enum Command {
-    /// Send output to this connection from sequence number `after + 1` on, answering
-    /// `resumed` first.
-    Attach(Attachment, u64),
-    /// The connection dropped.
-    Detach(u64),
-    /// The client saw the exit: free what is kept.
-    Forget,
-    /// The client's reader on connection `.0` took stream `.1` up to sequence number `.2`.
-    Ack(u64, u8, u64),
+/// Per stream, the number one past the last byte its reader took.
+#[derive(Clone, Copy, Debug, Default)]
+struct Acks {
+    out: u64,
+    err: u64,
+}
+
+impl Acks {
+    fn at(after: u64) -> Self {
+        Acks { out: after, err: after }
+    }
+    fn of(&self, stream: u8) -> u64 {
+        if stream == STDERR { self.err } else { self.out }
+    }
+    fn of_mut(&mut self, stream: u8) -> &mut u64 {
+        if stream == STDERR { &mut self.err } else { &mut self.out }
+    }
+    /// Whether every byte of `c` was taken.
+    fn covers(&self, c: &Chunk) -> bool {
+        c.start + c.len <= self.of(c.stream)
+    }
+}
+
+struct Reader {
+    r: Reading,
+    /// The number of the next byte to send.
+    sent: u64,
+    acks: Acks,
+    /// Bytes sent and not acknowledged (under a window).
+    unacked: u64,
+    exit_sent: bool,
+}
+
+/// One read of a pipe: its first byte's number, its stream, its bytes. `gone`: emptied while
+/// kept, to make room (its numbers stay, so a reader is told of the gap).
+struct Chunk {
+    start: u64,
+    len: u64,
+    stream: u8,
+    bytes: Vec<u8>,
+    gone: bool,
 }
 
 /// The numbered tail of a process's output.
 struct Output {
-    chunks: VecDeque<(u64, u8, Vec<u8>)>,
+    chunks: VecDeque<Chunk>,
+    /// Bytes held (not gone).
     bytes: usize,
-    next: u64,
+    /// The number the next byte will have.
+    end: u64,
     max: usize,
 }
 
 impl Output {
-    fn last(&self) -> u64 {
-        self.next - 1
-    }
     fn first(&self) -> u64 {
-        self.chunks.front().map(|c| c.0).unwrap_or(self.next)
+        self.chunks.front().map(|c| c.start).unwrap_or(self.end)
     }
     fn push(&mut self, stream: u8, bytes: &[u8]) {
+        let len = bytes.len() as u64;
+        self.chunks.push_back(Chunk {
+            start: self.end,
+            len,
+            stream,
+            bytes: bytes.to_vec(),
+            gone: false,
+        });
+        self.end += len;
         self.bytes += bytes.len();
-        self.chunks.push_back((self.next, stream, bytes.to_vec()));
-        self.next += 1;
     }
-    fn get(&self, seq: u64) -> Option<&(u64, u8, Vec<u8>)> {
-        self.chunks.get(seq.checked_sub(self.first())? as usize)
-    }
-    fn get_mut(&mut self, seq: u64) -> Option<&mut (u64, u8, Vec<u8>)> {
-        let i = seq.checked_sub(self.first())? as usize;
-        self.chunks.get_mut(i)
-    }
-    /// Drop chunks up to `sent` while at or over the bound, so there is room to read again
-    /// (all of them when nothing resumes).
-    fn trim(&mut self, sent: u64, keep: bool) {
-        while let Some(front) = self.chunks.front() {
-            if front.0 > sent || (keep && self.bytes < self.max) {
-                break;
-            }
-            self.bytes -= front.2.len();
-            self.chunks.pop_front();
-        }
-    }
-    fn room(&self) -> bool {
-        self.bytes < self.max
-    }
-    /// Drop the chunks at the front that their stream's reader acknowledged.
-    fn trim_acked(&mut self, acked: &Acked) {
-        while let Some(front) = self.chunks.front() {
-            if !acked.covers(front.0, front.1) {
-                break;
-            }
-            self.bytes -= front.2.len();
-            self.chunks.pop_front();
-        }
+    /// The index of the chunk holding byte `n`.
+    fn index(&self, n: u64) -> Option<usize> {
+        let i = self.chunks.partition_point(|c| c.start + c.len <= n);
+        (i < self.chunks.len() && self.chunks[i].start <= n).then_some(i)
     }
 }
 
-/// What a flow-controlled client acknowledged: per stream, the highest sequence number its
-/// reader took, and the bytes sent that it has not.
-#[derive(Default)]
-struct Acked {
-    out: u64,
-    err: u64,
-    unacked: u64,
+struct State {
+    out: Output,
+    readers: HashMap<ReaderKey, Reader>,
+    /// The acknowledgements of a holder that dropped, kept for a process not started detached.
+    ghost: Option<Acks>,
+    exit: Option<ProcExit>,
+    /// Ended, and its pipes read to their end.
+    finished: bool,
+    forgotten: bool,
+    /// Its exit went to a reader.
+    delivered: bool,
 }
 
-impl Acked {
-    fn of(&mut self, stream: u8) -> Option<&mut u64> {
-        match stream {
-            STDOUT => Some(&mut self.out),
-            STDERR => Some(&mut self.err),
-            _ => None,
-        }
+impl State {
+    /// Whether no holder still needs `c`.
+    fn free(&self, c: &Chunk) -> bool {
+        self.ghost.is_none_or(|g| g.covers(c)) && self.readers.values().all(|r| !r.r.hold || r.acks.covers(c))
     }
-    fn covers(&self, seq: u64, stream: u8) -> bool {
-        match stream {
-            STDOUT => seq <= self.out,
-            STDERR => seq <= self.err,
-            _ => true,
-        }
-    }
-    /// Stream `stream` taken up to `seq` (of what was sent): free its bytes in the window and
-    /// in the buffer. A chunk taken behind one of the other stream that is not yet taken is
-    /// emptied in place (its number kept): left whole, such chunks could fill the buffer, stop
-    /// the pipes, and starve the other reader of the bytes it waits for before it acks.
-    fn ack(&mut self, out: &mut Output, stream: u8, seq: u64, sent: u64) {
-        let seq = seq.min(sent);
-        let Some(from) = self.of(stream).map(|a| *a + 1) else {
-            return;
-        };
-        if seq < from {
-            return;
-        }
-        for n in from.max(out.first())..=seq {
-            if let Some((_, st, bytes)) = out.get_mut(n)
-                && *st == stream
-            {
-                let len = bytes.len();
-                self.unacked = self.unacked.saturating_sub(len as u64);
-                *bytes = Vec::new();
-                out.bytes -= len;
+
+    /// Let go of what no holder needs while the output is at its bound (the oldest first, then
+    /// taken chunks behind one still needed), and of emptied chunks at the front. Answers how
+    /// many bytes may be read now.
+    fn make_room(&mut self) -> usize {
+        while let Some(front) = self.out.chunks.front() {
+            if !(front.gone || (self.out.bytes >= self.out.max && self.free(front))) {
+                break;
+            }
+            let c = self.out.chunks.pop_front().expect("a front chunk");
+            if !c.gone {
+                self.out.bytes -= c.bytes.len();
             }
         }
-        if let Some(a) = self.of(stream) {
-            *a = seq;
+        if self.out.bytes >= self.out.max {
+            for i in 0..self.out.chunks.len() {
+                if self.out.bytes < self.out.max {
+                    break;
+                }
+                let c = &self.out.chunks[i];
+                if !c.gone && self.free(c) {
+                    let c = &mut self.out.chunks[i];
+                    self.out.bytes -= c.bytes.len();
+                    c.bytes = Vec::new();
+                    c.gone = true;
+                }
+            }
         }
+        self.out.max.saturating_sub(self.out.bytes)
     }
-    /// After a resume from `sent`: what was sent and not acknowledged is in the window.
-    fn recount(&mut self, out: &Output, sent: u64) {
-        self.unacked = out
+
+    /// Bytes in `[from, to)` of `acks`' streams that `acks` does not cover.
+    fn unacked(&self, acks: Acks, to: u64) -> u64 {
+        self.out
             .chunks
             .iter()
-            .take_while(|c| c.0 <= sent)
-            .filter(|c| !self.covers(c.0, c.1))
-            .map(|c| c.2.len() as u64)
-            .sum();
+            .take_while(|c| c.start < to)
+            .filter(|c| !c.gone)
+            .map(|c| {
+                let a = acks.of(c.stream).max(c.start);
+                (c.start + c.len).min(to).saturating_sub(a)
+            })
+            .sum()
     }
+}
+
+/// A process the runner holds.
+pub(super) struct Proc {
+    /// Its handle.
+    pub handle: u64,
+    /// The key its `run` carried.
+    pub key: Option<String>,
+    /// Its program and arguments.
+    pub argv: Vec<String>,
+    /// Its pid, which leads its process group.
+    pub pid: u32,
+    /// When it started, in ms since the epoch.
+    pub started_ms: i64,
+    /// Its terminal, if it has one.
+    pub tty: Option<Arc<Pty>>,
+    /// Started detached: nobody holds it once its holders left.
+    pub detach: bool,
+    /// Started by a protocol-3 connection: kept after its exit for a reader that comes later.
+    pub resumable: bool,
+    /// Its stdin's writer (`None` ends it, and once it ended), shared by its readers.
+    pub stdin: Mutex<Option<mpsc::Sender<Option<Vec<u8>>>>>,
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+}
+
+/// What a process is started with, besides its child.
+pub(super) struct Start {
+    pub handle: u64,
+    pub key: Option<String>,
+    pub argv: Vec<String>,
+    pub tty: Option<Arc<Pty>>,
+    pub detach: bool,
+    pub resumable: bool,
+    pub max_buffered: usize,
+    pub stdin: Option<mpsc::Sender<Option<Vec<u8>>>>,
+}
+
+impl Proc {
+    /// A process for `child`, whose pid leads its group.
+    pub(super) fn new(s: Start, pid: u32) -> Arc<Proc> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        Arc::new(Proc {
+            handle: s.handle,
+            key: s.key,
+            argv: s.argv,
+            pid,
+            started_ms: now,
+            tty: s.tty,
+            detach: s.detach,
+            resumable: s.resumable,
+            stdin: Mutex::new(s.stdin),
+            state: Mutex::new(State {
+                out: Output {
+                    chunks: VecDeque::new(),
+                    bytes: 0,
+                    end: 0,
+                    max: s.max_buffered.max(1),
+                },
+                readers: HashMap::new(),
+                ghost: None,
+                exit: None,
+                finished: false,
+                forgotten: false,
+                delivered: false,
+            }),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Whether it ended and its exit went to a reader: the first to go when the table is full.
+    pub(super) fn delivered(&self) -> bool {
+        let st = self.state.lock().unwrap();
+        st.finished && st.delivered
+    }
+
+    /// Whether it ended and every reader was sent its exit: what `stop` waits for.
+    pub(super) fn settled(&self) -> bool {
+        let st = self.state.lock().unwrap();
+        st.finished && st.readers.values().all(|r| r.exit_sent)
+    }
+
+    /// How it stands, for `ps`.
+    pub(super) fn info(&self) -> ProcInfo {
+        let st = self.state.lock().unwrap();
+        let mut argv = Vec::new();
+        let mut room = agentbox_protocol::runner::MAX_PS_ARGV;
+        for a in &self.argv {
+            if a.len() > room {
+                let mut cut = room;
+                while !a.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                argv.push(format!("{}…", &a[..cut]));
+                break;
+            }
+            room -= a.len();
+            argv.push(a.clone());
+        }
+        ProcInfo {
+            handle: self.handle,
+            key: self.key.clone(),
+            argv,
+            pid: self.pid,
+            started_ms: self.started_ms,
+            tty: self.tty.is_some(),
+            detach: self.detach,
+            exit: st.finished.then_some(st.exit).flatten(),
+            first: st.out.first(),
+            end: st.out.end,
+            readers: st.readers.len() as u32,
+        }
+    }
+
+    /// Read it on connection `conn` from byte `after` on, and start the reader's task, which
+    /// first answers `resumed` with where the output that follows starts (past `after` when
+    /// what was between is no longer kept) when `announce`. A reader already there under
+    /// that key is replaced.
+    pub(super) fn attach(self: &Arc<Self>, conn: u64, r: Reading, after: u64, announce: bool) {
+        let key = (conn, r.id);
+        let (id, tx) = (r.id, r.tx.clone());
+        let from = {
+            let mut st = self.state.lock().unwrap();
+            let from = after.max(st.out.first());
+            let acks = match (r.hold, st.ghost) {
+                // The holder that dropped comes back (or another takes its place): what it
+                // acknowledged stands, and what it was sent and has not is in its window.
+                (true, Some(g)) => {
+                    st.ghost = None;
+                    Acks {
+                        out: g.out.max(st.out.first()),
+                        err: g.err.max(st.out.first()),
+                    }
+                }
+                _ => Acks::at(from),
+            };
+            let unacked = if r.window.is_some() { st.unacked(acks, from) } else { 0 };
+            st.readers.insert(
+                key,
+                Reader {
+                    r,
+                    sent: from,
+                    acks,
+                    unacked,
+                    exit_sent: false,
+                },
+            );
+            from
+        };
+        let lead = announce.then(|| {
+            Message::Text(json(&Answer::Resumed {
+                id,
+                from,
+                handle: Some(self.handle),
+            }))
+        });
+        let p = self.clone();
+        tokio::spawn(async move {
+            if let Some(m) = lead
+                && tx.send(m).await.is_err()
+            {
+                return p.detach(key, true);
+            }
+            pump(p, key).await
+        });
+    }
+
+    /// Stop reading it on `conn` under `id`. A holder that dropped (`dropped`) still holds a
+    /// process not started detached, until another holder comes.
+    pub(super) fn detach(&self, key: ReaderKey, dropped: bool) {
+        {
+            let mut st = self.state.lock().unwrap();
+            if let Some(r) = st.readers.remove(&key)
+                && dropped
+                && r.r.hold
+                && !self.detach
+                && self.resumable
+                && !r.exit_sent
+            {
+                st.ghost = Some(r.acks);
+            }
+        }
+        self.bump();
+    }
+
+    /// The reader `key` took `stream` up to byte `seq`.
+    pub(super) fn ack(&self, key: ReaderKey, stream: u8, seq: u64) {
+        {
+            let mut st = self.state.lock().unwrap();
+            let State { out, readers, .. } = &mut *st;
+            let Some(r) = readers.get_mut(&key) else { return };
+            let seq = seq.min(r.sent);
+            let from = r.acks.of(stream);
+            if seq <= from {
+                return;
+            }
+            if r.r.window.is_some() {
+                let taken: u64 = out
+                    .chunks
+                    .iter()
+                    .skip(out.index(from).unwrap_or(out.chunks.len()))
+                    .take_while(|c| c.start < seq)
+                    .filter(|c| c.stream == stream && !c.gone)
+                    .map(|c| (c.start + c.len).min(seq) - c.start.max(from))
+                    .sum();
+                r.unacked = r.unacked.saturating_sub(taken);
+            }
+            *r.acks.of_mut(stream) = seq;
+        }
+        self.bump();
+    }
+
+    /// Forget it: now when it ended, else once it does.
+    pub(super) fn forget(&self) {
+        self.state.lock().unwrap().forgotten = true;
+        self.bump();
+    }
+}
+
+/// Send reader `key` what it has not been sent, within its window, then the exit; until it
+/// is detached.
+async fn pump(p: Arc<Proc>, key: ReaderKey) {
+    let mut changed = p.changed.subscribe();
+    loop {
+        changed.borrow_and_update();
+        let next = {
+            let mut st = p.state.lock().unwrap();
+            let State {
+                out,
+                readers,
+                exit,
+                finished,
+                delivered,
+                ..
+            } = &mut *st;
+            let Some(r) = readers.get_mut(&key) else { return };
+            let was_sent = r.exit_sent;
+            let msg = next_message(out, r, *exit, *finished);
+            let exit_now = !was_sent && r.exit_sent;
+            *delivered |= exit_now;
+            msg.map(|m| (m, r.r.tx.clone(), exit_now))
+        };
+        match next {
+            Some((m, tx, exit_now)) => {
+                if tx.send(m).await.is_err() {
+                    p.detach(key, true);
+                    return;
+                }
+                if exit_now {
+                    // What keeps the process (or lets it go) looks again.
+                    p.bump();
+                }
+            }
+            None => {
+                if changed.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What reader `r` is to be sent next, if anything.
+fn next_message(out: &Output, r: &mut Reader, exit: Option<ProcExit>, finished: bool) -> Option<Message> {
+    let id = r.r.id;
+    // It fell behind what is kept, or reached bytes that were let go: say where it goes on.
+    let gap_to = if r.sent < out.first() {
+        Some(out.first())
+    } else {
+        out.index(r.sent).and_then(|i| {
+            let gone = out.chunks.iter().skip(i).take_while(|c| c.gone).last()?;
+            Some(gone.start + gone.len)
+        })
+    };
+    if let Some(from) = gap_to {
+        r.sent = from;
+        r.acks.out = r.acks.out.max(from);
+        r.acks.err = r.acks.err.max(from);
+        if r.r.extended {
+            return Some(Message::Text(json(&Answer::Resumed {
+                id,
+                from,
+                handle: None,
+            })));
+        }
+    }
+    if r.sent < out.end {
+        let room = match r.r.window {
+            Some(w) => w.saturating_sub(r.unacked) as usize,
+            None => usize::MAX,
+        };
+        if room == 0 {
+            return None;
+        }
+        let c = &out.chunks[out.index(r.sent)?];
+        let off = (r.sent - c.start) as usize;
+        let n = (c.bytes.len() - off).min(room).min(MAX_FRAME);
+        let bytes = &c.bytes[off..off + n];
+        let m = if r.r.extended {
+            frame_seq(id, c.stream, r.sent, bytes)
+        } else {
+            frame(id, c.stream, bytes)
+        };
+        r.sent += n as u64;
+        if r.r.window.is_some() {
+            r.unacked += n as u64;
+        }
+        return Some(Message::Binary(m));
+    }
+    if finished
+        && !r.exit_sent
+        && let Some(e) = exit
+    {
+        r.exit_sent = true;
+        let a = if r.r.extended {
+            Answer::Exit {
+                id,
+                code: e.code,
+                signal: e.signal,
+                timeout: e.timeout,
+            }
+        } else {
+            Answer::Exit {
+                id,
+                code: e.code,
+                signal: None,
+                timeout: false,
+            }
+        };
+        return Some(Message::Text(json(&a)));
+    }
+    None
 }
 
 /// The exit code and signal of a status.
@@ -180,180 +541,109 @@ fn code_of(st: std::process::ExitStatus) -> (i32, Option<i32>) {
     }
 }
 
-/// What the runner's table knows of a running process task.
-pub(super) struct Handle {
-    /// The task's commands.
-    pub tx: mpsc::Sender<Command>,
-    /// The process group to signal (the program leads it).
-    pub pgid: i32,
-    /// Whether it ended and a client was told: the first to go when the table is full.
-    pub delivered: Arc<AtomicBool>,
-    /// Its stdin's writer (`None` ends it), for whichever connection resumes it.
-    pub stdin: Option<mpsc::Sender<Option<Vec<u8>>>>,
-    /// Whether it ended and its exit went to its connection (or it has none): what `stop`
-    /// waits for before it answers, so a client hears each exit before `ok`.
-    pub settled: Arc<AtomicBool>,
-}
+/// Output a process writes: its pipes, or its terminal.
+pub(super) type Pipe = Box<dyn AsyncRead + Unpin + Send>;
 
-/// What a process task starts from.
-pub(super) struct Task {
-    /// The program, spawned with piped stdout and stderr.
-    pub child: Child,
-    /// Started by a protocol-3 connection: its output is kept for a resume.
-    pub resumable: bool,
-    /// Output bytes kept that no client has taken.
-    pub max_buffered: usize,
-    /// The connection that started it.
-    pub first: Attachment,
-    /// Commands from connections.
-    pub rx: mpsc::Receiver<Command>,
-    /// Set once its exit went to a client.
-    pub delivered: Arc<AtomicBool>,
-    /// Set once it ended and its exit went out (or had nowhere to go).
-    pub settled: Arc<AtomicBool>,
-}
-
-/// Run the process task until the process ended and its exit reached a client that keeps it
-/// no longer (or it was forgotten). `done` runs last, to take it out of the runner's table.
-pub(super) async fn run(task: Task, done: impl FnOnce()) {
-    let Task {
-        mut child,
-        resumable,
-        max_buffered,
-        first,
-        mut rx,
-        delivered,
-        settled,
-    } = task;
-    let mut stdout: Option<Box<dyn AsyncRead + Unpin + Send>> = child.stdout.take().map(|s| Box::new(s) as _);
-    let mut stderr: Option<Box<dyn AsyncRead + Unpin + Send>> = child.stderr.take().map(|s| Box::new(s) as _);
-    let mut out = Output {
-        chunks: VecDeque::new(),
-        bytes: 0,
-        next: 1,
-        max: max_buffered.max(1),
-    };
-    let mut at: Option<Attachment> = Some(first);
-    let mut sent = 0u64;
+/// Fill the process's output from its pipes until it ended and they did, killing its group at
+/// `deadline`; then keep it until it is to be let go. `done` runs last, to take it out of the
+/// runner's table.
+pub(super) async fn run(
+    p: Arc<Proc>,
+    mut child: Child,
+    mut stdout: Option<Pipe>,
+    mut stderr: Option<Pipe>,
+    deadline: Option<tokio::time::Instant>,
+    done: impl FnOnce(),
+) {
+    let mut changed = p.changed.subscribe();
     let mut exit: Option<(i32, Option<i32>)> = None;
-    let mut exit_sent = false;
-    let mut forgotten = false;
+    let mut timed_out = false;
     let mut drain_until: Option<tokio::time::Instant> = None;
-    let mut acked = Acked::default();
-    // Whether the last client attached acknowledges what it takes: then nothing it was sent
-    // is let go until it says so, attached or not.
-    let mut flow = at.as_ref().is_some_and(|a| a.window.is_some());
     let mut ob = vec![0u8; 64 << 10];
     let mut eb = vec![0u8; 64 << 10];
     loop {
-        let finished = exit.is_some() && stdout.is_none() && stderr.is_none();
-        if finished && (exit_sent || at.is_none()) {
-            settled.store(true, Ordering::Relaxed);
-        }
-        if finished && (forgotten || (exit_sent && !resumable) || (at.is_none() && !resumable)) {
+        changed.borrow_and_update();
+        if let Some((code, signal)) = exit
+            && stdout.is_none()
+            && stderr.is_none()
+        {
+            let mut st = p.state.lock().unwrap();
+            st.exit = Some(ProcExit {
+                code,
+                signal,
+                timeout: timed_out,
+            });
+            st.finished = true;
             break;
         }
-        // A flow-controlled client gets output while its window has room, and the exit once
-        // every chunk went out.
-        let window_room = at.as_ref().and_then(|a| a.window).is_none_or(|w| acked.unacked < w);
-        let pending =
-            at.is_some() && ((out.last() > sent && window_room) || (out.last() <= sent && finished && !exit_sent));
-        // With nobody to resume it, output that no connection takes is let go.
-        let keep = resumable;
-        // Bounded for every attached client (a slow one holds the program up); output nobody
-        // can ever resume is let go.
-        let room = out.room() || (at.is_none() && !keep);
-        let to = at.as_ref().map(|a| a.tx.clone());
+        let room = p.state.lock().unwrap().make_room().min(ob.len());
         tokio::select! {
-            cmd = rx.recv() => match cmd {
-                None => forgotten = true,
-                Some(Command::Forget) => forgotten = true,
-                Some(Command::Detach(conn)) => {
-                    if at.as_ref().is_some_and(|a| a.conn == conn) {
-                        at = None;
-                    }
+            _ = changed.changed() => {}
+            r = read_some(&mut stdout, &mut ob[..room.max(1)]), if stdout.is_some() && room > 0 => match r {
+                Some(n) => {
+                    p.state.lock().unwrap().out.push(STDOUT, &ob[..n]);
+                    p.bump();
                 }
-                Some(Command::Ack(conn, stream, seq)) => {
-                    if at.as_ref().is_some_and(|a| a.conn == conn) {
-                        acked.ack(&mut out, stream, seq, sent);
-                    }
-                }
-                Some(Command::Attach(a, after)) => {
-                    let from = (after + 1).max(out.first());
-                    sent = from - 1;
-                    exit_sent = false;
-                    acked.recount(&out, sent);
-                    flow = a.window.is_some();
-                    let _ = a.tx.send(Message::Text(json(&Answer::Resumed { id: a.id, from }))).await;
-                    at = Some(a);
-                }
-            },
-            r = read_some(&mut stdout, &mut ob), if stdout.is_some() && room => match r {
-                Some(n) => out.push(STDOUT, &ob[..n]),
                 None => stdout = None,
             },
-            r = read_some(&mut stderr, &mut eb), if stderr.is_some() && room => match r {
-                Some(n) => out.push(STDERR, &eb[..n]),
+            r = read_some(&mut stderr, &mut eb[..room.max(1)]), if stderr.is_some() && room > 0 => match r {
+                Some(n) => {
+                    p.state.lock().unwrap().out.push(STDERR, &eb[..n]);
+                    p.bump();
+                }
                 None => stderr = None,
             },
             st = child.wait(), if exit.is_none() => {
                 exit = Some(st.map(code_of).unwrap_or((255, None)));
                 drain_until = Some(tokio::time::Instant::now() + DRAIN);
             }
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)),
+                if deadline.is_some() && exit.is_none() && !timed_out => {
+                timed_out = true;
+                kill_group(p.pid as i32, 9);
+            }
             _ = tokio::time::sleep_until(drain_until.unwrap_or_else(tokio::time::Instant::now)),
                 if drain_until.is_some() && (stdout.is_some() || stderr.is_some()) => {
                 stdout = None;
                 stderr = None;
             }
-            permit = reserve(to), if pending => match permit {
-                Some(p) => {
-                    let a = at.as_ref().expect("pending means attached");
-                    if out.last() > sent {
-                        let seq = sent + 1;
-                        if let Some((_, stream, bytes)) = out.get(seq) {
-                            if a.window.is_some() {
-                                acked.unacked += bytes.len() as u64;
-                            }
-                            p.send(Message::Binary(if a.extended {
-                                frame_seq(a.id, *stream, seq, bytes)
-                            } else {
-                                frame(a.id, *stream, bytes)
-                            }));
-                        }
-                        sent = seq;
-                    } else if let Some((code, signal)) = exit {
-                        let signal = if a.extended { signal } else { None };
-                        p.send(Message::Text(json(&Answer::Exit { id: a.id, code, signal })));
-                        exit_sent = true;
-                        delivered.store(true, Ordering::Relaxed);
-                    }
-                }
-                None => at = None,
-            },
-        }
-        if at.is_none() && !keep {
-            sent = out.last();
-        }
-        if flow {
-            // Kept until acknowledged: a reader that drops and resumes loses nothing.
-            out.trim_acked(&acked);
-        } else {
-            out.trim(sent, keep);
         }
     }
-    settled.store(true, Ordering::Relaxed);
+    *p.stdin.lock().unwrap() = None;
+    p.bump();
+    // Kept until forgotten (a protocol-3 process, for whoever reads it next), or, for one that
+    // cannot be resumed, until its exit went out or nobody reads it.
+    loop {
+        {
+            let st = p.state.lock().unwrap();
+            if st.forgotten || (!p.resumable && (st.delivered || st.readers.is_empty())) {
+                break;
+            }
+        }
+        if changed.changed().await.is_err() {
+            break;
+        }
+    }
+    {
+        let mut st = p.state.lock().unwrap();
+        st.readers.clear();
+    }
+    p.bump();
     done();
 }
 
-async fn read_some(r: &mut Option<Box<dyn AsyncRead + Unpin + Send>>, buf: &mut [u8]) -> Option<usize> {
+/// Signal a process group.
+pub(super) fn kill_group(pgid: i32, sig: i32) {
+    if let (Some(sig), Some(pid)) = (crate::supervisor::signal_from(sig), rustix::process::Pid::from_raw(pgid)) {
+        let _ = rustix::process::kill_process_group(pid, sig);
+    }
+}
+
+async fn read_some(r: &mut Option<Pipe>, buf: &mut [u8]) -> Option<usize> {
     match r.as_mut()?.read(buf).await {
         Ok(0) | Err(_) => None,
         Ok(n) => Some(n),
     }
-}
-
-async fn reserve(to: Option<mpsc::Sender<Message>>) -> Option<mpsc::OwnedPermit<Message>> {
-    to?.reserve_owned().await.ok()
 }
 
 /// An answer as JSON text.
