@@ -422,7 +422,17 @@ async fn copy(src: &str, dst: &str, ctx: &Ctx) -> Result<()> {
 async fn exec(id: &SandboxId, cwd: Option<String>, env: BTreeMap<String, String>, argv: Vec<String>) -> Result<i32> {
     let ctx = Ctx::background();
     let b = attach(id, &ctx).await?;
-    let mut p = b.exec(&argv, &ExecOptions { cwd, env }, &ctx).await?;
+    let mut p = b
+        .exec(
+            &argv,
+            &ExecOptions {
+                cwd,
+                env,
+                ..Default::default()
+            },
+            &ctx,
+        )
+        .await?;
     let interrupt = ctx.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

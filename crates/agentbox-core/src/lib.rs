@@ -26,9 +26,7 @@ pub use process::{
     ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, MAX_TTY, OutputGap, Process,
     ProcessControl, SIGKILL, SIGTERM, Stdin, Tty, finish, read_bounded,
 };
-pub use processes::{
-    MAX_READ, MAX_READ_WAIT, OutputChunk, OutputRead, ProcessInfo, ProcessState, Processes, Stream,
-};
+pub use processes::{MAX_READ, MAX_READ_WAIT, OutputChunk, OutputRead, ProcessInfo, ProcessState, Processes, Stream};
 pub use sandbox::{Endpoint, Provider, Sandbox, Status};
 pub use spec::{
     Honours, Labels, MAX_LIFETIME, MAX_MOUNTS, Mount, Network, PortKind, PortSpec, RESERVED_LABEL_PREFIX, Spec,

@@ -32,7 +32,9 @@ const KILL_GRACE: Duration = Duration::from_secs(10);
 pub const MAX_TTY: u16 = 4096;
 
 /// A terminal for a program: its stdin, stdout and stderr are one pty's, and its output comes
-/// on stdout alone.
+/// on stdout alone (with the terminal's own line endings, `\r\n`). Its stdin carries keys;
+/// closing it types the end-of-file key (Ctrl-D), as a person would, rather than hanging the
+/// terminal up.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tty {
     /// Rows.
@@ -80,7 +82,12 @@ pub struct ExecOptions {
     /// The box ends the program this long after it started, with no call from the host (so
     /// a host that is gone still leaves no program running past it); its wait then answers
     /// `timeout`, also to whoever attaches later.
-    #[serde(default, with = "opt_ms", skip_serializing_if = "Option::is_none", rename = "timeout_ms")]
+    #[serde(
+        default,
+        with = "opt_ms",
+        skip_serializing_if = "Option::is_none",
+        rename = "timeout_ms"
+    )]
     pub timeout: Option<Duration>,
 }
 
@@ -169,7 +176,10 @@ impl ExecOptions {
         if no.is_empty() {
             return Ok(());
         }
-        Err(Error::unsupported(format!("exec {}: this box cannot give it: {why}", no.join(", "))))
+        Err(Error::unsupported(format!(
+            "exec {}: this box cannot give it: {why}",
+            no.join(", ")
+        )))
     }
 }
 

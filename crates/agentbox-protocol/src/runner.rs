@@ -358,10 +358,7 @@ impl Request {
             } => argv.is_some() || key.is_some() || tty.is_some() || *detach || timeout_ms.is_some(),
             Request::Read { offset, length, .. } => offset.is_some() || length.is_some(),
             Request::Kill { handle, .. } => handle.is_some(),
-            Request::StdinEnd { .. }
-            | Request::Write { .. }
-            | Request::Stop { .. }
-            | Request::Hello { .. } => false,
+            Request::StdinEnd { .. } | Request::Write { .. } | Request::Stop { .. } | Request::Hello { .. } => false,
             _ => true,
         }
     }

@@ -485,3 +485,18 @@ async fn a_disk_bound_is_enforced_or_refused_naming_why() {
         }
     }
 }
+
+/// A Docker box without a runner gives a terminal through the engine's own tty exec, resized
+/// through the engine; it keeps no processes, so it refuses detach and timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engines_tty_exec_is_a_terminal_and_detach_is_refused() {
+    if !docker_available("the_engines_tty_exec_is_a_terminal_and_detach_is_refused") {
+        return;
+    }
+    let p = provider(DockerOptions::default()).await;
+    agentbox_testing::processes::terminal(&*p).await.unwrap();
+    agentbox_testing::processes::curses_output_whole(&*p).await.unwrap();
+    agentbox_testing::processes::refused_without_processes(&*p)
+        .await
+        .unwrap();
+}

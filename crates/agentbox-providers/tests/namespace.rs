@@ -568,3 +568,56 @@ async fn where_user_namespaces_are_refused_the_error_names_the_sysctl() {
         "nothing left"
     );
 }
+
+fn drops() -> agentbox_testing::processes::DropConnections {
+    Arc::new(|name: String| Box::pin(async move { agentbox_providers::runner::drop_connections(&name).await }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_in_a_namespace_box() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path(), true);
+    agentbox_testing::processes::terminal(&*p).await.unwrap();
+    agentbox_testing::processes::curses_output_whole(&*p).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_drops_lose_no_byte_in_a_namespace_box() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path(), true);
+    agentbox_testing::processes::drops_lose_nothing(&*p, drops(), false)
+        .await
+        .unwrap();
+    agentbox_testing::processes::drops_lose_nothing(&*p, drops(), true)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reader_is_told_the_gap_in_a_namespace_box() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path(), true);
+    agentbox_testing::processes::late_reader_told_the_gap(&*p)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_processes_outlive_the_host_process_that_started_them() {
+    // The child host process makes its provider on its parent's root.
+    const ROOT: &str = "AGENTBOX_TEST_NAMESPACE_ROOT";
+    let keep = tempfile::tempdir().unwrap();
+    let root = match (agentbox_testing::reexec::part(), std::env::var(ROOT)) {
+        (Some(_), Ok(r)) => std::path::PathBuf::from(r),
+        _ => keep.path().to_path_buf(),
+    };
+    let p = provider(&root, true);
+    let env = [(ROOT, root.display().to_string())];
+    agentbox_testing::processes::outlive_the_host(
+        "namespace_processes_outlive_the_host_process_that_started_them",
+        &*p,
+        &env,
+    )
+    .await
+    .unwrap();
+}

@@ -292,3 +292,34 @@ async fn a_box_removed_behind_the_hosts_back_is_gone_not_a_hang() {
     assert_eq!(e.code(), agentbox_core::ErrorCode::Gone, "{e}");
     assert!(t.elapsed() < Duration::from_secs(60), "took {:?}", t.elapsed());
 }
+
+fn drops() -> agentbox_testing::processes::DropConnections {
+    Arc::new(|name: String| Box::pin(async move { agentbox_providers::runner::drop_connections(&name).await }))
+}
+
+/// Terminals, dropped connections, late readers and processes that outlive their host, in
+/// Docker boxes through their runner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_runner_boxes_keep_their_processes() {
+    let name = "docker_runner_boxes_keep_their_processes";
+    if !docker_available(name) {
+        return;
+    }
+    let p = provider(with_runner()).await;
+    if agentbox_testing::reexec::part().is_none() {
+        agentbox_testing::processes::terminal(&*p).await.unwrap();
+        agentbox_testing::processes::curses_output_whole(&*p).await.unwrap();
+        agentbox_testing::processes::drops_lose_nothing(&*p, drops(), false)
+            .await
+            .unwrap();
+        agentbox_testing::processes::drops_lose_nothing(&*p, drops(), true)
+            .await
+            .unwrap();
+        agentbox_testing::processes::late_reader_told_the_gap(&*p)
+            .await
+            .unwrap();
+    }
+    agentbox_testing::processes::outlive_the_host(name, &*p, &[])
+        .await
+        .unwrap();
+}

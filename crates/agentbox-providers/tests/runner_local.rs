@@ -200,3 +200,64 @@ async fn a_reader_that_stops_reading_holds_up_only_its_own_process() {
     assert_eq!(flood.stderr_text(), "done\n");
     b.destroy(&ctx).await.unwrap();
 }
+
+fn drops() -> agentbox_testing::processes::DropConnections {
+    Arc::new(|name: String| Box::pin(async move { agentbox_providers::runner::drop_connections(&name).await }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_through_the_runner() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path());
+    agentbox_testing::processes::terminal(&*p).await.unwrap();
+    agentbox_testing::processes::curses_output_whole(&*p).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_drops_lose_no_byte_of_a_slow_or_a_flat_out_writer() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path());
+    agentbox_testing::processes::drops_lose_nothing(&*p, drops(), false)
+        .await
+        .unwrap();
+    agentbox_testing::processes::drops_lose_nothing(&*p, drops(), true)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reader_is_told_the_gap() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path());
+    agentbox_testing::processes::late_reader_told_the_gap(&*p)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_outlive_the_host_process_that_started_them() {
+    // The child host process makes its provider on its parent's root.
+    const ROOT: &str = "AGENTBOX_TEST_LOCAL_ROOT";
+    let keep = tempfile::tempdir().unwrap();
+    let root = match (agentbox_testing::reexec::part(), std::env::var(ROOT)) {
+        (Some(_), Ok(r)) => std::path::PathBuf::from(r),
+        _ => keep.path().to_path_buf(),
+    };
+    let p = provider(&root);
+    let env = [(ROOT, root.display().to_string())];
+    agentbox_testing::processes::outlive_the_host("processes_outlive_the_host_process_that_started_them", &*p, &env)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_box_without_its_runner_refuses_detach_and_timeout() {
+    let root = tempfile::tempdir().unwrap();
+    agentbox_testing::runner::ensure();
+    let mut opts = LocalOptions::at(root.path()).unwrap();
+    opts.runner = false;
+    let p: Arc<dyn Provider> = Arc::new(LocalProvider::new(opts).unwrap());
+    agentbox_testing::processes::refused_without_processes(&*p)
+        .await
+        .unwrap();
+}

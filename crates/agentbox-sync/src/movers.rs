@@ -300,8 +300,8 @@ async fn list(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize, ctx: &
         .exec(
             &argv,
             &ExecOptions {
-                cwd: None,
                 env: [("LC_ALL".into(), "C".into())].into(),
+                ..Default::default()
             },
             ctx,
         )
@@ -398,8 +398,8 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
             .exec(
                 &argv,
                 &ExecOptions {
-                    cwd: None,
                     env: [("LC_ALL".into(), "C".into())].into(),
+                    ..Default::default()
                 },
                 ctx,
             )

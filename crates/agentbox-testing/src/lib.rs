@@ -8,6 +8,7 @@ pub mod conformance;
 pub mod fake;
 pub mod isolation;
 pub mod outside;
+pub mod processes;
 pub mod reexec;
 pub mod runner;
 pub mod services;

@@ -122,6 +122,7 @@ impl BoxEnv {
         let box_opts = BoxExecOptions {
             cwd: Some(cwd.clone()),
             env,
+            ..Default::default()
         };
         // The program lives by its own stop below, not by the start's deadline; a start the
         // deadline or the caller gave up on is killed once it is known.
@@ -271,7 +272,14 @@ impl BoxEnv {
         // The program runs under its own control below, not the start's deadline.
         let mut p = match self
             .sandbox
-            .exec(&argv, &BoxExecOptions { cwd: None, env }, &Ctx::background())
+            .exec(
+                &argv,
+                &BoxExecOptions {
+                    env,
+                    ..Default::default()
+                },
+                &Ctx::background(),
+            )
             .await
         {
             Ok(p) => p,

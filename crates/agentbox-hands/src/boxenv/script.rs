@@ -32,8 +32,8 @@ impl BoxEnv {
         let mut argv = vec!["sh".to_string(), "-c".into(), script.into(), "agentbox-hands".into()];
         argv.extend(args.iter().map(|a| a.to_string()));
         let opts = BoxExecOptions {
-            cwd: None,
             env: BTreeMap::from([("LC_ALL".to_string(), "C".to_string())]),
+            ..Default::default()
         };
         let op = ctx.with_timeout(self.op_timeout);
         let r = match self.sandbox.exec(&argv, &opts, &op).await {

@@ -93,6 +93,12 @@ impl DockerSandbox {
 
     async fn start(&self, argv: &[String], opts: &ExecOptions, user: Option<&str>, ctx: &Ctx) -> Result<Process> {
         opts.validate(argv)?;
+        opts.refuse(
+            true,
+            false,
+            false,
+            "a Docker box without its runner keeps no processes (the engine's exec lives as long as its caller)",
+        )?;
         ctx.check()?;
         let cwd = match opts.cwd.as_deref() {
             None => self.workspace.clone(),
@@ -102,17 +108,35 @@ impl DockerSandbox {
         let mut cmd = vec![
             "sh".to_string(),
             "-c".into(),
-            SHIM.into(),
+            // In a terminal the engine's stream has no frames, and bollard takes a first byte
+            // under 3 for a frame's header: the header starts with ESC there instead. The shim
+            // sizes its terminal before the program starts (this engine's API has no size at
+            // create, and a resize after the start races the program).
+            match &opts.tty {
+                Some(t) => format!(
+                    "stty rows {} cols {} 2>/dev/null; {}",
+                    t.rows,
+                    t.cols,
+                    SHIM.replace("\\000agentbox", "\\033agentbox")
+                ),
+                None => SHIM.into(),
+            },
             "agentbox-exec".into(),
             cwd.clone(),
         ];
         cmd.extend(argv.iter().cloned());
+        // A terminal is the engine's own (its exec with a tty), sized once it started.
+        let tty = opts.tty.clone();
+        let mut env: Vec<String> = opts.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(t) = &tty {
+            env.push(format!("TERM={}", t.term.as_deref().unwrap_or("xterm-256color")));
+        }
         let config = CreateExecOptions {
             attach_stdin: Some(true),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            tty: Some(false),
-            env: Some(opts.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            tty: Some(tty.is_some()),
+            env: Some(env),
             cmd: Some(cmd),
             user: user.map(String::from).or_else(|| self.opts.user.clone()),
             working_dir: Some("/".into()),
@@ -126,7 +150,7 @@ impl DockerSandbox {
         };
         let start = StartExecOptions {
             detach: false,
-            tty: false,
+            tty: tty.is_some(),
             output_capacity: Some(64 * 1024),
         };
         let (mut output, input) = match ctx.run(self.docker.start_exec(&created.id, Some(start))).await? {
@@ -166,11 +190,15 @@ impl DockerSandbox {
             }
         }
         let nl = header.iter().position(|&b| b == b'\n');
+        // A terminal ends the line with "\r\n".
         let line = nl
-            .map(|i| String::from_utf8_lossy(&header[..i]).into_owned())
+            .map(|i| String::from_utf8_lossy(&header[..i]).trim_end_matches('\r').to_string())
             .unwrap_or_default();
         let rest = nl.map(|i| header[i + 1..].to_vec()).unwrap_or_default();
-        let pid: u32 = match line.strip_prefix("\0agentbox ") {
+        let pid: u32 = match line
+            .strip_prefix("\0agentbox ")
+            .or_else(|| line.strip_prefix("\x1bagentbox "))
+        {
             Some("nocwd") => {
                 return Err(Error::not_found(format!(
                     "working directory {cwd} does not exist in the box"
@@ -208,13 +236,21 @@ impl DockerSandbox {
         });
         let control = Arc::new(DockerControl {
             docker: self.docker.clone(),
+            exec_id: tty.is_some().then(|| created.id.clone()),
             container: self.name.clone(),
             user: user.map(String::from).or_else(|| self.opts.user.clone()),
             pid,
             ended,
             exit: Mutex::new(Some(rx)),
         });
-        let stdin: ByteWriter = Box::pin(ShutdownOnDrop(Some(input)));
+        let stdin: ByteWriter = if tty.is_some() {
+            Box::pin(TtyKeys {
+                inner: Some(input),
+                eof_sent: false,
+            })
+        } else {
+            Box::pin(ShutdownOnDrop(Some(input)))
+        };
         Ok(Process::new(
             Some(stdin),
             Some(Box::pin(out_r)),
@@ -257,6 +293,18 @@ async fn pump(
         }
     }
     Ok(())
+}
+
+/// Set the size of an exec's terminal.
+async fn resize(docker: &Docker, exec_id: &str, rows: u16, cols: u16) -> Result<()> {
+    let size = bollard::exec::ResizeExecOptions {
+        height: rows,
+        width: cols,
+    };
+    tokio::time::timeout(CONTROL_TIMEOUT, docker.resize_exec(exec_id, size))
+        .await
+        .map_err(|_| Error::timeout("the engine did not resize the terminal in time"))?
+        .map_err(|e| Error::unknown(format!("resizing the exec's terminal: {e}")))
 }
 
 /// The exit code Docker recorded, once the exec is no longer running.
@@ -322,8 +370,50 @@ impl Drop for ShutdownOnDrop {
     }
 }
 
+/// A terminal's keys. Ending them types the end-of-file key (Ctrl-D), as a person would: a
+/// tty exec whose input the engine sees closed loses the output the program writes after.
+struct TtyKeys {
+    inner: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+    eof_sent: bool,
+}
+
+impl AsyncWrite for TtyKeys {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.inner.as_mut() {
+            Some(w) => w.as_mut().poll_write(cx, buf),
+            None => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.inner.as_mut() {
+            Some(w) => w.as_mut().poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let Some(w) = this.inner.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        if !this.eof_sent {
+            match w.as_mut().poll_write(cx, b"\x04") {
+                Poll::Ready(Ok(_)) => this.eof_sent = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        let r = w.as_mut().poll_flush(cx);
+        if r.is_ready() {
+            this.inner = None;
+        }
+        r
+    }
+}
+
 struct DockerControl {
     docker: Docker,
+    /// The exec, when it has a terminal to resize.
+    exec_id: Option<String>,
     container: String,
     user: Option<String>,
     pid: u32,
@@ -371,6 +461,13 @@ impl ProcessControl for DockerControl {
             Ok(Err(e)) if is_not_found(&e) || e.to_string().contains("is not running") => Ok(()),
             Ok(Err(e)) => Err(Error::unknown(format!("signalling the program: {e}"))),
             Err(_) => Err(Error::timeout("signalling the program took over 30s")),
+        }
+    }
+
+    async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
+        match &self.exec_id {
+            Some(id) => resize(&self.docker, id, rows, cols).await,
+            None => Err(Error::unsupported("resize: the program has no terminal")),
         }
     }
 }

@@ -411,6 +411,12 @@ impl Sandbox for LocalSandbox {
         // The program alone: its arguments and environment may hold what a log must not.
         tracing::debug!(box_id = %self.id(), program = argv.first().map(String::as_str).unwrap_or(""), "exec");
         opts.validate(argv)?;
+        opts.refuse(
+            false,
+            false,
+            false,
+            "a local box made without its runner keeps no processes (make it with the runner, the default)",
+        )?;
         ctx.check()?;
         self.ensure_running()?;
         let cwd = match &opts.cwd {

@@ -1,7 +1,13 @@
 //! The client of one runner: one connection at a time carrying every process and file
 //! operation of a box, opened at the first call and again after a drop. A drop ends nothing:
 //! the client reconnects at once while it has processes running and resumes each from the
-//! last output frame it saw, so a process's output arrives whole across the drop.
+//! last output byte it got, so a process's output arrives whole across the drop. A `run`
+//! whose answer the drop lost is sent again under the same key, which the runner answers
+//! with the process it started (never a second one). Output the runner says it let go
+//! reaches the reader as an [`OutputGap`], never silently.
+//!
+//! It is also the box's [`Processes`]: any host process lists, reads, writes, signals and
+//! attaches to the processes of the box through its own client.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -11,17 +17,20 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, ErrorCode, ExecOptions, ExitStatus, FileError, FileMeta, FileType, Process, ProcessControl, Result,
+    Ctx, Error, ErrorCode, ExecOptions, ExitStatus, FileError, FileMeta, FileType, OutputChunk, OutputGap, Process,
+    ProcessControl, Processes, Result, Stream,
 };
 use agentbox_protocol::runner::{
-    Answer, EXTENDED, FILE, Kind, Message, Meta, Request, STDERR, STDIN, STDOUT, frame, signal_name, unframe,
-    unframe_seq,
+    Answer, EXTENDED, FILE, Kind, Message, Meta, ProcExit, Request, STDERR, STDIN, STDOUT, Tty, frame, signal_name,
+    unframe, unframe_seq,
 };
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::link::{Dial, Link};
+
+mod processes;
 
 /// How long one request may wait for its answer unless its context says less.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -46,12 +55,15 @@ enum Reply {
     Lost,
 }
 
-/// One chunk of a process's output on its way to the reader.
+/// One chunk of a process's output on its way to the reader, or the news of a gap.
 struct Chunk {
-    seq: u64,
+    /// The number one past its last byte (what the reader acknowledges once it took it).
+    end: u64,
     bytes: Vec<u8>,
     /// Of its stream's room ([`HELD_PER_STREAM`]), given back when the reader takes it.
     held: u32,
+    /// Output was let go before this chunk: the reader is told first.
+    gap: Option<OutputGap>,
 }
 
 /// Where one stream of a process's output goes.
@@ -63,19 +75,37 @@ struct Sink {
 
 struct Proc {
     handle: Option<u64>,
+    /// The `run` that starts it, sent again (same key) when a drop lost its answer; `None`
+    /// for a process this client attached to.
+    run: Option<Request>,
+    /// The number of the next output byte it expects.
     last: u64,
     out: Sink,
     err: Sink,
     /// What readers took (stream, seq), for the runner: see [`WINDOW`].
     acks: mpsc::UnboundedSender<(u8, u64)>,
-    started: Option<oneshot::Sender<Result<u32>>>,
+    started: Option<oneshot::Sender<Result<u64>>>,
     exit: Option<oneshot::Sender<Result<ExitStatus>>>,
+    /// Forget it at the runner once its exit is seen (a process this client ran, not detached).
+    forget: bool,
+    /// The deadline it was given in the box, for the message when it passed.
+    timeout_ms: Option<u64>,
+}
+
+/// What a reader that does not hold its process (a [`Processes::read`]) is sent.
+enum Seen {
+    Resumed(u64),
+    Output(OutputChunk),
+    Exit(ProcExit),
+    Error(Error),
 }
 
 #[derive(Default)]
 struct Shared {
     waiting: HashMap<u32, oneshot::Sender<Reply>>,
     procs: HashMap<u32, Proc>,
+    /// Readers that do not hold their process, by id.
+    watching: HashMap<u32, mpsc::UnboundedSender<Seen>>,
 }
 
 struct Conn {
@@ -93,11 +123,41 @@ pub struct Client {
     next_id: AtomicU32,
     me: Weak<Client>,
     closed: Mutex<Option<String>>,
+    instance: std::sync::OnceLock<u32>,
+}
+
+/// Every client of this process, for [`drop_connections`].
+static CLIENTS: Mutex<Vec<Weak<Client>>> = Mutex::new(Vec::new());
+
+/// Close the current connection of every client in this process whose runner's address
+/// holds `matching` (a box's name), as a network fault would: each reconnects and resumes its
+/// processes (for tests of resumption through any provider).
+#[doc(hidden)]
+pub async fn drop_connections(matching: &str) {
+    let live: Vec<Arc<Client>> = {
+        let mut all = CLIENTS.lock().unwrap();
+        all.retain(|c| c.strong_count() > 0);
+        all.iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.describe().contains(matching))
+            .collect()
+    };
+    for c in live {
+        c.drop_connection().await;
+    }
 }
 
 impl Client {
     /// A client that reaches its runner through `dial`. Nothing is opened until the first call.
     pub fn new(dial: Arc<dyn Dial>) -> Arc<Self> {
+        let c = Client::make(dial);
+        let mut all = CLIENTS.lock().unwrap();
+        all.retain(|c| c.strong_count() > 0);
+        all.push(Arc::downgrade(&c));
+        c
+    }
+
+    fn make(dial: Arc<dyn Dial>) -> Arc<Self> {
         Arc::new_cyclic(|me| Client {
             dial,
             conn: tokio::sync::Mutex::new(None),
@@ -106,6 +166,7 @@ impl Client {
             next_id: AtomicU32::new(1),
             me: me.clone(),
             closed: Mutex::new(None),
+            instance: std::sync::OnceLock::new(),
         })
     }
 
@@ -116,6 +177,20 @@ impl Client {
 
     fn id(&self) -> u32 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A key for a `run` no other client of any host chooses: this process, this client, this id.
+    fn key(&self, id: u32) -> String {
+        static CLIENTS: AtomicU32 = AtomicU32::new(0);
+        static BOOT: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+        let boot = BOOT.get_or_init(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        });
+        let me = *self.instance.get_or_init(|| CLIENTS.fetch_add(1, Ordering::Relaxed));
+        format!("{}-{boot:x}-{me}-{id}", std::process::id())
     }
 
     /// Close for good: every later call fails `gone` with `why`, and what waits is told so.
@@ -133,6 +208,9 @@ impl Client {
             if let Some(s) = p.started.take() {
                 let _ = s.send(Err(Error::gone(why.clone())));
             }
+        }
+        for (_, w) in sh.watching.drain() {
+            let _ = w.send(Seen::Error(Error::gone(why.clone())));
         }
     }
 
@@ -213,36 +291,47 @@ impl Client {
                 )));
             }
         }
-        // Processes started before the drop: resume those that had started, give up on the rest.
-        let resume: Vec<(u32, u64, u64)> = {
+        // Processes started before the drop: resume those that had started from the byte each
+        // expects next, and send again the `run` of those whose answer was lost (its key makes
+        // it the same process). Readers that do not hold theirs are told of the drop.
+        type Resume = (u32, u64, u64);
+        let (again, resume, watching): (Vec<Request>, Vec<Resume>, Vec<_>) = {
             let mut sh = self.shared.lock().unwrap();
-            let lost: Vec<u32> = sh
+            let again = sh
+                .procs
+                .values()
+                .filter(|p| p.handle.is_none())
+                .filter_map(|p| p.run.clone())
+                .collect();
+            let resume = sh
                 .procs
                 .iter()
-                .filter(|(_, p)| p.handle.is_none())
-                .map(|(k, _)| *k)
-                .collect();
-            for id in lost {
-                if let Some(mut p) = sh.procs.remove(&id) {
-                    let e = Error::transfer_failed(format!(
-                        "the connection to {} dropped as the process started",
-                        self.describe()
-                    ));
-                    if let Some(s) = p.started.take() {
-                        let _ = s.send(Err(e.clone()));
-                    }
-                    if let Some(x) = p.exit.take() {
-                        let _ = x.send(Err(e));
-                    }
-                }
-            }
-            sh.procs
-                .iter()
                 .filter_map(|(id, p)| Some((*id, p.handle?, p.last)))
-                .collect()
+                .collect();
+            (again, resume, sh.watching.drain().collect())
         };
+        for (_, w) in watching {
+            let _ = w.send(Seen::Error(Error::transfer_failed(format!(
+                "the connection to {} dropped",
+                self.describe()
+            ))));
+        }
+        for run in again {
+            send(&tx, &run).await?;
+        }
         for (id, handle, after) in resume {
-            send(&tx, &Request::Resume { id, handle, after }).await?;
+            send(
+                &tx,
+                &Request::Resume {
+                    id,
+                    handle: Some(handle),
+                    key: None,
+                    after,
+                    hold: None,
+                    window: None,
+                },
+            )
+            .await?;
         }
         let alive = Arc::new(AtomicBool::new(true));
         tokio::spawn(read(
@@ -258,14 +347,19 @@ impl Client {
 
     /// Send one request (and the file bytes that follow it) and wait for its answer.
     async fn ask(&self, req: impl FnOnce(u32) -> Request, bytes: Option<&[u8]>, ctx: &Ctx) -> Result<Reply> {
+        self.ask_on(req, bytes.map(|b| (FILE, b)), ctx).await
+    }
+
+    /// [`Client::ask`] with the bytes that follow on a stream of the caller's choosing.
+    async fn ask_on(&self, req: impl FnOnce(u32) -> Request, bytes: Option<(u8, &[u8])>, ctx: &Ctx) -> Result<Reply> {
         let tx = self.link(ctx).await?;
         let id = self.id();
         let (rtx, rrx) = oneshot::channel();
         self.shared.lock().unwrap().waiting.insert(id, rtx);
         let sent = async {
             send(&tx, &req(id)).await?;
-            if let Some(b) = bytes {
-                tx.send(Message::Binary(frame(id, FILE, b)))
+            if let Some((stream, b)) = bytes {
+                tx.send(Message::Binary(frame(id, stream, b)))
                     .await
                     .map_err(|_| self.dropped())?;
             }
@@ -300,8 +394,47 @@ impl Client {
     /// Start `argv` in the box: one message, answered when it started.
     pub async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
         opts.validate(argv)?;
-        let tx = self.link(ctx).await?;
         let id = self.id();
+        // A program that ends with its caller's context ends at the same time in the box,
+        // whether or not this host is still there to kill it.
+        let timeout = opts.timeout.or(if opts.detach { None } else { ctx.remaining() });
+        let timeout_ms = timeout.map(|t| (t.as_millis() as u64).max(1));
+        let req = Request::Run {
+            id,
+            command: None,
+            argv: Some(argv.to_vec()),
+            cwd: opts.cwd.clone(),
+            env: (!opts.env.is_empty()).then(|| opts.env.clone()),
+            stdin: true,
+            key: Some(self.key(id)),
+            tty: opts.tty.as_ref().map(|t| Tty {
+                rows: t.rows,
+                cols: t.cols,
+                term: t.term.clone(),
+            }),
+            detach: opts.detach,
+            timeout_ms,
+        };
+        let governing = if opts.detach { Ctx::background() } else { ctx.clone() };
+        self.start(id, Some(req), None, 0, !opts.detach, timeout_ms, ctx, &governing)
+            .await
+    }
+
+    /// Register process `id` (to be run by `run`, or resumed at `resume` from byte `after`),
+    /// send its request, and answer it once the runner said it started (or resumed it).
+    #[allow(clippy::too_many_arguments)]
+    async fn start(
+        &self,
+        id: u32,
+        run: Option<Request>,
+        resume: Option<u64>,
+        after: u64,
+        forget: bool,
+        timeout_ms: Option<u64>,
+        ctx: &Ctx,
+        governing: &Ctx,
+    ) -> Result<Process> {
+        let tx = self.link(ctx).await?;
         let (out, out_rx) = sink();
         let (err, err_rx) = sink();
         let (acks, acks_rx) = mpsc::unbounded_channel();
@@ -310,22 +443,28 @@ impl Client {
         self.shared.lock().unwrap().procs.insert(
             id,
             Proc {
-                handle: None,
-                last: 0,
+                handle: resume,
+                run: run.clone(),
+                last: after,
                 out: out.clone(),
                 err: err.clone(),
                 acks: acks.clone(),
                 started: Some(started_tx),
                 exit: Some(exit_tx),
+                forget,
+                timeout_ms,
             },
         );
-        let req = Request::Run {
-            id,
-            command: None,
-            argv: Some(argv.to_vec()),
-            cwd: opts.cwd.clone(),
-            env: (!opts.env.is_empty()).then(|| opts.env.clone()),
-            stdin: true,
+        let req = match (run, resume) {
+            (Some(r), _) => r,
+            (None, handle) => Request::Resume {
+                id,
+                handle,
+                key: None,
+                after,
+                hold: None,
+                window: None,
+            },
         };
         let started = async {
             send(&tx, &req).await?;
@@ -339,10 +478,13 @@ impl Client {
             }
         }
         .await;
-        if let Err(e) = started {
-            self.shared.lock().unwrap().procs.remove(&id);
-            return Err(e);
-        }
+        let handle = match started {
+            Ok(h) => h,
+            Err(e) => {
+                self.shared.lock().unwrap().procs.remove(&id);
+                return Err(e);
+            }
+        };
         let me = self
             .me
             .upgrade()
@@ -357,6 +499,7 @@ impl Client {
         let control = Arc::new(Control {
             client: me,
             id,
+            handle,
             exit: Mutex::new(Some(exit_rx)),
         });
         Ok(Process::new(
@@ -364,8 +507,9 @@ impl Client {
             Some(Box::pin(ChanReader::new(out_rx, out.room, STDOUT, acks.clone()))),
             Some(Box::pin(ChanReader::new(err_rx, err.room, STDERR, acks))),
             control,
-            ctx,
-        ))
+            governing,
+        )
+        .with_handle(handle))
     }
 
     async fn tell(&self, req: Request) -> Result<()> {
@@ -470,9 +614,23 @@ async fn read(
                 };
                 let to = {
                     let mut sh = shared.lock().unwrap();
+                    if let Some(w) = sh.watching.get(&id) {
+                        let stream = if stream == STDERR {
+                            Stream::Stderr
+                        } else {
+                            Stream::Stdout
+                        };
+                        let _ = w.send(Seen::Output(OutputChunk {
+                            seq,
+                            stream,
+                            bytes: bytes.to_vec(),
+                        }));
+                        continue;
+                    }
                     let Some(p) = sh.procs.get_mut(&id) else { continue };
-                    // A frame already seen (replayed after a resume) is skipped.
-                    if seq <= p.last {
+                    let end = seq + bytes.len() as u64;
+                    // Bytes already got (replayed after a resume) are skipped.
+                    if end <= p.last {
                         continue;
                     }
                     let sink = match stream {
@@ -487,10 +645,18 @@ async fn read(
                             continue;
                         }
                     };
-                    p.last = seq;
-                    (sink, p.acks.clone())
+                    // A frame past the next byte expected means bytes were lost, though the
+                    // runner did not say so: the reader is told all the same.
+                    let gap = (seq > p.last).then_some(OutputGap {
+                        after: p.last,
+                        from: seq,
+                    });
+                    let skip = p.last.saturating_sub(seq) as usize;
+                    p.last = end;
+                    (sink, p.acks.clone(), gap, skip, end)
                 };
-                let (sink, acks) = to;
+                let (sink, acks, gap, skip, end) = to;
+                let bytes = &bytes[skip..];
                 // Bounded whatever the runner does; under flow control this never waits.
                 let held = bytes.len().clamp(1, HELD_PER_STREAM) as u32;
                 match sink.room.clone().acquire_many_owned(held).await {
@@ -498,14 +664,15 @@ async fn read(
                     Err(_) => continue,
                 }
                 let chunk = Chunk {
-                    seq,
+                    end,
                     bytes: bytes.to_vec(),
                     held,
+                    gap,
                 };
                 // A reader that was dropped is no error: its bytes are let go, and taken as read.
                 if sink.tx.send(chunk).is_err() {
                     sink.room.add_permits(held as usize);
-                    let _ = acks.send((stream, seq));
+                    let _ = acks.send((stream, end));
                 }
             }
             Message::Text(t) => {
@@ -522,12 +689,21 @@ async fn read(
         }
     }
     alive.store(false, Ordering::Relaxed);
-    let (waiting, running) = {
+    let (waiting, watching, running) = {
         let mut sh = shared.lock().unwrap();
-        (std::mem::take(&mut sh.waiting), !sh.procs.is_empty())
+        (
+            std::mem::take(&mut sh.waiting),
+            std::mem::take(&mut sh.watching),
+            !sh.procs.is_empty(),
+        )
     };
     for (_, w) in waiting {
         let _ = w.send(Reply::Lost);
+    }
+    for (_, w) in watching {
+        let _ = w.send(Seen::Error(Error::transfer_failed(
+            "the connection to the runner dropped",
+        )));
     }
     if !running {
         return;
@@ -568,29 +744,94 @@ fn alive_procs(shared: &Mutex<Shared>) -> bool {
 }
 
 async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>) {
+    // A reader that does not hold its process gets what concerns it as it comes.
+    let id = match &a {
+        Answer::Resumed { id, .. } | Answer::Exit { id, .. } | Answer::Error { id: Some(id), .. } => Some(*id),
+        _ => None,
+    };
+    if let Some(id) = id {
+        let sh = shared.lock().unwrap();
+        if let Some(w) = sh.watching.get(&id) {
+            let seen = match a {
+                Answer::Resumed { from, .. } => Seen::Resumed(from),
+                Answer::Exit {
+                    code, signal, timeout, ..
+                } => Seen::Exit(ProcExit { code, signal, timeout }),
+                Answer::Error { message, code, .. } => Seen::Error(Error::new(code_of(code.as_deref()), message)),
+                _ => return,
+            };
+            let _ = w.send(seen);
+            return;
+        }
+    }
     match a {
-        Answer::Started { id, handle, pid } => {
+        Answer::Started { id, handle, .. } => {
             let mut sh = shared.lock().unwrap();
             if let Some(p) = sh.procs.get_mut(&id) {
                 p.handle = Some(handle);
                 if let Some(s) = p.started.take() {
-                    let _ = s.send(Ok(pid));
+                    let _ = s.send(Ok(handle));
                 }
             }
         }
-        Answer::Exit { id, code, signal } => {
+        Answer::Exit {
+            id,
+            code,
+            signal,
+            timeout,
+        } => {
             let p = shared.lock().unwrap().procs.remove(&id);
             if let Some(mut p) = p {
                 if let Some(x) = p.exit.take() {
-                    let _ = x.send(Ok(ExitStatus { code, signal }));
+                    let r = if timeout {
+                        Err(Error::timeout(format!(
+                            "the program passed its {} deadline in the box, which killed it (exit {code})",
+                            p.timeout_ms
+                                .map(|ms| format!("{}ms", ms))
+                                .unwrap_or_else(|| "given".into())
+                        )))
+                    } else {
+                        Ok(ExitStatus { code, signal })
+                    };
+                    let _ = x.send(r);
                 }
-                // Seen: the runner may let go of what it kept.
+                // Seen: the runner may let go of what it kept (a detached process's output
+                // stays for whoever reads it next).
                 if let Some(tx) = tx.upgrade() {
-                    let _ = send(&tx, &Request::Forget { id }).await;
+                    let req = if p.forget {
+                        Request::Forget { id, handle: None }
+                    } else {
+                        Request::Release { id }
+                    };
+                    let _ = send(&tx, &req).await;
                 }
             }
         }
-        Answer::Resumed { .. } => {}
+        Answer::Resumed { id, from, handle } => {
+            let mut sh = shared.lock().unwrap();
+            if let Some(p) = sh.procs.get_mut(&id) {
+                if let Some(h) = handle {
+                    p.handle = Some(h);
+                }
+                if let Some(s) = p.started.take() {
+                    let _ = s.send(Ok(handle.unwrap_or_default()));
+                }
+                // The runner let go of output this reader had not got: both of its streams'
+                // readers are told, before the bytes that follow.
+                if from > p.last {
+                    let gap = OutputGap { after: p.last, from };
+                    p.last = from;
+                    for sink in [&p.out, &p.err] {
+                        let _ = sink.tx.send(Chunk {
+                            end: from,
+                            bytes: Vec::new(),
+                            held: 0,
+                            gap: Some(gap),
+                        });
+                    }
+                }
+            }
+        }
         Answer::Error {
             id: Some(id),
             message,
@@ -621,7 +862,8 @@ async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>
                 | Answer::Ok { id }
                 | Answer::Hello { id, .. }
                 | Answer::Stat { id, .. }
-                | Answer::Entries { id, .. } => *id,
+                | Answer::Entries { id, .. }
+                | Answer::Processes { id, .. } => *id,
                 _ => return,
             };
             if let Some(w) = shared.lock().unwrap().waiting.remove(&id) {
@@ -639,6 +881,7 @@ fn code_of(code: Option<&str>) -> ErrorCode {
 struct Control {
     client: Arc<Client>,
     id: u32,
+    handle: u64,
     exit: Mutex<Option<oneshot::Receiver<Result<ExitStatus>>>>,
 }
 
@@ -662,8 +905,14 @@ impl ProcessControl for Control {
             .tell(Request::Kill {
                 id: self.id,
                 signal: Some(name.to_string()),
+                handle: None,
             })
             .await
+    }
+
+    async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
+        let ctx = Ctx::background().with_timeout(REQUEST_TIMEOUT);
+        Processes::resize(self.client.as_ref(), self.handle, rows, cols, &ctx).await
     }
 }
 
@@ -732,9 +981,12 @@ impl AsyncRead for ChanReader {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(c)) => {
                     self.room.add_permits(c.held as usize);
-                    self.seq = c.seq;
+                    self.seq = c.end;
                     self.buf = c.bytes;
                     self.pos = 0;
+                    if let Some(g) = c.gap {
+                        return Poll::Ready(Err(g.into()));
+                    }
                 }
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
                 Poll::Pending => return Poll::Pending,
@@ -750,7 +1002,7 @@ impl Drop for ChanReader {
         self.rx.close();
         while let Ok(c) = self.rx.try_recv() {
             self.room.add_permits(c.held as usize);
-            self.seq = c.seq;
+            self.seq = c.end;
         }
         self.finished_chunk(true);
     }

@@ -3,6 +3,9 @@
 //! boxes on request and hand back a [`RunnerSandbox`] over the box they made: its lifetime,
 //! status, endpoints and end stay the box's own; every exec is one message, every file
 //! operation one message ([`agentbox_core::Files`]), and a dropped connection loses nothing.
+//! The runner keeps the box's processes ([`agentbox_core::Processes`]): a terminal, a program
+//! that outlives its caller, a deadline kept in the box, and any host process may list, read
+//! and attach to them.
 //!
 //! ```no_run
 //! # async fn f(inner: std::sync::Arc<dyn agentbox_core::Sandbox>) -> agentbox_core::Result<()> {
@@ -26,7 +29,7 @@ use agentbox_core::{
 };
 use async_trait::async_trait;
 
-pub use client::{Client, REQUEST_TIMEOUT};
+pub use client::{Client, REQUEST_TIMEOUT, drop_connections};
 pub use link::{Address, Dial, Link, Relay};
 
 /// Where a runner started in a box listens, as it announced.
@@ -272,6 +275,10 @@ impl Sandbox for RunnerSandbox {
     }
 
     fn files(&self) -> Option<&dyn Files> {
+        Some(self.client.as_ref())
+    }
+
+    fn processes(&self) -> Option<&dyn agentbox_core::Processes> {
         Some(self.client.as_ref())
     }
 }

@@ -37,7 +37,11 @@ const MAX_PENDING_WRITES: usize = 256;
 /// A `write`, `append` or `input` waiting for its bytes.
 enum PendingWrite {
     /// To a file.
-    File { path: String, mode: Option<u32>, append: bool },
+    File {
+        path: String,
+        mode: Option<u32>,
+        append: bool,
+    },
     /// To a process's stdin, which then ends when `close`.
     Input { proc: Arc<Proc>, close: bool },
 }
@@ -220,8 +224,10 @@ impl Conn {
                     Some(h) => self.runner.proc(h),
                     None => self.mine.remove(&id).map(|m| m.proc),
                 };
-                if let Some(p) = target {
-                    p.forget();
+                if let Some(p) = target
+                    && p.forget()
+                {
+                    self.runner.procs.lock().unwrap().remove(&p.handle);
                 }
                 // Answered whether or not the process was still kept: forgetting is idempotent.
                 self.answer(Answer::Ok { id }).await
@@ -238,9 +244,7 @@ impl Conn {
                 let processes = all.iter().map(|p| p.info()).collect();
                 self.answer(Answer::Processes { id, processes }).await
             }
-            Request::Resize {
-                handle, rows, cols, ..
-            } => {
+            Request::Resize { handle, rows, cols, .. } => {
                 let a = match self.target(id, handle) {
                     None => self.unknown(id, handle, "resize"),
                     Some(p) => match (&p.tty, check_size(rows, cols)) {
@@ -547,19 +551,18 @@ impl Conn {
         // The slave's last copy here: the terminal's output ends when the process's does.
         drop(cmd);
         let pid = child.id().unwrap_or(0);
-        let (stdout, stderr, writer): (Option<process::Pipe>, Option<process::Pipe>, Option<Writer>) =
-            match &terminal {
-                Some(t) => (
-                    Some(Box::new(pty::Reader(t.clone()))),
-                    None,
-                    r.stdin.then(|| Box::new(pty::Writer(t.clone())) as Writer),
-                ),
-                None => (
-                    child.stdout.take().map(|s| Box::new(s) as _),
-                    child.stderr.take().map(|s| Box::new(s) as _),
-                    child.stdin.take().map(|s| Box::new(s) as Writer),
-                ),
-            };
+        let (stdout, stderr, writer): (Option<process::Pipe>, Option<process::Pipe>, Option<Writer>) = match &terminal {
+            Some(t) => (
+                Some(Box::new(pty::Reader(t.clone()))),
+                None,
+                r.stdin.then(|| Box::new(pty::Writer(t.clone())) as Writer),
+            ),
+            None => (
+                child.stdout.take().map(|s| Box::new(s) as _),
+                child.stderr.take().map(|s| Box::new(s) as _),
+                child.stdin.take().map(|s| Box::new(s) as Writer),
+            ),
+        };
         let stdin_tx = writer.map(|mut w| {
             let (tx, mut rx) = mpsc::channel::<Option<Vec<u8>>>(16);
             tokio::spawn(async move {

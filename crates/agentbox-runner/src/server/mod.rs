@@ -173,14 +173,10 @@ impl Runner {
     fn admit(&self, id: u32) -> Result<u64, Answer> {
         let mut procs = self.procs.lock().unwrap();
         if procs.len() >= self.limits.max_processes {
-            let done: Vec<u64> = procs
-                .iter()
-                .filter(|(_, p)| p.delivered())
-                .map(|(k, _)| *k)
-                .collect();
+            let done: Vec<u64> = procs.iter().filter(|(_, p)| p.delivered()).map(|(k, _)| *k).collect();
             for k in done {
                 if let Some(p) = procs.remove(&k) {
-                    p.forget();
+                    let _ = p.forget();
                 }
             }
         }
@@ -310,5 +306,7 @@ mod tests {
                 .contains("--max-buffered")
         );
         assert!(args(&["--listen", "unix:"]).unwrap_err().contains("unix:"));
+        // One `ps` answer lists every process: their number is bounded.
+        assert!(args(&["--max-processes", "5000"]).unwrap_err().contains("at most 4096"));
     }
 }

@@ -147,22 +147,35 @@ impl State {
         self.ghost.is_none_or(|g| g.covers(c)) && self.readers.values().all(|r| !r.r.hold || r.acks.covers(c))
     }
 
-    /// Let go of what no holder needs while the output is at its bound (the oldest first, then
-    /// taken chunks behind one still needed), and of emptied chunks at the front. Answers how
-    /// many bytes may be read now.
+    /// Let go of what no holder needs while the output is at its bound (the oldest bytes
+    /// first, then taken chunks behind one still needed), and of emptied chunks at the front.
+    /// Room is made for a read of up to half the bound (at most 64 KiB), so a ring keeps at
+    /// least the other half. Answers how many bytes may be read now.
     fn make_room(&mut self) -> usize {
+        let want = (self.out.max / 2).clamp(1, 64 << 10);
+        let target = self.out.max - want;
         while let Some(front) = self.out.chunks.front() {
-            if !(front.gone || (self.out.bytes >= self.out.max && self.free(front))) {
+            if front.gone {
+                self.out.chunks.pop_front();
+                continue;
+            }
+            if self.out.bytes <= target || !self.free(front) {
                 break;
             }
-            let c = self.out.chunks.pop_front().expect("a front chunk");
-            if !c.gone {
-                self.out.bytes -= c.bytes.len();
+            let cut = (self.out.bytes - target).min(front.bytes.len());
+            let c = self.out.chunks.front_mut().expect("a front chunk");
+            if cut == c.bytes.len() {
+                self.out.chunks.pop_front();
+            } else {
+                c.bytes.drain(..cut);
+                c.start += cut as u64;
+                c.len -= cut as u64;
             }
+            self.out.bytes -= cut;
         }
         if self.out.bytes >= self.out.max {
             for i in 0..self.out.chunks.len() {
-                if self.out.bytes < self.out.max {
+                if self.out.bytes <= target {
                     break;
                 }
                 let c = &self.out.chunks[i];
@@ -397,7 +410,7 @@ impl Proc {
                 let taken: u64 = out
                     .chunks
                     .iter()
-                    .skip(out.index(from).unwrap_or(out.chunks.len()))
+                    .skip(out.chunks.partition_point(|c| c.start + c.len <= from))
                     .take_while(|c| c.start < seq)
                     .filter(|c| c.stream == stream && !c.gone)
                     .map(|c| (c.start + c.len).min(seq) - c.start.max(from))
@@ -409,10 +422,16 @@ impl Proc {
         self.bump();
     }
 
-    /// Forget it: now when it ended, else once it does.
-    pub(super) fn forget(&self) {
-        self.state.lock().unwrap().forgotten = true;
+    /// Forget it: now when it ended, else once it does. Answers whether it ended (then the
+    /// caller takes it out of the runner's table at once, so nothing finds it after).
+    pub(super) fn forget(&self) -> bool {
+        let finished = {
+            let mut st = self.state.lock().unwrap();
+            st.forgotten = true;
+            st.finished
+        };
         self.bump();
+        finished
     }
 }
 
@@ -437,16 +456,18 @@ async fn pump(p: Arc<Proc>, key: ReaderKey) {
             let msg = next_message(out, r, *exit, *finished);
             let exit_now = !was_sent && r.exit_sent;
             *delivered |= exit_now;
-            msg.map(|m| (m, r.r.tx.clone(), exit_now))
+            // What a reader without a window was sent is taken: room for the pipes, as an
+            // ack would make. An exit sent may let the process go.
+            let look = exit_now || r.r.window.is_none();
+            msg.map(|m| (m, r.r.tx.clone(), look))
         };
         match next {
-            Some((m, tx, exit_now)) => {
+            Some((m, tx, look)) => {
                 if tx.send(m).await.is_err() {
                     p.detach(key, true);
                     return;
                 }
-                if exit_now {
-                    // What keeps the process (or lets it go) looks again.
+                if look {
                     p.bump();
                 }
             }
@@ -476,11 +497,7 @@ fn next_message(out: &Output, r: &mut Reader, exit: Option<ProcExit>, finished: 
         r.acks.out = r.acks.out.max(from);
         r.acks.err = r.acks.err.max(from);
         if r.r.extended {
-            return Some(Message::Text(json(&Answer::Resumed {
-                id,
-                from,
-                handle: None,
-            })));
+            return Some(Message::Text(json(&Answer::Resumed { id, from, handle: None })));
         }
     }
     if r.sent < out.end {
@@ -503,6 +520,9 @@ fn next_message(out: &Output, r: &mut Reader, exit: Option<ProcExit>, finished: 
         r.sent += n as u64;
         if r.r.window.is_some() {
             r.unacked += n as u64;
+        } else {
+            // A reader without a window acknowledges nothing: what went out is taken.
+            r.acks = Acks::at(r.sent);
         }
         return Some(Message::Binary(m));
     }
@@ -634,7 +654,10 @@ pub(super) async fn run(
 
 /// Signal a process group.
 pub(super) fn kill_group(pgid: i32, sig: i32) {
-    if let (Some(sig), Some(pid)) = (crate::supervisor::signal_from(sig), rustix::process::Pid::from_raw(pgid)) {
+    if let (Some(sig), Some(pid)) = (
+        crate::supervisor::signal_from(sig),
+        rustix::process::Pid::from_raw(pgid),
+    ) {
         let _ = rustix::process::kill_process_group(pid, sig);
     }
 }
