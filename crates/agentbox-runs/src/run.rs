@@ -302,7 +302,20 @@ fn lock_dir(dir: &Path, record: &RunRecord) -> Result<OwnedFd> {
         .open(&path)
         .map_err(|e| Error::io(e, format!("opening {}", path.display())))?;
     let fd: OwnedFd = f.into();
-    match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+    // A lock just let go may still be held for a moment by a child this process forked as it
+    // held it (a program started between the fork and its exec shares the descriptor): a
+    // refusal is only believed once it lasted 100 ms.
+    let mut tries = 0;
+    let locked = loop {
+        match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Err(rustix::io::Errno::WOULDBLOCK) if tries < 20 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            r => break r,
+        }
+    };
+    match locked {
         Ok(()) => Ok(fd),
         Err(rustix::io::Errno::WOULDBLOCK) => {
             let who = read_status(dir)
