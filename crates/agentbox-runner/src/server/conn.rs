@@ -367,8 +367,9 @@ impl Conn {
                     ),
                     Some(tx) => {
                         let mut ok = bytes.is_empty() || tx.send(Some(bytes.to_vec())).await.is_ok();
-                        if close && let Some(tx) = proc.stdin.lock().unwrap().take() {
-                            ok &= tx.try_send(None).is_ok() || !tx.is_closed();
+                        let end = if close { proc.stdin.lock().unwrap().take() } else { None };
+                        if let Some(tx) = end {
+                            ok &= tx.send(None).await.is_ok();
                         }
                         if ok {
                             Answer::Ok { id }

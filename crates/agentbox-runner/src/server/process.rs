@@ -32,8 +32,11 @@ use super::pty::Pty;
 /// How long output may still arrive after a process exits (a pipe's last bytes) before its
 /// exit is answered. A program it left running that holds the pipe is not waited for.
 const DRAIN: Duration = Duration::from_millis(100);
-/// The most bytes of output one frame carries.
+/// The most bytes of output one frame carries (and one chunk holds).
 const MAX_FRAME: usize = 256 << 10;
+/// The most chunks one process keeps: a program that alternates its streams a byte at a time
+/// makes a chunk of each byte, and each costs more than its byte.
+const MAX_CHUNKS: usize = 1 << 16;
 
 /// A reader's key: its connection's number and the id the process has there.
 pub(super) type ReaderKey = (u64, u32);
@@ -111,6 +114,19 @@ impl Output {
     }
     fn push(&mut self, stream: u8, bytes: &[u8]) {
         let len = bytes.len() as u64;
+        // Readers count bytes, not chunks: a read that follows one of its stream joins it,
+        // so a program writing a byte at a time does not make a chunk of each.
+        if let Some(last) = self.chunks.back_mut()
+            && last.stream == stream
+            && !last.gone
+            && last.bytes.len() + bytes.len() <= MAX_FRAME
+        {
+            last.bytes.extend_from_slice(bytes);
+            last.len += len;
+            self.end += len;
+            self.bytes += bytes.len();
+            return;
+        }
         self.chunks.push_back(Chunk {
             start: self.end,
             len,
@@ -159,10 +175,15 @@ impl State {
                 self.out.chunks.pop_front();
                 continue;
             }
-            if self.out.bytes <= target || !self.free(front) {
+            let crowded = self.out.chunks.len() >= MAX_CHUNKS;
+            if (self.out.bytes <= target && !crowded) || !self.free(front) {
                 break;
             }
-            let cut = (self.out.bytes - target).min(front.bytes.len());
+            let cut = if crowded {
+                front.bytes.len()
+            } else {
+                (self.out.bytes - target).min(front.bytes.len())
+            };
             let c = self.out.chunks.front_mut().expect("a front chunk");
             if cut == c.bytes.len() {
                 self.out.chunks.pop_front();
@@ -186,6 +207,9 @@ impl State {
                     c.gone = true;
                 }
             }
+        }
+        if self.out.chunks.len() >= MAX_CHUNKS {
+            return 0;
         }
         self.out.max.saturating_sub(self.out.bytes)
     }
