@@ -533,6 +533,14 @@ pub enum Answer {
         /// The process's handle (for a resume by key).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         handle: Option<u64>,
+        /// On the answer to a `resume`: the number its output had reached then, so a reader
+        /// knows what is already there to come (absent mid-stream).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        end: Option<u64>,
+        /// On the answer to a `resume`: the process had ended then, so its exit follows its
+        /// kept output at once.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ended: bool,
     },
     /// A `ps`'s answer, in the order the processes started.
     Processes {

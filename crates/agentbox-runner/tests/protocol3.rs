@@ -90,10 +90,13 @@ async fn output_survives_a_dropped_connection_and_resumes_from_a_number() {
     let mut ws = connect(&r.addr).await;
     hello(&mut ws).await;
     send_text(&mut ws, json!({"op":"resume","id":7,"handle":handle,"after":2})).await;
+    let Got::Text(res) = next(&mut ws).await else { panic!() };
     assert_eq!(
-        next(&mut ws).await,
-        Got::Text(json!({"op":"resumed","id":7,"from":2,"handle":handle}))
+        (&res["op"], &res["id"], &res["from"], &res["handle"]),
+        (&json!("resumed"), &json!(7), &json!(2), &json!(handle)),
+        "{res}"
     );
+    assert!(res["end"].as_u64().unwrap() >= 2, "what it had written then: {res}");
     let (frames, exit) = until(&mut ws, 7, "exit").await;
     assert_eq!(exit["code"], 0);
     let got = seq_frames(&frames);
@@ -135,10 +138,13 @@ async fn output_past_the_buffer_bound_waits_for_a_client_and_none_is_lost() {
     let mut ws = connect(&r.addr).await;
     hello(&mut ws).await;
     send_text(&mut ws, json!({"op":"resume","id":2,"handle":handle,"after":0})).await;
+    let Got::Text(res) = next(&mut ws).await else { panic!() };
     assert_eq!(
-        next(&mut ws).await,
-        Got::Text(json!({"op":"resumed","id":2,"from":0,"handle":handle}))
+        (&res["op"], &res["from"], &res["handle"]),
+        (&json!("resumed"), &json!(0), &json!(handle)),
+        "{res}"
     );
+    assert_eq!(res["end"], 4096, "held at the 4 KB bound: {res}");
     let (frames, exit) = until(&mut ws, 2, "exit").await;
     assert_eq!(exit["code"], 0);
     let out: Vec<u8> = seq_frames(&frames).into_iter().flat_map(|g| g.2).collect();

@@ -162,7 +162,7 @@ pub async fn curses_output_whole(p: &dyn Provider) -> R {
 /// A hundred and more connection drops in the middle of a stream lose no byte: the reader's
 /// checksum of what it read is the box's checksum of what was written. `flat_out`: the
 /// writer writes 32 MiB as fast as it can (a drop after every 256 KiB read); else it writes
-/// 100 lines slowly (a drop after each).
+/// 300 lines slowly (a drop after each read, which may take more than one line).
 pub async fn drops_lose_nothing(p: &dyn Provider, drop_connections: DropConnections, flat_out: bool) -> R {
     let b = new_box(p).await?;
     let r = drops_in(&*b, drop_connections, flat_out).await;
@@ -175,7 +175,7 @@ async fn drops_in(b: &dyn Sandbox, drop_connections: DropConnections, flat_out: 
     let script = if flat_out {
         "head -c 33554432 /dev/urandom > /tmp/agentbox-drops && sha256sum /tmp/agentbox-drops >&2 && cat /tmp/agentbox-drops"
     } else {
-        "i=0; while [ $i -lt 100 ]; do echo \"line $i of a slow writer\"; i=$((i+1)); sleep 0.02; done | tee /tmp/agentbox-drops; \
+        "i=0; while [ $i -lt 300 ]; do echo \"line $i of a slow writer\"; i=$((i+1)); sleep 0.01; done | tee /tmp/agentbox-drops; \
          sha256sum /tmp/agentbox-drops >&2"
     };
     let mut p = b
@@ -391,13 +391,13 @@ async fn starter(p: &dyn Provider) -> R {
         .exec(&argv(&["sh", "-c", "echo waiting; sleep 300"]), &deadline, &ctx())
         .await
         .map_err(|e| format!("exec with a deadline: {e}"))?;
-    println!(
-        "handles {} {}",
-        d.handle().ok_or("no handle")?,
-        t.handle().ok_or("no handle")?
-    );
-    // Both outlive this process's end, which is a SIGKILL: nothing of it runs after.
-    std::mem::forget(d);
+    let (dh, th) = (d.handle().ok_or("no handle")?, t.handle().ok_or("no handle")?);
+    // Dropped, the detached program lets go of nothing: its stdin stays open for whoever
+    // writes next (an unclosed stdin ends only for a program its caller holds).
+    drop(d);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    println!("handles {dh} {th}");
+    // The other outlives this process's end, which is a SIGKILL: nothing of it runs after.
     std::mem::forget(t);
     Ok(())
 }

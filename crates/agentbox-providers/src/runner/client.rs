@@ -94,7 +94,9 @@ struct Proc {
 
 /// What a reader that does not hold its process (a [`Processes::read`]) is sent.
 enum Seen {
-    Resumed(u64),
+    /// Where the output goes on from; on the answer to the resume, also where it had reached
+    /// and whether the process had ended.
+    Resumed(u64, Option<(u64, bool)>),
     Output(OutputChunk),
     Exit(ProcExit),
     Error(Error),
@@ -490,7 +492,11 @@ impl Client {
             .upgrade()
             .ok_or_else(|| Error::unknown("the runner client is gone"))?;
         let (stdin_w, stdin_r) = tokio::io::duplex(64 << 10);
-        tokio::spawn(pump_stdin(me.clone(), id, stdin_r));
+        // Stdin ends in the box when it is closed; dropped unclosed, it ends only for a
+        // program this caller runs and holds (a detached one, or one attached to, keeps it
+        // open for whoever writes next).
+        let closed = Arc::new(AtomicBool::new(forget));
+        tokio::spawn(pump_stdin(me.clone(), id, stdin_r, closed.clone()));
         let flow = self.flow.load(Ordering::Relaxed);
         if flow {
             tokio::spawn(pump_acks(me.clone(), id, acks_rx));
@@ -503,7 +509,7 @@ impl Client {
             exit: Mutex::new(Some(exit_rx)),
         });
         Ok(Process::new(
-            Some(Box::pin(stdin_w)),
+            Some(Box::pin(StdinWriter { inner: stdin_w, closed })),
             Some(Box::pin(ChanReader::new(out_rx, out.room, STDOUT, acks.clone()))),
             Some(Box::pin(ChanReader::new(err_rx, err.room, STDERR, acks))),
             control,
@@ -526,7 +532,27 @@ async fn send(tx: &mpsc::Sender<Message>, req: &Request) -> Result<()> {
 }
 
 /// A process's stdin, carried as frames; its end is `stdin-end`.
-async fn pump_stdin(client: Arc<Client>, id: u32, mut r: tokio::io::DuplexStream) {
+/// A process's stdin on its way to [`pump_stdin`]: shutting it down marks it closed, so its
+/// end reaches the box (a drop alone ends it only where `closed` was set from the start).
+struct StdinWriter {
+    inner: tokio::io::DuplexStream,
+    closed: Arc<AtomicBool>,
+}
+
+impl tokio::io::AsyncWrite for StdinWriter {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.closed.store(true, Ordering::SeqCst);
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+async fn pump_stdin(client: Arc<Client>, id: u32, mut r: tokio::io::DuplexStream, closed: Arc<AtomicBool>) {
     let mut buf = vec![0u8; 64 << 10];
     loop {
         match r.read(&mut buf).await {
@@ -541,7 +567,7 @@ async fn pump_stdin(client: Arc<Client>, id: u32, mut r: tokio::io::DuplexStream
             }
         }
     }
-    if client.shared.lock().unwrap().procs.contains_key(&id) {
+    if closed.load(Ordering::SeqCst) && client.shared.lock().unwrap().procs.contains_key(&id) {
         let _ = client.tell(Request::StdinEnd { id }).await;
     }
 }
@@ -753,7 +779,7 @@ async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>
         let sh = shared.lock().unwrap();
         if let Some(w) = sh.watching.get(&id) {
             let seen = match a {
-                Answer::Resumed { from, .. } => Seen::Resumed(from),
+                Answer::Resumed { from, end, ended, .. } => Seen::Resumed(from, end.map(|e| (e, ended))),
                 Answer::Exit {
                     code, signal, timeout, ..
                 } => Seen::Exit(ProcExit { code, signal, timeout }),
@@ -807,7 +833,7 @@ async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>
                 }
             }
         }
-        Answer::Resumed { id, from, handle } => {
+        Answer::Resumed { id, from, handle, .. } => {
             let mut sh = shared.lock().unwrap();
             if let Some(p) = sh.procs.get_mut(&id) {
                 if let Some(h) = handle {

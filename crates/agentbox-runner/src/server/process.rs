@@ -355,7 +355,7 @@ impl Proc {
     pub(super) fn attach(self: &Arc<Self>, conn: u64, r: Reading, after: u64, announce: bool) {
         let key = (conn, r.id);
         let (id, tx) = (r.id, r.tx.clone());
-        let from = {
+        let (from, end, ended) = {
             let mut st = self.state.lock().unwrap();
             let from = after.max(st.out.first());
             let acks = match (r.hold, st.ghost) {
@@ -381,13 +381,15 @@ impl Proc {
                     exit_sent: false,
                 },
             );
-            from
+            (from, st.out.end, st.finished)
         };
         let lead = announce.then(|| {
             Message::Text(json(&Answer::Resumed {
                 id,
                 from,
                 handle: Some(self.handle),
+                end: Some(end),
+                ended,
             }))
         });
         let p = self.clone();
@@ -521,7 +523,13 @@ fn next_message(out: &Output, r: &mut Reader, exit: Option<ProcExit>, finished: 
         r.acks.out = r.acks.out.max(from);
         r.acks.err = r.acks.err.max(from);
         if r.r.extended {
-            return Some(Message::Text(json(&Answer::Resumed { id, from, handle: None })));
+            return Some(Message::Text(json(&Answer::Resumed {
+                id,
+                from,
+                handle: None,
+                end: None,
+                ended: false,
+            })));
         }
     }
     if r.sent < out.end {

@@ -61,21 +61,24 @@ impl Client {
         let collected = async {
             send(&tx, &req).await?;
             let mut resumed = false;
+            // What the runner already held when it answered (and whether the process had
+            // ended): that comes at once, whatever the wait, and is waited for as a request.
+            let mut kept = (0u64, false);
             let mut bytes = 0usize;
             loop {
-                // Answer soon once output came: the caller asks again from `next`.
-                let by = if bytes > 0 {
-                    until.min(tokio::time::Instant::now() + SETTLE)
-                } else if resumed {
-                    until
+                let now = tokio::time::Instant::now();
+                let by = if !resumed || got.next < kept.0 || kept.1 {
+                    now + super::REQUEST_TIMEOUT
+                } else if bytes > 0 {
+                    // Answer soon once output came: the caller asks again from `next`.
+                    until.min(now + SETTLE)
                 } else {
-                    // The runner answers `resumed` at once: waiting on it is a request's wait.
-                    tokio::time::Instant::now() + super::REQUEST_TIMEOUT
+                    until
                 };
                 let seen = match ctx.run(tokio::time::timeout_at(by, wrx.recv())).await? {
                     Ok(Some(s)) => s,
                     Ok(None) => return Err(self.dropped()),
-                    Err(_) if !resumed => {
+                    Err(_) if !resumed || got.next < kept.0 || kept.1 => {
                         return Err(Error::timeout(format!(
                             "{} did not answer within {}s",
                             self.describe(),
@@ -85,11 +88,14 @@ impl Client {
                     Err(_) => return Ok(()),
                 };
                 match seen {
-                    Seen::Resumed(from) => {
+                    Seen::Resumed(from, at) => {
                         if from > got.next && got.gap_from.is_none() {
                             got.gap_from = Some(from);
                         }
                         got.next = got.next.max(from);
+                        if let Some(at) = at {
+                            kept = at;
+                        }
                         resumed = true;
                     }
                     Seen::Output(c) => {
