@@ -10,6 +10,7 @@
 //! one.
 
 mod exec;
+mod kept;
 mod runner;
 mod script;
 pub(crate) mod scripts;
@@ -413,6 +414,20 @@ impl ExecutionEnv for BoxEnv {
 
     async fn exec(&self, command: Command, opts: ExecOptions, ctx: &Ctx) -> Result<ExecOutcome, ExecError> {
         self.run(command, opts, ctx).await
+    }
+
+    async fn start(&self, command: Command, opts: StartOptions, ctx: &Ctx) -> Result<u64, ExecError> {
+        self.start_detached(command, opts, ctx).await
+    }
+
+    async fn processes(&self, _ctx: &Ctx) -> agentbox_core::Result<Arc<dyn agentbox_core::Processes>> {
+        if let Some(why) = self.lost() {
+            return Err(agentbox_core::Error::gone(why));
+        }
+        if self.sandbox.processes().is_none() {
+            return Err(kept::no_runner(&*self.sandbox));
+        }
+        Ok(Arc::new(kept::Kept(self.sandbox.clone())))
     }
 
     async fn cleanup(&self, ctx: &Ctx) -> Result<(), FsError> {
