@@ -1,6 +1,7 @@
 //! bash's `background` and the process tools (process_read, process_write, process_kill,
 //! process_list): their messages over a fake box whose processes say exactly what a test
-//! wants (gaps, cuts, exits), and their refusals where no processes are kept.
+//! wants (gaps, cuts, exits), their refusals where no processes are kept, and what they do in
+//! real local boxes with and without a runner.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -8,8 +9,8 @@ use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Endpoint, Error, ExecOptions as BoxExecOptions, ExitStatus, Facts, FileError, FileMeta, FileType, Files,
-    Labels, OutputChunk, OutputRead, Process, ProcessControl, ProcessInfo, ProcessState, Processes, Sandbox, SandboxId,
-    Status, Stream,
+    Labels, OutputChunk, OutputRead, Process, ProcessControl, ProcessInfo, ProcessState, Processes, Provider, Sandbox,
+    SandboxId, Spec, Status, Stream,
 };
 use agentbox_hands::tools::{self, ToolResult};
 use agentbox_hands::{BoxEnv, ExecutionEnv, HostEnv};
@@ -606,4 +607,163 @@ fn the_seven_are_pis_and_all_adds_the_four_after_them() {
     assert!(pi_bash.schema()["properties"].get("background").is_none());
     // pi's bash ignores `background` as it ignores any argument it does not know.
     pi_bash.check(json!({"command": "x", "background": true})).unwrap();
+}
+
+// What they do in real boxes.
+
+fn local_provider(home: &std::path::Path, runner: bool) -> agentbox_providers::LocalProvider {
+    agentbox_testing::runner::ensure();
+    let mut opts = agentbox_providers::LocalOptions::at(home).unwrap();
+    opts.runner = runner;
+    agentbox_providers::LocalProvider::new(opts).unwrap()
+}
+
+async fn local_box(runner: bool) -> (tempfile::TempDir, Arc<dyn Sandbox>) {
+    let home = tempfile::tempdir().unwrap();
+    let b = local_provider(home.path(), runner)
+        .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
+        .await
+        .unwrap();
+    (home, b)
+}
+
+/// Read process `handle` from `after` until `until` holds of all read so far (or 30 s pass):
+/// the text read, and the last answer.
+async fn read_until(env: &dyn ExecutionEnv, handle: u64, until: impl Fn(&str, &ToolResult) -> bool) -> String {
+    let mut after = 0u64;
+    let mut all = String::new();
+    let start = std::time::Instant::now();
+    loop {
+        let r = call(
+            env,
+            "process_read",
+            json!({"handle": handle, "after": after, "wait": 2}),
+        )
+        .await;
+        let t = ok(&r);
+        after = r.details["next"].as_u64().unwrap();
+        all.push_str(&t);
+        all.push('\n');
+        if until(&all, &r) {
+            return all;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "waited 30 s: {all}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_local_box_with_a_runner_a_background_command_is_read_written_and_killed() {
+    let (_home, b) = local_box(true).await;
+    let env = BoxEnv::new(b.clone());
+    let r = call(
+        &env,
+        "bash",
+        json!({"command": "echo started; echo to-stderr >&2; read line; echo \"got $line\"; exec sleep 120", "background": true}),
+    )
+    .await;
+    let handle = r.details["handle"].as_u64().unwrap_or_else(|| panic!("{}", r.text()));
+    let seen = read_until(&env, handle, |all, _| all.contains("to-stderr")).await;
+    assert!(seen.contains("started\n"), "{seen}");
+    ok(&call(&env, "process_write", json!({"handle": handle, "text": "hello\n"})).await);
+    let seen = read_until(&env, handle, |all, _| all.contains("got hello")).await;
+    assert!(seen.contains("is still running"), "{seen}");
+    let listed = ok(&call(&env, "process_list", json!({})).await);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&format!("{handle} ")) && l.contains("running")),
+        "{listed}"
+    );
+    ok(&call(&env, "process_kill", json!({"handle": handle})).await);
+    let seen = read_until(&env, handle, |_, r| !r.details["exit"].is_null()).await;
+    assert!(seen.contains("was ended by SIGTERM (exit code 143)"), "{seen}");
+    let listed = ok(&call(&env, "process_list", json!({})).await);
+    assert!(listed.contains("SIGTERM (143)"), "{listed}");
+    // Reading marks nothing as read: from 0 again, the same output and the same end.
+    let again = ok(&call(&env, "process_read", json!({"handle": handle, "wait": 0})).await);
+    assert!(
+        again.starts_with("started\n") && again.contains("got hello") && again.contains("SIGTERM"),
+        "{again}"
+    );
+    b.destroy(&Ctx::background()).await.unwrap();
+}
+
+/// A process is the box's: another host connection to the box (the box attached again, as
+/// another host process would) lists it, reads it and stops it by the same handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_command_is_reached_again_through_the_box_attached_anew() {
+    let home = tempfile::tempdir().unwrap();
+    let provider = local_provider(home.path(), true);
+    let b = provider
+        .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
+        .await
+        .unwrap();
+    let r = call(
+        &BoxEnv::new(b.clone()),
+        "bash",
+        json!({"command": "echo one; sleep 1; echo two; exec sleep 120", "background": true}),
+    )
+    .await;
+    let handle = r.details["handle"].as_u64().unwrap_or_else(|| panic!("{}", r.text()));
+    let again = provider
+        .attach(b.id(), &Ctx::background())
+        .await
+        .unwrap()
+        .expect("the box is there");
+    let env = BoxEnv::new(again);
+    let listed = ok(&call(&env, "process_list", json!({})).await);
+    assert!(listed.contains("echo one; sleep 1; echo two"), "{listed}");
+    let seen = read_until(&env, handle, |all, _| all.contains("two")).await;
+    assert!(seen.contains("one\n"), "{seen}");
+    ok(&call(&env, "process_kill", json!({"handle": handle, "signal": "KILL"})).await);
+    let seen = read_until(&env, handle, |_, r| !r.details["exit"].is_null()).await;
+    assert!(seen.contains("was ended by SIGKILL (exit code 137)"), "{seen}");
+    b.destroy(&Ctx::background()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_local_box_with_a_runner_the_timeout_ends_a_background_command() {
+    let (_home, b) = local_box(true).await;
+    let env = BoxEnv::new(b.clone());
+    let t0 = std::time::Instant::now();
+    let r = call(
+        &env,
+        "bash",
+        json!({"command": "echo up; sleep 60", "background": true, "timeout": 1}),
+    )
+    .await;
+    assert!(t0.elapsed() < Duration::from_secs(10), "answered at once");
+    let handle = r.details["handle"].as_u64().unwrap_or_else(|| panic!("{}", r.text()));
+    let seen = read_until(&env, handle, |_, r| !r.details["exit"].is_null()).await;
+    assert!(
+        seen.contains("up\n") && seen.contains("timed out and was killed"),
+        "{seen}"
+    );
+    // Its stdin closed, a `cat` ends.
+    let r = call(&env, "bash", json!({"command": "cat; echo eof", "background": true})).await;
+    let handle = r.details["handle"].as_u64().unwrap();
+    ok(&call(
+        &env,
+        "process_write",
+        json!({"handle": handle, "text": "line\n", "close": true}),
+    )
+    .await);
+    let seen = read_until(&env, handle, |_, r| !r.details["exit"].is_null()).await;
+    assert!(
+        seen.contains("line\neof\n") && seen.contains("exited with code 0"),
+        "{seen}"
+    );
+    b.destroy(&Ctx::background()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_local_box_without_a_runner_the_tools_refuse_saying_why() {
+    let (_home, b) = local_box(false).await;
+    let env = BoxEnv::new(b.clone());
+    let why = format!(
+        "box {} has no runner, so it keeps no processes: a command lives only as long as the call that started it",
+        b.id()
+    );
+    refused_everywhere(&env, &why).await;
+    b.destroy(&Ctx::background()).await.unwrap();
 }

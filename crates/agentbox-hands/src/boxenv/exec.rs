@@ -272,7 +272,12 @@ impl BoxEnv {
             Err(e) => return Err(self.refused_start(e, &cwd, &program, ctx).await),
         };
         match p.handle() {
-            Some(h) => Ok(h),
+            Some(h) => {
+                if let Some(stdin) = p.stdin.take() {
+                    self.stdins.lock().unwrap().insert(h, stdin);
+                }
+                Ok(h)
+            }
             None => {
                 // A box that said it keeps processes and gave this one no handle: nobody could
                 // reach it again, so it does not run on.

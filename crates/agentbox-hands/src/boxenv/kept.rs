@@ -2,18 +2,26 @@
 //! box, and an environment hands its processes out past its own borrow (a lazy one opens its
 //! box per call), so this holds the box and asks it each time.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, OutputRead, Process, ProcessInfo, Processes, Result, Sandbox};
+use agentbox_core::{Ctx, Error, OutputRead, Process, ProcessInfo, Processes, Result, Sandbox, Stdin};
 use async_trait::async_trait;
 
+/// The stdin writers an environment holds open, by handle.
+pub(super) type Stdins = Arc<Mutex<BTreeMap<u64, Stdin>>>;
+
 /// A box's [`Processes`], through the box itself.
-pub(super) struct Kept(pub Arc<dyn Sandbox>);
+pub(super) struct Kept {
+    pub sandbox: Arc<dyn Sandbox>,
+    /// The environment's held stdins: one a write closed is let go.
+    pub stdins: Stdins,
+}
 
 impl Kept {
     fn ps(&self) -> Result<&dyn Processes> {
-        self.0.processes().ok_or_else(|| no_runner(&*self.0))
+        self.sandbox.processes().ok_or_else(|| no_runner(&*self.sandbox))
     }
 }
 
@@ -37,7 +45,11 @@ impl Processes for Kept {
         self.ps()?.attach(handle, after, ctx).await
     }
     async fn write(&self, handle: u64, data: &[u8], close: bool, ctx: &Ctx) -> Result<()> {
-        self.ps()?.write(handle, data, close, ctx).await
+        self.ps()?.write(handle, data, close, ctx).await?;
+        if close {
+            self.stdins.lock().unwrap().remove(&handle);
+        }
+        Ok(())
     }
     async fn signal(&self, handle: u64, signal: i32, ctx: &Ctx) -> Result<()> {
         self.ps()?.signal(handle, signal, ctx).await

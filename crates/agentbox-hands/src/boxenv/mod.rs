@@ -60,6 +60,10 @@ pub struct BoxEnv {
     commands: Mutex<exec::Commands>,
     /// The box's shell, once the runner path looked for it.
     shell: OnceLock<String>,
+    /// The stdin of each command [`ExecutionEnv::start`] started, by handle: held so the
+    /// command's stdin stays open for `process_write` (the runner client ends a process's
+    /// stdin when the last writer of it is dropped), let go when a write closes it.
+    stdins: kept::Stdins,
     temps: Mutex<BTreeSet<String>>,
 }
 
@@ -76,6 +80,7 @@ impl BoxEnv {
             groups: Mutex::new(BTreeSet::new()),
             commands: Mutex::new(exec::Commands::default()),
             shell: OnceLock::new(),
+            stdins: Default::default(),
             temps: Mutex::new(BTreeSet::new()),
         }
     }
@@ -427,7 +432,10 @@ impl ExecutionEnv for BoxEnv {
         if self.sandbox.processes().is_none() {
             return Err(kept::no_runner(&*self.sandbox));
         }
-        Ok(Arc::new(kept::Kept(self.sandbox.clone())))
+        Ok(Arc::new(kept::Kept {
+            sandbox: self.sandbox.clone(),
+            stdins: self.stdins.clone(),
+        }))
     }
 
     async fn cleanup(&self, ctx: &Ctx) -> Result<(), FsError> {
