@@ -1,6 +1,7 @@
 //! `agentbox mcp` driven as a real MCP client drives it (rmcp's client, over the server's
-//! stdio): every tool, a tool error, a bash timeout, a malformed request, the process tools
-//! (hidden by `--no-process-tools`, which serves pi's seven alone), the workspace seeded and
+//! stdio): every tool, a tool error, a bash timeout, a malformed request, a background command
+//! read and killed through the process tools (hidden by `--no-process-tools`, which serves
+//! pi's seven alone), the workspace seeded and
 //! pulled back, and the box ended when the client leaves (also mid-call).
 
 use std::path::Path;
@@ -433,6 +434,56 @@ async fn a_box_has_a_runner_unless_told_not_to() {
         "hi"
     );
     assert!(!runner_socket(home.path()), "--no-runner: no runner");
+    leave(s).await;
+}
+
+/// A background command through the process tools, in a box with a runner: read while it
+/// runs, listed, killed, and its end read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_command_through_the_process_tools() {
+    let home = tempfile::tempdir().unwrap();
+    let s = start(home.path(), &["--provider", "local"]).await;
+    let started = call(
+        &s,
+        "bash",
+        json!({"command": "echo serving; exec sleep 120", "background": true}),
+    )
+    .await;
+    assert_eq!(started.is_error, Some(false), "{}", text(&started));
+    let said = text(&started);
+    let handle: u64 = said
+        .strip_prefix("Started in the background as process ")
+        .and_then(|r| r.split('.').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    let mut seen = String::new();
+    for _ in 0..15 {
+        let r = call(&s, "process_read", json!({"handle": handle, "wait": 2})).await;
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+        seen = text(&r);
+        if seen.contains("serving") {
+            break;
+        }
+    }
+    assert!(
+        seen.starts_with("serving\n") && seen.contains("is still running"),
+        "{seen}"
+    );
+    let listed = text(&call(&s, "process_list", json!({})).await);
+    assert!(listed.contains("echo serving; exec sleep 120"), "{listed}");
+    let killed = call(&s, "process_kill", json!({"handle": handle, "signal": "KILL"})).await;
+    assert_eq!(
+        text(&killed),
+        format!("Sent SIGKILL to process {handle}. Use process_read to see how it ended.")
+    );
+    let mut ended = String::new();
+    for _ in 0..15 {
+        ended = text(&call(&s, "process_read", json!({"handle": handle, "after": 8, "wait": 2})).await);
+        if !ended.contains("is still running") {
+            break;
+        }
+    }
+    assert!(ended.contains("was ended by SIGKILL (exit code 137)"), "{ended}");
     leave(s).await;
 }
 
