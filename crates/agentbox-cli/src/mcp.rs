@@ -1,6 +1,8 @@
-//! `agentbox mcp`: the tools of the hands (read, write, edit, bash, ls, grep, find; see
-//! docs/tools.md) for any MCP client, running in a box made at the first tool call and ended
-//! when the client leaves (or by its lifetime, if this server is killed). Protocol 2025-11-25
+//! `agentbox mcp`: the tools of the hands (pi's seven: read, bash, edit, write, grep, find,
+//! ls; then process_read, process_write, process_kill and process_list, which
+//! `--no-process-tools` leaves out; see docs/tools.md) for any MCP client, running in a box
+//! made at the first tool call and ended when the client leaves (or by its lifetime, if this
+//! server is killed). Protocol 2025-11-25
 //! through rmcp, over stdio: stdout carries only protocol messages; everything else goes to
 //! stderr.
 
@@ -48,6 +50,11 @@ pub(crate) struct McpArgs {
     /// the box (without it, a runner in the box serves them all over one connection).
     #[arg(long)]
     no_runner: bool,
+    /// List pi's seven tools alone, as pi has them: no process_read, process_write,
+    /// process_kill or process_list, and bash without `background` (for clients that expect
+    /// exactly pi's tools).
+    #[arg(long)]
+    no_process_tools: bool,
 }
 
 /// The box of a session, made at the first tool call; a session dropped with its box still
@@ -172,13 +179,19 @@ impl Drop for Session {
 #[derive(Clone)]
 struct Hands {
     session: Arc<Session>,
+    tools: Arc<Vec<Box<dyn tools::Tool>>>,
 }
 
-/// Each tool of the hands as MCP lists it: the schema derived from its argument struct, and
-/// its hints.
-fn listed() -> Vec<Tool> {
-    tools::all()
-        .into_iter()
+/// The tools served: every tool of the hands, or pi's seven alone.
+fn served(no_process_tools: bool) -> Arc<Vec<Box<dyn tools::Tool>>> {
+    Arc::new(if no_process_tools { tools::seven() } else { tools::all() })
+}
+
+/// Each tool served as MCP lists it: the schema derived from its argument struct, and its
+/// hints.
+fn listed(served: &[Box<dyn tools::Tool>]) -> Vec<Tool> {
+    served
+        .iter()
         .map(|t| {
             let schema = match t.schema() {
                 serde_json::Value::Object(m) => m,
@@ -200,11 +213,18 @@ impl ServerHandler for Hands {
         let mut info = ServerInfo::new(ServerCapabilities::builder().enable_tools().build());
         info.protocol_version = ProtocolVersion::V_2025_11_25;
         info.server_info = Implementation::new("agentbox", env!("CARGO_PKG_VERSION"));
-        info.instructions = Some(
+        let mut instructions =
             "Tools that read, write, edit, search and run commands in a sandbox box (not this machine). \
              The box is made at the first tool call and ends when this session does."
-                .into(),
-        );
+                .to_string();
+        if self.tools.iter().any(|t| t.name() == "process_read") {
+            instructions.push_str(
+                " bash with background: true starts a command that keeps running (a server, a watcher, a long build) \
+                 and answers its handle; process_read reads its output, process_write its stdin, \
+                 process_kill stops it, process_list lists them.",
+            );
+        }
+        info.instructions = Some(instructions);
         info
     }
 
@@ -213,7 +233,7 @@ impl ServerHandler for Hands {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(listed()))
+        Ok(ListToolsResult::with_all_items(listed(&self.tools)))
     }
 
     async fn call_tool(
@@ -222,12 +242,13 @@ impl ServerHandler for Hands {
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResult, ErrorData> {
         let name = request.name.to_string();
-        if tools::by_name(&name).is_none() {
+        let Some(tool) = self.tools.iter().find(|t| t.name() == name) else {
+            let names: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
             return Err(ErrorData::invalid_params(
-                format!("unknown tool {name:?} (read, write, edit, bash, ls, grep, find)"),
+                format!("unknown tool {name:?} ({})", names.join(", ")),
                 None,
             ));
-        }
+        };
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let env = match self.session.env().await {
             Ok(e) => e,
@@ -245,7 +266,7 @@ impl ServerHandler for Hands {
             ct.cancelled().await;
             cancel.cancel();
         });
-        let r = tools::call(&name, &*env, args, &ctx).await;
+        let r = tools::run(&**tool, &*env, args, &ctx).await;
         watch.abort();
         let content = r
             .content
@@ -308,7 +329,7 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
                 "--workspace: over --http, sessions come and go: use stdio",
             ));
         }
-        return http(addr, provider, spec).await;
+        return http(addr, provider, spec, served(a.no_process_tools)).await;
     }
     let session = Arc::new(Session {
         provider,
@@ -318,6 +339,7 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
     });
     let hands = Hands {
         session: session.clone(),
+        tools: served(a.no_process_tools),
     };
     let served = hands
         .serve(rmcp::transport::stdio())
@@ -334,7 +356,12 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
 
 /// The streamable HTTP transport on a loopback address, with rmcp's Host checks (localhost,
 /// 127.0.0.1, ::1) kept: a page in a browser cannot reach it by DNS rebinding.
-async fn http(addr: std::net::SocketAddr, provider: Arc<dyn Provider>, spec: Spec) -> Result<i32> {
+async fn http(
+    addr: std::net::SocketAddr,
+    provider: Arc<dyn Provider>,
+    spec: Spec,
+    tools: Arc<Vec<Box<dyn tools::Tool>>>,
+) -> Result<i32> {
     use rmcp::transport::streamable_http_server::session::SessionManager;
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -353,6 +380,7 @@ async fn http(addr: std::net::SocketAddr, provider: Arc<dyn Provider>, spec: Spe
                     workspace: None,
                     open: Mutex::new(None),
                 }),
+                tools: tools.clone(),
             })
         },
         sessions.clone(),

@@ -8,7 +8,8 @@ use clap::Args;
 pub(crate) struct ToolArgs {
     /// The box's id.
     id: SandboxId,
-    /// The tool: read, write, edit, bash, ls, grep, find.
+    /// The tool: read, write, edit, bash, ls, grep, find, process_read, process_write,
+    /// process_kill, process_list.
     name: String,
     /// The tool's arguments as a JSON object.
     #[arg(long, default_value = "{}", value_parser = json_object)]

@@ -1,6 +1,8 @@
 //! `agentbox mcp` driven as a real MCP client drives it (rmcp's client, over the server's
-//! stdio): every tool, a tool error, a bash timeout, a malformed request, the workspace seeded
-//! and pulled back, and the box ended when the client leaves (also mid-call).
+//! stdio): every tool, a tool error, a bash timeout, a malformed request, a background command
+//! read and killed through the process tools (hidden by `--no-process-tools`, which serves
+//! pi's seven alone), the workspace seeded and
+//! pulled back, and the box ended when the client leaves (also mid-call).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -76,12 +78,30 @@ async fn every_tool(s: &Server) {
     assert_eq!(info.protocol_version.to_string(), "2025-11-25");
     assert_eq!(info.server_info.name, "agentbox");
     let tools = s.client.list_all_tools().await.unwrap();
-    let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
-    names.sort();
-    assert_eq!(names, ["bash", "edit", "find", "grep", "ls", "read", "write"]);
+    let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(
+        names,
+        [
+            "read",
+            "bash",
+            "edit",
+            "write",
+            "grep",
+            "find",
+            "ls",
+            "process_read",
+            "process_write",
+            "process_kill",
+            "process_list"
+        ],
+        "pi's seven, then the process tools"
+    );
     for t in &tools {
         let hints = t.annotations.as_ref().expect("hints");
-        let read_only = matches!(t.name.as_ref(), "read" | "ls" | "grep" | "find");
+        let read_only = matches!(
+            t.name.as_ref(),
+            "read" | "ls" | "grep" | "find" | "process_read" | "process_list"
+        );
         assert_eq!(hints.read_only_hint, Some(read_only), "{}", t.name);
         assert_eq!(hints.destructive_hint, Some(!read_only), "{}", t.name);
         assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
@@ -414,6 +434,95 @@ async fn a_box_has_a_runner_unless_told_not_to() {
         "hi"
     );
     assert!(!runner_socket(home.path()), "--no-runner: no runner");
+    leave(s).await;
+}
+
+/// A background command through the process tools, in a box with a runner: read while it
+/// runs, listed, killed, and its end read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_command_through_the_process_tools() {
+    let home = tempfile::tempdir().unwrap();
+    let s = start(home.path(), &["--provider", "local"]).await;
+    let started = call(
+        &s,
+        "bash",
+        json!({"command": "echo serving; exec sleep 120", "background": true}),
+    )
+    .await;
+    assert_eq!(started.is_error, Some(false), "{}", text(&started));
+    let said = text(&started);
+    let handle: u64 = said
+        .strip_prefix("Started in the background as process ")
+        .and_then(|r| r.split('.').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    let mut seen = String::new();
+    for _ in 0..15 {
+        let r = call(&s, "process_read", json!({"handle": handle, "wait": 2})).await;
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+        seen = text(&r);
+        if seen.contains("serving") {
+            break;
+        }
+    }
+    assert!(
+        seen.starts_with("serving\n") && seen.contains("is still running"),
+        "{seen}"
+    );
+    let listed = text(&call(&s, "process_list", json!({})).await);
+    assert!(listed.contains("echo serving; exec sleep 120"), "{listed}");
+    let killed = call(&s, "process_kill", json!({"handle": handle, "signal": "KILL"})).await;
+    assert_eq!(
+        text(&killed),
+        format!("Sent SIGKILL to process {handle}. Use process_read to see how it ended.")
+    );
+    let mut ended = String::new();
+    for _ in 0..15 {
+        ended = text(&call(&s, "process_read", json!({"handle": handle, "after": 8, "wait": 2})).await);
+        if !ended.contains("is still running") {
+            break;
+        }
+    }
+    assert!(ended.contains("was ended by SIGKILL (exit code 137)"), "{ended}");
+    leave(s).await;
+}
+
+/// `--no-process-tools` lists pi's seven alone, bash as pi has it, and a call of a process
+/// tool is then a tool that does not exist; without a runner the process tools refuse, saying
+/// why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_tools_are_hidden_when_asked_and_refuse_without_a_runner() {
+    let home = tempfile::tempdir().unwrap();
+    let s = start(home.path(), &["--provider", "local", "--no-process-tools"]).await;
+    let tools = s.client.list_all_tools().await.unwrap();
+    let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names, ["read", "bash", "edit", "write", "grep", "find", "ls"]);
+    let bash = tools.iter().find(|t| t.name == "bash").unwrap();
+    let pi_bash = agentbox_hands::tools::seven()
+        .into_iter()
+        .find(|t| t.name() == "bash")
+        .unwrap();
+    assert_eq!(Value::Object((*bash.input_schema).clone()), pi_bash.schema());
+    assert!(bash.input_schema["properties"].get("background").is_none());
+    let err = s
+        .client
+        .call_tool(CallToolRequestParams::new("process_list"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("process_list"), "{err}");
+    leave(s).await;
+
+    let s = start(home.path(), &["--provider", "local", "--no-runner"]).await;
+    let r = call(&s, "process_list", json!({})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(
+        text(&r).starts_with("No processes here: box local:") && text(&r).contains("has no runner"),
+        "{}",
+        text(&r)
+    );
+    let r = call(&s, "bash", json!({"command": "sleep 60", "background": true})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("has no runner"), "{}", text(&r));
     leave(s).await;
 }
 

@@ -203,6 +203,17 @@ pub struct ExecOptions {
     pub window: Option<Window>,
 }
 
+/// Options of [`ExecutionEnv::start`]: a command that outlives the call that starts it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StartOptions {
+    /// The working directory; relative to the environment's cwd.
+    pub cwd: Option<String>,
+    /// Variables for the command alone, over the environment's own.
+    pub env: BTreeMap<String, String>,
+    /// Seconds after which the box ends the command, whether or not anyone is still there.
+    pub timeout: Option<f64>,
+}
+
 /// How [`ExecOptions::on_output`] is batched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
@@ -428,6 +439,33 @@ pub trait ExecutionEnv: Send + Sync {
 
     /// End every command still tracked and remove the temporary paths made.
     async fn cleanup(&self, ctx: &Ctx) -> Result<(), FsError>;
+
+    /// Start a command that outlives this call (and this host process): it runs until it ends,
+    /// is signalled, or its timeout passes, with its stdin open and its output kept by the box.
+    /// Answers its handle in [`ExecutionEnv::processes`]. Only an environment whose box keeps
+    /// processes can (a box with a runner); the others refuse with `spawn_error`, saying why.
+    async fn start(&self, command: Command, opts: StartOptions, ctx: &Ctx) -> Result<u64, ExecError> {
+        let _ = (command, opts, ctx);
+        Err(ExecError::new(
+            ExecCode::SpawnError,
+            format!(
+                "{}: this environment keeps no processes, so a command cannot outlive the call that starts it",
+                self.id()
+            ),
+        ))
+    }
+
+    /// The processes the environment's box keeps (those [`ExecutionEnv::start`] started, and
+    /// any other the box holds): read, written, signalled and listed by handle. `unsupported`,
+    /// saying why, where the environment keeps none. Async and owned, so an environment that
+    /// opens its box lazily can answer it.
+    async fn processes(&self, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn agentbox_core::Processes>> {
+        let _ = ctx;
+        Err(agentbox_core::Error::unsupported(format!(
+            "{}: this environment keeps no processes",
+            self.id()
+        )))
+    }
 }
 
 #[cfg(test)]

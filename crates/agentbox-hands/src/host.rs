@@ -424,7 +424,21 @@ impl ExecutionEnv for HostEnv {
         }
         Ok(())
     }
+
+    async fn start(&self, _command: Command, _opts: StartOptions, _ctx: &Ctx) -> Result<u64, ExecError> {
+        Err(ExecError::new(ExecCode::SpawnError, HOST_KEEPS_NONE))
+    }
+
+    async fn processes(&self, _ctx: &Ctx) -> agentbox_core::Result<Arc<dyn agentbox_core::Processes>> {
+        Err(agentbox_core::Error::unsupported(HOST_KEEPS_NONE))
+    }
 }
+
+/// Why the host refuses background commands: nothing on this machine keeps a command past the
+/// call that started it (its process would be this host process's child, gone with it), and a
+/// table of them here would not be the box's.
+const HOST_KEEPS_NONE: &str =
+    "the host environment keeps no processes: a command that runs in the background needs a box with a runner";
 
 /// Ask a process group to end, and kill it a second later.
 async fn stop_group(pgid: i32) {

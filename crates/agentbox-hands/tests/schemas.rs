@@ -1,7 +1,8 @@
 //! Each tool's schema is derived from the struct its arguments parse into, says what pi's
 //! tools say (the schemas below were written by hand before they were derived, and must not
 //! drift; `edits` has since said it takes at least one), and refuses what the tool's parser
-//! refuses.
+//! refuses. pi's seven alone ([`tools::seven`]) are exactly pi's; with the process tools
+//! ([`tools::all`]) bash also takes `background`, and the four process tools follow.
 
 use agentbox_hands::tools::{self, Tool};
 use serde_json::{Value, json};
@@ -108,12 +109,82 @@ fn pi_schemas() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// The schemas of every tool: pi's, bash with `background`, and the process tools, as
+/// docs/tools.md gives them.
+fn all_schemas() -> Vec<(&'static str, Value)> {
+    let mut all = pi_schemas();
+    let bash = &mut all[1].1;
+    bash["properties"]["background"] = json!({
+        "type": "boolean",
+        "description": "Run it in the background: return at once with a handle for process_read, process_write and process_kill (default: false)"
+    });
+    let handle = |d: &str| json!({"type": "number", "description": d});
+    all.extend([
+        (
+            "process_read",
+            json!({
+                "type": "object",
+                "properties": {
+                    "handle": handle("Handle of the process (from bash with background, or process_list)"),
+                    "after": {"type": "number", "description": "Byte number to read from: 0 for the start, or the next number a previous read gave (default: 0)"},
+                    "wait": {"type": "number", "description": "Seconds to wait for new output when there is none yet (default: 5, at most 300)"}
+                },
+                "required": ["handle"]
+            }),
+        ),
+        (
+            "process_write",
+            json!({
+                "type": "object",
+                "properties": {
+                    "handle": handle("Handle of the process"),
+                    "text": {"type": "string", "description": "Text to write to its stdin, as UTF-8 (include \"\\n\" to end a line)"},
+                    "close": {"type": "boolean", "description": "Close its stdin after the text, so it reads end of file (default: false)"}
+                },
+                "required": ["handle"]
+            }),
+        ),
+        (
+            "process_kill",
+            json!({
+                "type": "object",
+                "properties": {
+                    "handle": handle("Handle of the process"),
+                    "signal": {
+                        "type": "string",
+                        "description": "Signal to send to its process group (default: TERM)",
+                        "enum": ["TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT", "TSTP", "ABRT", "ALRM", "PIPE", "SEGV", "WINCH"]
+                    }
+                },
+                "required": ["handle"]
+            }),
+        ),
+        ("process_list", json!({"type": "object", "properties": {}})),
+    ]);
+    all
+}
+
 #[test]
 fn every_derived_schema_is_pis() {
-    let tools = tools::all();
-    assert_eq!(tools.len(), pi_schemas().len());
-    for (name, want) in pi_schemas() {
-        let t = tools::by_name(name).unwrap();
+    let seven = tools::seven();
+    assert_eq!(seven.len(), pi_schemas().len());
+    for (t, (name, want)) in seven.iter().zip(pi_schemas()) {
+        assert_eq!(t.name(), name);
+        assert_eq!(
+            t.schema(),
+            want,
+            "{name}: {}",
+            serde_json::to_string_pretty(&t.schema()).unwrap()
+        );
+    }
+}
+
+#[test]
+fn every_schema_with_the_process_tools_is_as_documented() {
+    let all = tools::all();
+    assert_eq!(all.len(), all_schemas().len());
+    for (t, (name, want)) in all.iter().zip(all_schemas()) {
+        assert_eq!(t.name(), name);
         assert_eq!(
             t.schema(),
             want,
@@ -129,7 +200,16 @@ fn valid(schema: &Value, v: &Value) -> bool {
     let s = schema.as_object().expect("a schema is an object");
     for k in s.keys() {
         assert!(
-            ["type", "properties", "required", "items", "minItems", "description"].contains(&k.as_str()),
+            [
+                "type",
+                "properties",
+                "required",
+                "items",
+                "minItems",
+                "description",
+                "enum"
+            ]
+            .contains(&k.as_str()),
             "a keyword this check does not know: {k}"
         );
     }
@@ -143,6 +223,11 @@ fn valid(schema: &Value, v: &Value) -> bool {
         Some(other) => panic!("a type this check does not know: {other}"),
     };
     if !typed {
+        return false;
+    }
+    if let Some(values) = s.get("enum").and_then(Value::as_array)
+        && !values.contains(v)
+    {
         return false;
     }
     if let Some(req) = s.get("required").and_then(Value::as_array)
@@ -174,6 +259,7 @@ fn inputs(t: &dyn Tool) -> Vec<Value> {
     let schema = t.schema();
     let props = schema["properties"].as_object().unwrap().clone();
     let good = |p: &Value| match p["type"].as_str().unwrap() {
+        "string" if p.get("enum").is_some() => p["enum"][0].clone(),
         "string" => json!("x"),
         "number" => json!(2),
         "boolean" => json!(true),
@@ -197,6 +283,13 @@ fn inputs(t: &dyn Tool) -> Vec<Value> {
             out.push(Value::Object(with));
         }
     }
+    if t.name() == "process_kill" {
+        for spelled in ["SIGKILL", "kill", "9", "SIGNOPE"] {
+            let mut with = valid_call.clone();
+            with.insert("signal".into(), json!(spelled));
+            out.push(Value::Object(with));
+        }
+    }
     if t.name() == "edit" {
         for item in [
             json!({"oldText": "a"}),
@@ -213,14 +306,16 @@ fn inputs(t: &dyn Tool) -> Vec<Value> {
 
 #[test]
 fn each_schema_accepts_and_refuses_what_its_parser_does() {
-    for t in tools::all() {
+    for t in tools::all().into_iter().chain(tools::seven()) {
         let schema = t.schema();
         for input in inputs(&*t) {
             let by_schema = valid(&schema, &input);
             let parsed = t.check(input.clone());
             // Where the parser is kinder than the schema, on purpose: `edits` sent as a JSON
-            // string (pi takes it). Nothing else.
-            let kinder = t.name() == "edit" && input["edits"].is_string();
+            // string (pi takes it), and a signal spelled with `SIG`, in lower case or by its
+            // number. Nothing else.
+            let kinder = (t.name() == "edit" && input["edits"].is_string())
+                || (t.name() == "process_kill" && input["signal"].is_string());
             if kinder {
                 assert!(parsed.is_ok() || !by_schema, "{}: {input}", t.name());
                 continue;

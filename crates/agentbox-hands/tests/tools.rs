@@ -355,8 +355,23 @@ async fn ls_grep_find_messages() {
 #[tokio::test]
 async fn every_tool_exposes_a_schema() {
     let names: Vec<&str> = tools::all().iter().map(|t| t.name()).collect();
-    assert_eq!(names, ["read", "bash", "edit", "write", "grep", "find", "ls"]);
-    for t in tools::all() {
+    assert_eq!(
+        names,
+        [
+            "read",
+            "bash",
+            "edit",
+            "write",
+            "grep",
+            "find",
+            "ls",
+            "process_read",
+            "process_write",
+            "process_kill",
+            "process_list"
+        ]
+    );
+    for t in tools::all().into_iter().chain(tools::seven()) {
         let s = t.schema();
         assert_eq!(s["type"], "object", "{}", t.name());
         for req in s["required"].as_array().into_iter().flatten() {

@@ -21,7 +21,7 @@ use agentbox_core::{
 use tokio::io::AsyncReadExt;
 
 use super::{BoxEnv, KILL_BUDGET, START_TIMEOUT, scripts};
-use crate::env::{Command, ExecCode, ExecError, ExecOptions, ExecOutcome};
+use crate::env::{Command, ExecCode, ExecError, ExecOptions, ExecOutcome, StartOptions};
 use crate::output::{Ran, run_command, stopped_message};
 use crate::path::absolute;
 
@@ -189,6 +189,103 @@ impl BoxEnv {
                     kill_unconfirmed: true,
                     ..ExecError::new(code, format!("{what}, and it could not be confirmed gone within 10s"))
                 })
+            }
+        }
+    }
+
+    /// Start a command the box keeps past this call (`detach`), its stdin left open: only a
+    /// box whose runner keeps processes can. The box ends it at `timeout`, with no call from
+    /// here. A start the deadline or the caller gave up on is killed once it is known, as
+    /// [`BoxEnv::run`]'s is, so no command runs that nobody was given a handle for.
+    pub(super) async fn start_detached(
+        &self,
+        command: Command,
+        opts: StartOptions,
+        ctx: &Ctx,
+    ) -> Result<u64, ExecError> {
+        if let Some(why) = self.lost() {
+            return Err(ExecError::new(ExecCode::Unknown, why));
+        }
+        if self.sandbox.processes().is_none() {
+            let e = super::kept::no_runner(&*self.sandbox);
+            return Err(ExecError {
+                cause: Some(e.clone()),
+                ..ExecError::new(ExecCode::SpawnError, e.message())
+            });
+        }
+        let timeout = match opts.timeout {
+            None => None,
+            Some(t) => Some(
+                Duration::try_from_secs_f64(t)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        ExecError::new(
+                            ExecCode::SpawnError,
+                            format!("timeout {t}: not a number of seconds a box can keep"),
+                        )
+                    })?,
+            ),
+        };
+        let (program, argv) = match command {
+            Command::Argv(a) if a.is_empty() || a[0].is_empty() => {
+                return Err(ExecError::new(ExecCode::SpawnError, "Empty argv: no program to run"));
+            }
+            Command::Argv(a) => (a[0].clone(), a),
+            Command::Shell(s) => (String::new(), vec![self.shell(ctx).await?, "-c".into(), s]),
+        };
+        let cwd = absolute(&self.cwd, opts.cwd.as_deref().unwrap_or("."));
+        let box_opts = BoxExecOptions {
+            cwd: Some(cwd.clone()),
+            env: opts.env,
+            detach: true,
+            timeout,
+            ..Default::default()
+        };
+        let sandbox = self.sandbox.clone();
+        let mut start = tokio::spawn(async move { sandbox.exec(&argv, &box_opts, &Ctx::background()).await });
+        let started = match ctx.with_timeout(START_TIMEOUT).run(&mut start).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(ExecError::new(ExecCode::Unknown, format!("starting the command: {e}"))),
+            Err(_) => {
+                tokio::spawn(async move {
+                    if let Ok(Ok(mut p)) = start.await {
+                        let _ = p.kill().await;
+                    }
+                });
+                if ctx.err().is_some() {
+                    return Err(ExecError::new(
+                        ExecCode::Aborted,
+                        "the command was aborted as it started",
+                    ));
+                }
+                let why = self.mark_lost(format!(
+                    "box {} stopped answering: a command did not start within {}s",
+                    self.sandbox.id(),
+                    START_TIMEOUT.as_secs()
+                ));
+                return Err(ExecError::new(ExecCode::Unknown, why));
+            }
+        };
+        let mut p = match started {
+            Ok(p) => p,
+            Err(e) => return Err(self.refused_start(e, &cwd, &program, ctx).await),
+        };
+        match p.handle() {
+            Some(h) => {
+                if let Some(stdin) = p.stdin.take() {
+                    self.stdins.lock().unwrap().insert(h, stdin);
+                }
+                Ok(h)
+            }
+            None => {
+                // A box that said it keeps processes and gave this one no handle: nobody could
+                // reach it again, so it does not run on.
+                let _ = p.kill().await;
+                Err(ExecError::new(
+                    ExecCode::Unknown,
+                    format!("box {} started the command but gave it no handle", self.sandbox.id()),
+                ))
             }
         }
     }

@@ -10,6 +10,7 @@
 //! one.
 
 mod exec;
+mod kept;
 mod runner;
 mod script;
 pub(crate) mod scripts;
@@ -59,6 +60,10 @@ pub struct BoxEnv {
     commands: Mutex<exec::Commands>,
     /// The box's shell, once the runner path looked for it.
     shell: OnceLock<String>,
+    /// The stdin of each command [`ExecutionEnv::start`] started, by handle: held so the
+    /// command's stdin stays open for `process_write` (the runner client ends a process's
+    /// stdin when the last writer of it is dropped), let go when a write closes it.
+    stdins: kept::Stdins,
     temps: Mutex<BTreeSet<String>>,
 }
 
@@ -75,6 +80,7 @@ impl BoxEnv {
             groups: Mutex::new(BTreeSet::new()),
             commands: Mutex::new(exec::Commands::default()),
             shell: OnceLock::new(),
+            stdins: Default::default(),
             temps: Mutex::new(BTreeSet::new()),
         }
     }
@@ -413,6 +419,23 @@ impl ExecutionEnv for BoxEnv {
 
     async fn exec(&self, command: Command, opts: ExecOptions, ctx: &Ctx) -> Result<ExecOutcome, ExecError> {
         self.run(command, opts, ctx).await
+    }
+
+    async fn start(&self, command: Command, opts: StartOptions, ctx: &Ctx) -> Result<u64, ExecError> {
+        self.start_detached(command, opts, ctx).await
+    }
+
+    async fn processes(&self, _ctx: &Ctx) -> agentbox_core::Result<Arc<dyn agentbox_core::Processes>> {
+        if let Some(why) = self.lost() {
+            return Err(agentbox_core::Error::gone(why));
+        }
+        if self.sandbox.processes().is_none() {
+            return Err(kept::no_runner(&*self.sandbox));
+        }
+        Ok(Arc::new(kept::Kept {
+            sandbox: self.sandbox.clone(),
+            stdins: self.stdins.clone(),
+        }))
     }
 
     async fn cleanup(&self, ctx: &Ctx) -> Result<(), FsError> {

@@ -32,19 +32,26 @@ pub(super) fn schema_of<T: JsonSchema>() -> Value {
         // The struct's own name and doc comment are ours, not the model's.
         root.remove("title");
         root.remove("description");
+        // A tool with no arguments still says it takes an object of none (some clients
+        // refuse a tool whose schema has no properties).
+        root.entry("properties")
+            .or_insert_with(|| Value::Object(Default::default()));
     }
     plain(&mut schema);
     schema
 }
 
-/// schemars writes an `Option<T>` as `T` or `null` and adds a `format` (`uint64`, `double`)
-/// to numbers; pi's schemas say `T` alone, an optional argument being one left out of
-/// `required`.
+/// schemars writes an `Option<T>` as `T` or `null` (and adds `null` to an enum's values) and
+/// adds a `format` (`uint64`, `double`) to numbers; pi's schemas say `T` alone, an optional
+/// argument being one left out of `required`.
 fn plain(v: &mut Value) {
     match v {
         Value::Object(m) => {
             if m.get("format").is_some_and(Value::is_string) {
                 m.remove("format");
+            }
+            if let Some(Value::Array(values)) = m.get_mut("enum") {
+                values.retain(|v| !v.is_null());
             }
             if let Some(Value::Array(types)) = m.get("type") {
                 let rest: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
@@ -153,6 +160,39 @@ impl<'de> Deserialize<'de> for Seconds {
 impl JsonSchema for Seconds {
     fn schema_name() -> Cow<'static, str> {
         "Seconds".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "number"})
+    }
+}
+
+/// A wait in seconds: a finite JSON number, 0 (do not wait) or more, at most `MAX_READ_WAIT`
+/// (the longest a box waits for output in one read).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Wait(pub std::time::Duration);
+
+impl<'de> Deserialize<'de> for Wait {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let max = agentbox_core::MAX_READ_WAIT;
+        let refuse = || D::Error::custom(format!("must be a number of seconds from 0 to {}", max.as_secs()));
+        let t = Value::deserialize(d)?
+            .as_f64()
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .ok_or_else(refuse)?;
+        std::time::Duration::try_from_secs_f64(t)
+            .ok()
+            .filter(|w| *w <= max)
+            .map(Wait)
+            .ok_or_else(refuse)
+    }
+}
+
+impl JsonSchema for Wait {
+    fn schema_name() -> Cow<'static, str> {
+        "Wait".into()
     }
     fn inline_schema() -> bool {
         true

@@ -1,5 +1,7 @@
-//! The tools a model calls (read, write, edit, bash, ls, grep, find) over any
-//! [`ExecutionEnv`], with pi's schemas, defaults, limits and messages (`docs/tools.md` says them).
+//! The tools a model calls over any [`ExecutionEnv`]: pi's seven (read, bash, edit, write,
+//! grep, find, ls) with pi's schemas, defaults, limits and messages, bash also taking
+//! `background`; then the four over the processes a box keeps (process_read, process_write,
+//! process_kill, process_list). `docs/tools.md` says them all.
 //!
 //! A tool's failure is an error result carrying the message the model should read, never a
 //! crash of the host.
@@ -19,6 +21,7 @@ mod find;
 pub mod glob;
 mod grep;
 mod ls;
+mod process;
 mod read;
 pub mod truncate;
 mod write;
@@ -157,7 +160,7 @@ impl<T: Typed> Tool for T {
     }
 }
 
-/// Every tool, in pi's order.
+/// Every tool: pi's seven in pi's order (bash with `background`), then the process tools.
 pub fn all() -> Vec<Box<dyn Tool>> {
     vec![
         Box::new(read::Read),
@@ -167,19 +170,44 @@ pub fn all() -> Vec<Box<dyn Tool>> {
         Box::new(grep::Grep),
         Box::new(find::Find),
         Box::new(ls::Ls),
+        Box::new(process::ProcessRead),
+        Box::new(process::ProcessWrite),
+        Box::new(process::ProcessKill),
+        Box::new(process::ProcessList),
     ]
 }
 
-/// The tool called `name`.
+/// pi's seven tools alone, exactly as pi has them: bash without `background` (nothing could
+/// read a background command's output without the process tools).
+pub fn seven() -> Vec<Box<dyn Tool>> {
+    vec![
+        Box::new(read::Read),
+        Box::new(bash::PiBash),
+        Box::new(edit::Edit),
+        Box::new(write::Write),
+        Box::new(grep::Grep),
+        Box::new(find::Find),
+        Box::new(ls::Ls),
+    ]
+}
+
+/// The tool called `name`, of [`all`].
 pub fn by_name(name: &str) -> Option<Box<dyn Tool>> {
     all().into_iter().find(|t| t.name() == name)
 }
 
-/// Run the tool `name` with `args`; every failure is an error result with its message.
+/// Run the tool `name` of [`all`] with `args`; every failure is an error result with its
+/// message.
 pub async fn call(name: &str, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> ToolResult {
     let Some(tool) = by_name(name) else {
         return ToolResult::error(format!("Unknown tool: {name}"));
     };
+    run(&*tool, env, args, ctx).await
+}
+
+/// Run `tool` with `args` (a tool of [`all`] or of [`seven`]); every failure is an error result
+/// with its message.
+pub async fn run(tool: &dyn Tool, env: &dyn ExecutionEnv, args: Value, ctx: &Ctx) -> ToolResult {
     match tool.run(env, args, ctx).await {
         Ok(r) => r,
         Err(ToolError(m)) => ToolResult::error(m),
