@@ -24,7 +24,7 @@ fn tmux_available(test: &str) -> bool {
 }
 
 /// One tmux server of its own (its own socket and an empty config) with one 100×30 window
-/// whose shell is `sh` with the prompt `outer$ `.
+/// whose shell is bash with the prompt `outer$ `.
 struct Tmux {
     dir: tempfile::TempDir,
     socket: PathBuf,
@@ -56,7 +56,10 @@ impl Tmux {
             .args(["-e", &format!("AB={bin}")])
             .args(["-e", &format!("PS1={OUTER}")])
             .args(["-e", "AGENTBOX_PROVIDER=local"])
-            .arg("sh")
+            // bash, not sh: dash as root prompts `# ` whatever PS1 says. Without readline,
+            // which sets its own terminal modes at each prompt: the pane's terminal is the one
+            // the shell was given.
+            .args(["bash", "--norc", "--noprofile", "--noediting"])
             .output()
             .unwrap();
         assert!(out.status.success(), "tmux: {}", String::from_utf8_lossy(&out.stderr));
@@ -221,9 +224,10 @@ fn exec_it_gives_bash_a_terminal_of_its_own_and_gives_this_one_back() {
     )));
 
     t.type_line(&format!(
-        "\"$AB\" box exec -it {} --env 'PS1=inner$ ' -- bash --norc --noprofile; echo \"CODE=$?\"",
+        "\"$AB\" box exec -it {} --env 'PS1=in''ner$ ' -- bash --norc --noprofile; echo \"CODE=$?\"",
         b.id
     ));
+    // The prompt is typed in two parts: what is typed is shown too, and must not match.
     t.wait_for("the inner prompt", |s| s.contains("inner$ "));
 
     // While it runs, this terminal is raw: keys go to the box as typed.
@@ -355,7 +359,7 @@ fn signals_attach_and_box_shell_give_the_terminal_back() {
 
     // A detached program with a terminal, attached to and let go of with Ctrl-P Ctrl-Q.
     t.type_line(&format!(
-        "\"$AB\" box exec -d -t {} --env 'PS1=kept$ ' -- bash --norc --noprofile > {}",
+        "\"$AB\" box exec -d -t {} --env 'PS1=ke''pt$ ' -- bash --norc --noprofile > {}",
         b.id,
         t.path("handle")
     ));
