@@ -515,8 +515,11 @@ async fn exec(a: ExecArgs) -> Result<i32> {
         detach: a.detach,
         timeout: a.timeout,
     };
-    let p = b.exec(&a.argv, &opts, &ctx).await?;
+    let mut p = b.exec(&a.argv, &opts, &ctx).await?;
     if a.detach {
+        if let Some(w) = p.stdin.take() {
+            procs::leave_open(w);
+        }
         let handle = p
             .handle()
             .ok_or_else(|| Error::unknown(format!("box {}: the detached program got no handle", a.id)))?;

@@ -13,6 +13,9 @@ use crate::term;
 
 /// The most output bytes one `box logs` read asks for.
 const LOGS_CHUNK: usize = 1 << 20;
+/// How long one `box logs` read without --follow waits for bytes the process already wrote
+/// (a read answers as soon as some come).
+const LOGS_WAIT: Duration = Duration::from_secs(5);
 /// How long one `box logs --follow` read waits for output before asking again.
 const FOLLOW_WAIT: Duration = Duration::from_secs(30);
 /// Past a read's own wait, how long the box may take to answer it.
@@ -73,9 +76,11 @@ pub(crate) async fn session(mut p: Process, tty: bool, input: Input, on_signal: 
     // only way out of a raw terminal that leaves the program running.
     let detach_keys = tty && on_signal == OnSignal::LetGo && term::is_raw();
     let (let_go, let_go_asked) = tokio::sync::oneshot::channel::<()>();
-    if input != Input::None
-        && let Some(mut w) = stdin
+    if input == Input::None
+        && let Some(w) = stdin
     {
+        leave_open(w);
+    } else if let Some(mut w) = stdin {
         tokio::spawn(async move {
             let mut chunks = stdin_chunks();
             let mut keys = DetachKeys::default();
@@ -84,6 +89,7 @@ pub(crate) async fn session(mut p: Process, tty: bool, input: Input, on_signal: 
                     match keys.scan(&c) {
                         Some(c) => c,
                         None => {
+                            leave_open(w);
                             let _ = let_go.send(());
                             return;
                         }
@@ -137,6 +143,14 @@ pub(crate) async fn session(mut p: Process, tty: bool, input: Input, on_signal: 
             Ok(128 + sig)
         }
     }
+}
+
+/// Leave a program's stdin open as this process ends: a box may take the writer's drop for the
+/// end of the program's stdin (the runner's client does), and a program let go of, detached
+/// or attached to with `--no-stdin` must keep its stdin for the next attach. The writer is
+/// never dropped; this process is about to exit.
+pub(crate) fn leave_open(w: agentbox_core::Stdin) {
+    std::mem::forget(w);
 }
 
 /// Finds Ctrl-P Ctrl-Q in what is typed, across reads: a Ctrl-P is held back until the key
@@ -334,7 +348,10 @@ pub(crate) async fn logs(b: &dyn Sandbox, id: &SandboxId, handle: u64, after: u6
     let ps = of(b, id)?;
     let ctx = Ctx::background().with_timeout(ANSWER_DEADLINE);
     let end = info(ps, id, handle, &ctx).await?.end;
-    let wait = if follow { FOLLOW_WAIT } else { Duration::ZERO };
+    // Without --follow the bytes up to `end` are there (or said lost): each read answers as
+    // soon as some come, within a deadline for them all.
+    let wait = if follow { FOLLOW_WAIT } else { LOGS_WAIT };
+    let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
     let (mut stdout, mut stderr) = (tokio::io::stdout(), tokio::io::stderr());
     let mut at = after;
     loop {
@@ -343,7 +360,6 @@ pub(crate) async fn logs(b: &dyn Sandbox, id: &SandboxId, handle: u64, after: u6
         if let Some(from) = got.gap_from {
             term::say(&format!("box logs: {}", OutputGap { after: at, from }));
         }
-        let read_some = !got.chunks.is_empty();
         for c in got.chunks {
             let to: &mut (dyn AsyncWrite + Unpin) = match c.stream {
                 Stream::Stdout => &mut stdout,
@@ -355,8 +371,14 @@ pub(crate) async fn logs(b: &dyn Sandbox, id: &SandboxId, handle: u64, after: u6
             }
         }
         at = got.next;
-        if got.exit.is_some() || (!follow && (at >= end || !read_some)) {
+        if got.exit.is_some() || (!follow && at >= end) {
             return Ok(0);
+        }
+        if !follow && tokio::time::Instant::now() > deadline {
+            return Err(Error::timeout(format!(
+                "box logs: process {handle} had written {end} bytes, and only those to {at} came within {}s",
+                ANSWER_DEADLINE.as_secs()
+            )));
         }
     }
 }
