@@ -15,7 +15,8 @@ use clap::Args;
 pub(crate) struct BenchArgs {
     /// What to measure: `boxes` (create, exec), `hands` (each file operation and a command,
     /// on the host and in boxes), `runner` (exec, read and write through a box's runner vs
-    /// one exec per operation, on local and Docker boxes) or `sync` (extracting a
+    /// one exec per operation, and attaching to a process to read its output from a byte
+    /// number vs `exec tail -c`, on local and Docker boxes) or `sync` (extracting a
     /// 10,000-file tree vs GNU tar).
     #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync"])]
     what: String,
@@ -707,6 +708,7 @@ async fn runner(args: BenchArgs) -> Result<()> {
     let ctx = Ctx::background().with_timeout(Duration::from_secs(900));
     let n = args.iterations;
     let mut pairs = Vec::new();
+    let mut notes = Vec::new();
     eprintln!("agentbox bench runner: {n} samples of each side, interleaved");
     for provider in ["local", "docker"] {
         let t = match twin(provider, &ctx).await {
@@ -782,11 +784,98 @@ async fn runner(args: BenchArgs) -> Result<()> {
                 a,
                 b,
             ));
+            // A runner that keeps no processes (an older one in a Docker box) leaves this row
+            // out, named under the table, rather than the rows above.
+            match attach_and_read(n, &t, files, &ctx).await {
+                Ok((a, b)) => pairs.push(pair(
+                    "attach, read 32 KB from byte 32K",
+                    "exec tail -c +32769 of the same 64 KB in a file",
+                    &format!("{provider} box's runner: attach to an ended process at byte 32768, read to its end"),
+                    a,
+                    b,
+                )),
+                Err(e) => {
+                    let note = format!("attach and read, {provider} box: {}", crate::one_line(e.message()));
+                    eprintln!("agentbox bench runner: not measured: {note}");
+                    notes.push(note);
+                }
+            }
             Ok::<_, Error>(())
         }
         .await;
         let _ = t.through.destroy(&ctx).await;
         measured?;
     }
-    print_pairs(&pairs, &[], args.json)
+    print_pairs(&pairs, &notes, args.json)
+}
+
+/// The second half of a process's 64 KB output read again by attaching to it at byte 32768
+/// (it ended: its output is kept by the runner) vs the same 32 KB of a file by one exec of
+/// `tail -c`, the way to get bytes from an offset without a runner.
+async fn attach_and_read(n: u32, t: &Twin, files: &dyn agentbox_core::Files, ctx: &Ctx) -> Result<(Stats, Stats)> {
+    const FROM: u64 = 32 << 10;
+    const ALL: usize = 64 << 10;
+    files
+        .write("bench/64k.bin", &vec![b'a'; ALL], false, ctx)
+        .await
+        .map_err(file_err)?;
+    let ps = t
+        .through
+        .processes()
+        .ok_or_else(|| Error::unknown("the runner box keeps no processes"))?;
+    let argv = vec!["cat".to_string(), "bench/64k.bin".to_string()];
+    let opts = ExecOptions {
+        detach: true,
+        ..Default::default()
+    };
+    let handle = t
+        .through
+        .exec(&argv, &opts, ctx)
+        .await?
+        .handle()
+        .ok_or_else(|| Error::unknown("the detached cat got no handle"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = ps.list(ctx).await?;
+        let p = listed
+            .iter()
+            .find(|p| p.handle == handle)
+            .ok_or_else(|| Error::unknown("the detached cat is not listed"))?;
+        if p.state != agentbox_core::ProcessState::Running && p.end == ALL as u64 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::timeout("the detached cat did not end within 60 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let want = ALL - FROM as usize;
+    let measured = measure(
+        n,
+        || async {
+            let got = exec_ok(&*t.plain, &["tail", "-c", "+32769", "bench/64k.bin"], b"").await?;
+            if got.len() == want {
+                Ok(())
+            } else {
+                Err(Error::unknown(format!("tail -c read {} bytes, not {want}", got.len())))
+            }
+        },
+        || async {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            let mut p = ps.attach(handle, FROM, &ctx).await?;
+            let got = agentbox_core::read_bounded(p.stdout.take(), ALL, "the attached output").await?;
+            p.wait().await?;
+            if got.len() == want {
+                Ok(())
+            } else {
+                Err(Error::unknown(format!(
+                    "the attach read {} bytes, not {want}",
+                    got.len()
+                )))
+            }
+        },
+    )
+    .await;
+    let _ = ps.forget(handle, ctx).await;
+    measured
 }

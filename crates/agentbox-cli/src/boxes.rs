@@ -1,6 +1,5 @@
 //! `agentbox box …`: the contract, one subcommand per call.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +9,8 @@ use agentbox_core::{
 use agentbox_providers::helper::HelperCommand;
 use agentbox_providers::registry::{self, Entry, Environment, Options};
 use clap::{Args, Subcommand};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::{procs, term};
 
 /// The largest file `box cp` brings out of a box.
 const MAX_COPY_BYTES: u64 = 1 << 30;
@@ -20,18 +20,53 @@ pub(crate) enum BoxCommand {
     /// Make a box and print its id.
     Create(Box<CreateArgs>),
     /// Run a program in a box, passing stdin and streaming stdout and stderr; exit with its code.
-    Exec {
+    /// `-it` gives it a terminal, as `docker exec -it` does; `--detach` leaves it running.
+    Exec(Box<ExecArgs>),
+    /// A shell in a box, in a terminal (bash where the box has it, else sh): `exec -it` with
+    /// the box's shell.
+    Shell {
         /// The box's id.
         id: SandboxId,
         /// The working directory, relative to the box's workspace.
         #[arg(long)]
         cwd: Option<String>,
-        /// A variable for this program alone (repeatable).
-        #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
-        env: Vec<(String, String)>,
-        /// The program and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-        argv: Vec<String>,
+    },
+    /// List the processes a box keeps (running, and ended ones not yet forgotten).
+    Ps {
+        /// The box's id.
+        id: SandboxId,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a process's output (stdout on stdout, stderr on stderr), from a byte number on.
+    Logs {
+        /// The box's id.
+        id: SandboxId,
+        /// The process's handle (`box exec --detach` prints it; `box ps` lists them).
+        handle: u64,
+        /// Wait for more output until the process ends.
+        #[arg(short, long)]
+        follow: bool,
+        /// From this byte of its output on (stdout and stderr counted together from 0).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+    },
+    /// Attach to a process: its output from a byte number on, this stdin to its stdin, this
+    /// terminal to its terminal (raw, when it has one); exit with its code. Ctrl-P Ctrl-Q (in
+    /// its terminal) or a signal here (Ctrl-C where it has no terminal) lets go of it, and it
+    /// runs on.
+    Attach {
+        /// The box's id.
+        id: SandboxId,
+        /// The process's handle.
+        handle: u64,
+        /// Replay its output from this byte on (0: all the box still keeps).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Leave its stdin alone (without it, the end of this stdin ends the program's).
+        #[arg(long)]
+        no_stdin: bool,
     },
     /// List running boxes: every provider's this build has, or one provider's.
     Ls {
@@ -64,6 +99,36 @@ pub(crate) enum BoxCommand {
         /// The destination: a file here, or ID:PATH.
         dst: String,
     },
+}
+
+#[derive(Args)]
+pub(crate) struct ExecArgs {
+    /// The box's id.
+    id: SandboxId,
+    /// The working directory, relative to the box's workspace.
+    #[arg(long)]
+    cwd: Option<String>,
+    /// A variable for this program alone (repeatable).
+    #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
+    env: Vec<(String, String)>,
+    /// Keep stdin open: with -t, this terminal's keys go to the program. (Without -t, stdin
+    /// is passed to the program in any case.)
+    #[arg(short, long)]
+    interactive: bool,
+    /// Give the program a terminal of this one's size, TERM from the environment; with -i,
+    /// this terminal is raw while the program runs and follows its size.
+    #[arg(short, long)]
+    tty: bool,
+    /// Leave the program running in the box and print its handle (for `box ps`, `box logs`,
+    /// `box attach`); stdin is left open for a later attach.
+    #[arg(short, long)]
+    detach: bool,
+    /// The box ends the program this long after it starts (500ms, 90s, 10m, 6h, 2d).
+    #[arg(long, value_parser = lifetime)]
+    timeout: Option<Duration>,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    argv: Vec<String>,
 }
 
 #[derive(Args)]
@@ -310,7 +375,21 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             }
             Ok(0)
         }
-        BoxCommand::Exec { id, cwd, env, argv } => exec(&id, cwd, env.into_iter().collect(), argv).await,
+        BoxCommand::Exec(a) => exec(*a).await,
+        BoxCommand::Shell { id, cwd } => shell(&id, cwd).await,
+        BoxCommand::Ps { id, json } => procs::ps(&*attach(&id, &ctx).await?, &id, json).await,
+        BoxCommand::Logs {
+            id,
+            handle,
+            follow,
+            after,
+        } => procs::logs(&*attach(&id, &ctx).await?, &id, handle, after, follow).await,
+        BoxCommand::Attach {
+            id,
+            handle,
+            after,
+            no_stdin,
+        } => procs::attach(&*attach(&id, &ctx).await?, &id, handle, after, no_stdin).await,
         BoxCommand::Ls {
             provider: p,
             labels,
@@ -419,73 +498,62 @@ async fn copy(src: &str, dst: &str, ctx: &Ctx) -> Result<()> {
     }
 }
 
-async fn exec(id: &SandboxId, cwd: Option<String>, env: BTreeMap<String, String>, argv: Vec<String>) -> Result<i32> {
+async fn exec(a: ExecArgs) -> Result<i32> {
     let ctx = Ctx::background();
-    let b = attach(id, &ctx).await?;
-    let mut p = b
-        .exec(
-            &argv,
-            &ExecOptions {
-                cwd,
-                env,
-                ..Default::default()
-            },
-            &ctx,
-        )
-        .await?;
-    let interrupt = ctx.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            interrupt.cancel();
-        }
-    });
-    let stdin = p.stdin.take();
-    tokio::spawn(async move {
-        if let Some(mut w) = stdin {
-            let mut input = tokio::io::stdin();
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match input.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if w.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                        let _ = w.flush().await;
-                    }
-                }
-            }
-            let _ = w.close().await;
-        }
-    });
-    let out = pump(p.stdout.take(), tokio::io::stdout());
-    let err = pump(p.stderr.take(), tokio::io::stderr());
-    let (o, e) = tokio::join!(out, err);
-    o?;
-    e?;
-    match p.wait().await {
-        Ok(status) => Ok(status.code),
-        Err(e) if e.code() == agentbox_core::ErrorCode::Aborted => Ok(130),
-        Err(e) => Err(e),
+    let b = attach(&a.id, &ctx).await?;
+    if a.detach {
+        procs::of(&*b, &a.id)?;
+    } else if a.tty && a.interactive && !term::stdin_is_terminal() {
+        return Err(Error::invalid(
+            "--tty with --interactive: stdin is not a terminal (without -t, a pipe is passed to the program)",
+        ));
     }
+    let opts = ExecOptions {
+        cwd: a.cwd,
+        env: a.env.into_iter().collect(),
+        tty: a.tty.then(term::tty_here),
+        detach: a.detach,
+        timeout: a.timeout,
+    };
+    let mut p = b.exec(&a.argv, &opts, &ctx).await?;
+    if a.detach {
+        if let Some(w) = p.stdin.take() {
+            procs::leave_open(w);
+        }
+        let handle = p
+            .handle()
+            .ok_or_else(|| Error::unknown(format!("box {}: the detached program got no handle", a.id)))?;
+        println!("{handle}");
+        return Ok(0);
+    }
+    let input = if a.tty && !a.interactive {
+        procs::Input::None
+    } else {
+        procs::Input::Forward
+    };
+    procs::session(p, a.tty, input, procs::OnSignal::Kill).await
 }
 
-async fn pump(from: Option<agentbox_core::ByteReader>, mut to: impl tokio::io::AsyncWrite + Unpin) -> Result<()> {
-    let Some(mut from) = from else { return Ok(()) };
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = from
-            .read(&mut buf)
-            .await
-            .map_err(|e| Error::io(e, "reading the program's output"))?;
-        if n == 0 {
-            return Ok(());
-        }
-        // A closed pipe on our side (agentbox … | head) is not the program's failure.
-        if to.write_all(&buf[..n]).await.is_err() || to.flush().await.is_err() {
-            return Ok(());
-        }
+/// The box's shell: bash where it has it, else sh.
+const SHELL: &str = "command -v bash >/dev/null 2>&1 && exec bash; exec sh";
+
+async fn shell(id: &SandboxId, cwd: Option<String>) -> Result<i32> {
+    if !term::stdin_is_terminal() {
+        return Err(Error::invalid(
+            "box shell: stdin is not a terminal (box exec ID -- sh runs a script from a pipe)",
+        ));
     }
+    let args = ExecArgs {
+        id: id.clone(),
+        cwd,
+        env: Vec::new(),
+        interactive: true,
+        tty: true,
+        detach: false,
+        timeout: None,
+        argv: vec!["sh".into(), "-c".into(), SHELL.into()],
+    };
+    exec(args).await
 }
 
 fn parse_disk(t: &str) -> std::result::Result<i64, String> {

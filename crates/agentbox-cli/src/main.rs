@@ -8,8 +8,10 @@ mod boxes;
 mod demo;
 mod ledger;
 mod mcp;
+mod procs;
 mod runs;
 mod sync;
+mod term;
 mod tool;
 
 use std::process::ExitCode;
