@@ -15,7 +15,7 @@ use agentbox_core::{Ctx, Error, ErrorCode, Labels, Provider, Result, Sandbox, Sa
 use agentbox_hands::watch::Watcher;
 use agentbox_hands::{
     BinaryReader, BoxEnv, Change, Command, ExecCode, ExecError, ExecOptions, ExecOutcome, ExecutionEnv, FileInfo,
-    FsCode, FsError, WatchTarget,
+    FsCode, FsError, StartOptions, WatchTarget,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -344,6 +344,10 @@ fn fs_error(e: Error) -> FsError {
     FsError::new(code, "", format!("{}: {}", e.code().as_str(), e.message()))
 }
 
+fn same(e: Error) -> Error {
+    e
+}
+
 fn exec_error(e: Error) -> ExecError {
     let code = match e.code() {
         ErrorCode::Aborted => ExecCode::Aborted,
@@ -469,6 +473,13 @@ impl ExecutionEnv for LazyEnv {
         ctx: &Ctx,
     ) -> std::result::Result<ExecOutcome, ExecError> {
         through!(self, ctx, exec_error, |e| e.exec(command, opts, ctx))
+    }
+    async fn start(&self, command: Command, opts: StartOptions, ctx: &Ctx) -> std::result::Result<u64, ExecError> {
+        through!(self, ctx, exec_error, |e| e.start(command, opts, ctx))
+    }
+    async fn processes(&self, ctx: &Ctx) -> Result<Arc<dyn agentbox_core::Processes>> {
+        // The conversation's box (opened if it is not yet): its processes outlive this call.
+        through!(self, ctx, same, |e| e.processes(ctx))
     }
     async fn cleanup(&self, ctx: &Ctx) -> std::result::Result<(), FsError> {
         // Nothing to clean in a box never made.

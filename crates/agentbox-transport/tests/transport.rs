@@ -347,3 +347,51 @@ async fn agentbox_s_providers_come_from_its_registry() {
         "{e}"
     );
 }
+
+/// A command started in the background through the conversation's box (opened by that start)
+/// is kept by the box: the same environment reads and ends it by its handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_command_is_kept_by_the_conversations_box() {
+    let home = tempfile::tempdir().unwrap();
+    agentbox_testing::runner::ensure();
+    let mut opts = LocalOptions::at(home.path()).unwrap();
+    opts.runner = true;
+    let host = TransportHost {
+        providers: BTreeMap::from([(
+            "local".to_string(),
+            Arc::new(LocalProvider::new(opts).unwrap()) as Arc<dyn Provider>,
+        )]),
+        documents: Arc::new(MemoryDocuments::default()),
+        session: "session-1".into(),
+        labels: BTreeMap::new(),
+        on_lost: None,
+    };
+    let t = Transport::new(TransportConfig::from_toml(ONE).unwrap(), host).unwrap();
+    let env = t.env("c1").unwrap();
+    let handle = env
+        .start(
+            Command::Shell("echo kept; sleep 30".into()),
+            agentbox_hands::StartOptions::default(),
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    let ps = env.processes(&ctx()).await.unwrap();
+    let got = ps
+        .read(handle, 0, Duration::from_secs(10), 1 << 16, &ctx())
+        .await
+        .unwrap();
+    let text: Vec<u8> = got.chunks.iter().flat_map(|c| c.bytes.clone()).collect();
+    assert_eq!(text, b"kept\n");
+    ps.signal(handle, agentbox_core::SIGKILL, &ctx()).await.unwrap();
+    let end = ps
+        .read(handle, got.next, Duration::from_secs(10), 1 << 16, &ctx())
+        .await
+        .unwrap();
+    assert!(
+        matches!(end.exit, Some(agentbox_core::ProcessState::Exited { status }) if status.signal == Some(9)),
+        "{:?}",
+        end.exit
+    );
+    t.destroy(&ctx()).await.unwrap();
+}
