@@ -2,41 +2,13 @@
 //! --detach`, `box ps`, `box logs` and `box attach` on local boxes with a runner (the binary
 //! under test is their runner).
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-struct Home(tempfile::TempDir);
+mod common;
+use common::Home;
 
+/// What these tests ask of a home beyond running the binary.
 impl Home {
-    fn new() -> Self {
-        Home(tempfile::tempdir().unwrap())
-    }
-
-    fn run(&self, args: &[&str], stdin: &[u8]) -> Output {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentbox"))
-            .args(args)
-            .env("AGENTBOX_HOME", self.0.path())
-            .env_remove("AGENTBOX_PROVIDER")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        child.wait_with_output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args, b"");
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
     /// A local box with a runner, ended when the test ends.
     fn local_box(&self, extra: &[&str]) -> Boxed<'_> {
         let mut args = vec!["box", "create", "--provider", "local", "--lifetime", "5m"];

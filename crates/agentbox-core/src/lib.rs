@@ -24,7 +24,7 @@ pub use files::{FileError, FileMeta, FileType, Files};
 pub use id::SandboxId;
 pub use process::{
     ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, MAX_TTY, OutputGap, Process,
-    ProcessControl, SIGKILL, SIGTERM, Stdin, Tty, finish, read_bounded,
+    ProcessControl, SIGKILL, SIGNALS, SIGTERM, Stdin, Tty, finish, read_bounded,
 };
 pub use processes::{MAX_READ, MAX_READ_WAIT, OutputChunk, OutputRead, ProcessInfo, ProcessState, Processes, Stream};
 pub use sandbox::{Endpoint, Provider, Sandbox, Status};

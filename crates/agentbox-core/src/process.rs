@@ -19,6 +19,26 @@ pub type ByteReader = Pin<Box<dyn AsyncRead + Send>>;
 /// A byte stream into a box (a program's stdin).
 pub type ByteWriter = Pin<Box<dyn AsyncWrite + Send>>;
 
+/// The signals a box's programs may be sent ([`Process::signal`], [`crate::Processes::signal`]),
+/// by their bare names, the commonest first; their numbers are Linux's, which every box uses.
+pub const SIGNALS: [(&str, i32); 15] = [
+    ("TERM", 15),
+    ("KILL", 9),
+    ("INT", 2),
+    ("HUP", 1),
+    ("QUIT", 3),
+    ("USR1", 10),
+    ("USR2", 12),
+    ("STOP", 19),
+    ("CONT", 18),
+    ("TSTP", 20),
+    ("ABRT", 6),
+    ("ALRM", 14),
+    ("PIPE", 13),
+    ("SEGV", 11),
+    ("WINCH", 28),
+];
+
 /// SIGKILL, for [`Process::signal`].
 pub const SIGKILL: i32 = 9;
 /// SIGTERM, for [`Process::signal`].

@@ -261,3 +261,36 @@ async fn a_local_box_without_its_runner_refuses_detach_and_timeout() {
         .await
         .unwrap();
 }
+
+/// A runner whose bound is under the window the client asks is granted that bound, and the
+/// client acknowledges within it: 2 MiB through a 100 KB runner arrive whole (the client
+/// waited for 256 KiB before its first ack, which the runner never sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_with_a_small_bound_is_read_to_the_end() {
+    let root = tempfile::tempdir().unwrap();
+    let runner = agentbox_testing::runner::ensure();
+    let mut opts = LocalOptions::at(root.path()).unwrap();
+    opts.runner = false;
+    let local = LocalProvider::new(opts).unwrap();
+    let ctx = Ctx::background();
+    let inner = local.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let sock = root.path().join("boxes").join(inner.id().name()).join("small.sock");
+    let mut argv = vec![runner.to_string_lossy().into_owned()];
+    argv.extend(["serve", "--max-buffered", "100000", "--listen"].map(String::from));
+    argv.push(format!("unix:{}", sock.display()));
+    argv.push("--detach".into());
+    let p = inner.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap();
+    let started = finish(p, FinishOptions::default()).await.unwrap();
+    assert_eq!(started.status.code, 0, "{}", started.stderr_text());
+    let b = RunnerSandbox::new(inner.clone(), Arc::new(agentbox_providers::runner::Address::Unix(sock)));
+    let script = "head -c 2097152 /dev/zero; i=0; while [ $i -lt 2000 ]; do printf o; printf e >&2; i=$((i+1)); done";
+    let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
+    let p = b.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), finish(p, FinishOptions::default()))
+        .await
+        .expect("the output came within 60 s")
+        .unwrap();
+    assert_eq!(out.stdout.len(), 2097152 + 2000);
+    assert_eq!(out.stderr.len(), 2000);
+    inner.destroy(&ctx).await.unwrap();
+}

@@ -194,10 +194,17 @@ async fn a_deadline_ends_the_process_with_no_client_and_the_next_reader_reads_ti
     .await;
     let (_, s) = until(&mut ws, 1, "started").await;
     drop(ws);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
     let mut ws = connect(&r.addr).await;
     hello(&mut ws).await;
-    let list = ps(&mut ws, 2).await;
+    // Asked until it ended (it would sleep for 30 s): the deadline, not its end, ended it.
+    let until_end = tokio::time::Instant::now() + Duration::from_secs(20);
+    let list = loop {
+        let list = ps(&mut ws, 2).await;
+        if list[0].get("exit").is_some() || tokio::time::Instant::now() > until_end {
+            break list;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(
         list[0]["exit"],
         json!({"code":137,"signal":9,"timeout":true}),
@@ -257,4 +264,193 @@ async fn a_detached_process_keeps_a_ring_and_a_late_reader_is_told_the_gap() {
         String::from_utf8_lossy(&out[out.len().saturating_sub(40)..])
     );
     assert!(out.len() <= 4096 + 16, "no more than the ring: {}", out.len());
+}
+
+/// Read `id` on `ws` to its exit, acknowledging each frame as it comes: the bytes, and
+/// whether they were numbered on from `from` with no gap.
+async fn read_acking(ws: &mut Socket, id: u32, from: u64) -> (u64, bool, Value) {
+    let mut next = from;
+    let mut whole = true;
+    let mut bytes = 0u64;
+    loop {
+        match common::next(ws).await {
+            Got::Binary(b) if u32::from_be_bytes(b[..4].try_into().unwrap()) == id => {
+                let seq = u64::from_be_bytes(b[5..13].try_into().unwrap());
+                whole &= seq == next;
+                next = seq + (b.len() - 13) as u64;
+                bytes += (b.len() - 13) as u64;
+                send_text(ws, json!({"op":"ack","id":id,"stream":b[4],"seq":next})).await;
+            }
+            Got::Text(t) if t["id"] == id && t["op"] == "exit" => return (bytes, whole, t),
+            _ => {}
+        }
+    }
+}
+
+async fn hello_window(ws: &mut Socket, window: u64) {
+    send_text(ws, json!({"op":"hello","id":0,"protocol":3,"window":window})).await;
+    let Got::Text(h) = next(ws).await else { panic!() };
+    assert_eq!(h["window"], window, "{h}");
+}
+
+/// A second holder that drops while the first still reads leaves nothing holding the process
+/// behind it: the first reads all of it (the dropped one's acknowledgements were kept, and the
+/// process froze at the bound once the first had read that far).
+#[tokio::test]
+async fn a_second_holder_that_drops_does_not_freeze_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&["--max-buffered", "65536"], dir.path());
+    let mut a = connect(&r.addr).await;
+    hello_window(&mut a, 32768).await;
+    send_text(
+        &mut a,
+        json!({"op":"run","id":1,"argv":["sh","-c","sleep 0.5; head -c 1048576 /dev/zero"],"stdin":false}),
+    )
+    .await;
+    let (_, s) = until(&mut a, 1, "started").await;
+    let mut b = connect(&r.addr).await;
+    hello_window(&mut b, 32768).await;
+    send_text(&mut b, json!({"op":"resume","id":2,"handle":s["handle"],"after":0})).await;
+    until(&mut b, 2, "resumed").await;
+    drop(b);
+    let (bytes, whole, exit) = read_acking(&mut a, 1, 0).await;
+    assert_eq!((bytes, whole, exit["code"].as_i64()), (1 << 20, true, Some(0)));
+}
+
+/// A holder that resumes from before where the dropped holder had acknowledged (another
+/// client taking over from 0) gets all of it: its window is not stalled by bytes counted as
+/// taken that it was sent again.
+#[tokio::test]
+async fn a_holder_taking_over_from_an_earlier_byte_reads_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&["--max-buffered", "262144"], dir.path());
+    let mut a = connect(&r.addr).await;
+    hello_window(&mut a, 65536).await;
+    send_text(
+        &mut a,
+        json!({"op":"run","id":1,"argv":["head","-c","2097152","/dev/zero"],"stdin":false}),
+    )
+    .await;
+    let (_, s) = until(&mut a, 1, "started").await;
+    // Read and acknowledge 128 KB, then drop: what was acknowledged may go, the rest is held.
+    let mut next = 0u64;
+    while next < 131072 {
+        if let Got::Binary(b) = common::next(&mut a).await {
+            next = u64::from_be_bytes(b[5..13].try_into().unwrap()) + (b.len() - 13) as u64;
+            send_text(&mut a, json!({"op":"ack","id":1,"stream":1,"seq":next})).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut b = connect(&r.addr).await;
+    hello_window(&mut b, 65536).await;
+    send_text(&mut b, json!({"op":"resume","id":2,"handle":s["handle"],"after":0})).await;
+    let (_, res) = until(&mut b, 2, "resumed").await;
+    let from = res["from"].as_u64().unwrap();
+    assert!(from <= next, "nothing unacknowledged was let go: {res}");
+    let (bytes, whole, exit) = read_acking(&mut b, 2, from).await;
+    assert!(whole, "no gap after {from}");
+    assert_eq!((from + bytes, exit["code"].as_i64()), (2097152, Some(0)));
+}
+
+/// A program that writes past the bound and exits while its holder is away loses none of its
+/// tail: the pipe's last bytes wait for the holder (they were let go 100 ms after the exit).
+#[tokio::test]
+async fn the_tail_of_a_program_that_ended_at_the_bound_waits_for_its_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&["--max-buffered", "16384"], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["sh","-c","sleep 0.3; head -c 60000 /dev/zero"],"stdin":false}),
+    )
+    .await;
+    let (_, s) = until(&mut ws, 1, "started").await;
+    drop(ws);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(&mut ws, json!({"op":"resume","id":2,"handle":s["handle"],"after":0})).await;
+    let (frames, exit) = until(&mut ws, 2, "exit").await;
+    assert_eq!(exit["code"], 0);
+    let (out, whole) = output(&frames, 2, 0);
+    assert!(whole);
+    assert_eq!(out.len(), 60000, "every byte, the pipe's tail included");
+}
+
+/// Forgetting a process that another connection reads does not leave that reader without
+/// its exit.
+#[tokio::test]
+async fn a_forgotten_process_still_ends_for_its_other_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut a = connect(&r.addr).await;
+    hello(&mut a).await;
+    send_text(
+        &mut a,
+        json!({"op":"run","id":1,"argv":["sh","-c","sleep 0.5; echo bye"],"stdin":false}),
+    )
+    .await;
+    let (_, s) = until(&mut a, 1, "started").await;
+    let mut b = connect(&r.addr).await;
+    hello(&mut b).await;
+    send_text(&mut b, json!({"op":"resume","id":2,"handle":s["handle"],"after":0})).await;
+    until(&mut b, 2, "resumed").await;
+    send_text(&mut a, json!({"op":"forget","id":3,"handle":s["handle"]})).await;
+    until(&mut a, 3, "ok").await;
+    let (frames, exit) = until(&mut b, 2, "exit").await;
+    assert_eq!(exit["code"], 0);
+    assert_eq!(output(&frames, 2, 0).0, b"bye\n");
+}
+
+/// A reader that asks for no output (`window: 0`) gets the exit alone.
+#[tokio::test]
+async fn a_reader_with_no_window_gets_the_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["sh","-c","echo out; exit 4"],"stdin":false,"detach":true}),
+    )
+    .await;
+    let (_, s) = until(&mut ws, 1, "started").await;
+    until(&mut ws, 1, "exit").await;
+    send_text(
+        &mut ws,
+        json!({"op":"resume","id":2,"handle":s["handle"],"after":0,"hold":false,"window":0}),
+    )
+    .await;
+    let (frames, exit) = until(&mut ws, 2, "exit").await;
+    assert_eq!(exit["code"], 4);
+    assert!(output(&frames, 2, 0).0.is_empty(), "no output was asked for");
+}
+
+/// Input to a process that does not read its stdin holds up only its own answer: the
+/// connection's other requests are answered meanwhile.
+#[tokio::test]
+async fn input_a_process_does_not_read_holds_up_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    hello(&mut ws).await;
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["sleep","30"],"stdin":true,"detach":true}),
+    )
+    .await;
+    let (_, s) = until(&mut ws, 1, "started").await;
+    // More inputs than the pipe and the stdin queue of a program that never reads take.
+    for i in 0..24 {
+        let id: u32 = 100 + i;
+        send_text(&mut ws, json!({"op":"input","id":id,"handle":s["handle"]})).await;
+        send_binary(&mut ws, [&id.to_be_bytes()[..], &[0], &vec![b'x'; 64 << 10]].concat()).await;
+    }
+    let list = ps(&mut ws, 20).await;
+    assert_eq!(list.len(), 1, "ps was answered while the input waits");
+    send_text(&mut ws, json!({"op":"kill","id":21,"handle":s["handle"]})).await;
+    until(&mut ws, 21, "ok").await;
 }

@@ -124,38 +124,8 @@ impl BoxEnv {
             env,
             ..Default::default()
         };
-        // The program lives by its own stop below, not by the start's deadline; a start the
-        // deadline or the caller gave up on is killed once it is known.
-        let sandbox = self.sandbox.clone();
-        let mut start = tokio::spawn(async move { sandbox.exec(&argv, &box_opts, &Ctx::background()).await });
-        let started = ctx.with_timeout(START_TIMEOUT).run(&mut start).await;
-        let started = match started {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return Err(ExecError::new(ExecCode::Unknown, format!("starting the command: {e}"))),
-            Err(_) => {
-                tokio::spawn(async move {
-                    if let Ok(Ok(mut p)) = start.await {
-                        let _ = p.kill().await;
-                    }
-                });
-                if ctx.err().is_some() {
-                    return Err(ExecError::new(
-                        ExecCode::Aborted,
-                        "the command was aborted as it started",
-                    ));
-                }
-                let why = self.mark_lost(format!(
-                    "box {} stopped answering: a command did not start within {}s",
-                    self.sandbox.id(),
-                    START_TIMEOUT.as_secs()
-                ));
-                return Err(ExecError::new(ExecCode::Unknown, why));
-            }
-        };
-        let mut p = match started {
-            Ok(p) => p,
-            Err(e) => return Err(self.refused_start(e, &cwd, &program, ctx).await),
-        };
+        // The program lives by its own stop below, not by the start's deadline.
+        let mut p = self.start_program(argv, box_opts, &cwd, &program, ctx).await?;
         drop(p.stdin.take()); // no input: the command reads EOF
         let killer = p.killer();
         let id = {
@@ -242,6 +212,37 @@ impl BoxEnv {
             timeout,
             ..Default::default()
         };
+        let mut p = self.start_program(argv, box_opts, &cwd, &program, ctx).await?;
+        match p.handle() {
+            Some(h) => {
+                if let Some(stdin) = p.stdin.take() {
+                    self.stdins.lock().unwrap().insert(h, stdin);
+                }
+                Ok(h)
+            }
+            None => {
+                // A box that said it keeps processes and gave this one no handle: nobody could
+                // reach it again, so it does not run on.
+                let _ = p.kill().await;
+                Err(ExecError::new(
+                    ExecCode::Unknown,
+                    format!("box {} started the command but gave it no handle", self.sandbox.id()),
+                ))
+            }
+        }
+    }
+
+    /// Start `argv` in the box, waiting for the start within [`START_TIMEOUT`] and `ctx`. The
+    /// program lives by its own stop, not by the start's deadline; a start the deadline or the
+    /// caller gave up on is killed once it is known.
+    async fn start_program(
+        &self,
+        argv: Vec<String>,
+        box_opts: BoxExecOptions,
+        cwd: &str,
+        program: &str,
+        ctx: &Ctx,
+    ) -> Result<agentbox_core::Process, ExecError> {
         let sandbox = self.sandbox.clone();
         let mut start = tokio::spawn(async move { sandbox.exec(&argv, &box_opts, &Ctx::background()).await });
         let started = match ctx.with_timeout(START_TIMEOUT).run(&mut start).await {
@@ -267,26 +268,9 @@ impl BoxEnv {
                 return Err(ExecError::new(ExecCode::Unknown, why));
             }
         };
-        let mut p = match started {
-            Ok(p) => p,
-            Err(e) => return Err(self.refused_start(e, &cwd, &program, ctx).await),
-        };
-        match p.handle() {
-            Some(h) => {
-                if let Some(stdin) = p.stdin.take() {
-                    self.stdins.lock().unwrap().insert(h, stdin);
-                }
-                Ok(h)
-            }
-            None => {
-                // A box that said it keeps processes and gave this one no handle: nobody could
-                // reach it again, so it does not run on.
-                let _ = p.kill().await;
-                Err(ExecError::new(
-                    ExecCode::Unknown,
-                    format!("box {} started the command but gave it no handle", self.sandbox.id()),
-                ))
-            }
+        match started {
+            Ok(p) => Ok(p),
+            Err(e) => Err(self.refused_start(e, cwd, program, ctx).await),
         }
     }
 

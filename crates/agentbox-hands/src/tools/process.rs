@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ErrorCode, ExitStatus, OutputRead, ProcessInfo, ProcessState};
+use agentbox_core::{Ctx, ErrorCode, ExitStatus, OutputRead, ProcessInfo, ProcessState, SIGNALS};
 use async_trait::async_trait;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::Error as _;
@@ -28,26 +28,6 @@ const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 /// A command shown by `process_list` is cut past this many characters.
 const MAX_COMMAND_CHARS: usize = 120;
-
-/// The signals a box's runner carries, by their bare names, in the order the schema lists
-/// them; their numbers are Linux's.
-const SIGNALS: [(&str, i32); 15] = [
-    ("TERM", 15),
-    ("KILL", 9),
-    ("INT", 2),
-    ("HUP", 1),
-    ("QUIT", 3),
-    ("USR1", 10),
-    ("USR2", 12),
-    ("STOP", 19),
-    ("CONT", 18),
-    ("TSTP", 20),
-    ("ABRT", 6),
-    ("ALRM", 14),
-    ("PIPE", 13),
-    ("SEGV", 11),
-    ("WINCH", 28),
-];
 
 /// `SIGTERM` for 15; `signal 42` for one the table does not name.
 pub(super) fn signal_name(n: i32) -> String {

@@ -41,8 +41,12 @@ const RECONNECT_FOR: Duration = Duration::from_secs(60);
 /// output sent and not yet taken by its reader. A reader that stops reading holds up its own
 /// process at the runner, never this connection's other processes and file operations.
 pub(super) const WINDOW: u64 = 1 << 20;
-/// A reader acknowledges what it took once this much has gathered.
-const ACK_EVERY: u64 = WINDOW / 4;
+/// A reader acknowledges what it took once this much of the granted window has gathered, and
+/// whenever it has taken all that came (so a small window, or a runner at its bound for
+/// another reason, never waits on an acknowledgement the reader holds back).
+fn ack_every(window: u64) -> u64 {
+    (window / 4).max(1)
+}
 /// Bytes held per stream for a reader that has not taken them: room for a whole window and
 /// the chunk in flight past it, so a runner that keeps its window never waits on it. A runner
 /// without flow control (or one that ignores it) is bounded here instead, and then a slow
@@ -121,6 +125,8 @@ pub struct Client {
     conn: tokio::sync::Mutex<Option<Conn>>,
     /// Whether the runner granted flow control (its hello carried a window).
     flow: AtomicBool,
+    /// The window the runner granted (0 without flow control).
+    granted: std::sync::atomic::AtomicU64,
     shared: Arc<Mutex<Shared>>,
     next_id: AtomicU32,
     me: Weak<Client>,
@@ -164,6 +170,7 @@ impl Client {
             dial,
             conn: tokio::sync::Mutex::new(None),
             flow: AtomicBool::new(false),
+            granted: std::sync::atomic::AtomicU64::new(0),
             shared: Arc::new(Mutex::new(Shared::default())),
             next_id: AtomicU32::new(1),
             me: me.clone(),
@@ -266,6 +273,7 @@ impl Client {
                         );
                     }
                     self.flow.store(window.is_some(), Ordering::Relaxed);
+                    self.granted.store(window.unwrap_or(0), Ordering::Relaxed);
                 }
                 Ok(Answer::Hello { protocol, .. }) => {
                     return Err(Error::unsupported(format!(
@@ -483,7 +491,31 @@ impl Client {
         let handle = match started {
             Ok(h) => h,
             Err(e) => {
-                self.shared.lock().unwrap().procs.remove(&id);
+                let was_run = self
+                    .shared
+                    .lock()
+                    .unwrap()
+                    .procs
+                    .remove(&id)
+                    .is_some_and(|p| p.run.is_some());
+                // Given up on (a deadline, an abort, a drop): a program the runner may have
+                // started anyway would run on with nobody to reach it; a reader would hold.
+                if let Some(me) = self.me.upgrade() {
+                    tokio::spawn(async move {
+                        if was_run {
+                            let _ = me
+                                .tell(Request::Kill {
+                                    id,
+                                    signal: None,
+                                    handle: None,
+                                })
+                                .await;
+                            let _ = me.tell(Request::Forget { id, handle: None }).await;
+                        } else {
+                            let _ = me.tell(Request::Release { id }).await;
+                        }
+                    });
+                }
                 return Err(e);
             }
         };
@@ -502,6 +534,7 @@ impl Client {
             tokio::spawn(pump_acks(me.clone(), id, acks_rx));
         }
         let acks = flow.then_some(acks);
+        let granted = self.granted.load(Ordering::Relaxed);
         let control = Arc::new(Control {
             client: me,
             id,
@@ -510,8 +543,14 @@ impl Client {
         });
         Ok(Process::new(
             Some(Box::pin(StdinWriter { inner: stdin_w, closed })),
-            Some(Box::pin(ChanReader::new(out_rx, out.room, STDOUT, acks.clone()))),
-            Some(Box::pin(ChanReader::new(err_rx, err.room, STDERR, acks))),
+            Some(Box::pin(ChanReader::new(
+                out_rx,
+                out.room,
+                STDOUT,
+                acks.clone(),
+                granted,
+            ))),
+            Some(Box::pin(ChanReader::new(err_rx, err.room, STDERR, acks, granted))),
             control,
             governing,
         )
@@ -899,6 +938,11 @@ async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>
     }
 }
 
+/// A signal's name on the wire, or `invalid` for one the runner does not send.
+fn wire_signal(signal: i32) -> Result<&'static str> {
+    signal_name(signal).ok_or_else(|| Error::invalid(format!("signal {signal}: not one the runner sends")))
+}
+
 /// The contract's code for a runner's error code (its own names, or an errno's name).
 fn code_of(code: Option<&str>) -> ErrorCode {
     ErrorCode::from_wire(code.unwrap_or("unknown"))
@@ -922,8 +966,7 @@ impl ProcessControl for Control {
     }
 
     async fn signal(&self, signal: i32) -> Result<()> {
-        let name =
-            signal_name(signal).ok_or_else(|| Error::invalid(format!("signal {signal}: not one the runner sends")))?;
+        let name = wire_signal(signal)?;
         if !self.client.shared.lock().unwrap().procs.contains_key(&self.id) {
             return Ok(());
         }
@@ -955,6 +998,8 @@ struct ChanReader {
     pos: usize,
     seq: u64,
     taken: u64,
+    /// Acknowledge once this much was taken ([`ack_every`] of the granted window).
+    every: u64,
 }
 
 impl ChanReader {
@@ -963,6 +1008,7 @@ impl ChanReader {
         room: Arc<tokio::sync::Semaphore>,
         stream: u8,
         acks: Option<mpsc::UnboundedSender<(u8, u64)>>,
+        window: u64,
     ) -> Self {
         ChanReader {
             rx,
@@ -973,16 +1019,24 @@ impl ChanReader {
             pos: 0,
             seq: 0,
             taken: 0,
+            every: ack_every(window),
         }
     }
 
     /// The chunk in `buf` was read whole.
-    fn finished_chunk(&mut self, force: bool) {
+    fn finished_chunk(&mut self) {
         self.taken += self.buf.len() as u64;
         self.buf = Vec::new();
         self.pos = 0;
+        if self.taken >= self.every {
+            self.ack();
+        }
+    }
+
+    /// Tell the runner what was taken, if anything was since the last time.
+    fn ack(&mut self) {
         if self.seq > 0
-            && (force || self.taken >= ACK_EVERY)
+            && self.taken > 0
             && let Some(a) = &self.acks
         {
             let _ = a.send((self.stream, self.seq));
@@ -1002,7 +1056,7 @@ impl AsyncRead for ChanReader {
                 return Poll::Ready(Ok(()));
             }
             if !self.buf.is_empty() {
-                self.finished_chunk(false);
+                self.finished_chunk();
             }
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(c)) => {
@@ -1015,7 +1069,11 @@ impl AsyncRead for ChanReader {
                     }
                 }
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // All that came was taken: say so now, since more may wait on it.
+                    self.ack();
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -1030,7 +1088,9 @@ impl Drop for ChanReader {
             self.room.add_permits(c.held as usize);
             self.seq = c.end;
         }
-        self.finished_chunk(true);
+        // Everything it held, and all that came, counts as taken.
+        self.taken = self.taken.max(1);
+        self.ack();
     }
 }
 

@@ -33,6 +33,10 @@ struct Mine {
 
 /// How many `write`s or `append`s may wait for their bytes on one connection.
 const MAX_PENDING_WRITES: usize = 256;
+/// Bytes of `input` one connection may have waiting for processes to read them.
+const MAX_INPUT_HELD: usize = 16 << 20;
+/// How long an `input` waits for its process to take it.
+const INPUT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A `write`, `append` or `input` waiting for its bytes.
 enum PendingWrite {
@@ -64,6 +68,7 @@ pub(super) async fn serve(
         window: None,
         mine: HashMap::new(),
         writes: HashMap::new(),
+        input_held: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     };
     while let Some(inbound) = rx.recv().await {
         match inbound {
@@ -96,6 +101,8 @@ struct Conn {
     window: Option<u64>,
     mine: HashMap<u32, Mine>,
     writes: HashMap<u32, PendingWrite>,
+    /// Bytes of `input` waiting for their processes ([`MAX_INPUT_HELD`]).
+    input_held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Conn {
@@ -264,14 +271,7 @@ impl Conn {
             }
             Request::Input { handle, close, .. } => match self.runner.proc(handle) {
                 None => self.answer(self.unknown(id, Some(handle), "input")).await,
-                Some(_) if self.writes.len() >= MAX_PENDING_WRITES => {
-                    self.answer(Answer::error(
-                        Some(id),
-                        "too_large",
-                        format!("{MAX_PENDING_WRITES} writes already wait for their bytes on this connection"),
-                    ))
-                    .await
-                }
+                Some(_) if self.writes.len() >= MAX_PENDING_WRITES => self.answer(too_many_writes(id)).await,
                 Some(proc) => {
                     self.writes.insert(id, PendingWrite::Input { proc, close });
                 }
@@ -289,12 +289,7 @@ impl Conn {
                 }
             }
             Request::Write { .. } | Request::Append { .. } if self.writes.len() >= MAX_PENDING_WRITES => {
-                self.answer(Answer::error(
-                    Some(id),
-                    "too_large",
-                    format!("{MAX_PENDING_WRITES} writes already wait for their bytes on this connection"),
-                ))
-                .await
+                self.answer(too_many_writes(id)).await
             }
             Request::Write { path, mode, .. } => {
                 self.writes.insert(
@@ -358,27 +353,59 @@ impl Conn {
                 let Some(PendingWrite::Input { proc, close }) = self.writes.remove(&id) else {
                     return;
                 };
-                let tx = proc.stdin.lock().unwrap().clone();
-                let a = match tx {
-                    None => Answer::error(
-                        Some(id),
-                        "gone",
-                        format!("input: the stdin of process {} has ended", proc.handle),
-                    ),
-                    Some(tx) => {
-                        let mut ok = bytes.is_empty() || tx.send(Some(bytes.to_vec())).await.is_ok();
+                let Some(tx) = proc.stdin.lock().unwrap().clone() else {
+                    return self
+                        .answer(Answer::error(
+                            Some(id),
+                            "gone",
+                            format!("input: the stdin of process {} has ended", proc.handle),
+                        ))
+                        .await;
+                };
+                // Queued off the connection: a process that does not read its stdin holds up
+                // only the answer to this input, never the connection's other requests.
+                let held = self.input_held.clone();
+                if held.load(Ordering::SeqCst) + bytes.len() > MAX_INPUT_HELD {
+                    return self
+                        .answer(Answer::error(
+                            Some(id),
+                            "too_large",
+                            format!(
+                                "input: {MAX_INPUT_HELD} bytes of input on this connection already wait for processes to read them"
+                            ),
+                        ))
+                        .await;
+                }
+                held.fetch_add(bytes.len(), Ordering::SeqCst);
+                let (bytes, answers) = (bytes.to_vec(), self.tx.clone());
+                tokio::spawn(async move {
+                    let n = bytes.len();
+                    let queue = async {
+                        let mut ok = bytes.is_empty() || tx.send(Some(bytes)).await.is_ok();
                         let end = if close { proc.stdin.lock().unwrap().take() } else { None };
                         if let Some(tx) = end {
                             ok &= tx.send(None).await.is_ok();
                         }
-                        if ok {
-                            Answer::Ok { id }
-                        } else {
+                        ok
+                    };
+                    let a = match tokio::time::timeout(INPUT_TIMEOUT, queue).await {
+                        Ok(true) => Answer::Ok { id },
+                        Ok(false) => {
                             Answer::error(Some(id), "gone", format!("input: process {} has ended", proc.handle))
                         }
-                    }
-                };
-                self.answer(a).await
+                        Err(_) => Answer::error(
+                            Some(id),
+                            "timeout",
+                            format!(
+                                "input: process {} read none of its stdin within {}s",
+                                proc.handle,
+                                INPUT_TIMEOUT.as_secs()
+                            ),
+                        ),
+                    };
+                    held.fetch_sub(n, Ordering::SeqCst);
+                    let _ = answers.send(Message::Text(json(&a))).await;
+                });
             }
             STDIN => {
                 // Stdin for an id this connection does not know, or whose stdin ended, is dropped.
@@ -682,6 +709,14 @@ struct Run {
 }
 
 type Writer = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+fn too_many_writes(id: u32) -> Answer {
+    Answer::error(
+        Some(id),
+        "too_large",
+        format!("{MAX_PENDING_WRITES} writes already wait for their bytes on this connection"),
+    )
+}
 
 /// A terminal's size within bounds.
 fn check_size(rows: u16, cols: u16) -> Result<(), String> {

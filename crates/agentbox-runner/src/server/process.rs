@@ -361,11 +361,13 @@ impl Proc {
             let acks = match (r.hold, st.ghost) {
                 // The holder that dropped comes back (or another takes its place): what it
                 // acknowledged stands, and what it was sent and has not is in its window.
+                // (Never past where this reader starts: what it is sent, it acknowledges.)
                 (true, Some(g)) => {
                     st.ghost = None;
+                    let first = st.out.first();
                     Acks {
-                        out: g.out.max(st.out.first()),
-                        err: g.err.max(st.out.first()),
+                        out: g.out.max(first).min(from),
+                        err: g.err.max(first).min(from),
                     }
                 }
                 _ => Acks::at(from),
@@ -408,12 +410,14 @@ impl Proc {
     pub(super) fn detach(&self, key: ReaderKey, dropped: bool) {
         {
             let mut st = self.state.lock().unwrap();
+            // The last holder to drop holds on as a ghost; while another holds, it needs none.
             if let Some(r) = st.readers.remove(&key)
                 && dropped
                 && r.r.hold
                 && !self.detach
                 && self.resumable
                 && !r.exit_sent
+                && !st.readers.values().any(|o| o.r.hold)
             {
                 st.ghost = Some(r.acks);
             }
@@ -532,6 +536,11 @@ fn next_message(out: &Output, r: &mut Reader, exit: Option<ProcExit>, finished: 
             })));
         }
     }
+    if r.r.window == Some(0) {
+        // A reader that asked for no output waits only for the exit.
+        r.sent = out.end;
+        r.acks = Acks::at(r.sent);
+    }
     if r.sent < out.end {
         let room = match r.r.window {
             Some(w) => w.saturating_sub(r.unacked) as usize,
@@ -611,6 +620,7 @@ pub(super) async fn run(
     let mut exit: Option<(i32, Option<i32>)> = None;
     let mut timed_out = false;
     let mut drain_until: Option<tokio::time::Instant> = None;
+    let mut stalled = false;
     let mut ob = vec![0u8; 64 << 10];
     let mut eb = vec![0u8; 64 << 10];
     loop {
@@ -629,12 +639,23 @@ pub(super) async fn run(
             break;
         }
         let room = p.state.lock().unwrap().make_room().min(ob.len());
+        // The drain counts only while there is room to read: at the bound it starts again
+        // once room is made (after however long the holder took).
+        if drain_until.is_some() {
+            if room == 0 {
+                stalled = true;
+            } else if stalled {
+                stalled = false;
+                drain_until = Some(tokio::time::Instant::now() + DRAIN);
+            }
+        }
         tokio::select! {
             _ = changed.changed() => {}
             r = read_some(&mut stdout, &mut ob[..room.max(1)]), if stdout.is_some() && room > 0 => match r {
                 Some(n) => {
                     p.state.lock().unwrap().out.push(STDOUT, &ob[..n]);
                     p.bump();
+                    drain_until = drain_until.map(|_| tokio::time::Instant::now() + DRAIN);
                 }
                 None => stdout = None,
             },
@@ -642,6 +663,7 @@ pub(super) async fn run(
                 Some(n) => {
                     p.state.lock().unwrap().out.push(STDERR, &eb[..n]);
                     p.bump();
+                    drain_until = drain_until.map(|_| tokio::time::Instant::now() + DRAIN);
                 }
                 None => stderr = None,
             },
@@ -654,8 +676,10 @@ pub(super) async fn run(
                 timed_out = true;
                 kill_group(p.pid as i32, 9);
             }
+            // Only once the pipes went quiet with room to read: at the bound, what is still in
+            // them waits for a holder, as the program's earlier output did.
             _ = tokio::time::sleep_until(drain_until.unwrap_or_else(tokio::time::Instant::now)),
-                if drain_until.is_some() && (stdout.is_some() || stderr.is_some()) => {
+                if drain_until.is_some() && room > 0 && (stdout.is_some() || stderr.is_some()) => {
                 stdout = None;
                 stderr = None;
             }
@@ -665,10 +689,12 @@ pub(super) async fn run(
     p.bump();
     // Kept until forgotten (a protocol-3 process, for whoever reads it next), or, for one that
     // cannot be resumed, until its exit went out or nobody reads it.
+    // A forgotten one goes once each of its readers had its exit (or left).
     loop {
         {
             let st = p.state.lock().unwrap();
-            if st.forgotten || (!p.resumable && (st.delivered || st.readers.is_empty())) {
+            let told = st.readers.values().all(|r| r.exit_sent);
+            if (st.forgotten && told) || (!p.resumable && (st.delivered || st.readers.is_empty())) {
                 break;
             }
         }

@@ -7,7 +7,7 @@ use agentbox_core::{
     Ctx, Error, ExitStatus, MAX_READ, MAX_READ_WAIT, OutputChunk, OutputRead, Process, ProcessInfo, ProcessState,
     Processes, Result,
 };
-use agentbox_protocol::runner::{Answer, ProcExit, Request, STDIN, signal_name};
+use agentbox_protocol::runner::{Answer, ProcExit, Request, STDIN};
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
@@ -215,8 +215,7 @@ impl Processes for Client {
     }
 
     async fn signal(&self, handle: u64, signal: i32, ctx: &Ctx) -> Result<()> {
-        let name =
-            signal_name(signal).ok_or_else(|| Error::invalid(format!("signal {signal}: not one the runner sends")))?;
+        let name = super::wire_signal(signal)?;
         self.ok_or(
             |id| Request::Kill {
                 id,
@@ -267,4 +266,20 @@ fn merge(mut got: OutputRead) -> OutputRead {
     }
     got.chunks = out;
     got
+}
+
+#[cfg(test)]
+mod tests {
+    /// The signals the contract names are the ones the runner's wire carries, by the same
+    /// numbers (the runner cannot depend on the contract, so each has its table).
+    #[test]
+    fn the_contracts_signals_are_the_wires() {
+        for (name, n) in agentbox_core::SIGNALS {
+            assert_eq!(agentbox_protocol::runner::signal_number(name), Some(n), "{name}");
+            assert_eq!(
+                agentbox_protocol::runner::signal_name(n),
+                Some(format!("SIG{name}").as_str())
+            );
+        }
+    }
 }
