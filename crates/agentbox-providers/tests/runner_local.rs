@@ -294,3 +294,71 @@ async fn a_runner_with_a_small_bound_is_read_to_the_end() {
     assert_eq!(out.stderr.len(), 2000);
     inner.destroy(&ctx).await.unwrap();
 }
+
+/// A runner started again in a box (the old one killed) is another runner: a client's
+/// processes ended with the old one, and their handles name nothing of the new one's. The
+/// client's wait answers `gone` (it resumed the handle on the new runner, and read another
+/// process's output and exit as its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_started_again_is_not_taken_for_the_old_one() {
+    let root = tempfile::tempdir().unwrap();
+    let runner = agentbox_testing::runner::ensure();
+    let mut opts = LocalOptions::at(root.path()).unwrap();
+    opts.runner = false;
+    let local = LocalProvider::new(opts).unwrap();
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let inner = local.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let sock = root.path().join("boxes").join(inner.id().name()).join("again.sock");
+    let program = vec![runner.to_string_lossy().into_owned()];
+    let listen = [format!("unix:{}", sock.display())];
+    let first = agentbox_providers::runner::start(inner.as_ref(), &program, &listen, None, &ctx)
+        .await
+        .unwrap();
+    let b = RunnerSandbox::new(
+        inner.clone(),
+        Arc::new(agentbox_providers::runner::Address::Unix(sock.clone())),
+    );
+    let argv = |s: &str| vec!["sh".to_string(), "-c".into(), s.to_string()];
+    let mut mine = b.exec(&argv("sleep 30"), &ExecOptions::default(), &ctx).await.unwrap();
+    assert_eq!(mine.handle(), Some(1));
+    // The runner dies; another is started on the same socket, and runs a process of its own,
+    // which takes handle 1 there.
+    let pid = first.pid.unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+    let _ = std::fs::remove_file(&sock);
+    agentbox_providers::runner::start(inner.as_ref(), &program, &listen, None, &ctx)
+        .await
+        .unwrap();
+    let other = RunnerSandbox::new(inner.clone(), Arc::new(agentbox_providers::runner::Address::Unix(sock)));
+    let theirs = other
+        .exec(&argv("echo theirs; sleep 2"), &ExecOptions::default(), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(theirs.handle(), Some(1));
+    let mut out = Vec::new();
+    let reader = mine.stdout.take().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(30), async {
+        let _ = agentbox_core::read_bounded(Some(reader), 1 << 20, "stdout")
+            .await
+            .map(|b| out = b);
+        mine.wait().await
+    })
+    .await
+    .expect("the old process's wait answered");
+    match got {
+        Err(e) if e.code() == agentbox_core::ErrorCode::Gone => {}
+        other => panic!(
+            "the old runner's process reads {other:?} and {:?}",
+            String::from_utf8_lossy(&out)
+        ),
+    }
+    assert!(
+        out.is_empty(),
+        "another process's output: {:?}",
+        String::from_utf8_lossy(&out)
+    );
+    drop(theirs);
+    inner.destroy(&ctx).await.unwrap();
+}

@@ -127,6 +127,8 @@ pub struct Client {
     flow: AtomicBool,
     /// The window the runner granted (0 without flow control).
     granted: std::sync::atomic::AtomicU64,
+    /// The pid of the runner last reached (0 before the first), which names it.
+    runner_pid: AtomicU32,
     shared: Arc<Mutex<Shared>>,
     next_id: AtomicU32,
     me: Weak<Client>,
@@ -171,6 +173,7 @@ impl Client {
             conn: tokio::sync::Mutex::new(None),
             flow: AtomicBool::new(false),
             granted: std::sync::atomic::AtomicU64::new(0),
+            runner_pid: AtomicU32::new(0),
             shared: Arc::new(Mutex::new(Shared::default())),
             next_id: AtomicU32::new(1),
             me: me.clone(),
@@ -210,6 +213,16 @@ impl Client {
         for (_, w) in sh.waiting.drain() {
             let _ = w.send(Reply::Lost);
         }
+        for (_, w) in sh.watching.drain() {
+            let _ = w.send(Seen::Error(Error::gone(why.clone())));
+        }
+        drop(sh);
+        self.lose_all(why);
+    }
+
+    /// Every process this client ran or attached to ended: each is told `gone` with `why`.
+    fn lose_all(&self, why: String) {
+        let mut sh = self.shared.lock().unwrap();
         for (_, mut p) in sh.procs.drain() {
             if let Some(x) = p.exit.take() {
                 let _ = x.send(Err(Error::gone(why.clone())));
@@ -217,9 +230,6 @@ impl Client {
             if let Some(s) = p.started.take() {
                 let _ = s.send(Err(Error::gone(why.clone())));
             }
-        }
-        for (_, w) in sh.watching.drain() {
-            let _ = w.send(Seen::Error(Error::gone(why.clone())));
         }
     }
 
@@ -265,7 +275,21 @@ impl Client {
             .await?;
         match first {
             Ok(Some(Message::Text(t))) => match serde_json::from_str::<Answer>(&t) {
-                Ok(Answer::Hello { protocol, window, .. }) if protocol >= EXTENDED => {
+                Ok(Answer::Hello {
+                    protocol, window, pid, ..
+                }) if protocol >= EXTENDED => {
+                    // Another runner than the last one (it died, and the box started a new
+                    // one): the processes of this client ended with the old one, and their
+                    // handles and keys mean nothing to the new one (a `run` sent again would
+                    // run a second time).
+                    let before = self.runner_pid.swap(pid, Ordering::SeqCst);
+                    if before != 0 && before != pid {
+                        tracing::warn!(runner = %self.describe(), old = before, new = pid, "the runner was started again: its processes are gone");
+                        self.lose_all(format!(
+                            "{} was started again (pid {before}, now {pid}): the processes it ran ended with it",
+                            self.describe()
+                        ));
+                    }
                     if window.is_none() {
                         tracing::warn!(
                             runner = %self.describe(),
