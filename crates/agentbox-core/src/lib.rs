@@ -16,6 +16,7 @@ mod process;
 mod processes;
 mod sandbox;
 mod spec;
+mod time;
 
 pub use ctx::Ctx;
 pub use error::{Error, ErrorCode, Result};
@@ -32,3 +33,4 @@ pub use spec::{
     Honours, Labels, MAX_LIFETIME, MAX_MOUNTS, Mount, Network, PortKind, PortSpec, RESERVED_LABEL_PREFIX, Spec,
     check_spec, is_normal_absolute, is_reserved_label, parse_duration, validate_env, validate_labels,
 };
+pub use time::{rfc3339, utc_seconds};

@@ -19,7 +19,6 @@ pub mod ledger;
 pub mod postgres;
 pub mod receipts;
 mod sqlite;
-mod time;
 pub mod transport;
 
 pub use config::{Environment, Hands, Scope, TransportConfig};

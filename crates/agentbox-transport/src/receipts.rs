@@ -22,8 +22,6 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::time::rfc3339;
-
 /// One price the host read somewhere.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Price {
@@ -164,8 +162,8 @@ impl Receipts {
             "box": entry.label,
             "provider": entry.provider,
             "kind": entry.kind,
-            "from": rfc3339(entry.from_ms),
-            "to": rfc3339(to),
+            "from": agentbox_core::rfc3339(entry.from_ms as i64),
+            "to": agentbox_core::rfc3339(to as i64),
             "seconds": seconds,
             "source": price.source,
             "priced": price.priced,

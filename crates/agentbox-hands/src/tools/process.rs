@@ -411,24 +411,7 @@ fn command(argv: &[String]) -> String {
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC.
 pub(super) fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    // Howard Hinnant's days-to-civil: the proleptic Gregorian date of a day number.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    agentbox_core::utc_seconds(ms)
 }
 
 #[cfg(test)]
