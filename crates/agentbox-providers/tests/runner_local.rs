@@ -10,6 +10,17 @@ use agentbox_providers::{LocalOptions, LocalProvider};
 use agentbox_testing::conformance::{self, Options};
 use agentbox_testing::outside::LocalView;
 
+/// A local box made without a runner, and the runner binary, for a test that starts (and
+/// kills) the box's runner itself.
+async fn bare_box(root: &std::path::Path, ctx: &Ctx) -> (Arc<dyn Sandbox>, std::path::PathBuf) {
+    let runner = agentbox_testing::runner::ensure();
+    let mut opts = LocalOptions::at(root).unwrap();
+    opts.runner = false;
+    let local = LocalProvider::new(opts).unwrap();
+    let inner = local.create(&Spec::new(Duration::from_secs(60)), ctx).await.unwrap();
+    (inner, runner)
+}
+
 fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
     agentbox_testing::runner::ensure();
     let mut opts = LocalOptions::at(root).unwrap();
@@ -66,12 +77,8 @@ async fn a_box_made_with_a_runner_says_so_and_serves_its_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_arrives_whole_across_a_dropped_connection() {
     let root = tempfile::tempdir().unwrap();
-    let runner = agentbox_testing::runner::ensure();
-    let mut opts = LocalOptions::at(root.path()).unwrap();
-    opts.runner = false;
-    let local = LocalProvider::new(opts).unwrap();
     let ctx = Ctx::background();
-    let inner = local.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let (inner, runner) = bare_box(root.path(), &ctx).await;
     // The same runner the provider would start, reached on its socket.
     let sock = root.path().join("boxes").join(inner.id().name()).join("runner.sock");
     let program = vec![runner.to_string_lossy().into_owned()];
@@ -268,12 +275,8 @@ async fn a_local_box_without_its_runner_refuses_detach_and_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_with_a_small_bound_is_read_to_the_end() {
     let root = tempfile::tempdir().unwrap();
-    let runner = agentbox_testing::runner::ensure();
-    let mut opts = LocalOptions::at(root.path()).unwrap();
-    opts.runner = false;
-    let local = LocalProvider::new(opts).unwrap();
     let ctx = Ctx::background();
-    let inner = local.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let (inner, runner) = bare_box(root.path(), &ctx).await;
     let sock = root.path().join("boxes").join(inner.id().name()).join("small.sock");
     let mut argv = vec![runner.to_string_lossy().into_owned()];
     argv.extend(["serve", "--max-buffered", "100000", "--listen"].map(String::from));
@@ -302,12 +305,8 @@ async fn a_runner_with_a_small_bound_is_read_to_the_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_started_again_is_not_taken_for_the_old_one() {
     let root = tempfile::tempdir().unwrap();
-    let runner = agentbox_testing::runner::ensure();
-    let mut opts = LocalOptions::at(root.path()).unwrap();
-    opts.runner = false;
-    let local = LocalProvider::new(opts).unwrap();
     let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-    let inner = local.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let (inner, runner) = bare_box(root.path(), &ctx).await;
     let sock = root.path().join("boxes").join(inner.id().name()).join("again.sock");
     let program = vec![runner.to_string_lossy().into_owned()];
     let listen = [format!("unix:{}", sock.display())];
