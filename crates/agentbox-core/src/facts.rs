@@ -50,6 +50,20 @@ pub struct Facts {
     pub ends_at_ms: Option<u64>,
     /// Programs keep running between calls and take stdin.
     pub live_processes: bool,
+    /// The box's name, when it was opened by one (`Provider::open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What a sleep keeps: `files` (its programs end) or `frozen` (they are kept, stopped).
+    /// Absent: the box cannot sleep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<String>,
+    /// The lifetime's clock while the box sleeps: `counting` (a sleeping box still ends at its
+    /// deadline, with no call from the host) or `paused`. Absent: the box cannot sleep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_clock: Option<String>,
+    /// The snapshot the box was made from, where it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
     /// The longest one exec may run, where the provider bounds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_exec_ms: Option<u64>,

@@ -43,7 +43,8 @@ pub struct Spec {
     /// The image to start from (Docker, cloud providers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// A provider snapshot to start from (Daytona, Modal).
+    /// A snapshot to start from: one `Provider::snapshot` took, or the vendor's own (Daytona,
+    /// Modal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
     /// CPUs (fractions allowed).
@@ -354,7 +355,7 @@ fn validate_allow_entry(entry: &str) -> Result<()> {
 pub struct Honours {
     /// `image` is honoured.
     pub image: bool,
-    /// `snapshot` is honoured.
+    /// A spec's `snapshot` is honoured (boxes made from a snapshot).
     pub snapshot: bool,
     /// `cpus` is honoured.
     pub cpus: bool,
@@ -382,6 +383,25 @@ pub struct Honours {
     pub env: bool,
     /// Programs keep running between calls and take stdin.
     pub live_processes: bool,
+    /// `Provider::open` and `discard`: boxes by name.
+    #[serde(default)]
+    pub names: bool,
+    /// `Provider::sleep` and `wake`.
+    #[serde(default)]
+    pub sleep: bool,
+    /// `Provider::extend`: a deadline moved after the make.
+    #[serde(default)]
+    pub extend: bool,
+    /// `Provider::relabel`: labels changed after the make.
+    #[serde(default)]
+    pub relabel: bool,
+    /// `Provider::snapshot`, `snapshots` and `delete_snapshot`: a box's files taken under a
+    /// name (which a spec's `snapshot` then starts from, see `snapshot` above).
+    #[serde(default)]
+    pub snapshots: bool,
+    /// `Provider::fork`.
+    #[serde(default)]
+    pub fork: bool,
 }
 
 /// Refuse what `honours` cannot give, naming the field, after [`Spec::validate`].
@@ -403,7 +423,7 @@ pub fn check_spec(spec: &Spec, honours: &Honours, provider: &str) -> Result<()> 
         return refuse("image", "take no image");
     }
     if spec.snapshot.is_some() && !honours.snapshot {
-        return refuse("snapshot", "take no snapshot");
+        return refuse("snapshot", "cannot start from a snapshot");
     }
     if spec.cpus.is_some() && !honours.cpus {
         return refuse("cpus", "cannot set a CPU count");

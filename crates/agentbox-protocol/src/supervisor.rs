@@ -12,6 +12,9 @@
 //! 4. the supervisor sends [`Reply::Exit`] when the program ends.
 //!
 //! A dropped connection does not end the program (as with `docker exec`); the box's end does.
+//!
+//! A connection may instead carry one control request ([`Request::Deadline`],
+//! [`Request::Sleep`], [`Request::Wake`], [`Request::Destroy`], [`Request::Ping`]).
 
 use std::collections::BTreeMap;
 
@@ -43,6 +46,17 @@ pub enum Request {
     },
     /// End every program, remove the box directory, and exit.
     Destroy,
+    /// End the box at `deadline_ms` (milliseconds since the Unix epoch) instead, later or
+    /// earlier. Answered [`Reply::Ok`].
+    Deadline {
+        /// The new deadline.
+        deadline_ms: u64,
+    },
+    /// End every program and take no exec (each refused `refused`) until [`Request::Wake`]:
+    /// the box sleeps, its files kept and its deadline still kept. Answered [`Reply::Ok`].
+    Sleep,
+    /// Take execs again. Answered [`Reply::Ok`].
+    Wake,
     /// Answer [`Reply::Ok`].
     Ping,
 }

@@ -2,7 +2,7 @@
 //! share: the directory of boxes, a box's record read back by any process, the names listed
 //! in a stable order, and the age that tells a create that died from one under way.
 
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -66,4 +66,57 @@ pub(crate) fn is_old(dir: &Path) -> bool {
         .ok()
         .and_then(|t| t.elapsed().ok())
         .is_some_and(|age| age > ORPHAN_DIR_AGE)
+}
+
+/// Copy the tree `src` into `dst` (made, mode 0700, with what it holds): directories, regular
+/// files with their modes, and symbolic links as links (never followed, so a link a box made
+/// to this machine's files copies as a link, not as those files). Sockets, fifos and devices
+/// are left out. Answers the bytes of file content copied.
+///
+/// What it copies is the box's own writable files, so a link anywhere in `src` is only ever
+/// read as a link, and `dst` is made fresh (it must not exist).
+pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<u64> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut bytes = 0u64;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dst)
+        .map_err(|e| Error::io(e, format!("creating {}", dst.display())))?;
+    let mut stack = vec![(src.to_path_buf(), dst.to_path_buf())];
+    while let Some((from, to)) = stack.pop() {
+        let entries = std::fs::read_dir(&from).map_err(|e| Error::io(e, format!("listing {}", from.display())))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(e, format!("listing {}", from.display())))?;
+            let (f, t) = (entry.path(), to.join(entry.file_name()));
+            let meta = std::fs::symlink_metadata(&f).map_err(|e| Error::io(e, format!("reading {}", f.display())))?;
+            let kind = meta.file_type();
+            if kind.is_symlink() {
+                let target = std::fs::read_link(&f).map_err(|e| Error::io(e, format!("reading {}", f.display())))?;
+                std::os::unix::fs::symlink(&target, &t)
+                    .map_err(|e| Error::io(e, format!("linking {}", t.display())))?;
+            } else if kind.is_dir() {
+                std::fs::DirBuilder::new()
+                    .mode(meta.permissions().mode() & 0o7777 | 0o700)
+                    .create(&t)
+                    .map_err(|e| Error::io(e, format!("creating {}", t.display())))?;
+                stack.push((f, t));
+            } else if kind.is_file() {
+                // Opened without following a link: the entry was a regular file a moment ago,
+                // and a link put in its place since is refused rather than read through.
+                let mut r = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                    .open(&f)
+                    .map_err(|e| Error::io(e, format!("reading {}", f.display())))?;
+                let mut w = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(meta.permissions().mode() & 0o7777)
+                    .open(&t)
+                    .map_err(|e| Error::io(e, format!("creating {}", t.display())))?;
+                bytes += std::io::copy(&mut r, &mut w).map_err(|e| Error::io(e, format!("copying {}", f.display())))?;
+            }
+        }
+    }
+    Ok(bytes)
 }

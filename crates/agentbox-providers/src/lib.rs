@@ -19,6 +19,7 @@ pub(crate) mod boxdir;
 pub mod docker;
 pub mod helper;
 pub mod home;
+pub mod lifecycle;
 #[cfg(feature = "local")]
 pub mod local;
 #[cfg(all(feature = "namespace", target_os = "linux"))]

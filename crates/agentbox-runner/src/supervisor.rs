@@ -16,7 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentbox_protocol::frame;
@@ -68,12 +68,18 @@ struct State {
     execs: HashSet<i32>,
     /// Set once the box is ending: no new program starts.
     ending: bool,
+    /// The box sleeps: no program starts until it wakes.
+    asleep: bool,
+    /// When the box ends; a [`Request::Deadline`] moves it and wakes the deadline's thread.
+    deadline_ms: u64,
 }
 
 struct Supervisor {
     cfg: Config,
     me: i32,
     state: Mutex<State>,
+    /// Signalled when the deadline moves.
+    moved: Condvar,
 }
 
 /// Serve the box until it ends, then exit the process. Returns only on a setup failure.
@@ -88,22 +94,33 @@ pub fn run(cfg: Config) -> Result<std::convert::Infallible, String> {
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("chmod {}: {e}", sock.display()))?;
 
+    let cfg_deadline = cfg.deadline_ms;
     let sup = Arc::new(Supervisor {
         me: std::process::id() as i32,
         cfg,
         state: Mutex::new(State {
             execs: HashSet::new(),
             ending: false,
+            asleep: false,
+            deadline_ms: cfg_deadline,
         }),
+        moved: Condvar::new(),
     });
 
     {
         let sup = sup.clone();
         std::thread::spawn(move || {
-            let now = now_ms();
-            if sup.cfg.deadline_ms > now {
-                std::thread::sleep(Duration::from_millis(sup.cfg.deadline_ms - now));
+            // Wait for the deadline as it stands, again each time it moves.
+            let mut st = sup.state.lock().unwrap();
+            loop {
+                let now = now_ms();
+                if st.deadline_ms <= now {
+                    break;
+                }
+                let left = Duration::from_millis(st.deadline_ms - now);
+                st = sup.moved.wait_timeout(st, left).unwrap().0;
             }
+            drop(st);
             sup.end_box();
             std::process::exit(0);
         });
@@ -153,6 +170,20 @@ impl Supervisor {
                 let _ = frame::write_sync(&mut &conn, &Reply::Ok);
                 std::process::exit(0);
             }
+            Request::Deadline { deadline_ms } => {
+                self.state.lock().unwrap().deadline_ms = deadline_ms;
+                self.moved.notify_all();
+                let _ = frame::write_sync(&mut &conn, &Reply::Ok);
+            }
+            Request::Sleep => {
+                self.state.lock().unwrap().asleep = true;
+                self.kill_descendants();
+                let _ = frame::write_sync(&mut &conn, &Reply::Ok);
+            }
+            Request::Wake => {
+                self.state.lock().unwrap().asleep = false;
+                let _ = frame::write_sync(&mut &conn, &Reply::Ok);
+            }
             Request::Signal { .. } => {
                 let _ = frame::write_sync(
                     &mut &conn,
@@ -201,6 +232,10 @@ impl Supervisor {
             let mut st = self.state.lock().unwrap();
             if st.ending {
                 let _ = reply(&error("gone", "the box is ending"));
+                return;
+            }
+            if st.asleep {
+                let _ = reply(&error("refused", "the box sleeps: wake it first"));
                 return;
             }
             match cmd.spawn() {
@@ -262,6 +297,12 @@ impl Supervisor {
     /// Kill every descendant until none is left, then remove the box directory.
     fn end_box(&self) {
         self.state.lock().unwrap().ending = true;
+        self.kill_descendants();
+        let _ = std::fs::remove_dir_all(&self.cfg.dir);
+    }
+
+    /// Kill every descendant until a walk of /proc finds none left (or ten seconds pass).
+    fn kill_descendants(&self) {
         for _ in 0..2000 {
             let alive: Vec<_> = agentbox_proc::descendants(self.me)
                 .into_iter()
@@ -278,7 +319,6 @@ impl Supervisor {
             self.reap_orphans();
             std::thread::sleep(Duration::from_millis(5));
         }
-        let _ = std::fs::remove_dir_all(&self.cfg.dir);
     }
 
     /// Wait for the zombies reparented to us that no exec thread waits for.

@@ -1,0 +1,160 @@
+//! A box's life beyond create and destroy: names, sleep and wake, a moved deadline,
+//! snapshots, forks and labels changed after the make.
+//!
+//! Each operation is a method of [`crate::Provider`] whose default refuses it
+//! (`unsupported`, naming the operation and the provider), and a field of
+//! [`crate::Honours`] a caller can read first. A provider fills what its platform can do and
+//! leaves the default for the rest: the contract never emulates one operation with another
+//! behind the caller's back.
+//!
+//! The operations act on a box by id and answer a fresh handle where the box changed, so a
+//! handle's facts and labels are always those of its making: the one an operation answers
+//! says the new deadline, the new labels, the woken box.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::SandboxId;
+use crate::spec::MAX_LIFETIME;
+
+/// At most this many boxes from one fork.
+pub const MAX_FORK: usize = 16;
+
+/// A snapshot: a box's files kept under a name, which a spec's `snapshot` makes new boxes
+/// from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Its name, unique per provider.
+    pub name: String,
+    /// The provider that keeps it.
+    pub provider: String,
+    /// The box it was taken of, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<SandboxId>,
+    /// When it was taken, as milliseconds since the Unix epoch; absent is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<u64>,
+    /// Bytes it holds, where the provider can say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// It holds the box's memory too (its programs resume where they were), not only files.
+    #[serde(default)]
+    pub memory: bool,
+}
+
+/// Check a box's or a snapshot's name: 1 to 63 bytes of lowercase letters, digits and `-`,
+/// starting and ending with a letter or digit: a DNS label, which every provider can carry
+/// (a container name, an image tag, a pod name, a vendor's label). `field` names it in the
+/// error.
+///
+/// ```
+/// use agentbox_core::validate_name;
+/// assert!(validate_name("name", "agent-7").is_ok());
+/// assert!(validate_name("name", "Agent_7").is_err());
+/// assert!(validate_name("name", "-x").is_err());
+/// ```
+pub fn validate_name(field: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "{field}: {name:?} is not a name (1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        )))
+    }
+}
+
+/// Check a new deadline for a box: after `now_ms`, and at most [`MAX_LIFETIME`] past it.
+/// Every provider's `extend` calls it first, so every provider refuses the same way.
+///
+/// ```
+/// use agentbox_core::check_deadline;
+/// assert!(check_deadline(2_000, 1_000).is_ok());
+/// assert!(check_deadline(500, 1_000).is_err());
+/// ```
+pub fn check_deadline(ends_at_ms: u64, now_ms: u64) -> Result<()> {
+    if ends_at_ms <= now_ms {
+        return Err(Error::invalid(format!(
+            "extend: the deadline {} is not in the future (destroy the box to end it now)",
+            crate::time::rfc3339(ends_at_ms.min(i64::MAX as u64) as i64)
+        )));
+    }
+    let most = now_ms.saturating_add(MAX_LIFETIME.as_millis() as u64);
+    if ends_at_ms > most {
+        return Err(Error::invalid(format!(
+            "extend: the deadline {} is more than the 30 days a box may live from now",
+            crate::time::rfc3339(ends_at_ms.min(i64::MAX as u64) as i64)
+        )));
+    }
+    Ok(())
+}
+
+/// Check a fork's count: 1 to [`MAX_FORK`].
+pub fn check_fork_count(n: usize) -> Result<()> {
+    if n == 0 || n > MAX_FORK {
+        return Err(Error::invalid(format!("fork: {n} boxes; a fork makes 1 to {MAX_FORK}")));
+    }
+    Ok(())
+}
+
+/// The refusal every provider answers for an operation it does not fill: `unsupported`,
+/// naming the operation and the provider, the same words everywhere.
+pub fn refuse(provider: &str, operation: &str) -> Error {
+    let why = match operation {
+        "open" | "discard" => "have no names",
+        "sleep" | "wake" => "cannot sleep",
+        "extend" => "cannot move their deadline",
+        "snapshot" | "snapshots" | "delete_snapshot" => "take no snapshots",
+        "fork" => "cannot fork",
+        "relabel" => "cannot change their labels",
+        _ => "cannot do this",
+    };
+    Error::unsupported(format!("{operation}: {provider} boxes {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorCode;
+
+    #[test]
+    fn names_are_dns_labels() {
+        for good in ["a", "dev", "agent-7", &"x".repeat(63)] {
+            assert!(validate_name("name", good).is_ok(), "{good}");
+        }
+        for bad in ["", "A", "a_b", "a.b", "-a", "a-", &"x".repeat(64), "a b", "é"] {
+            let e = validate_name("name", bad).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::Invalid, "{bad}");
+            assert!(e.message().starts_with("name: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn deadlines_are_in_the_future_and_bounded() {
+        assert!(check_deadline(1_001, 1_000).is_ok());
+        assert_eq!(check_deadline(1_000, 1_000).unwrap_err().code(), ErrorCode::Invalid);
+        let month = MAX_LIFETIME.as_millis() as u64;
+        assert!(check_deadline(1_000 + month, 1_000).is_ok());
+        assert!(check_deadline(1_001 + month, 1_000).is_err());
+        assert!(check_deadline(u64::MAX, 1_000).is_err());
+    }
+
+    #[test]
+    fn fork_counts_are_bounded() {
+        assert!(check_fork_count(1).is_ok() && check_fork_count(MAX_FORK).is_ok());
+        assert!(check_fork_count(0).is_err() && check_fork_count(MAX_FORK + 1).is_err());
+    }
+
+    #[test]
+    fn refusals_name_the_operation_and_provider() {
+        let e = refuse("archil", "sleep");
+        assert_eq!(e.code(), ErrorCode::Unsupported);
+        assert_eq!(e.message(), "sleep: archil boxes cannot sleep");
+    }
+}

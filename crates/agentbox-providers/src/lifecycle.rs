@@ -1,0 +1,120 @@
+//! What every provider's lifecycle shares: the provider's own name for a box opened by name,
+//! and the handle of a box that sleeps.
+//!
+//! See `agentbox_core::Provider::open` and friends for the contract.
+
+use std::sync::Arc;
+
+use agentbox_core::{
+    Ctx, Endpoint, Error, ExecOptions, Facts, Labels, Process, Result, Sandbox, SandboxId, Status, validate_name,
+};
+use async_trait::async_trait;
+
+/// The provider's own id of the box named `name` among boxes labelled exactly `labels`:
+/// `<name>-<12 hex digits of the labels>`, the same from every process, so that two opens of
+/// one name meet at one id (a directory, a container name) and the platform's own refusal of
+/// a second make of it (`mkdir`, the engine's name conflict) decides which made it.
+///
+/// The hash only spreads label sets apart; a provider checks the box it finds carries exactly
+/// this name and these labels before it hands it out.
+///
+/// ```ignore
+/// let a = name_key("dev", &Labels::new()).unwrap();
+/// assert!(a.starts_with("dev-") && a.len() == 16);
+/// ```
+pub(crate) fn name_key(name: &str, labels: &Labels) -> Result<String> {
+    validate_name("name", name)?;
+    // FNV-1a over the labels with separators no key or value holds (labels are validated to
+    // carry no control characters).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (k, v) in labels {
+        for b in k.bytes().chain([0u8]).chain(v.bytes()).chain([1u8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    Ok(format!("{name}-{:012x}", h & 0xffff_ffff_ffff))
+}
+
+/// The refusal of a sleeping box for anything but status and destroy.
+pub(crate) fn asleep_error(id: &SandboxId) -> Error {
+    Error::refused(format!("box {id}: it sleeps; wake it first (agentbox box wake {id})"))
+}
+
+/// A box that sleeps: its id, facts and labels as the box under it says, its status
+/// [`Status::Sleeping`] (or ended, once it has), and every program or file refused
+/// ([`asleep_error`]) until the provider wakes it. Destroy ends it as it would an awake one.
+pub struct Asleep {
+    inner: Arc<dyn Sandbox>,
+}
+
+impl Asleep {
+    /// The sleeping handle of `inner`.
+    pub fn new(inner: Arc<dyn Sandbox>) -> Arc<dyn Sandbox> {
+        Arc::new(Asleep { inner })
+    }
+}
+
+#[async_trait]
+impl Sandbox for Asleep {
+    fn id(&self) -> &SandboxId {
+        self.inner.id()
+    }
+
+    fn facts(&self) -> &Facts {
+        self.inner.facts()
+    }
+
+    fn labels(&self) -> &Labels {
+        self.inner.labels()
+    }
+
+    async fn exec(&self, _argv: &[String], _opts: &ExecOptions, _ctx: &Ctx) -> Result<Process> {
+        Err(asleep_error(self.id()))
+    }
+
+    async fn status(&self, ctx: &Ctx) -> Result<Status> {
+        Ok(match self.inner.status(ctx).await? {
+            Status::Ended => Status::Ended,
+            _ => Status::Sleeping,
+        })
+    }
+
+    async fn upload(&self, _path: &str, _data: &[u8], _ctx: &Ctx) -> Result<()> {
+        Err(asleep_error(self.id()))
+    }
+
+    async fn download(&self, _path: &str, _max_bytes: u64, _ctx: &Ctx) -> Result<Vec<u8>> {
+        Err(asleep_error(self.id()))
+    }
+
+    async fn endpoint(&self, _port: u16, _ctx: &Ctx) -> Result<Endpoint> {
+        Err(asleep_error(self.id()))
+    }
+
+    async fn destroy(&self, ctx: &Ctx) -> Result<()> {
+        self.inner.destroy(ctx).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_key_is_the_name_and_its_label_set() {
+        let none = Labels::new();
+        let team = Labels::from([("team".to_string(), "a".to_string())]);
+        let other = Labels::from([("team".to_string(), "b".to_string())]);
+        let a = name_key("dev", &none).unwrap();
+        assert!(a.starts_with("dev-") && a.len() == "dev-".len() + 12, "{a}");
+        assert_eq!(a, name_key("dev", &none).unwrap(), "the same from every call");
+        assert_ne!(name_key("dev", &team).unwrap(), name_key("dev", &other).unwrap());
+        assert_ne!(a, name_key("dev", &team).unwrap());
+        // A key and a value cannot trade bytes across the separator.
+        let ab = Labels::from([("a".to_string(), "bc".to_string())]);
+        let abc = Labels::from([("ab".to_string(), "c".to_string())]);
+        assert_ne!(name_key("x", &ab).unwrap(), name_key("x", &abc).unwrap());
+        assert!(name_key("Dev", &none).is_err());
+    }
+}
