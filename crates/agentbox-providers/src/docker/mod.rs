@@ -1,8 +1,10 @@
 //! Docker boxes: a container per box, over the Docker Engine API (bollard).
 //!
-//! The container's own process is `sleep <lifetime>` in place of the image's entrypoint, and
-//! the container is auto-removed when it stops, so Docker ends the box whatever happens to
-//! the host. Every box carries the label `agentbox.provider=docker`; attach and list see only
+//! The container's first process is `agentbox-runner init` (or, without the runner, `sleep
+//! <lifetime>`) in place of the image's entrypoint, and the container is auto-removed when it
+//! stops, so Docker ends the box at its deadline whatever happens to the host. The lifecycle
+//! (names, sleep, extend, snapshots, forks) is in `lifecycle`, and what a container's labels
+//! cannot hold in `state`. Every box carries the label `agentbox.provider=docker`; attach and list see only
 //! those. Programs run through `docker exec` behind a small `sh` shim (see [`sandbox`]) that
 //! reports a missing working directory or program before anything runs and tells the
 //! program's pid, so a kill can reach it.
