@@ -496,3 +496,34 @@ async fn a_pool_whose_host_was_sigkilled_leaves_none_behind() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_local_boxes_passes_the_conformance_suite() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().to_path_buf();
+    let outside = Arc::new(agentbox_testing::outside::LocalView {
+        boxes: path.join("boxes"),
+    });
+    let options = agentbox_testing::conformance::Options::new(
+        "local+pool",
+        Duration::from_secs(3),
+        Duration::from_secs(4),
+        outside,
+    );
+    let report = agentbox_testing::conformance::run(
+        agentbox_testing::conformance::factory(move || {
+            let path = path.clone();
+            async move {
+                let pool = Pool::new(
+                    local(&path),
+                    Spec::new(Duration::from_secs(60)),
+                    opts(2, Duration::from_secs(20)),
+                );
+                Arc::new(pool.unwrap()) as Arc<dyn Provider>
+            }
+        }),
+        options,
+    )
+    .await;
+    report.assert_all_passed();
+}

@@ -570,7 +570,16 @@ impl Provider for FakeProvider {
     fn honours(&self) -> Honours {
         let (extend, relabel) = *self.s.lifecycle.lock().unwrap();
         match &self.s.backing {
-            Some(b) => b.honours(),
+            // What the fake forwards of the backing's lifecycle (extend and relabel) and no
+            // more: the rest it would refuse, so it must not declare it.
+            Some(b) => Honours {
+                names: false,
+                sleep: false,
+                snapshot: false,
+                snapshots: false,
+                fork: false,
+                ..b.honours()
+            },
             None => Honours {
                 image: true,
                 cpus: true,
