@@ -263,8 +263,8 @@ impl Pool {
         let r = st.ready.remove(at)?;
         st.members.remove(r.sandbox.id().as_str());
         s.publish(&st);
-        drop(st);
-        s.changed.notify_one();
+        // The refill waits for the hand-out ([`Provider::create`] tells the maintainer once it
+        // is over): a make started now would compete with it for the engine.
         Some(r)
     }
 
@@ -538,9 +538,12 @@ impl Provider for Pool {
             return self.s.inner.create(spec, ctx).await;
         }
         check_spec(spec, &self.s.honours, self.s.inner.name())?;
+        // A caller already gone takes no ready box (its hand-out would fail and waste it).
+        ctx.check()?;
         while let Some(r) = self.take(spec) {
-            ctx.check()?;
-            match self.hand_out(&r, spec, ctx).await {
+            let handed = self.hand_out(&r, spec, ctx).await;
+            self.s.changed.notify_one();
+            match handed {
                 Ok(b) => return Ok(b),
                 Err(e) => {
                     tracing::warn!(pool = %self.s.id, box_id = %r.sandbox.id(), code = %e.code(), "pool: a ready box failed its hand-out (destroyed; the next is tried): {}", e.message());
