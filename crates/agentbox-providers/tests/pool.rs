@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Clock, Ctx, ErrorCode, Labels, Provider, Sandbox, Spec, Status};
+use agentbox_core::{Clock, Ctx, ErrorCode, Labels, Provider, Sandbox, Spec, Status, finish};
 use agentbox_providers::pool::{POOL_LABEL, Pool, PoolOptions};
 use agentbox_providers::{LocalOptions, LocalProvider};
 use agentbox_testing::fake::{FakeProvider, Match, Op, Outcome};
@@ -526,4 +526,80 @@ async fn a_pool_of_local_boxes_passes_the_conformance_suite() {
     )
     .await;
     report.assert_all_passed();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_docker_boxes_are_the_callers_and_the_rest_end_at_close() {
+    use agentbox_providers::docker::{DockerOptions, DockerProvider};
+    use agentbox_providers::helper::HelperCommand;
+    if !agentbox_testing::services::docker_available("pooled_docker_boxes_are_the_callers_and_the_rest_end_at_close") {
+        return;
+    }
+    let opts = DockerOptions {
+        runner: Some(HelperCommand::new(agentbox_testing::runner::ensure(), vec![])),
+        ..DockerOptions::default()
+    };
+    let inner: Arc<dyn Provider> = Arc::new(DockerProvider::new(opts).await.expect("the Docker engine answers"));
+    let mark = format!("pool-test-{}", std::process::id());
+    let spec = Spec::new(Duration::from_secs(120)).label("pool-test", &mark);
+    let pool = Pool::new(inner.clone(), spec.clone(), opts_docker()).unwrap();
+    pool.warm(&ctx()).await.unwrap();
+    let ready = inner.list(&labels(&[(POOL_LABEL, pool.id())]), &ctx()).await.unwrap();
+    assert_eq!(ready.len(), 2, "{ready:?}");
+    let ask = spec.clone().label("task", "1");
+    let b = pool.create(&ask, &ctx()).await.unwrap();
+    assert!(ready.iter().any(|r| r.id() == b.id()), "not a ready box");
+    let plain = inner.create(&ask, &ctx()).await.unwrap();
+    assert_eq!(b.labels(), plain.labels());
+    let strip = |b: &Arc<dyn Sandbox>| {
+        let mut f = b.facts().clone();
+        f.started_at_ms = None;
+        f.ends_at_ms = None;
+        f.runner = None;
+        // Each box's own file of this machine (its deadline) is named after it.
+        for m in &mut f.mounts {
+            m.source = m.source.replace(b.id().name(), "BOX");
+        }
+        f
+    };
+    assert_eq!(strip(&b), strip(&plain));
+    let (e1, e2) = (b.facts().ends_at_ms.unwrap(), plain.facts().ends_at_ms.unwrap());
+    assert!(e1.abs_diff(e2) < 10_000, "pooled ends at {e1}, made at {e2}");
+    // A fresh host finds it as the caller's, and the pool lists it, not its ready boxes.
+    let again = inner.attach(b.id(), &ctx()).await.unwrap().expect("found again");
+    assert_eq!(again.labels(), b.labels());
+    let listed: HashSet<String> = pool
+        .list(&labels(&[("pool-test", &mark)]), &ctx())
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.id().to_string())
+        .collect();
+    assert_eq!(listed, HashSet::from([b.id().to_string(), plain.id().to_string()]));
+    let p = finish(
+        b.exec(&["true".into()], &agentbox_core::ExecOptions::default(), &ctx())
+            .await
+            .unwrap(),
+        agentbox_core::FinishOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert!(p.status.success());
+    pool.close(&ctx()).await.unwrap();
+    let left = inner.list(&labels(&[("pool-test", &mark)]), &ctx()).await.unwrap();
+    let left: HashSet<String> = left.iter().map(|b| b.id().to_string()).collect();
+    assert_eq!(
+        left,
+        HashSet::from([b.id().to_string(), plain.id().to_string()]),
+        "the close left ready boxes"
+    );
+    b.destroy(&ctx()).await.unwrap();
+    plain.destroy(&ctx()).await.unwrap();
+}
+
+fn opts_docker() -> PoolOptions {
+    PoolOptions {
+        size: 2,
+        ..opts(2, Duration::from_secs(60))
+    }
 }
