@@ -218,17 +218,42 @@ impl DockerProvider {
         self.running_box(id, ctx).await
     }
 
+    /// The labels of the running container of box `id`, read with one inspect (no runner is
+    /// reached): `gone` when it has ended or is not this provider's.
+    async fn labels_of(&self, id: &SandboxId, ctx: &Ctx) -> Result<HashMap<String, String>> {
+        id.expect_provider(NAME)?;
+        let gone = || Error::gone(format!("box {id}: it has ended"));
+        let info = match ctx.run(self.docker.inspect_container(id.name(), None)).await? {
+            Ok(i) => i,
+            Err(e) if is_not_found(&e) => return Err(gone()),
+            Err(e) => return Err(Error::unknown(format!("inspecting container {}: {e}", id.name()))),
+        };
+        let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+        let running = info.state.and_then(|s| s.running).unwrap_or(false);
+        if !running || labels.get(super::LABEL_PROVIDER).map(String::as_str) != Some(NAME) {
+            return Err(gone());
+        }
+        Ok(labels)
+    }
+
     pub(super) async fn extend_box(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         self.needs_init("extend")?;
         check_deadline(ends_at_ms, now_ms())?;
-        let b = self.running_box(id, ctx).await?;
-        if b.facts().sleep.is_none() {
+        // One inspect, not an attach: a pool hands a box out with an extend, and it is quick.
+        if self.labels_of(id, ctx).await?.get(LABEL_INIT).map(String::as_str) != Some("1") {
             return Err(Error::unsupported(format!(
                 "extend: box {id} was made without agentbox's init (no runner): its first process is `sleep`, which cannot be extended"
             )));
         }
         state::write_deadline(id.name(), ends_at_ms, false)?;
-        self.tell_init(&*b, "SIGHUP", "extend", ctx).await?;
+        ctx.run(self.docker.kill_container(
+            id.name(),
+            Some(KillContainerOptions {
+                signal: "SIGHUP".into(),
+            }),
+        ))
+        .await?
+        .map_err(|e| Error::unknown(format!("extend: signalling the init of {id}: {e}")))?;
         tracing::info!(box_id = %id, ends_at = %agentbox_core::rfc3339(ends_at_ms as i64), "deadline moved");
         self.running_box(id, ctx).await
     }
@@ -236,8 +261,7 @@ impl DockerProvider {
     pub(super) async fn relabel_box(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         self.needs_init("relabel")?;
         validate_labels(labels)?;
-        let b = self.running_box(id, ctx).await?;
-        if let Some(name) = &b.facts().name {
+        if let Some(name) = self.labels_of(id, ctx).await?.get(LABEL_NAME).filter(|n| !n.is_empty()) {
             return Err(Error::refused(format!(
                 "relabel {id}: it was opened by the name {name:?}, whose labels are part of that name"
             )));
@@ -358,8 +382,20 @@ impl DockerProvider {
         Ok(removed)
     }
 
-    /// Remove the untagged images of snapshots and forks no box uses any more.
+    /// Remove the untagged images of snapshots and forks no box uses any more (at most once a
+    /// minute).
     pub(super) async fn prune_images(&self, ctx: &Ctx) {
+        use std::sync::atomic::Ordering;
+        let now = now_ms();
+        let last = self.pruned_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 60_000
+            || self
+                .pruned_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
         let opts = PruneImagesOptions {
             filters: Some(HashMap::from([
                 ("dangling".to_string(), vec!["true".to_string()]),

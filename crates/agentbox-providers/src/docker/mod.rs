@@ -1,8 +1,10 @@
 //! Docker boxes: a container per box, over the Docker Engine API (bollard).
 //!
-//! The container's own process is `sleep <lifetime>` in place of the image's entrypoint, and
-//! the container is auto-removed when it stops, so Docker ends the box whatever happens to
-//! the host. Every box carries the label `agentbox.provider=docker`; attach and list see only
+//! The container's first process is `agentbox-runner init` (or, without the runner, `sleep
+//! <lifetime>`) in place of the image's entrypoint, and the container is auto-removed when it
+//! stops, so Docker ends the box at its deadline whatever happens to the host. The lifecycle
+//! (names, sleep, extend, snapshots, forks) is in `lifecycle`, and what a container's labels
+//! cannot hold in `state`. Every box carries the label `agentbox.provider=docker`; attach and list see only
 //! those. Programs run through `docker exec` behind a small `sh` shim (see [`sandbox`]) that
 //! reports a missing working directory or program before anything runs and tells the
 //! program's pid, so a kill can reach it.
@@ -258,6 +260,9 @@ pub struct DockerProvider {
     /// Memory a box gets when neither the spec nor the options say: half the engine's
     /// machine, at most [`DEFAULT_MEMORY_MAX`].
     default_memory: i64,
+    /// When `list` last pruned the images of deleted snapshots and forks (ms since the epoch):
+    /// at most once a minute, so a list stays one call per box.
+    pruned_at: std::sync::atomic::AtomicU64,
 }
 
 impl DockerProvider {
@@ -285,6 +290,7 @@ impl DockerProvider {
             docker,
             opts: Arc::new(opts),
             default_memory: (machine / 2).clamp(6 << 20, DEFAULT_MEMORY_MAX),
+            pruned_at: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -852,8 +858,14 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         .iter()
         .flatten()
         .filter(|m| m.typ == Some(MountType::BIND))
-        // The runner's binary and directory are the provider's, not the spec's.
-        .filter(|m| !matches!(m.target.as_deref(), Some(RUNNER_IN_BOX | RUNNER_DIR_IN_BOX)))
+        // The runner's binary and directory and the init's deadline are the provider's, not
+        // the spec's.
+        .filter(|m| {
+            !matches!(
+                m.target.as_deref(),
+                Some(RUNNER_IN_BOX | RUNNER_DIR_IN_BOX | DEADLINE_IN_BOX)
+            )
+        })
         .filter_map(|m| {
             Some(agentbox_core::Mount {
                 source: m.source.clone()?,
