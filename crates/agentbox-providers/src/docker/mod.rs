@@ -263,6 +263,9 @@ pub struct DockerProvider {
     /// When `list` last pruned the images of deleted snapshots and forks (ms since the epoch):
     /// at most once a minute, so a list stays one call per box.
     pruned_at: std::sync::atomic::AtomicU64,
+    /// The runner connections of this provider's handles, by container: another handle of the
+    /// same box shares one while any handle holds it.
+    clients: std::sync::Mutex<HashMap<String, std::sync::Weak<crate::runner::Client>>>,
 }
 
 impl DockerProvider {
@@ -291,6 +294,7 @@ impl DockerProvider {
             opts: Arc::new(opts),
             default_memory: (machine / 2).clamp(6 << 20, DEFAULT_MEMORY_MAX),
             pruned_at: std::sync::atomic::AtomicU64::new(0),
+            clients: Default::default(),
         })
     }
 
@@ -603,6 +607,14 @@ impl DockerProvider {
         }
     }
 
+    /// Remember `client` as the connection to box `name`'s runner (forgetting those no handle
+    /// holds any more).
+    fn hold(&self, name: &str, client: &Arc<crate::runner::Client>) {
+        let mut held = self.clients.lock().unwrap();
+        held.retain(|_, c| c.strong_count() > 0);
+        held.insert(name.to_string(), Arc::downgrade(client));
+    }
+
     /// Build the handle of a container we made, from its inspect; `None` when it is not ours
     /// or has ended.
     async fn find_container(&self, name: &str) -> Result<Option<Arc<dyn Sandbox>>> {
@@ -739,7 +751,10 @@ impl DockerProvider {
             // (a reused address whose neighbour entry is stale), so it is tried for ten seconds.
             let r = RunnerSandbox::new(b.clone(), Arc::new(Address::Unix(socket.clone())));
             match r.check(ctx).await {
-                Ok(()) => return Ok(Arc::new(r)),
+                Ok(()) => {
+                    self.hold(b.id().name(), r.client());
+                    return Ok(Arc::new(r));
+                }
                 Err(e) => {
                     tracing::debug!(box_id = %b.id(), error = %e, "the runner's socket refused this machine's user")
                 }
@@ -759,12 +774,28 @@ impl DockerProvider {
             }
             return Ok(Arc::new(r));
         }
+        // A connection this provider already holds to the box's runner serves a new handle
+        // too: one message to check it, rather than a connection made (a pool's hand-out
+        // attaches a box it holds twice).
+        let held = self
+            .clients
+            .lock()
+            .unwrap()
+            .get(b.id().name())
+            .and_then(std::sync::Weak::upgrade);
+        if let Some(client) = held {
+            let r = RunnerSandbox::with_client(b.clone(), client);
+            if r.check(ctx).await.is_ok() {
+                return Ok(Arc::new(r));
+            }
+        }
         let mut ways: Vec<Arc<dyn Dial>> = vec![Arc::new(Address::Unix(socket))];
         ways.extend(tcp.map(|t| Arc::new(t) as Arc<dyn Dial>));
         ways.push(Arc::new(relay()));
         for dial in ways {
             let r = RunnerSandbox::new(b.clone(), dial);
             if r.check(ctx).await.is_ok() {
+                self.hold(b.id().name(), r.client());
                 return Ok(Arc::new(r));
             }
         }
