@@ -192,6 +192,13 @@ fn build_inner(cfg: &BoxConfig, fds: &Fds) -> Result<(), String> {
     // host's tree shows it.
     if cfg.root == Root::Host {
         for m in &cfg.masks {
+            // Under a top-level directory the box has its own of (`/root`, where root's
+            // home is, or `/tmp`), the host's is not there to hide, and a mask would hide the
+            // box's own (its home, made read-only and empty).
+            let top = m.trim_start_matches('/').split('/').next().unwrap_or("");
+            if OWN.contains(&top) {
+                continue;
+            }
             let inside = new.join(m.trim_start_matches('/'));
             if inside.is_dir() {
                 rustix::mount::mount(
