@@ -42,6 +42,11 @@ pub const RUN_DIR: &str = "/run/agentbox";
 pub const RUNNER: &str = "/run/agentbox-runner";
 /// The runner's socket's name in [`RUN_DIR`].
 pub const SOCKET: &str = "runner.sock";
+/// The init's control socket in the box's directory on the host (not bound into the box):
+/// one [`crate::supervisor::Request`] a connection, `Deadline`, `Sleep`, `Wake` or `Ping`,
+/// answered [`crate::supervisor::Reply`]. The init takes it only from a peer outside the box's
+/// pid namespace, so no program of the box can move its deadline or sleep it.
+pub const CONTROL: &str = "control.sock";
 
 /// The root a box sees.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
