@@ -49,7 +49,8 @@ pub struct Asleep {
 }
 
 impl Asleep {
-    /// The sleeping handle of `inner`.
+    /// The sleeping handle of `inner`, as the trait object every provider answers.
+    #[allow(clippy::new_ret_no_self)]
     pub fn new(inner: Arc<dyn Sandbox>) -> Arc<dyn Sandbox> {
         Arc::new(Asleep { inner })
     }

@@ -107,7 +107,23 @@ pub enum Need {
     LiveProcesses,
     /// A spec's env reaches the box's programs (`Honours::env`).
     Env,
+    /// Boxes by name (`Honours::names`).
+    Names,
+    /// Sleep and wake (`Honours::sleep`).
+    Sleep,
+    /// A deadline moved (`Honours::extend`).
+    Extend,
+    /// Labels changed (`Honours::relabel`).
+    Relabel,
+    /// Snapshots taken, and boxes made from them (`Honours::snapshots` and `snapshot`).
+    Snapshots,
+    /// Forks (`Honours::fork`).
+    Fork,
 }
+
+/// Why a lifecycle case is left out where the provider does not declare its operation: a
+/// provider need not have one, and `undeclared_lifecycle_is_refused` checks it refuses it.
+const UNDECLARED: &str = "not declared in honours(); undeclared_lifecycle_is_refused checks it is refused";
 
 impl Need {
     /// Whether `honours` declares it.
@@ -115,14 +131,31 @@ impl Need {
         match self {
             Need::LiveProcesses => honours.live_processes,
             Need::Env => honours.env,
+            Need::Names => honours.names,
+            Need::Sleep => honours.sleep,
+            Need::Extend => honours.extend,
+            Need::Relabel => honours.relabel,
+            Need::Snapshots => honours.snapshots && honours.snapshot,
+            Need::Fork => honours.fork,
         }
     }
+
+    /// The lifecycle's needs: none needs a reason to be absent.
+    const LIFECYCLE: [Need; 6] = [
+        Need::Names,
+        Need::Sleep,
+        Need::Extend,
+        Need::Relabel,
+        Need::Snapshots,
+        Need::Fork,
+    ];
 
     /// The reason the options give for its absence.
     fn reason(self, options: &Options) -> Option<&str> {
         match self {
             Need::LiveProcesses => options.without_live_processes.as_deref(),
             Need::Env => options.without_env.as_deref(),
+            _ => Some(UNDECLARED),
         }
     }
 
@@ -131,6 +164,12 @@ impl Need {
         match self {
             Need::LiveProcesses => "live_processes",
             Need::Env => "env",
+            Need::Names => "names",
+            Need::Sleep => "sleep",
+            Need::Extend => "extend",
+            Need::Relabel => "relabel",
+            Need::Snapshots => "snapshots",
+            Need::Fork => "fork",
         }
     }
 
@@ -139,6 +178,7 @@ impl Need {
         match self {
             Need::LiveProcesses => "without_live_processes",
             Need::Env => "without_env",
+            _ => "(none: lifecycle operations need no reason)",
         }
     }
 }
@@ -275,6 +315,13 @@ macro_rules! case {
 
 const LIVE: Gate = Gate::Needs(&[Need::LiveProcesses]);
 
+mod lifecycle;
+use lifecycle::{
+    a_sleeping_box_ends_at_its_deadline, extend_moves_the_deadline, fork_children_diverge, many_names_at_once,
+    names_open_and_discard, relabel_replaces_the_host_labels, sleep_keeps_files_and_wakes, snapshot_and_make_from_it,
+    undeclared_lifecycle_is_refused,
+};
+
 /// Every case, in the order [`run`] reports them: adding a case is one line here (a case
 /// function not listed is dead code, which `clippy -D warnings` refuses).
 pub static CASES: &[Case] = &[
@@ -301,6 +348,15 @@ pub static CASES: &[Case] = &[
     case!(a_missing_program),
     case!(without_live_processes, Gate::Lacks(Need::LiveProcesses)),
     case!(without_env, Gate::Lacks(Need::Env)),
+    case!(names_open_and_discard, Gate::Needs(&[Need::Names])),
+    case!(many_names_at_once, Gate::Needs(&[Need::Names])),
+    case!(sleep_keeps_files_and_wakes, Gate::Needs(&[Need::Sleep])),
+    case!(a_sleeping_box_ends_at_its_deadline, Gate::Needs(&[Need::Sleep]), beside),
+    case!(extend_moves_the_deadline, Gate::Needs(&[Need::Extend]), beside),
+    case!(relabel_replaces_the_host_labels, Gate::Needs(&[Need::Relabel])),
+    case!(snapshot_and_make_from_it, Gate::Needs(&[Need::Snapshots])),
+    case!(fork_children_diverge, Gate::Needs(&[Need::Fork])),
+    case!(undeclared_lifecycle_is_refused),
 ];
 
 /// No case may take forever: three minutes is far past any of them.
@@ -483,6 +539,8 @@ struct Cx {
     suite: Arc<Suite>,
     provider: Arc<dyn Provider>,
     made: Made,
+    /// The snapshots the case took, deleted when it ends.
+    snapshots: Arc<Mutex<Vec<String>>>,
 }
 
 /// The boxes a case made.
@@ -498,6 +556,7 @@ impl Cx {
             }),
             made,
             suite,
+            snapshots: Arc::default(),
         }
     }
 
@@ -517,6 +576,13 @@ impl Cx {
     async fn end_boxes(&self) -> Vec<String> {
         let made = std::mem::take(&mut *self.made.lock().unwrap_or_else(|e| e.into_inner()));
         let mut errors = Vec::new();
+        let snapshots = std::mem::take(&mut *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()));
+        for name in snapshots {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+            if let Err(e) = self.suite.provider.delete_snapshot(&name, &ctx).await {
+                errors.push(format!("delete of snapshot {name} after the case: {e}"));
+            }
+        }
         for b in made {
             let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
             if matches!(b.status(&ctx).await, Ok(Status::Ended)) {
@@ -554,6 +620,58 @@ impl Provider for Tracked {
     }
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> agentbox_core::Result<Vec<Arc<dyn Sandbox>>> {
         self.inner.list(labels, ctx).await
+    }
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
+        let b = self.inner.open(name, spec, ctx).await?;
+        self.note(&b);
+        Ok(b)
+    }
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> agentbox_core::Result<bool> {
+        self.inner.discard(name, labels, ctx).await
+    }
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> agentbox_core::Result<()> {
+        self.inner.sleep(id, ctx).await
+    }
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
+        self.inner.wake(id, ctx).await
+    }
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
+        self.inner.extend(id, ends_at_ms, ctx).await
+    }
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
+        self.inner.relabel(id, labels, ctx).await
+    }
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> agentbox_core::Result<agentbox_core::Snapshot> {
+        self.inner.snapshot(id, name, ctx).await
+    }
+    async fn snapshots(&self, ctx: &Ctx) -> agentbox_core::Result<Vec<agentbox_core::Snapshot>> {
+        self.inner.snapshots(ctx).await
+    }
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> agentbox_core::Result<bool> {
+        self.inner.delete_snapshot(name, ctx).await
+    }
+    async fn fork(
+        &self,
+        id: &SandboxId,
+        n: usize,
+        spec: &Spec,
+        ctx: &Ctx,
+    ) -> agentbox_core::Result<Vec<Arc<dyn Sandbox>>> {
+        let made = self.inner.fork(id, n, spec, ctx).await?;
+        for b in &made {
+            self.note(b);
+        }
+        Ok(made)
+    }
+}
+
+impl Tracked {
+    /// Write down a box made by other means than create (open, fork). A name's box made again
+    /// after a discard has the same id: the newest handle is the one kept.
+    fn note(&self, b: &Arc<dyn Sandbox>) {
+        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        made.retain(|m| m.id() != b.id());
+        made.push(b.clone());
     }
 }
 

@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod lifecycle;
 mod process;
 mod record;
 
@@ -36,8 +37,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Endpoint, Error, ExecOptions, Facts, Honours, Labels, NetworkFact, Process, Provider, Result, Sandbox,
-    SandboxId, Spec, Status, check_spec,
+    Ctx, Endpoint, Error, ErrorCode, ExecOptions, Facts, Honours, Labels, NetworkFact, Process, Provider, Result,
+    Sandbox, SandboxId, Spec, Status, check_spec,
 };
 use agentbox_protocol::supervisor::{READY_PREFIX, Reply, Request, SOCKET_NAME};
 use async_trait::async_trait;
@@ -122,8 +123,11 @@ impl LocalProvider {
     /// The box in `dir`: through its runner when it has one, whose runner is started again if
     /// it no longer answers (its processes then are gone with it).
     async fn sandbox(&self, dir: PathBuf, record: Record, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let has_runner = record.runner;
+        let (has_runner, asleep) = (record.runner, record.asleep);
         let local: Arc<dyn Sandbox> = Arc::new(LocalSandbox::new(dir.clone(), record, self.opts.path.clone()));
+        if asleep {
+            return Ok(crate::lifecycle::Asleep::new(local));
+        }
         if !has_runner {
             return Ok(local);
         }
@@ -166,6 +170,88 @@ impl LocalProvider {
         }
         let _ = std::fs::remove_dir_all(&dir);
         Ok(None)
+    }
+
+    /// Refuse what a local box cannot be.
+    fn check(&self, spec: &Spec) -> Result<()> {
+        check_spec(spec, &self.honours(), NAME)?;
+        if let Some(agentbox_core::Network::Allow(_) | agentbox_core::Network::None) = &spec.network {
+            return Err(Error::unsupported(
+                "spec.network: local boxes have the open network only",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Make the box `key` (its directory's name and its id's) from `spec`: opened by `name`
+    /// where it has one, its workspace and home copied from `seed` (a snapshot's directory or
+    /// another box's) where given. `mkdir` of its directory fails for a key that exists, so
+    /// two makes of one name never both succeed.
+    async fn make(
+        &self,
+        key: &str,
+        name: Option<&str>,
+        seed: Option<&Path>,
+        spec: &Spec,
+        ctx: &Ctx,
+    ) -> Result<Arc<dyn Sandbox>> {
+        let t0 = std::time::Instant::now();
+        ctx.check()?;
+        let id = SandboxId::new(NAME, key)?;
+        let dir = self.boxes.join(key);
+        let mut builder = std::fs::DirBuilder::new();
+        builder.mode(0o700);
+        builder
+            .create(&dir)
+            .map_err(|e| Error::io(e, format!("creating {}", dir.display())))?;
+        let made = async {
+            for sub in ["home", "tmp", "work"] {
+                match seed {
+                    Some(from) if sub != "tmp" => {
+                        boxdir::copy_tree(&from.join(sub), &dir.join(sub))
+                            .map_err(|e| e.context(format!("copying the box's {sub} from {}", from.display())))?;
+                    }
+                    _ => builder
+                        .create(dir.join(sub))
+                        .map_err(|e| Error::io(e, format!("creating the box's {sub}")))?,
+                }
+            }
+            let created_at_ms = now_ms();
+            let ends_at_ms = created_at_ms.saturating_add(spec.max_lifetime.as_millis() as u64);
+            let (supervisor_pid, supervisor_start) = self.start_supervisor(&dir, ends_at_ms, ctx).await?;
+            let record = Record {
+                id: id.clone(),
+                labels: spec.labels.clone(),
+                spec: spec.clone(),
+                created_at_ms,
+                ends_at_ms,
+                supervisor_pid,
+                supervisor_start,
+                runner: self.opts.runner,
+                name: name.map(str::to_string),
+                asleep: false,
+                snapshot: spec.snapshot.clone(),
+            };
+            record.write(&dir)?;
+            Ok::<_, Error>(record)
+        }
+        .await;
+        let made = match made {
+            Ok(record) => self.sandbox(dir.clone(), record, ctx).await,
+            Err(e) => Err(e),
+        };
+        match made {
+            Ok(b) => {
+                tracing::info!(box_id = %b.id(), ms = t0.elapsed().as_millis() as u64, runner = b.facts().runner.is_some(), "created");
+                Ok(b)
+            }
+            Err(e) => {
+                // A supervisor that started removes the directory when told to end.
+                let _ = ask_supervisor(&dir, Request::Destroy, Duration::from_secs(5)).await;
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
     }
 
     async fn start_supervisor(&self, dir: &Path, ends_at_ms: u64, ctx: &Ctx) -> Result<(i32, u64)> {
@@ -238,67 +324,25 @@ impl Provider for LocalProvider {
             isolation: vec!["none".into()],
             env: true,
             live_processes: true,
+            snapshot: true,
+            names: true,
+            sleep: true,
+            extend: true,
+            relabel: true,
+            snapshots: true,
+            fork: true,
             ..Default::default()
         }
     }
 
     #[tracing::instrument(name = "create", skip_all, fields(provider = NAME))]
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let t0 = std::time::Instant::now();
-        check_spec(spec, &self.honours(), NAME)?;
-        if let Some(agentbox_core::Network::Allow(_) | agentbox_core::Network::None) = &spec.network {
-            return Err(Error::unsupported(
-                "spec.network: local boxes have the open network only",
-            ));
-        }
-        ctx.check()?;
-        let name = random_hex(8)?;
-        let id = SandboxId::new(NAME, &name)?;
-        let dir = self.boxes.join(&name);
-        let mut builder = std::fs::DirBuilder::new();
-        builder.mode(0o700);
-        builder
-            .create(&dir)
-            .map_err(|e| Error::io(e, format!("creating {}", dir.display())))?;
-        let made = async {
-            for sub in ["home", "tmp", "work"] {
-                builder
-                    .create(dir.join(sub))
-                    .map_err(|e| Error::io(e, format!("creating the box's {sub}")))?;
-            }
-            let created_at_ms = now_ms();
-            let ends_at_ms = created_at_ms.saturating_add(spec.max_lifetime.as_millis() as u64);
-            let (supervisor_pid, supervisor_start) = self.start_supervisor(&dir, ends_at_ms, ctx).await?;
-            let record = Record {
-                id: id.clone(),
-                labels: spec.labels.clone(),
-                spec: spec.clone(),
-                created_at_ms,
-                ends_at_ms,
-                supervisor_pid,
-                supervisor_start,
-                runner: self.opts.runner,
-            };
-            record.write(&dir)?;
-            Ok::<_, Error>(record)
-        }
-        .await;
-        let made = match made {
-            Ok(record) => self.sandbox(dir.clone(), record, ctx).await,
-            Err(e) => Err(e),
+        self.check(spec)?;
+        let seed = match &spec.snapshot {
+            Some(s) => Some(lifecycle::snapshot_dir(self, s)?),
+            None => None,
         };
-        match made {
-            Ok(b) => {
-                tracing::info!(box_id = %b.id(), ms = t0.elapsed().as_millis() as u64, runner = b.facts().runner.is_some(), "created");
-                Ok(b)
-            }
-            Err(e) => {
-                // A supervisor that started removes the directory when told to end.
-                let _ = destroy_dir(&dir, Duration::from_secs(5)).await;
-                let _ = std::fs::remove_dir_all(&dir);
-                Err(e)
-            }
-        }
+        self.make(&random_hex(8)?, None, seed.as_deref(), spec, ctx).await
     }
 
     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
@@ -322,6 +366,48 @@ impl Provider for LocalProvider {
         }
         Ok(out)
     }
+
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.open_named(name, spec, ctx).await
+    }
+
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+        self.discard_named(name, labels, ctx).await
+    }
+
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        self.sleep_box(id, ctx).await
+    }
+
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.wake_box(id, ctx).await
+    }
+
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.extend_box(id, ends_at_ms, ctx).await
+    }
+
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.relabel_box(id, labels, ctx).await
+    }
+
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<agentbox_core::Snapshot> {
+        self.snapshot_box(id, name, ctx).await
+    }
+
+    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<agentbox_core::Snapshot>> {
+        ctx.check()?;
+        self.list_snapshots()
+    }
+
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        ctx.check()?;
+        self.remove_snapshot(name)
+    }
+
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        self.fork_box(id, n, spec, ctx).await
+    }
 }
 
 /// One local box.
@@ -341,6 +427,10 @@ impl LocalSandbox {
             started_at_ms: Some(record.created_at_ms),
             ends_at_ms: Some(record.ends_at_ms),
             live_processes: true,
+            name: record.name.clone(),
+            sleep: Some("files".into()),
+            sleep_clock: Some("counting".into()),
+            snapshot: record.snapshot.clone(),
             secrets_via: Some("fd".into()),
             workspace: Some(dir.join("work").to_string_lossy().into_owned()),
             ..Default::default()
@@ -517,7 +607,8 @@ impl Sandbox for LocalSandbox {
     async fn destroy(&self, ctx: &Ctx) -> Result<()> {
         tracing::info!(box_id = %self.id(), "destroying");
         let limit = ctx.remaining().unwrap_or(DESTROY_TIMEOUT).min(DESTROY_TIMEOUT);
-        ctx.run_result(destroy_dir(&self.dir, limit)).await?;
+        ctx.run_result(ask_supervisor(&self.dir, Request::Destroy, limit))
+            .await?;
         // The supervisor answers, then exits: give it a moment to be gone.
         let t = tokio::time::Instant::now();
         while self.record.supervisor_alive() {
@@ -534,29 +625,41 @@ impl Sandbox for LocalSandbox {
     }
 }
 
-/// Ask the supervisor of `dir` to end its box. A supervisor that does not answer has ended.
-async fn destroy_dir(dir: &Path, limit: Duration) -> Result<()> {
+/// Ask the supervisor of `dir` a control request (destroy, deadline, sleep, wake), within
+/// `limit`. A destroy of a supervisor that does not answer is done: it has ended.
+async fn ask_supervisor(dir: &Path, req: Request, limit: Duration) -> Result<()> {
     let sock = dir.join(SOCKET_NAME);
-    let Ok(stream) = tokio::net::UnixStream::connect(&sock).await else {
-        return Ok(());
+    let destroy = req == Request::Destroy;
+    let stream = match tokio::net::UnixStream::connect(&sock).await {
+        Ok(s) => s,
+        Err(_) if destroy => return Ok(()),
+        Err(e) => {
+            return Err(Error::gone(format!(
+                "the box's supervisor does not answer ({e}): it has ended"
+            )));
+        }
     };
     let (mut rd, mut wr) = stream.into_split();
+    let what = format!("{req:?}").to_lowercase();
     let ask = async {
         use tokio::io::AsyncWriteExt;
-        let bytes = agentbox_protocol::frame::encode(&Request::Destroy).map_err(|e| Error::unknown(e.to_string()))?;
+        let bytes = agentbox_protocol::frame::encode(&req).map_err(|e| Error::unknown(e.to_string()))?;
         wr.write_all(&bytes)
             .await
-            .map_err(|e| Error::io(e, "asking the supervisor to end the box"))?;
+            .map_err(|e| Error::io(e, format!("asking the supervisor: {what}")))?;
         match crate::util::read_frame::<Reply>(&mut rd).await {
-            Ok(Some(Reply::Ok)) | Ok(None) => Ok(()),
-            Ok(Some(other)) => Err(Error::unknown(format!("the supervisor answered {other:?} to destroy"))),
+            Ok(Some(Reply::Ok)) => Ok(()),
+            Ok(None) if destroy => Ok(()),
+            Ok(None) => Err(Error::gone("the box's supervisor hung up: it has ended")),
+            Ok(Some(Reply::Error { code, message })) => Err(Error::new(ErrorCode::from_wire(&code), message)),
+            Ok(Some(other)) => Err(Error::unknown(format!("the supervisor answered {other:?} to {what}"))),
             Err(e) => Err(Error::io(e, "reading the supervisor's answer")),
         }
     };
     match tokio::time::timeout(limit, ask).await {
         Ok(r) => r,
         Err(_) => Err(Error::timeout(format!(
-            "the box's supervisor did not end it within {}s",
+            "the box's supervisor did not answer {what} within {}s",
             limit.as_secs()
         ))),
     }

@@ -9,7 +9,8 @@ use crate::util::write_atomic;
 
 const FILE: &str = "record.json";
 
-/// Written once when the box is made, never changed.
+/// Written when the box is made; rewritten whole (under [`Record::lock`]) by extend, sleep,
+/// wake and relabel.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(super) struct Record {
     pub id: SandboxId,
@@ -25,6 +26,15 @@ pub(super) struct Record {
     /// directory).
     #[serde(default)]
     pub runner: bool,
+    /// The name it was opened by (`Provider::open`), where it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// It sleeps: its supervisor takes no exec until it wakes.
+    #[serde(default)]
+    pub asleep: bool,
+    /// The snapshot it was made from, where it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 impl Record {
@@ -37,6 +47,21 @@ impl Record {
     pub(super) fn write(&self, dir: &Path) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::unknown(e.to_string()))?;
         write_atomic(&dir.join(FILE), &bytes)
+    }
+
+    /// Hold the box's lock (a file beside the record) while a change reads the record and
+    /// writes it again: two changes at once never lose one another.
+    pub(super) fn lock(dir: &Path) -> Result<std::fs::File> {
+        let path = dir.join("record.lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(e, format!("opening {}", path.display())))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| Error::io(e.into(), format!("locking {}", path.display())))?;
+        Ok(f)
     }
 
     /// The supervisor still runs (and so the box has not been ended).
