@@ -315,24 +315,3 @@ fn setattr(path: &Path, attrs: u64, recursive: bool) -> Result<(), String> {
     }
     Ok(())
 }
-
-/// Remove a box's directory once its init has ended. Files the box made without write or
-/// search permission for their owner are opened up first.
-pub(super) fn remove_box_dir(dir: &Path) {
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return;
-    }
-    open_up(dir);
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-fn open_up(dir: &Path) {
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                open_up(&e.path());
-            }
-        }
-    }
-}

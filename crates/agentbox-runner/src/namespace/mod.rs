@@ -4,7 +4,7 @@
 //! ([`agentbox_protocol::namespace::BoxConfig`]), unshares a user, mount, pid, ipc, uts and
 //! cgroup namespace (and a net namespace for `network: none`), waits while the host writes its
 //! id maps, then starts the box's **init** (`agentbox-runner namespace-init DIR`, pid 1 of the
-//! new pid namespace) and waits for it to end, when it removes `DIR`. It stays outside the
+//! new pid namespace) and waits for it to end, then exits. It stays outside the
 //! box's pid namespace, so no program of the box can see or signal it.
 //!
 //! The init builds the box's file system ([`fs`]), hardens itself ([`harden`]: rlimits,
@@ -153,7 +153,9 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     if let Some(p) = Pid::from_raw(pid as i32) {
         while let Err(rustix::io::Errno::INTR) = rustix::process::waitpid(Some(p), WaitOptions::empty()) {}
     }
-    fs::remove_box_dir(dir);
+    // The box's directory is left to the host (the next attach, list or open that finds the
+    // box ended removes it): the init's pivot moved this process's root too (one mount
+    // namespace), so the host's path to it is not this process's to reach any more.
     std::process::exit(0)
 }
 
