@@ -517,3 +517,61 @@ async fn relabel_replaces_the_labels_and_concurrent_changes_keep_each_other() {
     );
     b.destroy(&ctx).await.unwrap();
 }
+
+/// One request to a box's control socket from a process of the host's (python, so that it
+/// can be run inside the box's pid namespace by nsenter); what the init answered.
+fn control(socket: &std::path::Path, request: &str, in_box_of: Option<u32>) -> String {
+    const SCRIPT: &str = "import socket,struct,sys\n\
+        s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n\
+        b=sys.argv[2].encode(); s.sendall(struct.pack('>I',len(b))+b)\n\
+        n=struct.unpack('>I',s.recv(4))[0]; print(s.recv(n).decode())\n";
+    let mut c = match in_box_of {
+        Some(pid) => {
+            let mut c = std::process::Command::new("nsenter");
+            c.args(["-t", &pid.to_string(), "-p", "--", "/usr/bin/python3"]);
+            c
+        }
+        None => std::process::Command::new("/usr/bin/python3"),
+    };
+    let out = c.args(["-c", SCRIPT]).arg(socket).arg(request).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_init_takes_no_request_from_a_process_of_the_box() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("NOT RUN: only root can enter a box's pid namespace to play a program of it (CI runs this as root)");
+        assert!(std::env::var_os("CI").is_none(), "CI runs this test as root");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path());
+    let v = view(root.path());
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(3)), &ctx).await.unwrap();
+    let dir = v.boxes.join(b.id().name());
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("record.json")).unwrap()).unwrap();
+    let init = record["init_pid"].as_u64().unwrap() as u32;
+    let socket = dir.join(agentbox_protocol::namespace::CONTROL);
+    // The host's process is answered; one in the box's pid namespace is refused, even with the
+    // socket's path in hand (a box has no path to it: it is not in the box's mount tree).
+    assert_eq!(control(&socket, r#"{"op":"ping"}"#, None).trim(), r#"{"reply":"ok"}"#);
+    let later = format!(r#"{{"op":"deadline","deadline_ms":{}}}"#, now_ms() + 600_000);
+    let said = control(&socket, &later, Some(init));
+    assert!(said.contains(r#""code":"refused""#), "{said}");
+    let said = control(&socket, r#"{"op":"sleep"}"#, Some(init));
+    assert!(said.contains(r#""code":"refused""#), "{said}");
+    assert_eq!(sh(b.as_ref(), "echo awake").await.1, "awake\n", "not put to sleep");
+    // The box still ends at its own deadline.
+    assert!(ended_within(&v, b.id(), Duration::from_secs(6)).await, "not extended");
+    // And no path inside the box names the control socket.
+    let c = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let (_, found) = sh(
+        c.as_ref(),
+        "for d in / /run /run/agentbox /workspace /root /tmp; do ls -A $d; done | grep -c control.sock || true",
+    )
+    .await;
+    assert_eq!(found, "0\n");
+    c.destroy(&ctx).await.unwrap();
+}

@@ -328,15 +328,17 @@ impl Init {
             // A connection stuck half way must not hold the socket for ever.
             let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
             let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
-            let reply = if !from_outside(&conn) {
+            // Read first, so that a refused peer reads its refusal rather than a reset.
+            let req = match frame::read_sync::<Request>(&mut conn) {
+                Ok(Some(req)) => req,
+                _ => continue,
+            };
+            let reply = if from_outside(&conn) {
+                self.answer(req)
+            } else {
                 Reply::Error {
                     code: "refused".into(),
                     message: "the box's control takes no request from a program of the box".into(),
-                }
-            } else {
-                match frame::read_sync::<Request>(&mut conn) {
-                    Ok(Some(req)) => self.answer(req),
-                    _ => continue,
                 }
             };
             let _ = frame::write_sync(&mut conn, &reply);
