@@ -401,6 +401,7 @@ async fn concurrent_opens_of_one_name_answer_one_box_and_a_discard_empties_it() 
     assert_ne!(other.id(), b.id());
     let e = p.open("Dev!", &spec, &ctx).await.err().unwrap();
     assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
+    assert!(e.message().starts_with("open: name: "), "{e}");
     // A named box's labels are part of its name.
     let e = p.relabel(b.id(), &labels(&[("team", "b")]), &ctx).await.err().unwrap();
     assert_eq!(e.code(), ErrorCode::Refused, "{e}");

@@ -138,7 +138,7 @@ impl NamespaceProvider {
     }
 
     pub(super) async fn open_named(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let key = name_key(name, &spec.labels)?;
+        let key = name_key(name, &spec.labels).map_err(|e| named("open", e))?;
         self.check(spec)?;
         let seed = self.snapshot_seed(spec)?;
         let dir = self.boxes.join(&key);
@@ -180,8 +180,8 @@ impl NamespaceProvider {
     }
 
     pub(super) async fn discard_named(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
-        validate_labels(labels)?;
-        let key = name_key(name, labels)?;
+        validate_labels(labels).map_err(|e| named("discard", e))?;
+        let key = name_key(name, labels).map_err(|e| named("discard", e))?;
         let dir = self.boxes.join(&key);
         let Some(r) = self.settled(&dir, "discard", ctx).await? else {
             tracing::info!(name, "discard: there was none");
@@ -257,7 +257,7 @@ impl NamespaceProvider {
 
     pub(super) async fn relabel_box(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         ctx.check()?;
-        validate_labels(labels)?;
+        validate_labels(labels).map_err(|e| named("relabel", e))?;
         let b = self
             .change(id, "relabel", async |_: &Path, r: &mut Record| {
                 if let Some(name) = &r.name {
@@ -279,7 +279,7 @@ impl NamespaceProvider {
 
     pub(super) async fn snapshot_box(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
         ctx.check()?;
-        validate_name("snapshot name", name)?;
+        validate_name("snapshot name", name).map_err(|e| named("snapshot", e))?;
         let (dir, r) = self.found(id, "snapshot")?;
         let snaps = boxdir::make_boxes_dir(&self.opts.root.join("snapshots"), NAME)?;
         let target = snaps.join(name);
@@ -359,7 +359,7 @@ impl NamespaceProvider {
 
     pub(super) async fn remove_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
         ctx.check()?;
-        validate_name("snapshot name", name)?;
+        validate_name("snapshot name", name).map_err(|e| named("delete_snapshot", e))?;
         let snaps = self.snapshots_dir();
         let dir = snaps.join(name);
         // Out of its name at once, then removed: a snapshot of the same name may be taken
@@ -417,6 +417,11 @@ impl NamespaceProvider {
         tracing::info!(box_id = %id, n, "forked");
         Ok(made)
     }
+}
+
+/// `e`, its message led by the operation that refused it.
+fn named(operation: &str, e: Error) -> Error {
+    Error::new(e.code(), format!("{operation}: {}", e.message()))
 }
 
 fn exists(name: &str) -> Error {
