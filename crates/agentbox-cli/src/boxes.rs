@@ -99,6 +99,81 @@ pub(crate) enum BoxCommand {
         /// The destination: a file here, or ID:PATH.
         dst: String,
     },
+    /// The box of a name (and labels): made as `create` would when there is none, woken when
+    /// it sleeps. Prints its id.
+    Open {
+        /// Its name: 1 to 63 lowercase letters, digits and '-'.
+        name: String,
+        #[command(flatten)]
+        create: Box<CreateArgs>,
+    },
+    /// End the box of a name (and labels) and delete what was kept of it.
+    Discard {
+        /// Its name.
+        name: String,
+        /// The provider (without it, the default).
+        #[arg(long, help = default_help("The provider"))]
+        provider: Option<String>,
+        /// A label of its label set (repeatable).
+        #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
+        labels: Vec<(String, String)>,
+    },
+    /// Put a box to sleep: its files kept, its programs ended, its lifetime still counting.
+    Sleep {
+        /// The box's id.
+        id: SandboxId,
+    },
+    /// Wake a sleeping box.
+    Wake {
+        /// The box's id.
+        id: SandboxId,
+    },
+    /// Move a box's deadline: later `--by` a duration, or to `--in` a duration from now
+    /// (which may be earlier). Prints the new deadline.
+    Extend {
+        /// The box's id.
+        id: SandboxId,
+        /// Later by this much (500ms, 90s, 10m, 6h, 2d).
+        #[arg(long, value_parser = lifetime, required_unless_present = "within", conflicts_with = "within")]
+        by: Option<Duration>,
+        /// To this long from now.
+        #[arg(long = "in", value_parser = lifetime)]
+        within: Option<Duration>,
+    },
+    /// Keep a box's files as the snapshot NAME (`create --from-snapshot NAME` starts from it).
+    Snapshot {
+        /// The box's id.
+        id: SandboxId,
+        /// The snapshot's name.
+        name: String,
+    },
+    /// List a provider's snapshots, or delete one with `--delete NAME`.
+    Snapshots {
+        /// The provider (without it, the default).
+        #[arg(long, help = default_help("The provider"))]
+        provider: Option<String>,
+        /// Delete this snapshot.
+        #[arg(long, value_name = "NAME")]
+        delete: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make N boxes holding a box's files as they are now, each on its own from then on.
+    /// Prints their ids.
+    Fork {
+        /// The box's id.
+        id: SandboxId,
+        /// How many (1 to 16).
+        #[arg(short, default_value_t = 1)]
+        n: usize,
+        /// How long each may live.
+        #[arg(long, default_value = "10m", value_parser = lifetime)]
+        lifetime: Duration,
+        /// A label of each (repeatable).
+        #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
+        labels: Vec<(String, String)>,
+    },
 }
 
 #[derive(Args)]
@@ -148,6 +223,9 @@ pub(crate) struct CreateArgs {
     /// The image (providers that take one).
     #[arg(long)]
     image: Option<String>,
+    /// Start from this snapshot (`box snapshot`).
+    #[arg(long, value_name = "NAME")]
+    from_snapshot: Option<String>,
     /// CPUs.
     #[arg(long)]
     cpus: Option<f64>,
@@ -334,43 +412,128 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
     let ctx = Ctx::background();
     match cmd {
         BoxCommand::Create(a) => {
-            let mut spec = Spec::new(a.lifetime);
-            spec.labels = a.labels.into_iter().collect();
-            spec.env = a.env.into_iter().collect();
-            spec.image = a.image;
-            spec.cpus = a.cpus;
-            spec.memory_mb = a.memory;
-            spec.isolation = a.isolation;
-            spec.network = match a.network.as_deref() {
-                None => None,
-                Some("open") => Some(Network::Open),
-                Some("none") => Some(Network::None),
-                Some(other) => return Err(Error::invalid(format!("--network: {other:?} is not open or none"))),
-            };
-            for m in &a.mounts {
-                spec.mounts.push(mount(m)?);
-            }
-            let env = environment()?;
-            let entry = chosen(a.provider.as_deref(), &env).await?;
-            let options = Options {
-                runner: !a.no_runner,
-                user: a.user.clone(),
-                pids_limit: a.pids_limit,
-                keep_capabilities: a.keep_capabilities,
-                disk_bytes: a.disk,
-            };
-            if let Some(opt) = options.set().into_iter().find(|o| !entry.takes(*o)) {
-                return Err(Error::unsupported(format!(
-                    "--{}: {} boxes do not take it",
-                    opt.name(),
-                    entry.name
-                )));
-            }
-            let b = entry.make(&options, &env).await?.create(&spec, &ctx).await?;
+            let json = a.json;
+            let (spec, provider) = spec_and_provider(*a).await?;
+            let b = provider.create(&spec, &ctx).await?;
             tracing::info!(box_id = %b.id(), runner = ?b.facts().runner, "box made");
-            if a.json {
-                println!("{}", serde_json::json!({ "id": b.id(), "facts": b.facts() }));
+            print_box(&*b, json);
+            Ok(0)
+        }
+        BoxCommand::Open { name, create } => {
+            let json = create.json;
+            let (spec, provider) = spec_and_provider(*create).await?;
+            let b = provider.open(&name, &spec, &ctx).await?;
+            tracing::info!(box_id = %b.id(), name, "box opened");
+            print_box(&*b, json);
+            Ok(0)
+        }
+        BoxCommand::Discard { name, provider, labels } => {
+            let env = environment()?;
+            let p = chosen(provider.as_deref(), &env)
+                .await?
+                .make(&Options::default(), &env)
+                .await?;
+            let labels: Labels = labels.into_iter().collect();
+            if p.discard(&name, &labels, &ctx).await? {
+                println!("{name}");
+                Ok(0)
             } else {
+                eprintln!(
+                    "agentbox: box discard: no {} box is named {name:?} with those labels",
+                    p.name()
+                );
+                Ok(1)
+            }
+        }
+        BoxCommand::Sleep { id } => {
+            provider(id.provider()).await?.sleep(&id, &ctx).await?;
+            println!("{id}");
+            Ok(0)
+        }
+        BoxCommand::Wake { id } => {
+            let b = provider(id.provider()).await?.wake(&id, &ctx).await?;
+            println!("{}", b.id());
+            Ok(0)
+        }
+        BoxCommand::Extend { id, by, within } => {
+            let p = provider(id.provider()).await?;
+            let now = {
+                use agentbox_core::Clock;
+                agentbox_core::SystemClock.now_ms()
+            };
+            let to = match (by, within) {
+                (Some(by), _) => {
+                    let b = p
+                        .attach(&id, &ctx)
+                        .await?
+                        .ok_or_else(|| Error::not_found(format!("box {id}: no such box, or it has ended")))?;
+                    let from = b
+                        .facts()
+                        .ends_at_ms
+                        .ok_or_else(|| Error::unsupported(format!("box {id}: its facts state no deadline to move")))?;
+                    from.saturating_add(by.as_millis() as u64)
+                }
+                (None, Some(d)) => now.saturating_add(d.as_millis() as u64),
+                (None, None) => return Err(Error::invalid("extend: give --by or --in")),
+            };
+            let b = p.extend(&id, to, &ctx).await?;
+            let ends = b.facts().ends_at_ms.unwrap_or(to);
+            println!("{}", agentbox_core::rfc3339(ends as i64));
+            Ok(0)
+        }
+        BoxCommand::Snapshot { id, name } => {
+            let snap = provider(id.provider()).await?.snapshot(&id, &name, &ctx).await?;
+            println!("{}", snap.name);
+            Ok(0)
+        }
+        BoxCommand::Snapshots {
+            provider: p,
+            delete,
+            json,
+        } => {
+            let env = environment()?;
+            let p = chosen(p.as_deref(), &env)
+                .await?
+                .make(&Options::default(), &env)
+                .await?;
+            if let Some(name) = delete {
+                if p.delete_snapshot(&name, &ctx).await? {
+                    println!("{name}");
+                    return Ok(0);
+                }
+                eprintln!(
+                    "agentbox: box snapshots --delete: {} has no snapshot {name:?}",
+                    p.name()
+                );
+                return Ok(1);
+            }
+            let snaps = p.snapshots(&ctx).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&snaps).map_err(|e| Error::unknown(e.to_string()))?
+                );
+            } else {
+                for s in snaps {
+                    let from = s.from.as_ref().map(|f| f.to_string()).unwrap_or_else(|| "-".into());
+                    let at = s
+                        .created_at_ms
+                        .map(|t| agentbox_core::rfc3339(t as i64))
+                        .unwrap_or_else(|| "-".into());
+                    println!("{}\t{from}\t{at}", s.name);
+                }
+            }
+            Ok(0)
+        }
+        BoxCommand::Fork {
+            id,
+            n,
+            lifetime,
+            labels,
+        } => {
+            let mut spec = Spec::new(lifetime);
+            spec.labels = labels.into_iter().collect();
+            for b in provider(id.provider()).await?.fork(&id, n, &spec, &ctx).await? {
                 println!("{}", b.id());
             }
             Ok(0)
@@ -443,6 +606,54 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             Ok(0)
         }
         BoxCommand::Cp { src, dst } => copy(&src, &dst, &ctx).await.map(|_| 0),
+    }
+}
+
+/// The spec and the provider `create` (and `open`) flags ask for; a provider option the
+/// chosen provider does not take is refused, naming the flag.
+async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
+    let mut spec = Spec::new(a.lifetime);
+    spec.labels = a.labels.into_iter().collect();
+    spec.env = a.env.into_iter().collect();
+    spec.image = a.image;
+    spec.snapshot = a.from_snapshot;
+    spec.cpus = a.cpus;
+    spec.memory_mb = a.memory;
+    spec.isolation = a.isolation;
+    spec.network = match a.network.as_deref() {
+        None => None,
+        Some("open") => Some(Network::Open),
+        Some("none") => Some(Network::None),
+        Some(other) => return Err(Error::invalid(format!("--network: {other:?} is not open or none"))),
+    };
+    for m in &a.mounts {
+        spec.mounts.push(mount(m)?);
+    }
+    let env = environment()?;
+    let entry = chosen(a.provider.as_deref(), &env).await?;
+    let options = Options {
+        runner: !a.no_runner,
+        user: a.user.clone(),
+        pids_limit: a.pids_limit,
+        keep_capabilities: a.keep_capabilities,
+        disk_bytes: a.disk,
+    };
+    if let Some(opt) = options.set().into_iter().find(|o| !entry.takes(*o)) {
+        return Err(Error::unsupported(format!(
+            "--{}: {} boxes do not take it",
+            opt.name(),
+            entry.name
+        )));
+    }
+    Ok((spec, entry.make(&options, &env).await?))
+}
+
+/// Print a box's id, or with `json` its id and facts.
+fn print_box(b: &dyn Sandbox, json: bool) {
+    if json {
+        println!("{}", serde_json::json!({ "id": b.id(), "facts": b.facts() }));
+    } else {
+        println!("{}", b.id());
     }
 }
 

@@ -5,7 +5,7 @@
 //! | --- | --- | --- | --- |
 //! | local | [`local`] | none (development, tests) | the box's supervisor, a detached process |
 //! | namespace | [`namespace`] | user, mount, pid, ipc, uts, cgroup (and net) namespaces, no daemon | the box's init, pid 1 of its pid namespace |
-//! | docker | [`docker`] | a container per box | the container's own process, `sleep <lifetime>` |
+//! | docker | [`docker`] | a container per box | the container's first process, `agentbox-runner init` (or `sleep <lifetime>`) |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
 //! [`registry`] names them all: each provider's name, a line on what its boxes are, whether this

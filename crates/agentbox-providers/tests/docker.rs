@@ -223,8 +223,9 @@ async fn network_none_binds_user_and_refusals() {
     };
     for (spec, code, field) in [
         (
+            // Docker boxes start from snapshots it took: one it never took is not found.
             refused(&|s| s.snapshot = Some("x".into())),
-            ErrorCode::Unsupported,
+            ErrorCode::NotFound,
             "snapshot",
         ),
         (

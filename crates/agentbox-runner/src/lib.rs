@@ -1,11 +1,13 @@
 //! agentbox's in-box program.
 //!
-//! Two programs in one binary: the runner server ([`server`]: one connection for every process
-//! and file of a box, what a provider starts in a box on request) and the supervisor of a local
-//! box ([`supervisor`]). It depends on the protocol crate and `agentbox-proc` alone, never on
+//! Several programs in one binary: the runner server ([`server`]: one connection for every
+//! process and file of a box, what a provider starts in a box on request), the supervisor of a
+//! local box ([`supervisor`]), the init of a namespace box ([`namespace`]) and the first
+//! process of a container box, whose deadline can move ([`init`]). It depends on the protocol crate and `agentbox-proc` alone, never on
 //! providers, hands or runs, so it stays small enough to copy into any box (a static build needs
 //! nothing there).
 
+pub mod init;
 pub mod namespace;
 pub mod probe;
 pub mod server;
@@ -20,6 +22,13 @@ pub fn main_with_args(args: &[String]) -> i32 {
             Err(e) => {
                 eprintln!("agentbox-runner supervise: {e}");
                 1
+            }
+        },
+        Some("init") => match init::Config::from_args(&args[1..]) {
+            Ok(cfg) => init::run(cfg),
+            Err(e) => {
+                eprintln!("agentbox-runner init: {e}");
+                2
             }
         },
         Some("relay") => match args.get(1) {
@@ -63,7 +72,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
         Some("--help" | "-h" | "help") => {
             println!(
-                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner probe io_uring|user-namespace|mount-namespace|ptrace|keyctl|mount|abstract-unix:NAME",
+                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner init --deadline-file PATH\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner probe io_uring|user-namespace|mount-namespace|ptrace|keyctl|mount|abstract-unix:NAME",
                 server::USAGE
             );
             0

@@ -404,3 +404,130 @@ async fn execs_run_one_after_another_fail_concurrent_execs() {
     .await;
     assert_eq!(outcome(&report, "concurrent_execs"), &Outcome::Passed);
 }
+
+/// How [`Lying`] lies about the lifecycle of the local boxes under it.
+#[derive(Clone, Copy, Default, PartialEq)]
+enum Lie {
+    /// None: every operation reaches the boxes.
+    #[default]
+    None,
+    /// `extend` answers the box with its deadline unmoved.
+    Extend,
+    /// `sleep` answers Ok and does nothing.
+    Sleep,
+    /// `fork` answers new boxes that lack the forked box's files.
+    Fork,
+    /// `honours()` declares no snapshots, yet taking one works.
+    UndeclaredSnapshots,
+}
+
+/// Local boxes whose lifecycle passes through, but for one [`Lie`].
+struct Lying {
+    inner: Arc<dyn Provider>,
+    lie: Lie,
+}
+
+#[async_trait]
+impl Provider for Lying {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn honours(&self) -> Honours {
+        let h = self.inner.honours();
+        Honours {
+            snapshots: h.snapshots && self.lie != Lie::UndeclaredSnapshots,
+            ..h
+        }
+    }
+    async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.inner.create(spec, ctx).await
+    }
+    async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        self.inner.attach(id, ctx).await
+    }
+    async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        self.inner.list(labels, ctx).await
+    }
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        match self.lie {
+            Lie::Sleep => Ok(()),
+            _ => self.inner.sleep(id, ctx).await,
+        }
+    }
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.inner.wake(id, ctx).await
+    }
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        match self.lie {
+            Lie::Extend => Ok(self.inner.attach(id, ctx).await?.expect("the box runs")),
+            _ => self.inner.extend(id, ends_at_ms, ctx).await,
+        }
+    }
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<agentbox_core::Snapshot> {
+        self.inner.snapshot(id, name, ctx).await
+    }
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        self.inner.delete_snapshot(name, ctx).await
+    }
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        if self.lie != Lie::Fork {
+            return self.inner.fork(id, n, spec, ctx).await;
+        }
+        agentbox_core::check_fork_count(n)?;
+        let mut made = Vec::new();
+        for _ in 0..n {
+            made.push(self.inner.create(spec, ctx).await?);
+        }
+        Ok(made)
+    }
+}
+
+fn lying(root: PathBuf, lie: Lie) -> conformance::Factory {
+    conformance::factory(move || {
+        let root = root.clone();
+        async move {
+            Arc::new(Lying {
+                inner: local(&root),
+                lie,
+            }) as Arc<dyn Provider>
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifecycle_that_lies_fails_its_case() {
+    let root = tempfile::tempdir().unwrap();
+    for (lie, case, words) in [
+        (Lie::Extend, "extend_moves_the_deadline", "facts say it ends at"),
+        (Lie::Sleep, "sleep_keeps_files_and_wakes", "status is Running"),
+        (Lie::Fork, "fork_children_diverge", "lacks the parent's file"),
+        (
+            Lie::UndeclaredSnapshots,
+            "undeclared_lifecycle_is_refused",
+            "honours().snapshots is false",
+        ),
+    ] {
+        let report = conformance::run(
+            lying(root.path().into(), lie),
+            options("local, lying", root.path(), &[case]),
+        )
+        .await;
+        failed_saying(&report, case, words);
+        every_box_ended_with_its_case(root.path(), &report).await;
+    }
+    // Told no lie, the same wrapper passes them.
+    let cases = [
+        "extend_moves_the_deadline",
+        "sleep_keeps_files_and_wakes",
+        "fork_children_diverge",
+        "undeclared_lifecycle_is_refused",
+    ];
+    let report = conformance::run(
+        lying(root.path().into(), Lie::None),
+        options("local, truthful", root.path(), &cases),
+    )
+    .await;
+    for case in cases {
+        assert_eq!(outcome(&report, case), &Outcome::Passed, "{case}");
+    }
+}

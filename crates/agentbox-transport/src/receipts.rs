@@ -243,6 +243,49 @@ impl Provider for ReceiptProvider {
             .map(|b| self.ours(b))
             .collect())
     }
+    // The lifecycle passes through: a box opened or forked here is receipted as one made here;
+    // one woken, extended or relabelled keeps the receipt it had.
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let b = self.inner.open(name, spec, ctx).await?;
+        if !self.receipts.boxes.lock().unwrap().contains_key(b.id()) {
+            self.receipts.register(b.as_ref(), self.inner.name());
+        }
+        Ok(self.ours(b))
+    }
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+        self.inner.discard(name, labels, ctx).await
+    }
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        self.inner.sleep(id, ctx).await
+    }
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        Ok(self.ours(self.inner.wake(id, ctx).await?))
+    }
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        Ok(self.ours(self.inner.extend(id, ends_at_ms, ctx).await?))
+    }
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        Ok(self.ours(self.inner.relabel(id, labels, ctx).await?))
+    }
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<agentbox_core::Snapshot> {
+        self.inner.snapshot(id, name, ctx).await
+    }
+    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<agentbox_core::Snapshot>> {
+        self.inner.snapshots(ctx).await
+    }
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        self.inner.delete_snapshot(name, ctx).await
+    }
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        let made = self.inner.fork(id, n, spec, ctx).await?;
+        Ok(made
+            .into_iter()
+            .map(|b| {
+                self.receipts.register(b.as_ref(), self.inner.name());
+                self.ours(b)
+            })
+            .collect())
+    }
 }
 
 struct ReceiptSandbox {

@@ -128,3 +128,38 @@ fn a_price_must_say_how_it_bills() {
     let e = totals(&dir.path().join("broken.jsonl")).unwrap_err();
     assert!(e.message().contains("line 1") || e.message().contains("line 2"), "{e}");
 }
+
+#[tokio::test]
+async fn boxes_opened_and_forked_through_receipts_are_receipted_and_the_lifecycle_passes_through() {
+    agentbox_testing::runner::ensure();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("receipts.jsonl");
+    let local =
+        agentbox_providers::LocalProvider::new(agentbox_providers::LocalOptions::at(dir.path()).unwrap()).unwrap();
+    let prices = vec![price("local", "none", Some(0.001), None)];
+    let receipts = Receipts::open(&path, prices).unwrap();
+    let p = receipts.wrap(Arc::new(local));
+    let ctx = Ctx::background();
+    let spec = Spec::new(Duration::from_secs(600));
+    let named = p.open("receipted", &spec, &ctx).await.unwrap();
+    let again = p.open("receipted", &spec, &ctx).await.unwrap();
+    assert_eq!(named.id(), again.id());
+    let kids = p.fork(named.id(), 2, &spec, &ctx).await.unwrap();
+    let later = p
+        .extend(named.id(), named.facts().ends_at_ms.unwrap() + 60_000, &ctx)
+        .await
+        .unwrap();
+    assert_eq!(
+        later.facts().ends_at_ms,
+        Some(named.facts().ends_at_ms.unwrap() + 60_000)
+    );
+    for b in kids.iter().chain([&later]) {
+        b.destroy(&ctx).await.unwrap();
+    }
+    let written = lines(&path);
+    assert_eq!(
+        written.len(),
+        3,
+        "one receipt for the named box and one per forked box: {written:?}"
+    );
+}

@@ -1,8 +1,10 @@
 //! Docker boxes: a container per box, over the Docker Engine API (bollard).
 //!
-//! The container's own process is `sleep <lifetime>` in place of the image's entrypoint, and
-//! the container is auto-removed when it stops, so Docker ends the box whatever happens to
-//! the host. Every box carries the label `agentbox.provider=docker`; attach and list see only
+//! The container's first process is `agentbox-runner init` (or, without the runner, `sleep
+//! <lifetime>`) in place of the image's entrypoint, and the container is auto-removed when it
+//! stops, so Docker ends the box at its deadline whatever happens to the host. The lifecycle
+//! (names, sleep, extend, snapshots, forks) is in `lifecycle`, and what a container's labels
+//! cannot hold in `state`. Every box carries the label `agentbox.provider=docker`; attach and list see only
 //! those. Programs run through `docker exec` behind a small `sh` shim (see [`sandbox`]) that
 //! reports a missing working directory or program before anything runs and tells the
 //! program's pid, so a kill can reach it.
@@ -20,8 +22,10 @@
 
 pub mod daemon;
 mod key;
+mod lifecycle;
 mod sandbox;
 mod seccomp;
+mod state;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,6 +61,16 @@ const LABEL_DROP_CAPS: &str = "agentbox.drop_capabilities";
 const LABEL_WORKSPACE: &str = "agentbox.workspace";
 const LABEL_USER: &str = "agentbox.user";
 const LABEL_RUNNER: &str = "agentbox.runner";
+/// The name a box was opened by (empty: none).
+const LABEL_NAME: &str = "agentbox.name";
+/// The host's labels as JSON: the box's own, where an image's inherited labels are not.
+const LABEL_LABELS: &str = "agentbox.labels";
+/// `1`: the first process is `agentbox-runner init`, reading its deadline from a file.
+const LABEL_INIT: &str = "agentbox.init";
+/// The snapshot a box was made from (empty: none); a snapshot's image carries it too.
+const LABEL_SNAPSHOT: &str = "agentbox.snapshot";
+/// Where the deadline file is mounted for the init.
+const DEADLINE_IN_BOX: &str = "/run/agentbox-deadline";
 
 /// Where a box's runner binary is mounted.
 pub const RUNNER_IN_BOX: &str = "/opt/agentbox/agentbox-runner";
@@ -246,6 +260,9 @@ pub struct DockerProvider {
     /// Memory a box gets when neither the spec nor the options say: half the engine's
     /// machine, at most [`DEFAULT_MEMORY_MAX`].
     default_memory: i64,
+    /// When `list` last pruned the images of deleted snapshots and forks (ms since the epoch):
+    /// at most once a minute, so a list stays one call per box.
+    pruned_at: std::sync::atomic::AtomicU64,
 }
 
 impl DockerProvider {
@@ -273,6 +290,7 @@ impl DockerProvider {
             docker,
             opts: Arc::new(opts),
             default_memory: (machine / 2).clamp(6 << 20, DEFAULT_MEMORY_MAX),
+            pruned_at: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -285,6 +303,304 @@ impl DockerProvider {
             labels,
             workspace,
         ))
+    }
+
+    /// Refuse what a Docker box cannot be.
+    fn check(&self, spec: &Spec) -> Result<()> {
+        // Asked at every create: a `docker context use` since the provider was made counts.
+        check_spec(spec, &self.honours(), NAME)?;
+        if let Some(ws) = &spec.workspace
+            && !is_normal_absolute(ws)
+        {
+            return Err(Error::invalid(format!(
+                "spec.workspace: {ws:?} is not an absolute path in normal form"
+            )));
+        }
+        if spec.image.is_some() && spec.snapshot.is_some() {
+            return Err(Error::invalid(
+                "spec.snapshot: a box starts from a snapshot or an image, not both",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Make the container `name` from `image`: opened by `box_name` where it has one. The
+    /// engine refuses a second container of one name, so two makes of one name never both
+    /// succeed.
+    async fn make(
+        &self,
+        name: &str,
+        box_name: Option<&str>,
+        image: String,
+        spec: &Spec,
+        ctx: &Ctx,
+    ) -> Result<Arc<dyn Sandbox>> {
+        let t0 = std::time::Instant::now();
+        let ms = move || t0.elapsed().as_millis() as u64;
+        let name = name.to_string();
+        let mut mounts = Vec::new();
+        for m in &spec.mounts {
+            match std::fs::canonicalize(&m.source) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::not_found(format!(
+                        "spec.mounts.source: {} does not exist on this machine",
+                        m.source
+                    )));
+                }
+                Err(e) => return Err(Error::io(e, format!("spec.mounts.source: {}", m.source))),
+                Ok(c) if c.to_string_lossy() != m.source => {
+                    return Err(Error::invalid(format!(
+                        "spec.mounts.source: {} is not canonical (it resolves to {})",
+                        m.source,
+                        c.display()
+                    )));
+                }
+                Ok(_) => {}
+            }
+            if self.opts.volumes.iter().any(|v| v.target == m.target) {
+                return Err(Error::invalid(format!(
+                    "spec.mounts.target: {} is a volume's target",
+                    m.target
+                )));
+            }
+            mounts.push(Mount {
+                typ: Some(MountType::BIND),
+                source: Some(m.source.clone()),
+                target: Some(m.target.clone()),
+                read_only: Some(m.read_only),
+                ..Default::default()
+            });
+        }
+        if let Some(r) = &self.opts.runner {
+            if !daemon::is_local() {
+                return Err(Error::unsupported(
+                    "docker runner: the runner binary is mounted from this machine, and the engine is remote",
+                ));
+            }
+            mounts.push(Mount {
+                typ: Some(MountType::BIND),
+                source: Some(r.program.to_string_lossy().into_owned()),
+                target: Some(RUNNER_IN_BOX.into()),
+                read_only: Some(true),
+                ..Default::default()
+            });
+            mounts.push(Mount {
+                typ: Some(MountType::BIND),
+                source: Some(runner_dir(&name, true)?.to_string_lossy().into_owned()),
+                target: Some(RUNNER_DIR_IN_BOX.into()),
+                read_only: Some(false),
+                ..Default::default()
+            });
+        }
+        // With the runner's binary in the box, it is the first process too (`init`): its
+        // deadline is a file of this machine's, read-only in the box, that extend rewrites.
+        let init = self.opts.runner.is_some();
+        let created = now_ms();
+        let secs = spec.max_lifetime.as_millis().div_ceil(1000).max(1) as u64;
+        let ends_at = created.saturating_add(secs * 1000);
+        if init {
+            state::write_deadline(&name, ends_at, true)?;
+            mounts.push(Mount {
+                typ: Some(MountType::BIND),
+                source: Some(state::deadline_path(&name)?.to_string_lossy().into_owned()),
+                target: Some(DEADLINE_IN_BOX.into()),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
+        for v in &self.opts.volumes {
+            mounts.push(Mount {
+                typ: Some(MountType::VOLUME),
+                source: Some(v.name.clone()),
+                target: Some(v.target.clone()),
+                read_only: Some(v.read_only),
+                ..Default::default()
+            });
+        }
+        ctx.check()?;
+
+        let id = SandboxId::new(NAME, &name)?;
+        let workspace = spec.workspace.clone().unwrap_or_else(|| self.opts.workspace.clone());
+        let mut labels: HashMap<String, String> = spec.labels.clone().into_iter().collect();
+        // Every key of the provider's is set, so none is inherited from a snapshot's image.
+        labels.insert(
+            LABEL_LABELS.into(),
+            serde_json::to_string(&spec.labels).map_err(|e| Error::unknown(e.to_string()))?,
+        );
+        labels.insert(LABEL_NAME.into(), box_name.unwrap_or_default().into());
+        labels.insert(LABEL_INIT.into(), if init { "1" } else { "0" }.into());
+        labels.insert(LABEL_SNAPSHOT.into(), spec.snapshot.clone().unwrap_or_default());
+        labels.insert(LABEL_PROVIDER.into(), NAME.into());
+        labels.insert(LABEL_ENDS_AT.into(), ends_at.to_string());
+        labels.insert(
+            LABEL_DROP_CAPS.into(),
+            if self.opts.keep_capabilities { "0" } else { "1" }.into(),
+        );
+        labels.insert(LABEL_WORKSPACE.into(), workspace.clone());
+        labels.insert(LABEL_USER.into(), self.opts.user.clone().unwrap_or_default());
+        labels.insert(
+            LABEL_RUNNER.into(),
+            if self.opts.runner.is_some() { "1" } else { "0" }.into(),
+        );
+
+        let cpus = spec.cpus.or(self.opts.cpus);
+        let memory = spec
+            .memory_mb
+            .map(|m| (m as i64) << 20)
+            .or(self.opts.memory_bytes)
+            .unwrap_or(self.default_memory);
+        let drop = !self.opts.keep_capabilities;
+        let mut security = vec![seccomp::security_opt()];
+        if drop {
+            security.push("no-new-privileges".to_string());
+        }
+        let host = HostConfig {
+            auto_remove: Some(true),
+            cpu_period: cpus.map(|_| 100_000),
+            cpu_quota: cpus.map(|c| (c * 100_000.0).round() as i64),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(self.opts.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
+            cap_drop: drop.then(|| vec!["ALL".to_string()]),
+            security_opt: Some(security),
+            storage_opt: self
+                .opts
+                .disk_bytes
+                .map(|d| HashMap::from([("size".to_string(), d.to_string())])),
+            network_mode: (spec.network == Some(Network::None)).then(|| "none".to_string()),
+            mounts: (!mounts.is_empty()).then_some(mounts),
+            device_requests: spec.gpu.as_ref().map(|_| {
+                // Docker cannot choose a model: any gpu gives every GPU of the host.
+                vec![DeviceRequest {
+                    count: Some(-1),
+                    capabilities: Some(vec![vec!["gpu".to_string()]]),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(image.clone()),
+            entrypoint: Some(if init {
+                vec![
+                    RUNNER_IN_BOX.into(),
+                    "init".into(),
+                    "--deadline-file".into(),
+                    DEADLINE_IN_BOX.into(),
+                ]
+            } else {
+                vec!["sleep".into(), secs.to_string()]
+            }),
+            cmd: None,
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(labels.clone()),
+            working_dir: Some(workspace.clone()),
+            user: self.opts.user.clone(),
+            host_config: Some(host),
+            ..Default::default()
+        };
+        let create = self.docker.create_container(
+            Some(CreateContainerOptions {
+                name: Some(name.clone()),
+                ..Default::default()
+            }),
+            body,
+        );
+        let made = match ctx.run(create).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(map_create_error(e, &image, self.opts.disk_bytes)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = made {
+            // The name's files are this make's only if the container is (a conflict is
+            // another's make of the same name).
+            if e.code() != agentbox_core::ErrorCode::Refused {
+                state::remove(&name);
+            }
+            return Err(e);
+        }
+        // The workspace is the box's user's before any program of the box runs: the engine
+        // unpacks a directory entry of that owner into the created container (a chown in
+        // the box would need the capabilities the box no longer has).
+        if let Some(user) = &self.opts.user {
+            let owned = async {
+                let tar = owned_dir(&workspace, user)?;
+                ctx.run(self.docker.upload_to_container(
+                    &name,
+                    Some(bollard::query_parameters::UploadToContainerOptions {
+                        path: "/".into(),
+                        ..Default::default()
+                    }),
+                    bollard::body_full(tar.into()),
+                ))
+                .await?
+                .map_err(|e| Error::unknown(format!("giving {workspace} to {user}: {e}")))
+            }
+            .await;
+            if let Err(e) = owned {
+                self.discard_container(&name).await;
+                return Err(e.context("giving the workspace to the box's user"));
+            }
+        }
+        let started = ctx.run(self.docker.start_container(&name, None)).await;
+        let started = match started {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::unknown(format!("starting container {name}: {e}"))),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            self.discard_container(&name).await;
+            return Err(e);
+        }
+        tracing::debug!(container = %name, ms = ms(), "container started");
+        // The facts are what the engine says it made: a box whose facts cannot be read is not
+        // handed out with guessed ones.
+        let inspected = match ctx
+            .run(self.docker.inspect_container(&name, None::<InspectContainerOptions>))
+            .await
+        {
+            Ok(Ok(i)) => i,
+            Ok(Err(e)) => {
+                self.discard_container(&name).await;
+                return Err(Error::unknown(format!(
+                    "inspecting container {name} after making it (its facts cannot be known, so it was removed): {e}"
+                )));
+            }
+            Err(e) => {
+                self.discard_container(&name).await;
+                return Err(e);
+            }
+        };
+        let ip = container_ip(&inspected);
+        let Some(host) = inspected.host_config else {
+            self.discard_container(&name).await;
+            return Err(Error::unknown(format!(
+                "container {name}: the engine's inspect has no host config (its limits and network cannot be known, so it was removed)"
+            )));
+        };
+        let mut facts = facts_of(&host, ends_at, Some(created), &workspace);
+        lifecycle::lifecycle_facts(&mut facts, &labels);
+        debug_assert_eq!(id.name(), name);
+        let b = self.sandbox(name.clone(), facts, spec.labels.clone(), workspace);
+        if self.opts.runner.is_none() {
+            tracing::info!(box_id = %id, ms = ms(), "created");
+            return Ok(b);
+        }
+        match self.through_runner(b, ip, true, ctx).await {
+            Ok(b) => {
+                tracing::info!(box_id = %id, ms = ms(), runner = b.facts().runner.as_deref().unwrap_or("?"), "created");
+                Ok(b)
+            }
+            Err(e) => {
+                self.discard_container(&name).await;
+                let e = e.context("starting the box's runner");
+                // A dynamic build that cannot run in this image: say what to do instead.
+                Err(match &self.opts.runner {
+                    Some(r) => r.explain(e),
+                    None => e,
+                })
+            }
+        }
     }
 
     /// Build the handle of a container we made, from its inspect; `None` when it is not ours
@@ -305,16 +621,32 @@ impl DockerProvider {
             return Ok(None);
         }
         let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
-        let ends_at: u64 = all_labels.get(LABEL_ENDS_AT).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let init = all_labels.get(LABEL_INIT).map(String::as_str) == Some("1");
+        // The deadline its init keeps, where this home holds the file; else the one it was
+        // made with.
+        let ends_at: u64 = init
+            .then(|| state::read_deadline(name))
+            .flatten()
+            .or_else(|| all_labels.get(LABEL_ENDS_AT).and_then(|v| v.parse().ok()))
+            .unwrap_or(0);
         if !running || ends_at <= now_ms() {
             return Ok(None);
         }
+        let kept = state::read(name)?;
         let host = info.host_config.clone().unwrap_or_default();
-        let labels: Labels = all_labels
-            .iter()
-            .filter(|(k, _)| !agentbox_core::is_reserved_label(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // The host's labels: as relabelled, else as made (the JSON label, which an image's
+        // inherited labels cannot stand in for), else, for a box made before it, the plain ones.
+        let labels: Labels = match (&kept.labels, all_labels.get(LABEL_LABELS)) {
+            (Some(l), _) => l.clone(),
+            (None, Some(json)) => serde_json::from_str(json).map_err(|e| {
+                Error::invalid(format!("container {name}: its label {LABEL_LABELS} is not labels: {e}"))
+            })?,
+            (None, None) => all_labels
+                .iter()
+                .filter(|(k, _)| !agentbox_core::is_reserved_label(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
         let workspace = all_labels
             .get(LABEL_WORKSPACE)
             .cloned()
@@ -324,8 +656,12 @@ impl DockerProvider {
             .as_ref()
             .and_then(|s| s.started_at.as_deref())
             .and_then(parse_rfc3339_ms);
-        let facts = facts_of(&host, ends_at, created_ms, &workspace);
+        let mut facts = facts_of(&host, ends_at, created_ms, &workspace);
+        lifecycle::lifecycle_facts(&mut facts, &all_labels);
         let b = self.sandbox(name.to_string(), facts, labels, workspace);
+        if kept.asleep {
+            return Ok(Some(crate::lifecycle::Asleep::new(b)));
+        }
         if all_labels.get(LABEL_RUNNER).map(String::as_str) == Some("1") {
             let ip = container_ip(&info);
             return Ok(Some(self.through_runner(b, ip, false, &Ctx::background()).await?));
@@ -445,7 +781,14 @@ pub(crate) fn runner_dir(name: &str, make: bool) -> Result<std::path::PathBuf> {
             .mode(0o700)
             .create(&parent)
             .map_err(|e| Error::io(e, format!("making {}", parent.display())))?;
-        std::fs::create_dir(&dir).map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
+        std::fs::create_dir(&dir).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                // Another make of one name, or the leftover of a box that ended.
+                Error::refused(format!("{} exists: the box's name is taken", dir.display()))
+            } else {
+                Error::io(e, format!("making {}", dir.display()))
+            }
+        })?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
             .map_err(|e| Error::io(e, format!("opening {} to the box's user", dir.display())))?;
     }
@@ -515,8 +858,14 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         .iter()
         .flatten()
         .filter(|m| m.typ == Some(MountType::BIND))
-        // The runner's binary and directory are the provider's, not the spec's.
-        .filter(|m| !matches!(m.target.as_deref(), Some(RUNNER_IN_BOX | RUNNER_DIR_IN_BOX)))
+        // The runner's binary and directory and the init's deadline are the provider's, not
+        // the spec's.
+        .filter(|m| {
+            !matches!(
+                m.target.as_deref(),
+                Some(RUNNER_IN_BOX | RUNNER_DIR_IN_BOX | DEADLINE_IN_BOX)
+            )
+        })
         .filter_map(|m| {
             Some(agentbox_core::Mount {
                 source: m.source.clone()?,
@@ -585,257 +934,33 @@ impl Provider for DockerProvider {
             workspace: true,
             env: true,
             live_processes: true,
+            snapshot: true,
+            names: true,
+            snapshots: true,
+            fork: true,
+            // These need agentbox's init as the first process, which is the runner's binary.
+            sleep: self.opts.runner.is_some(),
+            extend: self.opts.runner.is_some(),
+            relabel: self.opts.runner.is_some(),
             ..Default::default()
         }
     }
 
     #[tracing::instrument(name = "create", skip_all, fields(provider = NAME))]
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let t0 = std::time::Instant::now();
-        let ms = move || t0.elapsed().as_millis() as u64;
-        // Asked at every create: a `docker context use` since the provider was made counts.
-        check_spec(spec, &self.honours(), NAME)?;
-        if let Some(ws) = &spec.workspace
-            && !is_normal_absolute(ws)
-        {
-            return Err(Error::invalid(format!(
-                "spec.workspace: {ws:?} is not an absolute path in normal form"
-            )));
-        }
-        let mut mounts = Vec::new();
-        for m in &spec.mounts {
-            match std::fs::canonicalize(&m.source) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(Error::not_found(format!(
-                        "spec.mounts.source: {} does not exist on this machine",
-                        m.source
-                    )));
-                }
-                Err(e) => return Err(Error::io(e, format!("spec.mounts.source: {}", m.source))),
-                Ok(c) if c.to_string_lossy() != m.source => {
-                    return Err(Error::invalid(format!(
-                        "spec.mounts.source: {} is not canonical (it resolves to {})",
-                        m.source,
-                        c.display()
-                    )));
-                }
-                Ok(_) => {}
-            }
-            if self.opts.volumes.iter().any(|v| v.target == m.target) {
-                return Err(Error::invalid(format!(
-                    "spec.mounts.target: {} is a volume's target",
-                    m.target
-                )));
-            }
-            mounts.push(Mount {
-                typ: Some(MountType::BIND),
-                source: Some(m.source.clone()),
-                target: Some(m.target.clone()),
-                read_only: Some(m.read_only),
-                ..Default::default()
-            });
-        }
-        let name = format!("agentbox-{}", random_hex(8)?);
-        if let Some(r) = &self.opts.runner {
-            if !daemon::is_local() {
-                return Err(Error::unsupported(
-                    "docker runner: the runner binary is mounted from this machine, and the engine is remote",
-                ));
-            }
-            mounts.push(Mount {
-                typ: Some(MountType::BIND),
-                source: Some(r.program.to_string_lossy().into_owned()),
-                target: Some(RUNNER_IN_BOX.into()),
-                read_only: Some(true),
-                ..Default::default()
-            });
-            mounts.push(Mount {
-                typ: Some(MountType::BIND),
-                source: Some(runner_dir(&name, true)?.to_string_lossy().into_owned()),
-                target: Some(RUNNER_DIR_IN_BOX.into()),
-                read_only: Some(false),
-                ..Default::default()
-            });
-        }
-        for v in &self.opts.volumes {
-            mounts.push(Mount {
-                typ: Some(MountType::VOLUME),
-                source: Some(v.name.clone()),
-                target: Some(v.target.clone()),
-                read_only: Some(v.read_only),
-                ..Default::default()
-            });
-        }
-        ctx.check()?;
-
-        let id = SandboxId::new(NAME, &name)?;
-        let workspace = spec.workspace.clone().unwrap_or_else(|| self.opts.workspace.clone());
-        let created = now_ms();
-        let secs = spec.max_lifetime.as_millis().div_ceil(1000).max(1) as u64;
-        let ends_at = created.saturating_add(secs * 1000);
-        let mut labels: HashMap<String, String> = spec.labels.clone().into_iter().collect();
-        labels.insert(LABEL_PROVIDER.into(), NAME.into());
-        labels.insert(LABEL_ENDS_AT.into(), ends_at.to_string());
-        labels.insert(
-            LABEL_DROP_CAPS.into(),
-            if self.opts.keep_capabilities { "0" } else { "1" }.into(),
-        );
-        labels.insert(LABEL_WORKSPACE.into(), workspace.clone());
-        if let Some(u) = &self.opts.user {
-            labels.insert(LABEL_USER.into(), u.clone());
-        }
-        if self.opts.runner.is_some() {
-            labels.insert(LABEL_RUNNER.into(), "1".into());
-        }
-
-        let cpus = spec.cpus.or(self.opts.cpus);
-        let memory = spec
-            .memory_mb
-            .map(|m| (m as i64) << 20)
-            .or(self.opts.memory_bytes)
-            .unwrap_or(self.default_memory);
-        let drop = !self.opts.keep_capabilities;
-        let mut security = vec![seccomp::security_opt()];
-        if drop {
-            security.push("no-new-privileges".to_string());
-        }
-        let host = HostConfig {
-            auto_remove: Some(true),
-            cpu_period: cpus.map(|_| 100_000),
-            cpu_quota: cpus.map(|c| (c * 100_000.0).round() as i64),
-            memory: Some(memory),
-            memory_swap: Some(memory),
-            pids_limit: Some(self.opts.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
-            cap_drop: drop.then(|| vec!["ALL".to_string()]),
-            security_opt: Some(security),
-            storage_opt: self
-                .opts
-                .disk_bytes
-                .map(|d| HashMap::from([("size".to_string(), d.to_string())])),
-            network_mode: (spec.network == Some(Network::None)).then(|| "none".to_string()),
-            mounts: (!mounts.is_empty()).then_some(mounts),
-            device_requests: spec.gpu.as_ref().map(|_| {
-                // Docker cannot choose a model: any gpu gives every GPU of the host.
-                vec![DeviceRequest {
-                    count: Some(-1),
-                    capabilities: Some(vec![vec!["gpu".to_string()]]),
-                    ..Default::default()
-                }]
-            }),
-            ..Default::default()
-        };
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone().unwrap_or_else(|| self.opts.image.clone())),
-            entrypoint: Some(vec!["sleep".into(), secs.to_string()]),
-            cmd: None,
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(labels),
-            working_dir: Some(workspace.clone()),
-            user: self.opts.user.clone(),
-            host_config: Some(host),
-            ..Default::default()
-        };
-        let create = self.docker.create_container(
-            Some(CreateContainerOptions {
-                name: Some(name.clone()),
-                ..Default::default()
-            }),
-            body,
-        );
-        ctx.run(create)
-            .await?
-            .map_err(|e| map_create_error(e, spec, self.opts.disk_bytes))?;
-        // The workspace is the box's user's before any program of the box runs: the engine
-        // unpacks a directory entry of that owner into the created container (a chown in
-        // the box would need the capabilities the box no longer has).
-        if let Some(user) = &self.opts.user {
-            let owned = async {
-                let tar = owned_dir(&workspace, user)?;
-                ctx.run(self.docker.upload_to_container(
-                    &name,
-                    Some(bollard::query_parameters::UploadToContainerOptions {
-                        path: "/".into(),
-                        ..Default::default()
-                    }),
-                    bollard::body_full(tar.into()),
-                ))
-                .await?
-                .map_err(|e| Error::unknown(format!("giving {workspace} to {user}: {e}")))
-            }
-            .await;
-            if let Err(e) = owned {
-                let _ = self.docker.remove_container(&name, Some(remove_options())).await;
-                return Err(e.context("giving the workspace to the box's user"));
-            }
-        }
-        let started = ctx.run(self.docker.start_container(&name, None)).await;
-        let started = match started {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::unknown(format!("starting container {name}: {e}"))),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = started {
-            let _ = self.docker.remove_container(&name, Some(remove_options())).await;
-            return Err(e);
-        }
-        tracing::debug!(container = %name, ms = ms(), "container started");
-        // The facts are what the engine says it made: a box whose facts cannot be read is not
-        // handed out with guessed ones.
-        let inspected = match ctx
-            .run(self.docker.inspect_container(&name, None::<InspectContainerOptions>))
+        self.check(spec)?;
+        let image = self.image_of(spec, ctx).await?;
+        self.make(&format!("agentbox-{}", random_hex(8)?), None, image, spec, ctx)
             .await
-        {
-            Ok(Ok(i)) => i,
-            Ok(Err(e)) => {
-                let _ = self.docker.remove_container(&name, Some(remove_options())).await;
-                return Err(Error::unknown(format!(
-                    "inspecting container {name} after making it (its facts cannot be known, so it was removed): {e}"
-                )));
-            }
-            Err(e) => {
-                let _ = self.docker.remove_container(&name, Some(remove_options())).await;
-                return Err(e);
-            }
-        };
-        let ip = container_ip(&inspected);
-        let Some(host) = inspected.host_config else {
-            let _ = self.docker.remove_container(&name, Some(remove_options())).await;
-            return Err(Error::unknown(format!(
-                "container {name}: the engine's inspect has no host config (its limits and network cannot be known, so it was removed)"
-            )));
-        };
-        let facts = facts_of(&host, ends_at, Some(created), &workspace);
-        debug_assert_eq!(id.name(), name);
-        let b = self.sandbox(name.clone(), facts, spec.labels.clone(), workspace);
-        if self.opts.runner.is_none() {
-            tracing::info!(box_id = %id, ms = ms(), "created");
-            return Ok(b);
-        }
-        match self.through_runner(b, ip, true, ctx).await {
-            Ok(b) => {
-                tracing::info!(box_id = %id, ms = ms(), runner = b.facts().runner.as_deref().unwrap_or("?"), "created");
-                Ok(b)
-            }
-            Err(e) => {
-                let _ = self.docker.remove_container(&name, Some(remove_options())).await;
-                let e = e.context("starting the box's runner");
-                // A dynamic build that cannot run in this image: say what to do instead.
-                Err(match &self.opts.runner {
-                    Some(r) => r.explain(e),
-                    None => e,
-                })
-            }
-        }
     }
-
     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
         id.expect_provider(NAME)?;
         ctx.run_result(self.find_container(id.name())).await
     }
 
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
-        let mut filters = vec![format!("{LABEL_PROVIDER}={NAME}")];
-        filters.extend(labels.iter().map(|(k, v)| format!("{k}={v}")));
+        // Filtered here, not by the engine: a relabelled box's labels are this machine's.
+        let filters = vec![format!("{LABEL_PROVIDER}={NAME}")];
         let opts = ListContainersOptions {
             all: false,
             filters: Some(HashMap::from([("label".to_string(), filters)])),
@@ -856,13 +981,56 @@ impl Provider for DockerProvider {
             else {
                 continue;
             };
-            if let Some(b) = self.find_container(&name).await? {
+            if let Some(b) = self.find_container(&name).await?
+                && labels.iter().all(|(k, v)| b.labels().get(k) == Some(v))
+            {
                 out.push(b);
             }
         }
         out.sort_by(|a, b| a.id().cmp(b.id()));
         self.sweep_runner_dirs(ctx).await;
+        self.prune_images(ctx).await;
         Ok(out)
+    }
+
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.open_named(name, spec, ctx).await
+    }
+
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+        self.discard_named(name, labels, ctx).await
+    }
+
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        self.sleep_box(id, ctx).await
+    }
+
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.wake_box(id, ctx).await
+    }
+
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.extend_box(id, ends_at_ms, ctx).await
+    }
+
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.relabel_box(id, labels, ctx).await
+    }
+
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<agentbox_core::Snapshot> {
+        self.snapshot_box(id, name, ctx).await
+    }
+
+    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<agentbox_core::Snapshot>> {
+        self.snapshot_list(ctx).await
+    }
+
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        self.remove_snapshot(name, ctx).await
+    }
+
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        self.fork_box(id, n, spec, ctx).await
     }
 }
 
@@ -878,7 +1046,12 @@ impl DockerProvider {
             return;
         };
         for e in entries.flatten().take(1024) {
-            let name = e.file_name().to_string_lossy().into_owned();
+            let file = e.file_name().to_string_lossy().into_owned();
+            // A box's runner directory, or one of its lifecycle's files (`<name>.deadline`...).
+            let name = match file.rsplit_once('.') {
+                Some((n, "deadline" | "json" | "lock")) => n.to_string(),
+                _ => file.clone(),
+            };
             let old = e
                 .metadata()
                 .and_then(|m| m.modified())
@@ -891,8 +1064,12 @@ impl DockerProvider {
                 Ok(Err(ref e)) if is_not_found(e)
             );
             if gone {
-                tracing::debug!(container = %name, "sweeping the runner directory of a box that ended");
-                let _ = std::fs::remove_dir_all(e.path());
+                tracing::debug!(container = %name, file, "sweeping what was kept for a box that ended");
+                if e.path().is_dir() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                } else {
+                    let _ = std::fs::remove_file(e.path());
+                }
             }
         }
     }
@@ -931,7 +1108,7 @@ fn owned_dir(path: &str, user: &str) -> Result<Vec<u8>> {
         .map_err(|e| Error::unknown(format!("writing the workspace's archive: {e}")))
 }
 
-fn map_create_error(e: bollard::errors::Error, spec: &Spec, disk: Option<i64>) -> Error {
+fn map_create_error(e: bollard::errors::Error, image: &str, disk: Option<i64>) -> Error {
     let text = e.to_string();
     if disk.is_some() && (text.contains("storage-opt") || text.contains("storage opt") || text.contains("quota")) {
         return Error::unsupported(format!(
@@ -939,8 +1116,13 @@ fn map_create_error(e: bollard::errors::Error, spec: &Spec, disk: Option<i64>) -
              overlay2 on xfs mounted with pquota, and for devicemapper, btrfs and zfs): {text}"
         ));
     }
+    if matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }
+    ) {
+        return Error::refused(format!("the container's name is taken: {text}"));
+    }
     if is_not_found(&e) {
-        let image = spec.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into());
         return Error::not_found(format!(
             "image {image}: not on the Docker daemon (build it with scripts/box-image): {text}"
         ));

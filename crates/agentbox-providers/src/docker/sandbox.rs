@@ -553,6 +553,7 @@ impl Sandbox for DockerSandbox {
             // Its runner's directory, where it had one; one left by a box that ended on its
             // own is swept by the next list.
             let _ = std::fs::remove_dir_all(dir);
+            super::state::remove(&self.name);
         }
         tracing::info!(box_id = %self.id(), ok = removed.is_ok(), "destroyed");
         removed

@@ -1,0 +1,120 @@
+//! What a Docker box's lifecycle keeps on this machine, beside the container: a container's
+//! labels cannot change once it is made, so what changes after (its deadline, its sleep, its
+//! host labels) lives in files of this machine's agentbox home.
+//!
+//! - `docker/<name>.deadline`: the deadline, decimal milliseconds, bind-mounted read-only into
+//!   the box for its init (`agentbox-runner init`), which reads it again when told (SIGHUP).
+//!   Written in place, never renamed over: a bind mount of a file holds its inode.
+//! - `docker/<name>.json`: whether the box sleeps, and its host labels once relabelled.
+//!   Written whole by rename, under `docker/<name>.lock`.
+//!
+//! A host with another agentbox home finds neither file: it reads the deadline and labels the
+//! box was made with, and refuses to move them (`refused`, naming the file it lacks).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use agentbox_core::{Error, Labels, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::util::write_atomic;
+
+/// What `<name>.json` holds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(super) struct State {
+    /// The box sleeps.
+    #[serde(default)]
+    pub asleep: bool,
+    /// The host labels, once relabelled (else the ones it was made with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Labels>,
+}
+
+fn dir() -> Result<PathBuf> {
+    Ok(crate::home::default_home()?.join("docker"))
+}
+
+/// The deadline file of box `name`.
+pub(super) fn deadline_path(name: &str) -> Result<PathBuf> {
+    Ok(dir()?.join(format!("{name}.deadline")))
+}
+
+/// Write the deadline of box `name`, in place (made when `create`, else it must exist).
+pub(super) fn write_deadline(name: &str, ends_at_ms: u64, create: bool) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = deadline_path(name)?;
+    if create {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .create(dir()?)
+            .map_err(|e| Error::io(e, "making the agentbox home's docker directory"))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .mode(0o644)
+        .open(&path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::refused(format!(
+                    "box {name}: its deadline file {} is not in this agentbox home (the box was made by another)",
+                    path.display()
+                ))
+            } else {
+                Error::io(e, format!("opening {}", path.display()))
+            }
+        })?;
+    // Fixed width, one write: the init never reads half of an old and half of a new number.
+    f.write_all(format!("{ends_at_ms:020}\n").as_bytes())
+        .and_then(|_| f.sync_data())
+        .map_err(|e| Error::io(e, format!("writing {}", path.display())))
+}
+
+/// The deadline in the file of box `name`, where this home has it.
+pub(super) fn read_deadline(name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(deadline_path(name).ok()?).ok()?;
+    text.trim().parse().ok()
+}
+
+/// The state of box `name`; the default where there is none.
+pub(super) fn read(name: &str) -> Result<State> {
+    let path = dir()?.join(format!("{name}.json"));
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| Error::invalid(format!("{}: not a box's state: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
+        Err(e) => Err(Error::io(e, format!("reading {}", path.display()))),
+    }
+}
+
+/// Change the state of box `name` under its lock.
+pub(super) fn update(name: &str, change: impl FnOnce(&mut State)) -> Result<()> {
+    let d = dir()?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .create(&d)
+        .map_err(|e| Error::io(e, "making the agentbox home's docker directory"))?;
+    let lock_path = d.join(format!("{name}.lock"));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io(e, format!("opening {}", lock_path.display())))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| Error::io(e.into(), format!("locking {}", lock_path.display())))?;
+    let mut state = read(name)?;
+    change(&mut state);
+    let bytes = serde_json::to_vec_pretty(&state).map_err(|e| Error::unknown(e.to_string()))?;
+    write_atomic(&d.join(format!("{name}.json")), &bytes)
+}
+
+/// Remove every file of box `name` (at its destroy, or a sweep of a box that ended).
+pub(super) fn remove(name: &str) {
+    if let Ok(d) = dir() {
+        for ext in ["deadline", "json", "lock"] {
+            let _ = std::fs::remove_file(d.join(format!("{name}.{ext}")));
+        }
+    }
+}
