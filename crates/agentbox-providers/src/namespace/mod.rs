@@ -1,13 +1,15 @@
 //! Namespace boxes: isolated by Linux namespaces alone, with no daemon, made in milliseconds.
 //!
 //! Each box is `<root>/namespace/<name>/` on the host: `box.json` (what the box is built
-//! from), `record.json` (its id, labels, spec, end and facts, read by attach and list from any
-//! process), `box.log`, and the directories bound into the box: `work/` at `/workspace`,
-//! `home/` at `/root`, `tmp/` at `/tmp` and `run/` at `/run/agentbox`, where the runner's socket
-//! is. The box itself is built by `agentbox-runner namespace DIR` (see that crate's
+//! from), `record.json` (its id, labels, spec, end, facts, name and whether it sleeps, read by
+//! attach and list from any process, changed under `record.lock`), `control.sock` (the init's,
+//! for the host alone: see `control`), `box.log`, and the directories bound into the box:
+//! `work/` at `/workspace`, `home/` at `/root`, `tmp/` at `/tmp` and `run/` at `/run/agentbox`,
+//! where the runner's socket is. The box itself is built by `agentbox-runner namespace DIR` (see that crate's
 //! `namespace` module): a user, mount, pid, ipc, uts and cgroup namespace, and a net
 //! namespace with loopback only for `network: none`; its init is the runner binary, pid 1,
-//! which ends the box at its lifetime whether or not the host is alive.
+//! which ends the box at its lifetime whether or not the host is alive. The lifecycle beyond
+//! create and destroy (names, sleep, extend, relabel, snapshots, forks) is `lifecycle`'s.
 //!
 //! The box's user is root of its own user namespace, mapped to one id of the host's: the
 //! host user's own when it is not root, else [`NamespaceOptions::host_id`] (so no file of the
@@ -294,9 +296,9 @@ impl NamespaceProvider {
         masks
     }
 
-    /// Make the box's directory: `false` when it is there already (another open of its name
-    /// made it first). Its record's lock is taken at once and answered, held until the record
-    /// is written, so an open that finds the directory waits for this make rather than
+    /// Make the box's directory: `None` when it is there already (another open of its name
+    /// made it first). Its record's lock is taken at once and answered, to be held until the
+    /// record is written, so an open that finds the directory waits for this make rather than
     /// taking it for one that died.
     fn make_dir(&self, dir: &Path, uid: u32, gid: u32, root: bool) -> Result<Option<record::Locked>> {
         match std::fs::DirBuilder::new().mode(0o700).create(dir) {
