@@ -218,8 +218,8 @@ fn init_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     let prefix = prefix("namespace-init");
     let runner = start_runner(&cfg, &prefix)?;
     let init = std::sync::Arc::new(Init {
+        deadline_ms: std::sync::Mutex::new(cfg.deadline_ms),
         st: std::sync::Mutex::new(State {
-            deadline_ms: cfg.deadline_ms,
             asleep: false,
             runner: Some(runner),
             restarts: 0,
@@ -246,14 +246,15 @@ fn init_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
 struct Init {
     cfg: BoxConfig,
     prefix: Vec<String>,
-    st: std::sync::Mutex<State>,
+    /// When the box ends; [`Request::Deadline`] moves it. A lock of its own, held only to read
+    /// or set it: the deadline's thread never waits for a runner's start.
+    deadline_ms: std::sync::Mutex<u64>,
     /// Signalled when the deadline moves.
     moved: std::sync::Condvar,
+    st: std::sync::Mutex<State>,
 }
 
 struct State {
-    /// When the box ends; [`Request::Deadline`] moves it.
-    deadline_ms: u64,
     /// The box sleeps: its programs were ended and no runner is started until it wakes.
     asleep: bool,
     /// The runner's pid, while one runs.
@@ -267,14 +268,18 @@ impl Init {
     /// the kernel kills every program of the box, whether or not the host is alive, asleep or
     /// not.
     fn watch_deadline(&self) -> ! {
-        let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        let mut deadline = self.deadline_ms.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let now = now_ms();
-            if st.deadline_ms <= now {
+            if *deadline <= now {
                 std::process::exit(0);
             }
-            let left = Duration::from_millis((st.deadline_ms - now).min(60_000));
-            st = self.moved.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner()).0;
+            let left = Duration::from_millis((*deadline - now).min(60_000));
+            deadline = self
+                .moved
+                .wait_timeout(deadline, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
@@ -348,7 +353,7 @@ impl Init {
     fn answer(&self, req: Request) -> Reply {
         match req {
             Request::Deadline { deadline_ms } => {
-                self.st.lock().unwrap_or_else(|p| p.into_inner()).deadline_ms = deadline_ms;
+                *self.deadline_ms.lock().unwrap_or_else(|p| p.into_inner()) = deadline_ms;
                 self.moved.notify_all();
                 Reply::Ok
             }
