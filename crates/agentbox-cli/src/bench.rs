@@ -13,7 +13,7 @@ use clap::Args;
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
-    /// What to measure: `boxes` (create, exec), `hands` (each file operation and a command,
+    /// What to measure: `boxes` (create, exec, and create through a warm pool), `hands` (each file operation and a command,
     /// on the host and in boxes), `runner` (exec, read and write through a box's runner vs
     /// one exec per operation, and attaching to a process to read its output from a byte
     /// number vs `exec tail -c`, on local and Docker boxes) or `sync` (extracting a
@@ -263,7 +263,87 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         b,
     ));
 
+    for name in ["local", "docker"] {
+        match pooled(name, n).await {
+            Ok((p, said)) => {
+                eprintln!("agentbox bench: {said}");
+                pairs.push(p);
+            }
+            Err(e) => {
+                let note = format!("{name} boxes through a warm pool: {}", crate::one_line(e.message()));
+                eprintln!("agentbox bench: not measured: {note}");
+                notes.push(note);
+            }
+        }
+    }
+
     print_pairs(&pairs, &notes, args.json)
+}
+
+/// How many ready boxes the pool of `bench boxes` keeps.
+const POOL: usize = 4;
+
+/// Create → first exec of `true` on `name`'s boxes (with their runner, as agents get them),
+/// made by the provider beside taken from a warm pool of [`POOL`], sample by sample; each
+/// box destroyed after, untimed. A pool that is empty when its sample starts makes the box
+/// as the provider does (that sample is then counted in the note).
+async fn pooled(name: &str, n: u32) -> Result<(Pair, String)> {
+    use agentbox_providers::pool::{Pool, PoolOptions};
+    let provider = usable(name, &agentbox_providers::registry::Options::default()).await?;
+    let spec = Spec::new(Duration::from_secs(300)).label("agentbox-bench", "1");
+    let opts = PoolOptions {
+        size: POOL,
+        ..Default::default()
+    };
+    let pool = Pool::new(provider.clone(), spec.clone(), opts)?;
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(600));
+    pool.warm(&ctx).await?;
+    let first_exec = async |p: &dyn Provider| -> Result<(Duration, Arc<dyn Sandbox>)> {
+        let t = Instant::now();
+        let b = p.create(&spec, &ctx).await?;
+        box_true(&*b).await?;
+        Ok((t.elapsed(), b))
+    };
+    // One warm-up of each, not counted.
+    for p in [&*provider, &pool as &dyn Provider] {
+        let (_, b) = first_exec(p).await?;
+        b.destroy(&ctx).await?;
+    }
+    pool.warm(&ctx).await?;
+    let (mut plain, mut warm, mut empty) = (Vec::new(), Vec::new(), 0);
+    let mut run = async || -> Result<()> {
+        for _ in 0..n {
+            let (d, b) = first_exec(&*provider).await?;
+            plain.push(d);
+            b.destroy(&ctx).await?;
+            tokio::time::sleep(SETTLE).await;
+            if pool.ready() == 0 {
+                empty += 1;
+            }
+            let (d, b) = first_exec(&pool).await?;
+            warm.push(d);
+            b.destroy(&ctx).await?;
+            tokio::time::sleep(SETTLE).await;
+        }
+        Ok(())
+    };
+    let r = run().await;
+    let closed = pool.close(&ctx).await;
+    r?;
+    closed?;
+    let (a, b) = (stats(plain), stats(warm));
+    let p = pair(
+        "create → first exec (pooled)",
+        &format!("a {name} box made, then true in it"),
+        &format!("the same through a warm pool of {POOL}"),
+        a,
+        b,
+    );
+    let note = format!(
+        "{name} boxes through a warm pool of {POOL}: {:.1} times faster at the median; {empty} of {n} samples found the pool empty and made their box",
+        a.median / b.median.max(f64::MIN_POSITIVE)
+    );
+    Ok((p, note))
 }
 
 /// The providers whose boxes `bench boxes` measures beside `name`'s: namespace boxes stand

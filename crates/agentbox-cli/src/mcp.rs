@@ -2,7 +2,8 @@
 //! ls; then process_read, process_write, process_kill and process_list, which
 //! `--no-process-tools` leaves out; see docs/tools.md) for any MCP client, running in a box
 //! made at the first tool call and ended when the client leaves (or by its lifetime, if this
-//! server is killed). Protocol 2025-11-25
+//! server is killed); with `--pool N` (or the config's `pool`), that box comes from N ready
+//! ones kept warm. Protocol 2025-11-25
 //! through rmcp, over stdio: stdout carries only protocol messages; everything else goes to
 //! stderr.
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 use agentbox_core::{Ctx, Error, Provider, Result, Sandbox, Spec, parse_duration};
 use agentbox_hands::tools::{self, Content};
 use agentbox_hands::{BoxEnv, ExecutionEnv};
+use agentbox_providers::pool::{Pool, PoolOptions};
 use agentbox_sync::{Mark, PullOptions, SeedOptions, pull_dir, seed_dir};
 use clap::Args;
 use rmcp::model::{
@@ -50,6 +52,12 @@ pub(crate) struct McpArgs {
     /// the box (without it, a runner in the box serves them all over one connection).
     #[arg(long)]
     no_runner: bool,
+    /// Keep this many ready boxes of the spec warm (0 to 64), so a session's first tool call
+    /// takes one at once instead of waiting for a box to start (over --http, each new
+    /// session). Ready boxes not handed out end when the server does, or by their two-minute
+    /// idle lifetime if it is killed. With --config, in place of the environment's `pool`.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=64))]
+    pool: Option<u8>,
     /// List pi's seven tools alone, as pi has them: no process_read, process_write,
     /// process_kill or process_list, and bash without `background` (for clients that expect
     /// exactly pi's tools).
@@ -286,7 +294,7 @@ impl ServerHandler for Hands {
 
 pub(crate) async fn run(a: McpArgs) -> Result<i32> {
     let environment = crate::boxes::environment()?;
-    let (entry, spec) = match &a.config {
+    let (entry, spec, pool) = match &a.config {
         Some(path) => {
             let config = agentbox_transport::TransportConfig::load(path)?;
             let hands = config
@@ -299,15 +307,20 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
                 path.display(),
                 hands.default
             );
-            (crate::boxes::entry(&env.provider, &at)?, env.spec.clone())
+            (crate::boxes::entry(&env.provider, &at)?, env.spec.clone(), env.pool)
         }
         None => {
             let lifetime = parse_duration(&a.lifetime).map_err(|e| e.context("--lifetime"))?;
             let mut spec = Spec::new(lifetime);
             spec.image = a.image.clone();
-            (crate::boxes::chosen(a.provider.as_deref(), &environment).await?, spec)
+            (
+                crate::boxes::chosen(a.provider.as_deref(), &environment).await?,
+                spec,
+                0,
+            )
         }
     };
+    let pool = a.pool.map_or(pool, usize::from);
     spec.validate()?;
     if let Some(dir) = &a.workspace
         && !dir.is_dir()
@@ -321,15 +334,36 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
         runner: !a.no_runner,
         ..Default::default()
     };
-    let provider = entry.make(&options, &environment).await?;
+    let mut provider = entry.make(&options, &environment).await?;
     let spec = spec.label("agentbox-mcp", std::process::id().to_string());
+    let mut warm = None;
+    if pool > 0 {
+        let opts = PoolOptions {
+            size: pool,
+            ..Default::default()
+        };
+        let p = Arc::new(Pool::new(provider, spec.clone(), opts).map_err(|e| e.context("--pool"))?);
+        eprintln!("agentbox mcp: keeping {pool} ready boxes warm (pool {})", p.id());
+        let filling = p.clone();
+        tokio::spawn(async move {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(600));
+            match filling.warm(&ctx).await {
+                Ok(()) => eprintln!("agentbox mcp: the pool is warm ({pool} ready boxes)"),
+                Err(e) => eprintln!("agentbox mcp: the pool is not warm: {e}"),
+            }
+        });
+        provider = p.clone();
+        warm = Some(p);
+    }
     if let Some(addr) = a.http {
         if a.workspace.is_some() {
             return Err(Error::unsupported(
                 "--workspace: over --http, sessions come and go: use stdio",
             ));
         }
-        return http(addr, provider, spec, served(a.no_process_tools)).await;
+        let r = http(addr, provider, spec, served(a.no_process_tools)).await;
+        close_pool(warm).await;
+        return r;
     }
     let session = Arc::new(Session {
         provider,
@@ -349,9 +383,22 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
     if let Err(e) = &waited {
         eprintln!("agentbox mcp: the session ended: {e}");
     }
-    // The client left: its box goes, with what it ran.
-    session.end().await?;
+    // The client left: its box goes, with what it ran, and the ready boxes with it.
+    let ended = session.end().await;
+    close_pool(warm).await;
+    ended?;
     Ok(0)
+}
+
+/// Destroy the pool's ready boxes (what is left of them after a minute ends by its idle
+/// lifetime).
+async fn close_pool(pool: Option<Arc<Pool>>) {
+    let Some(pool) = pool else { return };
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    match pool.close(&ctx).await {
+        Ok(()) => eprintln!("agentbox mcp: ended the pool's ready boxes"),
+        Err(e) => eprintln!("agentbox mcp: ending the pool's ready boxes: {e}"),
+    }
 }
 
 /// The streamable HTTP transport on a loopback address, with rmcp's Host checks (localhost,

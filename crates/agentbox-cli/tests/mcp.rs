@@ -650,3 +650,99 @@ async fn a_config_names_the_box_and_a_killed_server_leaves_it_to_its_lifetime() 
     }
     assert!(gone, "the box ended by its 3 s lifetime");
 }
+
+/// The names of the local boxes under `home`.
+fn local_box_names(home: &Path) -> Vec<String> {
+    std::fs::read_dir(home.join("boxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn until_boxes(home: &Path, n: usize, what: &str) {
+    for _ in 0..600 {
+        if local_boxes(home) == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: {} local boxes, not {n}, after 30 s", local_boxes(home));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_pool_the_first_tool_call_takes_a_ready_box_and_the_rest_end_with_the_server() {
+    use tokio::io::AsyncBufReadExt;
+    let home = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["mcp", "--provider", "local", "--lifetime", "10m", "--pool", "2"])
+        .env("AGENTBOX_HOME", home.path())
+        .env_remove("AGENTBOX_RUNNER")
+        .env_remove("AGENTBOX_PROVIDER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut errors = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+    let client = ().serve((stdout, stdin)).await.expect("the server initializes");
+    let s = Server { client, child };
+    // The server says when its ready boxes are there; then the first call takes one.
+    let warm = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = errors.next_line().await.unwrap() {
+            eprintln!("{line}");
+            if line.contains("the pool is warm") {
+                return;
+            }
+        }
+        panic!("the server's stderr ended before its pool was warm");
+    });
+    warm.await.expect("the pool warm within 60 s");
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = errors.next_line().await {
+            eprintln!("{line}");
+        }
+    });
+    let ready = local_box_names(home.path());
+    assert_eq!(ready.len(), 2, "{ready:?}");
+    let out = call(&s, "bash", json!({"command": "pwd"})).await;
+    let pwd = text(&out);
+    assert!(
+        ready.iter().any(|r| pwd.contains(r.as_str())),
+        "{pwd:?} is in none of the ready boxes {ready:?}"
+    );
+    until_boxes(home.path(), 3, "the pool filled again after the hand-out").await;
+    leave(s).await;
+    assert_eq!(
+        local_boxes(home.path()),
+        0,
+        "the box and the ready ones went with the client"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configs_pool_warms_its_environment_and_a_pool_past_64_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("transport.toml");
+    std::fs::write(
+        &config,
+        "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"10m\"\npool = 1\n",
+    )
+    .unwrap();
+    let s = start(home.path(), &["--config", config.to_str().unwrap()]).await;
+    until_boxes(home.path(), 1, "the config's pool of 1").await;
+    leave(s).await;
+    assert_eq!(local_boxes(home.path()), 0);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["mcp", "--provider", "local", "--pool", "65"])
+        .env("AGENTBOX_HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--pool") && err.contains("65"), "{err}");
+}

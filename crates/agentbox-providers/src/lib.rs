@@ -8,6 +8,9 @@
 //! | docker | [`docker`] | a container per box | the container's first process, `agentbox-runner init` (or `sleep <lifetime>`) |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
+//! [`pool`] wraps any of them in a warm pool: boxes of one spec made ahead and handed out at
+//! once.
+//!
 //! [`registry`] names them all: each provider's name, a line on what its boxes are, whether this
 //! build has it, and how it is made from options and the environment.
 //!
@@ -24,6 +27,7 @@ pub mod lifecycle;
 pub mod local;
 #[cfg(all(feature = "namespace", target_os = "linux"))]
 pub mod namespace;
+pub mod pool;
 pub mod registry;
 pub mod runner;
 pub mod transfer;

@@ -3,7 +3,7 @@
 //! A container ends when its first process does. Docker boxes used to start `sleep
 //! <lifetime>`, which no one can extend; this init reads the box's deadline from a file the
 //! host bind-mounts read-only (so no program of the box can change it), reads it again when
-//! told (`SIGHUP`, which the host sends through the engine) and every few seconds besides, and
+//! told (`SIGHUP`, which the host sends through the engine) and every two seconds besides, and
 //! exits at the deadline, ending the container with no call from the host. As pid 1 it also
 //! reaps the orphans reparented to it, and on `SIGUSR1` it kills every other process of the
 //! box: the box sleeps, its files kept, its deadline still kept.
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The longest the init goes without reading its deadline again.
-const POLL: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_secs(2);
 
 /// How the init is started: `init --deadline-file PATH`.
 #[derive(Clone, Debug)]

@@ -118,6 +118,10 @@ pub enum Op {
     Download,
     /// `Sandbox::destroy`.
     Destroy,
+    /// `Provider::extend`.
+    Extend,
+    /// `Provider::relabel`.
+    Relabel,
 }
 
 /// One call as the fake saw it. Variables are recorded by name, never by value.
@@ -297,6 +301,9 @@ struct State {
     rules: Mutex<Vec<Rule>>,
     programs: Mutex<Vec<(String, ProgramFn)>>,
     next: AtomicU64,
+    /// Whether `extend` and `relabel` are honoured (in-memory boxes; over a real provider,
+    /// that provider's honours say).
+    lifecycle: Mutex<(bool, bool)>,
 }
 
 /// The fake provider. See the [module documentation](self). Clones share everything, as
@@ -336,8 +343,15 @@ impl FakeProvider {
                 rules: Mutex::new(Vec::new()),
                 programs: Mutex::new(Vec::new()),
                 next: AtomicU64::new(1),
+                lifecycle: Mutex::new((true, true)),
             }),
         }
+    }
+
+    /// Whether in-memory boxes honour `extend` and `relabel` (both do unless a test says
+    /// otherwise here, to play a provider that cannot).
+    pub fn set_lifecycle(&self, extend: bool, relabel: bool) {
+        *self.s.lifecycle.lock().unwrap() = (extend, relabel);
     }
 
     /// The clock its lifetimes and delays run on.
@@ -554,8 +568,18 @@ impl Provider for FakeProvider {
     }
 
     fn honours(&self) -> Honours {
+        let (extend, relabel) = *self.s.lifecycle.lock().unwrap();
         match &self.s.backing {
-            Some(b) => b.honours(),
+            // What the fake forwards of the backing's lifecycle (extend and relabel) and no
+            // more: the rest it would refuse, so it must not declare it.
+            Some(b) => Honours {
+                names: false,
+                sleep: false,
+                snapshot: false,
+                snapshots: false,
+                fork: false,
+                ..b.honours()
+            },
             None => Honours {
                 image: true,
                 cpus: true,
@@ -570,9 +594,73 @@ impl Provider for FakeProvider {
                 ],
                 env: true,
                 live_processes: true,
+                extend,
+                relabel,
                 ..Default::default()
             },
         }
+    }
+
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let mut call = Self::call(Op::Extend);
+        call.box_id = Some(id.name().to_string());
+        let (seq, outcome) = self.begin(call);
+        let r = async {
+            id.expect_provider(&self.s.name)?;
+            if !self.honours().extend {
+                return Err(agentbox_core::refuse(&self.s.name, "extend"));
+            }
+            agentbox_core::check_deadline(ends_at_ms, self.s.clock.now_ms())?;
+            self.common(&outcome, ctx).await?;
+            if !self.live(id.name()) {
+                return Err(Error::gone(format!("box {id}: it has ended")));
+            }
+            if let Some(p) = &self.s.backing {
+                let b = p.extend(id, ends_at_ms, ctx).await?;
+                if let Some(f) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
+                    f.backing = Some(b);
+                }
+            }
+            if let Some(b) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
+                b.ends_ms = ends_at_ms;
+            }
+            self.handle(id.name())
+                .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))
+        }
+        .await;
+        self.finish(seq, &r);
+        r
+    }
+
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let mut call = Self::call(Op::Relabel);
+        call.box_id = Some(id.name().to_string());
+        let (seq, outcome) = self.begin(call);
+        let r = async {
+            id.expect_provider(&self.s.name)?;
+            if !self.honours().relabel {
+                return Err(agentbox_core::refuse(&self.s.name, "relabel"));
+            }
+            agentbox_core::validate_labels(labels)?;
+            self.common(&outcome, ctx).await?;
+            if !self.live(id.name()) {
+                return Err(Error::gone(format!("box {id}: it has ended")));
+            }
+            if let Some(p) = &self.s.backing {
+                let b = p.relabel(id, labels, ctx).await?;
+                if let Some(f) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
+                    f.backing = Some(b);
+                }
+            }
+            if let Some(b) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
+                b.spec.labels = labels.clone();
+            }
+            self.handle(id.name())
+                .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))
+        }
+        .await;
+        self.finish(seq, &r);
+        r
     }
 
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {

@@ -13,6 +13,7 @@
 //! provider = "docker"
 //! max_lifetime = "2h"
 //! cpus = 4
+//! pool = 4                                # ready boxes kept warm (0 to 64; 0: none)
 //! ```
 //!
 //! The same keys in JSON. Every error names the key and why; unknown keys are refused.
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{Error, Network, Provider, Result, Spec, parse_duration, validate_env, validate_labels};
+use agentbox_providers::pool::MAX_POOL;
 use agentbox_providers::registry;
 use serde::Deserialize;
 
@@ -40,6 +42,9 @@ pub struct Environment {
     pub provider: String,
     /// What its boxes are asked for.
     pub spec: Spec,
+    /// Ready boxes of this spec kept warm (`agentbox_providers::pool`), 0 to
+    /// [`agentbox_providers::pool::MAX_POOL`]; 0 (the default) makes each box on demand.
+    pub pool: usize,
 }
 
 /// Which environment runs a conversation's tools: the default role, and named roles.
@@ -118,6 +123,9 @@ struct RawEnvironment {
     env: BTreeMap<String, String>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    /// Any value, checked in [`environment`] so that a wrong type's error names the key.
+    #[serde(default)]
+    pool: Option<serde_json::Value>,
 }
 
 impl TransportConfig {
@@ -324,9 +332,22 @@ fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
     spec.env = e.env;
     spec.labels = e.labels;
     validate_labels(&spec.labels).map_err(|err| Error::invalid(format!("{}: {}", at("labels"), err.message())))?;
+    let pool = match e.pool {
+        None => 0,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= MAX_POOL as u64 => n as usize,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{}: {v} is not a count of ready boxes a pool keeps (0 to {MAX_POOL})",
+                    at("pool")
+                )));
+            }
+        },
+    };
     Ok(Environment {
         provider: e.provider,
         spec,
+        pool,
     })
 }
 
@@ -384,6 +405,25 @@ mod tests {
         );
         assert!(err("[environments.a]\nprovider = \"local\"\ncpus = -1.0").contains("environments.a.cpus"));
         assert!(err("[environments.a\nprovider").contains("transport config"));
+    }
+
+    #[test]
+    fn a_pool_is_0_to_64_boxes_naming_its_environment() {
+        let c = TransportConfig::from_toml("[environments.a]\nprovider = \"local\"\npool = 4").unwrap();
+        assert_eq!(c.environments["a"].pool, 4);
+        let j = TransportConfig::from_json(r#"{"environments":{"a":{"provider":"local","pool":4}}}"#).unwrap();
+        assert_eq!(c, j);
+        let none = TransportConfig::from_toml("[environments.a]\nprovider = \"local\"").unwrap();
+        assert_eq!(none.environments["a"].pool, 0);
+        for bad in ["65", "-1", "1000000000000"] {
+            let e = err(&format!("[environments.gpu]\nprovider = \"local\"\npool = {bad}"));
+            assert!(e.contains("environments.gpu.pool"), "{bad}: {e}");
+            assert!(e.contains("0 to 64"), "{bad}: {e}");
+        }
+        for bad in ["\"four\"", "1.5", "true"] {
+            let e = err(&format!("[environments.a]\nprovider = \"local\"\npool = {bad}"));
+            assert!(e.contains("environments.a.pool") && e.contains("0 to 64"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! share one creation. A box that cannot be made, or that ended behind the session's back, is
 //! that call's error (with the provider's code), and the next call asks for a box again;
 //! `on_lost` fires once for a lost box, however many calls find it out.
+//!
+//! An environment with `pool = N` makes its boxes through a warm pool
+//! ([`agentbox_providers::pool::Pool`]) of N ready boxes of its spec, so a conversation's first
+//! call takes a ready box instead of waiting for one to start.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -19,6 +23,8 @@ use agentbox_hands::{
 };
 use async_trait::async_trait;
 use serde_json::json;
+
+use agentbox_providers::pool::{Pool, PoolOptions};
 
 use crate::config::{Scope, TransportConfig};
 use crate::documents::Documents;
@@ -74,6 +80,8 @@ pub struct Transport {
 struct Inner {
     config: TransportConfig,
     host: TransportHost,
+    /// The warm pools of the environments that ask for one, by environment.
+    pools: BTreeMap<String, Arc<Pool>>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     lost_seen: Mutex<HashSet<String>>,
 }
@@ -88,8 +96,10 @@ struct Slot {
 
 impl Transport {
     /// A transport for `config`, refusing at start what the host cannot serve: an environment
-    /// whose provider the host did not pass, or whose spec that provider cannot honour.
+    /// whose provider the host did not pass, or whose spec that provider cannot honour. An
+    /// environment with a pool starts filling it now (which needs a tokio runtime).
     pub fn new(config: TransportConfig, host: TransportHost) -> Result<Self> {
+        let mut pools = BTreeMap::new();
         for (name, env) in &config.environments {
             let Some(p) = host.providers.get(&env.provider) else {
                 let passed: Vec<&str> = host.providers.keys().map(String::as_str).collect();
@@ -110,6 +120,15 @@ impl Transport {
             };
             check_spec(&env.spec, &p.honours(), &env.provider)
                 .map_err(|e| e.context(format!("transport config: environments.{name}")))?;
+            if env.pool > 0 {
+                let opts = PoolOptions {
+                    size: env.pool,
+                    ..Default::default()
+                };
+                let pool = Pool::new(p.clone(), env.spec.clone(), opts)
+                    .map_err(|e| e.context(format!("transport config: environments.{name}.pool")))?;
+                pools.insert(name.clone(), Arc::new(pool));
+            }
         }
         tracing::debug!(
             session = %host.session,
@@ -121,6 +140,7 @@ impl Transport {
             inner: Arc::new(Inner {
                 config,
                 host,
+                pools,
                 slots: Mutex::new(HashMap::new()),
                 lost_seen: Mutex::new(HashSet::new()),
             }),
@@ -155,6 +175,28 @@ impl Transport {
                 &json!(role),
             )
             .await
+    }
+
+    /// Wait until every environment's pool holds its ready boxes (or `ctx` ends).
+    pub async fn warm(&self, ctx: &Ctx) -> Result<()> {
+        for (name, pool) in &self.inner.pools {
+            pool.warm(ctx)
+                .await
+                .map_err(|e| e.context(format!("environment {name}")))?;
+        }
+        Ok(())
+    }
+
+    /// Destroy the ready boxes of every environment's pool, which stop refilling (boxes handed
+    /// out are the session's and left alone). Dropping the transport does the same, best effort.
+    pub async fn close_pools(&self, ctx: &Ctx) -> Result<()> {
+        let mut first = None;
+        for (name, pool) in &self.inner.pools {
+            if let Err(e) = pool.close(ctx).await {
+                first.get_or_insert(e.context(format!("environment {name}")));
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Forget the boxes and leave them running, for a host that opens the session again (a box
@@ -279,7 +321,11 @@ impl Inner {
             None => {
                 let mut spec = environment.spec.clone();
                 spec.labels.extend(h.labels.clone());
-                let b = provider.create(&spec, ctx).await.map_err(|e| {
+                let maker: &dyn Provider = match self.pools.get(&env_name) {
+                    Some(pool) => &**pool,
+                    None => &**provider,
+                };
+                let b = maker.create(&spec, ctx).await.map_err(|e| {
                     tracing::warn!(environment = %env_name, code = %e.code(), "no box: {}", e.message());
                     Error::new(e.code(), format!("environment {env_name}: no box: {}", e.message()))
                 })?;

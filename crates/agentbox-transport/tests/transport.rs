@@ -395,3 +395,63 @@ async fn a_background_command_is_kept_by_the_conversations_box() {
     );
     t.destroy(&ctx()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_environment_with_a_pool_takes_a_ready_box() {
+    let w = world();
+    let docs: Arc<dyn Documents> = Arc::new(MemoryDocuments::default());
+    let config = TransportConfig::from_toml(&format!("{ONE}pool = 2\n")).unwrap();
+    assert_eq!(config.environments["sandbox"].pool, 2);
+    let t = Transport::new(config, host(&w, docs.clone())).unwrap();
+    t.warm(&ctx()).await.unwrap();
+    let ready: Vec<String> = w
+        .fake
+        .calls_of(Op::Create)
+        .into_iter()
+        .filter_map(|c| c.box_id)
+        .collect();
+    assert_eq!(ready.len(), 2, "the pool's makes: {ready:?}");
+    let env = t.env("c1").unwrap();
+    env.write_file("a.txt", b"hello", &ctx()).await.unwrap();
+    let id: SandboxId = env.id().strip_prefix("agentbox:").unwrap().parse().unwrap();
+    assert!(
+        ready.iter().any(|r| r == id.name()),
+        "{id} is not one of the ready {ready:?}"
+    );
+    // The box is the session's: its labels are the environment's and the host's, and a
+    // transport opened later over the documents attaches to it.
+    let b = w.fake.attach(&id, &ctx()).await.unwrap().unwrap();
+    assert_eq!(
+        b.labels(),
+        &BTreeMap::from([
+            ("env".to_string(), "sandbox".to_string()),
+            ("session".to_string(), "session-1".to_string())
+        ])
+    );
+    let ends = b.facts().ends_at_ms.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        ends > now + 9 * 60_000,
+        "the box ends at its environment's lifetime, not the pool's idle one"
+    );
+    let again = Transport::new(TransportConfig::from_toml(ONE).unwrap(), host(&w, docs.clone())).unwrap();
+    let env2 = again.env("c1").unwrap();
+    assert_eq!(env2.read_text_file("a.txt", &ctx()).await.unwrap(), "hello");
+    assert_eq!(env2.id(), env.id());
+    // Closed, the pools' ready boxes end; the session's box does not.
+    t.close_pools(&ctx()).await.unwrap();
+    let left = w.fake.list(&BTreeMap::new(), &ctx()).await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].id(), &id);
+    t.destroy(&ctx()).await.unwrap();
+}
+
+#[test]
+fn a_pool_out_of_bounds_is_refused_naming_its_environment() {
+    let e = TransportConfig::from_toml(&format!("{ONE}pool = 65\n")).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Invalid);
+    assert!(e.message().contains("environments.sandbox.pool"), "{e}");
+}

@@ -44,6 +44,9 @@ const FORK_REPO: &str = "agentbox-fork";
 const LABEL_SNAPSHOT_FROM: &str = "agentbox.snapshot.from";
 const LABEL_SNAPSHOT_AT: &str = "agentbox.snapshot.at_ms";
 
+/// How often the init reads its deadline file again (`agentbox_runner::init`'s poll).
+const INIT_POLL_MS: u64 = 2_000;
+
 /// How long an open waits for another process's make of the same name.
 const OPEN_WAIT: Duration = Duration::from_secs(60);
 
@@ -133,7 +136,17 @@ impl DockerProvider {
         let t0 = tokio::time::Instant::now();
         loop {
             ctx.check()?;
-            if let Some(b) = self.find_container(&cname).await? {
+            let found = match self.find_container(&cname).await {
+                Ok(found) => found,
+                // Found while another open makes it (its runner not yet up): again shortly.
+                Err(e) if t0.elapsed() < OPEN_WAIT && e.code() != ErrorCode::Invalid => {
+                    tracing::debug!(box_id = %id, error = %e, "the name's box is being made: waiting for it");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(b) = found {
                 if b.facts().name.as_deref() != Some(name) || b.labels() != &spec.labels {
                     return Err(Error::refused(format!(
                         "open {name:?}: the container {cname} that holds this name's place is another's"
@@ -239,21 +252,32 @@ impl DockerProvider {
     pub(super) async fn extend_box(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         self.needs_init("extend")?;
         check_deadline(ends_at_ms, now_ms())?;
-        // One inspect, not an attach: a pool hands a box out with an extend, and it is quick.
-        if self.labels_of(id, ctx).await?.get(LABEL_INIT).map(String::as_str) != Some("1") {
-            return Err(Error::unsupported(format!(
-                "extend: box {id} was made without agentbox's init (no runner): its first process is `sleep`, which cannot be extended"
-            )));
+        id.expect_provider(NAME)?;
+        // Quick, for a pool hands a box out with an extend: the deadline file is rewritten,
+        // and the attach that answers the box says whether it still runs.
+        let before = state::read_deadline(id.name());
+        if let Err(e) = state::write_deadline(id.name(), ends_at_ms, false) {
+            // No file: a box made without agentbox's init, or by another home, or none.
+            if self.labels_of(id, ctx).await?.get(LABEL_INIT).map(String::as_str) != Some("1") {
+                return Err(Error::unsupported(format!(
+                    "extend: box {id} was made without agentbox's init (no runner): its first process is `sleep`, which cannot be extended"
+                )));
+            }
+            return Err(e);
         }
-        state::write_deadline(id.name(), ends_at_ms, false)?;
-        ctx.run(self.docker.kill_container(
-            id.name(),
-            Some(KillContainerOptions {
-                signal: "SIGHUP".into(),
-            }),
-        ))
-        .await?
-        .map_err(|e| Error::unknown(format!("extend: signalling the init of {id}: {e}")))?;
+        // The init reads its file every few seconds: told at once only where that could be
+        // too late (a deadline moved earlier, or one close at hand).
+        let soon = before.is_none_or(|b| ends_at_ms < b || b.saturating_sub(now_ms()) < 3 * INIT_POLL_MS);
+        if soon {
+            ctx.run(self.docker.kill_container(
+                id.name(),
+                Some(KillContainerOptions {
+                    signal: "SIGHUP".into(),
+                }),
+            ))
+            .await?
+            .map_err(|e| Error::unknown(format!("extend: signalling the init of {id}: {e}")))?;
+        }
         tracing::info!(box_id = %id, ends_at = %agentbox_core::rfc3339(ends_at_ms as i64), "deadline moved");
         self.running_box(id, ctx).await
     }

@@ -606,6 +606,12 @@ impl DockerProvider {
     /// Build the handle of a container we made, from its inspect; `None` when it is not ours
     /// or has ended.
     async fn find_container(&self, name: &str) -> Result<Option<Arc<dyn Sandbox>>> {
+        self.find_labelled(name, None).await
+    }
+
+    /// [`Self::find_container`], answering `None` for a box that lacks one of `want` before
+    /// anything but its inspect is done (a list reaches no runner of a box it does not answer).
+    async fn find_labelled(&self, name: &str, want: Option<&Labels>) -> Result<Option<Arc<dyn Sandbox>>> {
         let info = match self
             .docker
             .inspect_container(name, None::<InspectContainerOptions>)
@@ -647,6 +653,11 @@ impl DockerProvider {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
+        if let Some(want) = want
+            && !want.iter().all(|(k, v)| labels.get(k) == Some(v))
+        {
+            return Ok(None);
+        }
         let workspace = all_labels
             .get(LABEL_WORKSPACE)
             .cloned()
@@ -710,14 +721,19 @@ impl DockerProvider {
             if ip.is_some() {
                 listen.push(format!("0.0.0.0:{}", agentbox_protocol::runner::PORT));
             }
-            crate::runner::start(
+            let started = crate::runner::start(
                 b.as_ref(),
                 &program,
                 &listen,
                 ip.is_some().then_some(token.as_str()),
                 ctx,
             )
-            .await?;
+            .await;
+            if let Err(e) = started {
+                let r = RunnerSandbox::new(b.clone(), Arc::new(Address::Unix(socket.clone())));
+                crate::runner::joined(&r, e, ctx).await?;
+                return Ok(Arc::new(r));
+            }
             // The runner said it listens: the socket answers at once. The container's address
             // is the way of a host user the socket refuses; it can be unreachable for a moment
             // (a reused address whose neighbour entry is stale), so it is tried for ten seconds.
@@ -981,10 +997,19 @@ impl Provider for DockerProvider {
             else {
                 continue;
             };
-            if let Some(b) = self.find_container(&name).await?
-                && labels.iter().all(|(k, v)| b.labels().get(k) == Some(v))
-            {
-                out.push(b);
+            match self.find_labelled(&name, Some(labels)).await {
+                Ok(Some(b)) => out.push(b),
+                Ok(None) => {}
+                // One that ended while the list went on is not listed.
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        agentbox_core::ErrorCode::Gone | agentbox_core::ErrorCode::NotFound
+                    ) =>
+                {
+                    tracing::debug!(container = %name, error = %e, "ended while listed");
+                }
+                Err(e) => return Err(e),
             }
         }
         out.sort_by(|a, b| a.id().cmp(b.id()));

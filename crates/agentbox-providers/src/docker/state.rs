@@ -66,8 +66,9 @@ pub(super) fn write_deadline(name: &str, ends_at_ms: u64, create: bool) -> Resul
             }
         })?;
     // Fixed width, one write: the init never reads half of an old and half of a new number.
+    // Not synced: the init reads it from the page cache, and a machine that crashes takes the
+    // box with it.
     f.write_all(format!("{ends_at_ms:020}\n").as_bytes())
-        .and_then(|_| f.sync_data())
         .map_err(|e| Error::io(e, format!("writing {}", path.display())))
 }
 

@@ -136,15 +136,18 @@ impl LocalProvider {
         if b.check(ctx).await.is_err() {
             let mut program = vec![self.opts.supervisor.program.to_string_lossy().into_owned()];
             program.extend(self.opts.supervisor.args.iter().cloned());
-            crate::runner::start(
+            let started = crate::runner::start(
                 local.as_ref(),
                 &program,
                 &[format!("unix:{}", sock.display())],
                 None,
                 ctx,
             )
-            .await?;
-            b.check(ctx).await?;
+            .await;
+            match started {
+                Ok(_) => b.check(ctx).await?,
+                Err(e) => crate::runner::joined(&b, e, ctx).await?,
+            }
         }
         Ok(Arc::new(b))
     }

@@ -43,6 +43,22 @@ pub struct Announced {
     pub pid: Option<u32>,
 }
 
+/// After [`start`] failed with `e`: where the runner's address was taken by another host
+/// process starting the same box's runner at once (two opens of one name, an attach while the
+/// box is made), wait up to five seconds for that runner to answer `r`; else `e`.
+pub(crate) async fn joined(r: &RunnerSandbox, e: Error, ctx: &Ctx) -> Result<()> {
+    if !e.message().contains("already listens") {
+        return Err(e);
+    }
+    for _ in 0..50 {
+        if r.check(ctx).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(e)
+}
+
 /// Start a runner in `inner`: `program args… --detach` (with the token on stdin when given),
 /// which returns once the runner listens. The runner's cwd and environment are those of any
 /// exec in the box, so its programs see what the box's own execs see.
