@@ -6,8 +6,8 @@
 //! maps and answers [`MAPPED`] on its stdin (a root host maps the box's root to another id,
 //! which takes CAP_SETUID in the host's namespace, given up by the keeper when it unshared; an
 //! unprivileged host, which may map only its own ids, goes the same way). The keeper then starts
-//! the box's init, says [`INIT_PREFIX`] with the init's pid as the host sees it, and stays to
-//! remove the box's directory when the init ends. The init builds the box's file system,
+//! the box's init, says [`INIT_PREFIX`] with the init's pid as the host sees it, and waits
+//! for the init to end (the host removes the box's directory). The init builds the box's file system,
 //! hardens itself, starts the runner and says [`READY_PREFIX`]; any step that fails says
 //! [`ERROR_PREFIX`] with why, and the box is not made.
 //!
@@ -42,6 +42,11 @@ pub const RUN_DIR: &str = "/run/agentbox";
 pub const RUNNER: &str = "/run/agentbox-runner";
 /// The runner's socket's name in [`RUN_DIR`].
 pub const SOCKET: &str = "runner.sock";
+/// The init's control socket in the box's directory on the host (not bound into the box):
+/// one [`crate::supervisor::Request`] a connection, `Deadline`, `Sleep`, `Wake` or `Ping`,
+/// answered [`crate::supervisor::Reply`]. The init takes it only from a peer outside the box's
+/// pid namespace, so no program of the box can move its deadline or sleep it.
+pub const CONTROL: &str = "control.sock";
 
 /// The root a box sees.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

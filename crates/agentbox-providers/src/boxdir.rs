@@ -2,7 +2,8 @@
 //! share: the directory of boxes, a box's record read back by any process, the names listed
 //! in a stable order, and the age that tells a create that died from one under way.
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -73,50 +74,212 @@ pub(crate) fn is_old(dir: &Path) -> bool {
 /// to this machine's files copies as a link, not as those files). Sockets, fifos and devices
 /// are left out. Answers the bytes of file content copied.
 ///
-/// What it copies is the box's own writable files, so a link anywhere in `src` is only ever
-/// read as a link, and `dst` is made fresh (it must not exist).
+/// `src` may be a running box's own files, changing under the copy: every entry is opened
+/// relative to its parent's open descriptor with `O_NOFOLLOW`, so a directory or file the box
+/// swaps for a link between the look and the open is refused (the copy fails) rather than
+/// followed to this machine's files, and a file swapped for a fifo is opened without blocking
+/// and then left out. `dst` is made fresh (it must not exist). At most [`MAX_COPY_DEPTH`]
+/// directories deep.
 pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<u64> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut bytes = 0u64;
+    use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let io = |e: rustix::io::Errno, what: &str, p: &Path| Error::io(e.into(), format!("{what} {}", p.display()));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(dst)
         .map_err(|e| Error::io(e, format!("creating {}", dst.display())))?;
-    let mut stack = vec![(src.to_path_buf(), dst.to_path_buf())];
-    while let Some((from, to)) = stack.pop() {
-        let entries = std::fs::read_dir(&from).map_err(|e| Error::io(e, format!("listing {}", from.display())))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(e, format!("listing {}", from.display())))?;
-            let (f, t) = (entry.path(), to.join(entry.file_name()));
-            let meta = std::fs::symlink_metadata(&f).map_err(|e| Error::io(e, format!("reading {}", f.display())))?;
-            let kind = meta.file_type();
-            if kind.is_symlink() {
-                let target = std::fs::read_link(&f).map_err(|e| Error::io(e, format!("reading {}", f.display())))?;
-                std::os::unix::fs::symlink(&target, &t)
-                    .map_err(|e| Error::io(e, format!("linking {}", t.display())))?;
-            } else if kind.is_dir() {
-                std::fs::DirBuilder::new()
-                    .mode(meta.permissions().mode() & 0o7777 | 0o700)
-                    .create(&t)
-                    .map_err(|e| Error::io(e, format!("creating {}", t.display())))?;
-                stack.push((f, t));
-            } else if kind.is_file() {
-                // Opened without following a link: the entry was a regular file a moment ago,
-                // and a link put in its place since is refused rather than read through.
-                let mut r = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                    .open(&f)
-                    .map_err(|e| Error::io(e, format!("reading {}", f.display())))?;
-                let mut w = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(meta.permissions().mode() & 0o7777)
-                    .open(&t)
-                    .map_err(|e| Error::io(e, format!("creating {}", t.display())))?;
-                bytes += std::io::copy(&mut r, &mut w).map_err(|e| Error::io(e, format!("copying {}", f.display())))?;
+    let src_fd = rustix::fs::open(src, dir_flags, Mode::empty()).map_err(|e| io(e, "opening", src))?;
+    let dst_fd = rustix::fs::open(dst, dir_flags, Mode::empty()).map_err(|e| io(e, "opening", dst))?;
+    let mut bytes = 0u64;
+    // Depth first, one open directory (and its copy) a level.
+    let mut stack = vec![(
+        Dir::new(src_fd).map_err(|e| io(e, "reading", src))?,
+        dst_fd,
+        src.to_path_buf(),
+    )];
+    loop {
+        let depth = stack.len();
+        let Some((dir, to, at)) = stack.last_mut() else { break };
+        let Some(entry) = dir.next() else {
+            stack.pop();
+            continue;
+        };
+        let entry = entry.map_err(|e| io(e, "listing", at))?;
+        let name = entry.file_name().to_owned();
+        if name.as_bytes() == b"." || name.as_bytes() == b".." {
+            continue;
+        }
+        let path = at.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
+        let from = dir.fd().map_err(|e| io(e, "reading", at))?;
+        let st = rustix::fs::statat(from, &name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io(e, "reading", &path))?;
+        let mode = Mode::from_raw_mode(st.st_mode) & Mode::from_bits_truncate(0o7777);
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Symlink => {
+                let target = rustix::fs::readlinkat(from, &name, Vec::new()).map_err(|e| io(e, "reading", &path))?;
+                rustix::fs::symlinkat(&target, &*to, &name).map_err(|e| io(e, "linking", &path))?;
             }
+            FileType::Directory => {
+                if depth >= MAX_COPY_DEPTH {
+                    return Err(Error::too_large(format!(
+                        "copying {}: over {MAX_COPY_DEPTH} directories deep",
+                        src.display()
+                    )));
+                }
+                let sub =
+                    rustix::fs::openat(from, &name, dir_flags, Mode::empty()).map_err(|e| io(e, "opening", &path))?;
+                rustix::fs::mkdirat(&*to, &name, mode | Mode::RWXU)
+                    .map_err(|e| io(e, "creating the copy of", &path))?;
+                let sub_to = rustix::fs::openat(&*to, &name, dir_flags, Mode::empty())
+                    .map_err(|e| io(e, "opening the copy of", &path))?;
+                let sub = Dir::new(sub).map_err(|e| io(e, "reading", &path))?;
+                stack.push((sub, sub_to, path));
+            }
+            FileType::RegularFile => {
+                let r = rustix::fs::openat(
+                    from,
+                    &name,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| io(e, "reading", &path))?;
+                // What was opened is what is copied: a fifo or a device put in the file's
+                // place since the look is left out too.
+                if !FileType::from_raw_mode(rustix::fs::fstat(&r).map_err(|e| io(e, "reading", &path))?.st_mode)
+                    .is_file()
+                {
+                    continue;
+                }
+                let w = rustix::fs::openat(
+                    &*to,
+                    &name,
+                    OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    mode,
+                )
+                .map_err(|e| io(e, "creating the copy of", &path))?;
+                // The mode exactly, whatever the umask took from it.
+                rustix::fs::fchmod(&w, mode).map_err(|e| io(e, "creating the copy of", &path))?;
+                let (mut r, mut w) = (std::fs::File::from(r), std::fs::File::from(w));
+                bytes +=
+                    std::io::copy(&mut r, &mut w).map_err(|e| Error::io(e, format!("copying {}", path.display())))?;
+            }
+            _ => {}
         }
     }
     Ok(bytes)
+}
+
+/// How deep [`copy_tree`] goes: two descriptors a level are open at once.
+pub(crate) const MAX_COPY_DEPTH: usize = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, mpsc};
+
+    #[test]
+    fn a_copy_keeps_files_modes_and_links_and_leaves_out_fifos() {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir_all(src.join("a/b")).unwrap();
+        std::fs::write(src.join("a/b/f"), b"hello").unwrap();
+        std::fs::write(src.join("x"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(src.join("x"), std::fs::Permissions::from_mode(0o751)).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", src.join("l")).unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, src.join("p"), rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+        let dst = t.path().join("dst");
+        assert_eq!(copy_tree(&src, &dst).unwrap(), 15);
+        assert_eq!(std::fs::read(dst.join("a/b/f")).unwrap(), b"hello");
+        assert_eq!(
+            std::fs::metadata(dst.join("x")).unwrap().permissions().mode() & 0o7777,
+            0o751
+        );
+        assert_eq!(std::fs::read_link(dst.join("l")).unwrap(), Path::new("/etc/hostname"));
+        assert!(!dst.join("p").exists() && std::fs::symlink_metadata(dst.join("p")).is_err());
+        assert!(copy_tree(&src, &dst).is_err(), "dst must not exist");
+    }
+
+    /// A box swaps a directory for a link to this machine's files, and a file for a fifo, as
+    /// fast as it can while its files are copied: no copy holds what the link points to, and
+    /// none hangs on the fifo. (The copy before this one followed the swapped link with
+    /// `read_dir`, and blocked opening the fifo for reading.)
+    #[test]
+    fn a_copy_of_a_tree_that_changes_under_it_follows_no_link_and_opens_no_fifo() {
+        let t = tempfile::tempdir().unwrap();
+        let secret = t.path().join("secret");
+        std::fs::create_dir(&secret).unwrap();
+        std::fs::write(secret.join("key"), b"host's").unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir_all(src.join("d")).unwrap();
+        std::fs::write(src.join("d/own"), b"box's").unwrap();
+        std::os::unix::fs::symlink(&secret, src.join("alt")).unwrap();
+        std::fs::write(src.join("f"), b"file").unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, src.join("g"), rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (src, stop) = (src.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for (a, b) in [("d", "alt"), ("f", "g")] {
+                        let _ = rustix::fs::renameat_with(
+                            rustix::fs::CWD,
+                            src.join(a),
+                            rustix::fs::CWD,
+                            src.join(b),
+                            rustix::fs::RenameFlags::EXCHANGE,
+                        );
+                    }
+                }
+            })
+        };
+        let (tx, rx) = mpsc::channel();
+        {
+            let (src, root) = (src.clone(), t.path().to_path_buf());
+            std::thread::spawn(move || {
+                for i in 0..400 {
+                    let dst = root.join(format!("copy{i}"));
+                    let _ = copy_tree(&src, &dst);
+                    let leaked = holds(&dst, b"host's");
+                    let _ = remove_copy(&dst);
+                    if tx.send(leaked).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let mut copies = 0;
+        loop {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(leaked) => {
+                    assert!(!leaked, "copy {copies} holds the host's file behind the link");
+                    copies += 1;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    stop.store(true, Ordering::Relaxed);
+                    panic!("a copy hung (on the fifo?) after {copies} copies");
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert_eq!(copies, 400);
+    }
+
+    /// Some regular file in the tree at `dir`, walked without following a link, holds `what`.
+    fn holds(dir: &Path, what: &[u8]) -> bool {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return false;
+        };
+        entries.flatten().any(|e| match std::fs::symlink_metadata(e.path()) {
+            Ok(m) if m.is_dir() => holds(&e.path(), what),
+            Ok(m) if m.is_file() => std::fs::read(e.path()).is_ok_and(|b| b == what),
+            _ => false,
+        })
+    }
+
+    fn remove_copy(dst: &Path) -> std::io::Result<()> {
+        std::fs::remove_dir_all(dst)
+    }
 }

@@ -142,6 +142,10 @@ async fn a_box_runs_a_program_as_its_own_root_with_no_capability() {
     let text = out.stdout_text();
     assert!(text.starts_with("0\n/workspace\n"), "{text}");
     assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
+    // Its home is its own and writable, also where the host user's own home (masked in the
+    // box) is /root, the box's home's place.
+    let (code, out) = sh(b.as_ref(), "echo mine > /root/f && cat /root/f && echo \"$HOME\"").await;
+    assert_eq!((code, out.as_str()), (0, "mine\n/root\n"), "{out}");
     b.destroy(&ctx).await.unwrap();
 }
 

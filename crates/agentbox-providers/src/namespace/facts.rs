@@ -104,6 +104,9 @@ pub(super) fn measure(
         started_at_ms: Some(started_at_ms),
         ends_at_ms: Some(ends_at_ms),
         live_processes: true,
+        // A sleep ends the box's programs and keeps its files; its init keeps the deadline.
+        sleep: Some("files".into()),
+        sleep_clock: Some("counting".into()),
         secrets_via: Some("fd".into()),
         workspace: Some(WORKSPACE.into()),
         mounts: spec.mounts.clone(),

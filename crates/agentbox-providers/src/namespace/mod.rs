@@ -1,13 +1,15 @@
 //! Namespace boxes: isolated by Linux namespaces alone, with no daemon, made in milliseconds.
 //!
 //! Each box is `<root>/namespace/<name>/` on the host: `box.json` (what the box is built
-//! from), `record.json` (its id, labels, spec, end and facts, read by attach and list from any
-//! process), `box.log`, and the directories bound into the box: `work/` at `/workspace`,
-//! `home/` at `/root`, `tmp/` at `/tmp` and `run/` at `/run/agentbox`, where the runner's socket
-//! is. The box itself is built by `agentbox-runner namespace DIR` (see that crate's
+//! from), `record.json` (its id, labels, spec, end, facts, name and whether it sleeps, read by
+//! attach and list from any process, changed under `record.lock`), `control.sock` (the init's,
+//! for the host alone: see `control`), `box.log`, and the directories bound into the box:
+//! `work/` at `/workspace`, `home/` at `/root`, `tmp/` at `/tmp` and `run/` at `/run/agentbox`,
+//! where the runner's socket is. The box itself is built by `agentbox-runner namespace DIR` (see that crate's
 //! `namespace` module): a user, mount, pid, ipc, uts and cgroup namespace, and a net
 //! namespace with loopback only for `network: none`; its init is the runner binary, pid 1,
-//! which ends the box at its lifetime whether or not the host is alive.
+//! which ends the box at its lifetime whether or not the host is alive. The lifecycle beyond
+//! create and destroy (names, sleep, extend, relabel, snapshots, forks) is `lifecycle`'s.
 //!
 //! The box's user is root of its own user namespace, mapped to one id of the host's: the
 //! host user's own when it is not root, else [`NamespaceOptions::host_id`] (so no file of the
@@ -33,7 +35,9 @@
 //! # Ok(()) }
 //! ```
 
+mod control;
 mod facts;
+mod lifecycle;
 mod record;
 mod sandbox;
 
@@ -43,7 +47,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, Honours, Labels, Network, Provider, Result, Sandbox, SandboxId, Spec, check_spec};
+use agentbox_core::{
+    Ctx, Error, Honours, Labels, Network, Provider, Result, Sandbox, SandboxId, Snapshot, Spec, check_spec,
+};
 use agentbox_protocol::namespace::{
     Bind, BoxConfig, CONFIG_FILE, ERROR_PREFIX, HOME, INIT_PREFIX, MAPPED, READY_PREFIX, Root, UNSHARED, WORKSPACE,
 };
@@ -52,7 +58,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::boxdir;
 use crate::helper::HelperCommand;
+use crate::lifecycle::Asleep;
 use crate::util::{now_ms, random_hex, write_atomic};
+pub(crate) use lifecycle::Seed;
 pub(crate) use record::Record;
 pub use sandbox::NamespaceSandbox;
 
@@ -288,24 +296,53 @@ impl NamespaceProvider {
         masks
     }
 
-    /// Make the box's directory tree, owned by the box's host id.
-    fn make_dirs(&self, dir: &Path, uid: u32, gid: u32, root: bool) -> Result<()> {
-        let mut b = std::fs::DirBuilder::new();
-        b.mode(0o700);
-        b.create(dir)
-            .map_err(|e| Error::io(e, format!("creating {}", dir.display())))?;
-        for sub in ["work", "home", "tmp", "run", "root"] {
-            let p = dir.join(sub);
-            b.create(&p)
-                .map_err(|e| Error::io(e, format!("creating the box's {sub}")))?;
-            if root {
-                std::os::unix::fs::chown(&p, Some(uid), Some(gid))
-                    .map_err(|e| Error::io(e, format!("giving the box its {sub}")))?;
-            }
+    /// Make the box's directory: `None` when it is there already (another open of its name
+    /// made it first). Its record's lock is taken at once and answered, to be held until the
+    /// record is written, so an open that finds the directory waits for this make rather than
+    /// taking it for one that died.
+    fn make_dir(&self, dir: &Path, uid: u32, gid: u32, root: bool) -> Result<Option<record::Locked>> {
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => return Err(Error::io(e, format!("creating {}", dir.display()))),
         }
+        let lock = record::try_lock_new(&dir.join(record::LOCK))?;
         if root {
             std::os::unix::fs::chown(dir, Some(uid), Some(gid))
                 .map_err(|e| Error::io(e, format!("giving the box {}", dir.display())))?;
+        }
+        Ok(Some(lock))
+    }
+
+    /// Make the box's directories in `dir`, owned by the box's host id: `work/` and `home/`
+    /// copied from `seed` where there is one, else empty.
+    fn make_dirs(dir: &Path, uid: u32, gid: u32, root: bool, seed: Option<&Seed>) -> Result<()> {
+        let mut b = std::fs::DirBuilder::new();
+        b.mode(0o700);
+        for sub in ["work", "home", "tmp", "run", "root"] {
+            let p = dir.join(sub);
+            let from = seed.map(|s| match sub {
+                "work" => Some(&s.work),
+                "home" => Some(&s.home),
+                _ => None,
+            });
+            match from.flatten() {
+                Some(from) => {
+                    boxdir::copy_tree(from, &p)
+                        .map_err(|e| Error::new(e.code(), format!("seeding the box's {sub}: {}", e.message())))?;
+                    if root {
+                        chown_tree(&p, uid, gid)?;
+                    }
+                }
+                None => {
+                    b.create(&p)
+                        .map_err(|e| Error::io(e, format!("creating the box's {sub}")))?;
+                    if root {
+                        std::os::unix::fs::chown(&p, Some(uid), Some(gid))
+                            .map_err(|e| Error::io(e, format!("giving the box its {sub}")))?;
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -388,11 +425,95 @@ impl NamespaceProvider {
         outcome
     }
 
-    fn sandbox(&self, dir: PathBuf, record: Record) -> Arc<dyn Sandbox> {
-        sandbox::open(dir, record)
+    /// Make the box `key` from `spec` (checked), its writable layers seeded from `seed`:
+    /// `None` when its directory is there already (an open of the same name made it first).
+    pub(super) async fn make(
+        &self,
+        key: &str,
+        name: Option<&str>,
+        spec: &Spec,
+        seed: Option<&Seed>,
+        ctx: &Ctx,
+    ) -> Result<Option<Arc<dyn Sandbox>>> {
+        let t0 = std::time::Instant::now();
+        ctx.check()?;
+        let id = SandboxId::new(NAME, key)?;
+        let dir = self.boxes.join(key);
+        let created_at_ms = now_ms();
+        let ends_at_ms = created_at_ms.saturating_add(spec.max_lifetime.as_millis() as u64);
+        let cfg = self.config(key, &dir, spec, ends_at_ms)?;
+        let (uid, gid, root) = self.host_ids();
+        let Some(lock) = self.make_dir(&dir, uid, gid, root)? else {
+            return Ok(None);
+        };
+        let made = async {
+            {
+                let (dir, seed) = (dir.clone(), seed.cloned());
+                tokio::task::spawn_blocking(move || Self::make_dirs(&dir, uid, gid, root, seed.as_ref()))
+                    .await
+                    .map_err(|e| Error::unknown(format!("making the box's directories: {e}")))??;
+            }
+            let bytes = serde_json::to_vec_pretty(&cfg).map_err(|e| Error::unknown(e.to_string()))?;
+            write_atomic(&dir.join(CONFIG_FILE), &bytes)?;
+            let (init_pid, landlock) = self.start(&dir, uid, gid, root, ctx).await?;
+            let init_start = agentbox_proc::stat(init_pid)
+                .map(|s| s.start_time)
+                .ok_or_else(|| Error::unknown("the box's init ended as it started"))?;
+            let mut facts = facts::measure(
+                init_pid,
+                &cfg,
+                spec,
+                created_at_ms,
+                ends_at_ms,
+                landlock,
+                self.opts.max_processes,
+            )?;
+            facts.name = name.map(str::to_string);
+            facts.snapshot = seed.and_then(|s| s.snapshot.clone());
+            let record = Record {
+                id: id.clone(),
+                labels: spec.labels.clone(),
+                spec: spec.clone(),
+                created_at_ms,
+                ends_at_ms,
+                init_pid,
+                init_start,
+                facts,
+                runner_files: self.opts.runner_files,
+                name: name.map(str::to_string),
+                asleep: false,
+            };
+            record.write(&dir)?;
+            Ok::<_, Error>(record)
+        }
+        .await;
+        let r = match made {
+            Ok(record) => {
+                let b = self.sandbox(dir, record);
+                tracing::info!(box_id = %b.id(), name, ms = t0.elapsed().as_millis() as u64, "created");
+                Ok(Some(b))
+            }
+            Err(e) => {
+                end_box(&dir);
+                Err(e)
+            }
+        };
+        drop(lock);
+        r
     }
 
-    fn find(&self, name: &str) -> Result<Option<(PathBuf, Record)>> {
+    pub(super) fn sandbox(&self, dir: PathBuf, record: Record) -> Arc<dyn Sandbox> {
+        let asleep = record.asleep;
+        let b = sandbox::open(dir, record);
+        if asleep { Asleep::new(b) } else { b }
+    }
+
+    /// The box `name` if it has not ended (awake or asleep), with its record; what is left of
+    /// one that ended is removed.
+    pub(super) fn find(&self, name: &str) -> Result<Option<(PathBuf, Record)>> {
+        if name.starts_with('.') || name.contains('/') {
+            return Ok(None);
+        }
         let dir = self.boxes.join(name);
         let record = match Record::read(&dir)? {
             Some(r) => r,
@@ -404,7 +525,7 @@ impl NamespaceProvider {
         if record.init_alive() {
             return Ok((record.ends_at_ms > now_ms()).then_some((dir, record)));
         }
-        remove_tree(&dir);
+        remove_ended(&dir, &record);
         Ok(None)
     }
 }
@@ -438,65 +559,25 @@ impl Provider for NamespaceProvider {
             mounts: true,
             env: true,
             live_processes: true,
+            snapshot: true,
+            names: true,
+            sleep: true,
+            extend: true,
+            relabel: true,
+            snapshots: true,
+            fork: true,
             ..Default::default()
         }
     }
 
     #[tracing::instrument(name = "create", skip_all, fields(provider = NAME))]
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let t0 = std::time::Instant::now();
         self.check(spec)?;
-        ctx.check()?;
-        let name = random_hex(8)?;
-        let id = SandboxId::new(NAME, &name)?;
-        let dir = self.boxes.join(&name);
-        let created_at_ms = now_ms();
-        let ends_at_ms = created_at_ms.saturating_add(spec.max_lifetime.as_millis() as u64);
-        let cfg = self.config(&name, &dir, spec, ends_at_ms)?;
-        let (uid, gid, root) = self.host_ids();
-        self.make_dirs(&dir, uid, gid, root)?;
-        let made = async {
-            let bytes = serde_json::to_vec_pretty(&cfg).map_err(|e| Error::unknown(e.to_string()))?;
-            write_atomic(&dir.join(CONFIG_FILE), &bytes)?;
-            let (init_pid, landlock) = self.start(&dir, uid, gid, root, ctx).await?;
-            let init_start = agentbox_proc::stat(init_pid)
-                .map(|s| s.start_time)
-                .ok_or_else(|| Error::unknown("the box's init ended as it started"))?;
-            let facts = facts::measure(
-                init_pid,
-                &cfg,
-                spec,
-                created_at_ms,
-                ends_at_ms,
-                landlock,
-                self.opts.max_processes,
-            )?;
-            let record = Record {
-                id: id.clone(),
-                labels: spec.labels.clone(),
-                spec: spec.clone(),
-                created_at_ms,
-                ends_at_ms,
-                init_pid,
-                init_start,
-                facts,
-                runner_files: self.opts.runner_files,
-            };
-            record.write(&dir)?;
-            Ok::<_, Error>(record)
-        }
-        .await;
-        match made {
-            Ok(record) => {
-                let b = self.sandbox(dir, record);
-                tracing::info!(box_id = %b.id(), ms = t0.elapsed().as_millis() as u64, "created");
-                Ok(b)
-            }
-            Err(e) => {
-                end_box(&dir);
-                Err(e)
-            }
-        }
+        let seed = self.snapshot_seed(spec)?;
+        let key = random_hex(8)?;
+        self.make(&key, None, spec, seed.as_ref(), ctx)
+            .await?
+            .ok_or_else(|| Error::unknown(format!("create: a box named {key} is there already")))
     }
 
     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
@@ -516,6 +597,46 @@ impl Provider for NamespaceProvider {
             }
         }
         Ok(out)
+    }
+
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.open_named(name, spec, ctx).await
+    }
+
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+        self.discard_named(name, labels, ctx).await
+    }
+
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        self.sleep_box(id, ctx).await
+    }
+
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.wake_box(id, ctx).await
+    }
+
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.extend_box(id, ends_at_ms, ctx).await
+    }
+
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.relabel_box(id, labels, ctx).await
+    }
+
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
+        self.snapshot_box(id, name, ctx).await
+    }
+
+    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
+        self.list_snapshots(ctx).await
+    }
+
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        self.remove_snapshot(name, ctx).await
+    }
+
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        self.fork_box(id, n, spec, ctx).await
     }
 }
 
@@ -556,6 +677,46 @@ pub(crate) fn remove_tree(dir: &Path) {
     }
     open_up(dir);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Remove what is left of the ended box whose record was `seen`, if its directory still holds
+/// that box: under a lock on the directory of boxes, since an open may be making a new box of
+/// the same name in the same place (it only does so once this one is removed, under the same
+/// lock). A directory with no record is removed only when its lock is free (no make under
+/// way).
+pub(crate) fn remove_ended(dir: &Path, seen: &Record) {
+    let guard = dir
+        .parent()
+        .and_then(|boxes| std::fs::File::open(boxes).ok())
+        .filter(|f| rustix::fs::flock(f, rustix::fs::FlockOperation::LockExclusive).is_ok());
+    match Record::read(dir) {
+        Ok(Some(now)) if now.same_box(seen) && !now.init_alive() => remove_tree(dir),
+        Ok(None) if dir.join(record::LOCK).exists() && record::try_lock(&dir.join(record::LOCK)).is_some() => {
+            remove_tree(dir)
+        }
+        _ => {}
+    }
+    drop(guard);
+}
+
+/// Give the tree at `dir` (a box's seeded layer, made by this process a moment ago and not yet
+/// seen by any program of the box) to the box's host ids. Links are changed themselves, never
+/// followed.
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> Result<()> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        std::os::unix::fs::lchown(&d, Some(uid), Some(gid))
+            .map_err(|e| Error::io(e, format!("giving the box {}", d.display())))?;
+        let meta = std::fs::symlink_metadata(&d).map_err(|e| Error::io(e, format!("reading {}", d.display())))?;
+        if !meta.is_dir() {
+            continue;
+        }
+        for entry in std::fs::read_dir(&d).map_err(|e| Error::io(e, format!("listing {}", d.display())))? {
+            let entry = entry.map_err(|e| Error::io(e, format!("listing {}", d.display())))?;
+            stack.push(entry.path());
+        }
+    }
+    Ok(())
 }
 
 fn sweep_if_orphan(dir: &Path) {

@@ -1,14 +1,25 @@
 //! A namespace box's record on disk: what attach and list read from any process.
 
 use std::path::Path;
+use std::time::Duration;
 
-use agentbox_core::{Labels, Result, SandboxId, Spec};
+use agentbox_core::{Error, Labels, Result, SandboxId, Spec};
 use serde::{Deserialize, Serialize};
 
 /// The record's file name in the box's directory.
 const RECORD: &str = "record.json";
 
-/// What attach and list read of a box, written once when it is made.
+/// The lock every change of the record takes, in the box's directory; held too by the make of
+/// the box until its record is written, so an open that finds the directory can tell a make
+/// under way (held) from one that died (free, and still no record).
+pub(crate) const LOCK: &str = "record.lock";
+
+/// How long a change of the record waits for the lock: a make holds it while the box starts
+/// (at most its start timeout), a change for one message to the init.
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// What attach and list read of a box: written when it is made, and changed (under [`LOCK`])
+/// by extend, sleep, wake and relabel.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Record {
     pub id: SandboxId,
@@ -21,6 +32,12 @@ pub(crate) struct Record {
     pub init_start: u64,
     pub facts: agentbox_core::Facts,
     pub runner_files: bool,
+    /// The name the box was opened by (`Provider::open`); its labels are part of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The box sleeps: its programs were ended and it takes none until woken.
+    #[serde(default)]
+    pub asleep: bool,
 }
 
 impl Record {
@@ -38,4 +55,72 @@ impl Record {
     pub(crate) fn init_alive(&self) -> bool {
         agentbox_proc::stat(self.init_pid).is_some_and(|s| s.start_time == self.init_start && !s.is_zombie())
     }
+
+    /// This record and `other` are of one box (one init, for ever).
+    pub(crate) fn same_box(&self, other: &Record) -> bool {
+        self.init_pid == other.init_pid && self.init_start == other.init_start
+    }
+}
+
+/// `flock(LOCK_EX | LOCK_NB)`: what `File::try_lock` is, in the Rust this workspace supports
+/// (1.85; `File::lock` is 1.89's).
+fn try_flock(f: &std::fs::File) -> rustix::io::Result<()> {
+    rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+}
+
+/// An exclusive lock on a file, held until dropped (the kernel lets go of it when this
+/// process dies, too).
+pub(crate) struct Locked(#[allow(dead_code)] std::fs::File);
+
+/// Take the exclusive lock on `path` (made when missing), waiting at most `wait`: `what` names
+/// the operation in the timeout's error. `None` when `path`'s directory is gone (the box was
+/// removed meanwhile).
+pub(crate) async fn lock(path: &Path, wait: Duration, what: &str) -> Result<Option<Locked>> {
+    let f = match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(e, format!("{what}: opening {}", path.display()))),
+    };
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        match try_flock(&f) {
+            Ok(()) => return Ok(Some(Locked(f))),
+            Err(rustix::io::Errno::WOULDBLOCK) if tokio::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(Error::timeout(format!(
+                    "{what}: {} was held for over {} s",
+                    path.display(),
+                    wait.as_secs()
+                )));
+            }
+            Err(e) => {
+                return Err(Error::io(e.into(), format!("{what}: locking {}", path.display())));
+            }
+        }
+    }
+}
+
+/// The lock on `path` if it is free now; `None` when another holds it or the file is missing.
+pub(crate) fn try_lock(path: &Path) -> Option<Locked> {
+    let f = std::fs::OpenOptions::new().write(true).open(path).ok()?;
+    try_flock(&f).ok().map(|()| Locked(f))
+}
+
+/// Make the lock file `path` (it must not exist) and take its lock: the make of a box, in the
+/// directory it just made.
+pub(crate) fn try_lock_new(path: &Path) -> Result<Locked> {
+    let f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(e, format!("creating {}", path.display())))?;
+    try_flock(&f).map_err(|e| Error::unknown(format!("locking {}, made a moment ago: {e}", path.display())))?;
+    Ok(Locked(f))
 }

@@ -19,7 +19,8 @@ use agentbox_core::{
 use agentbox_protocol::namespace::SOCKET;
 use async_trait::async_trait;
 
-use super::{Record, remove_tree};
+use super::{Record, remove_ended};
+use crate::lifecycle::asleep_error;
 use crate::runner::{Address, Client, RunnerSandbox};
 use crate::util::now_ms;
 
@@ -58,16 +59,35 @@ pub struct NamespaceSandbox {
 }
 
 impl NamespaceSandbox {
+    /// The box's record as it is now (extend, sleep and wake change it after this handle was
+    /// made), while it is still this box's.
+    fn now(&self) -> Option<Record> {
+        Record::read(&self.dir)
+            .ok()
+            .flatten()
+            .filter(|r| r.same_box(&self.record))
+    }
+
     fn running(&self) -> bool {
-        self.record.ends_at_ms > now_ms() && self.record.init_alive()
+        self.now().is_some_and(|r| r.ends_at_ms > now_ms() && r.init_alive())
     }
 
     fn gone(&self) -> Error {
         Error::gone(format!("box {}: it has ended", self.record.id))
     }
 
+    /// Awake and running; a sleeping box refuses, an ended one is gone.
     fn ensure_running(&self) -> Result<()> {
-        if self.running() { Ok(()) } else { Err(self.gone()) }
+        match self.now() {
+            Some(r) if r.ends_at_ms > now_ms() && r.init_alive() => {
+                if r.asleep {
+                    Err(asleep_error(&self.record.id))
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err(self.gone()),
+        }
     }
 
     fn file_error(&self, e: FileError, path: &str) -> Error {
@@ -102,14 +122,23 @@ impl Sandbox for NamespaceSandbox {
         match self.client.exec(argv, opts, ctx).await {
             Ok(p) => Ok(p),
             Err(e) if e.code() == ErrorCode::Aborted => Err(e),
-            Err(_) if !self.running() => Err(self.gone()),
-            Err(e) => Err(e),
+            // The box may have ended, or slept, under the call.
+            Err(e) => Err(self.ensure_running().err().unwrap_or(e)),
         }
     }
 
     async fn status(&self, ctx: &Ctx) -> Result<Status> {
         ctx.check()?;
-        Ok(if self.running() { Status::Running } else { Status::Ended })
+        Ok(match self.now() {
+            Some(r) if r.ends_at_ms > now_ms() && r.init_alive() => {
+                if r.asleep {
+                    Status::Sleeping
+                } else {
+                    Status::Running
+                }
+            }
+            _ => Status::Ended,
+        })
     }
 
     async fn upload(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<()> {
@@ -216,7 +245,7 @@ impl Sandbox for NamespaceSandbox {
         self.client
             .close(format!("box {}: it was destroyed", self.record.id))
             .await;
-        remove_tree(&self.dir);
+        remove_ended(&self.dir, &self.record);
         Ok(())
     }
 

@@ -187,10 +187,12 @@ impl RunnerSandbox {
         // Asked with a context of its own: a call whose deadline passed on a box that vanished
         // (its address then answers nothing) still learns the box has ended.
         let probe = Ctx::background().with_timeout(std::time::Duration::from_secs(10));
-        if matches!(self.inner.status(&probe).await, Ok(Status::Ended)) {
-            return Error::gone(format!("box {}: it has ended ({e})", self.id()));
+        match self.inner.status(&probe).await {
+            Ok(Status::Ended) => Error::gone(format!("box {}: it has ended ({e})", self.id())),
+            // A handle taken before the box slept: its runner is gone with its programs.
+            Ok(Status::Sleeping) => crate::lifecycle::asleep_error(self.id()),
+            _ => e,
         }
-        e
     }
 
     async fn box_error(&self, e: FileError, path: &str, ctx: &Ctx) -> Error {

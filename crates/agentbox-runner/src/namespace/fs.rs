@@ -192,6 +192,13 @@ fn build_inner(cfg: &BoxConfig, fds: &Fds) -> Result<(), String> {
     // host's tree shows it.
     if cfg.root == Root::Host {
         for m in &cfg.masks {
+            // Under a top-level directory the box has its own of (`/root`, where root's
+            // home is, or `/tmp`), the host's is not there to hide, and a mask would hide the
+            // box's own (its home, made read-only and empty).
+            let top = m.trim_start_matches('/').split('/').next().unwrap_or("");
+            if OWN.contains(&top) {
+                continue;
+            }
             let inside = new.join(m.trim_start_matches('/'));
             if inside.is_dir() {
                 rustix::mount::mount(
@@ -307,25 +314,4 @@ fn setattr(path: &Path, attrs: u64, recursive: bool) -> Result<(), String> {
         return Err(err(format!("making {} read-only{hint}", path.display()), e));
     }
     Ok(())
-}
-
-/// Remove a box's directory once its init has ended. Files the box made without write or
-/// search permission for their owner are opened up first.
-pub(super) fn remove_box_dir(dir: &Path) {
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return;
-    }
-    open_up(dir);
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-fn open_up(dir: &Path) {
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                open_up(&e.path());
-            }
-        }
-    }
 }

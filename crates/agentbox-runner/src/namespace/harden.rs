@@ -13,7 +13,8 @@ use seccompiler::{
 };
 
 /// Syscalls refused with EPERM: Docker's default profile refuses these or lets them through
-/// only with capabilities a box never holds; io_uring and ptrace are refused outright.
+/// only with capabilities a box never holds; io_uring, ptrace and pidfd_getfd are refused
+/// outright.
 const REFUSED: &[libc::c_long] = &[
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
@@ -58,6 +59,8 @@ const REFUSED: &[libc::c_long] = &[
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
     libc::SYS_process_vm_writev,
+    // Another process's descriptor taken by pid: the init's control socket is one.
+    libc::SYS_pidfd_getfd,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_iopl,
     #[cfg(target_arch = "x86_64")]

@@ -4,7 +4,7 @@
 //! ([`agentbox_protocol::namespace::BoxConfig`]), unshares a user, mount, pid, ipc, uts and
 //! cgroup namespace (and a net namespace for `network: none`), waits while the host writes its
 //! id maps, then starts the box's **init** (`agentbox-runner namespace-init DIR`, pid 1 of the
-//! new pid namespace) and waits for it to end, when it removes `DIR`. It stays outside the
+//! new pid namespace) and waits for it to end, then exits. It stays outside the
 //! box's pid namespace, so no program of the box can see or signal it.
 //!
 //! The init builds the box's file system ([`fs`]), hardens itself ([`harden`]: rlimits,
@@ -13,6 +13,15 @@
 //! the box's deadline, when it exits: the kernel then kills every program of the pid
 //! namespace, whether or not the host is alive. A runner that dies is started again, a few
 //! times at most.
+//!
+//! The init also serves a control socket ([`CONTROL`]) in the box's directory on the host,
+//! bound before the pivot and so outside everything the box can reach: the host moves the
+//! deadline there (`Deadline`, later or earlier, which the deadline's thread then keeps),
+//! sleeps the box (`Sleep`: every process but the init killed, no runner started again, the
+//! deadline still kept) and wakes it (`Wake`: a runner started, answered once it listens).
+//! Only the host can ask: the socket's path is not in the box's mount tree, the listening
+//! socket cannot be reopened through `/proc/1/fd` (and `pidfd_getfd` is refused by seccomp),
+//! and the init answers a peer inside its pid namespace `refused` (see [`from_outside`]).
 //!
 //! bubblewrap could do most of the file system, but Debian's bwrap (0.8) has no overlay flags
 //! and no seccomp from a profile we write, and a second program to find and trust in every box;
@@ -27,10 +36,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use agentbox_protocol::frame;
 use agentbox_protocol::namespace::{
-    BoxConfig, CONFIG_FILE, ERROR_PREFIX, INIT_PREFIX, MAPPED, READY_PREFIX, RUN_DIR, RUNNER, SOCKET, UNSHARED,
-    WORKSPACE,
+    BoxConfig, CONFIG_FILE, CONTROL, ERROR_PREFIX, INIT_PREFIX, MAPPED, READY_PREFIX, RUN_DIR, RUNNER, SOCKET,
+    UNSHARED, WORKSPACE,
 };
+use agentbox_protocol::supervisor::{Reply, Request};
 use rustix::process::{Pid, WaitOptions};
 use rustix::thread::UnshareFlags;
 
@@ -142,7 +153,9 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     if let Some(p) = Pid::from_raw(pid as i32) {
         while let Err(rustix::io::Errno::INTR) = rustix::process::waitpid(Some(p), WaitOptions::empty()) {}
     }
-    fs::remove_box_dir(dir);
+    // The box's directory is left to the host (the next attach, list or open that finds the
+    // box ended removes it): the init's pivot moved this process's root too (one mount
+    // namespace), so the host's path to it is not this process's to reach any more.
     std::process::exit(0)
 }
 
@@ -194,49 +207,240 @@ fn init_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
         return Err(format!("the keeper's config names {}, not {}", cfg.dir, dir.display()));
     }
     harden::drop_host_groups();
+    // The control socket, in the box's directory on the host, bound before the pivot leaves
+    // that directory unreachable: the listening socket is all the init keeps of it (a socket
+    // cannot be opened again through /proc/1/fd, and seccomp refuses pidfd_getfd).
+    let control = std::os::unix::net::UnixListener::bind(format!("/proc/self/fd/{}/{CONTROL}", fds.dir))
+        .map_err(|e| format!("binding the control socket: {e}"))?;
     fs::build(&cfg, &fds)?;
     rustix::system::sethostname(cfg.name.as_bytes()).map_err(|e| format!("sethostname: {e}"))?;
     let landlock = harden::apply(&cfg)?;
     let prefix = prefix("namespace-init");
-    let mut runner = start_runner(&cfg, &prefix)?;
+    let runner = start_runner(&cfg, &prefix)?;
+    let init = std::sync::Arc::new(Init {
+        deadline_ms: std::sync::Mutex::new(cfg.deadline_ms),
+        st: std::sync::Mutex::new(State {
+            asleep: false,
+            runner: Some(runner),
+            restarts: 0,
+        }),
+        moved: std::sync::Condvar::new(),
+        cfg,
+        prefix,
+    });
+    {
+        let init = init.clone();
+        std::thread::spawn(move || init.watch_deadline());
+    }
+    {
+        let init = init.clone();
+        std::thread::spawn(move || init.serve(control));
+    }
     say(&format!("{READY_PREFIX}{landlock}"));
     to_dev_null();
+    init.reap()
+}
 
-    let deadline = cfg.deadline_ms;
-    std::thread::spawn(move || {
+/// The init's state, shared by its threads: the deadline's, the control socket's and the
+/// reaper (the main thread).
+struct Init {
+    cfg: BoxConfig,
+    prefix: Vec<String>,
+    /// When the box ends; [`Request::Deadline`] moves it. A lock of its own, held only to read
+    /// or set it: the deadline's thread never waits for a runner's start.
+    deadline_ms: std::sync::Mutex<u64>,
+    /// Signalled when the deadline moves.
+    moved: std::sync::Condvar,
+    st: std::sync::Mutex<State>,
+}
+
+struct State {
+    /// The box sleeps: its programs were ended and no runner is started until it wakes.
+    asleep: bool,
+    /// The runner's pid, while one runs.
+    runner: Option<u32>,
+    /// How many times a runner that died was started again.
+    restarts: u32,
+}
+
+impl Init {
+    /// Exit at the deadline as it stands, waiting again each time it moves: pid 1 exits and
+    /// the kernel kills every program of the box, whether or not the host is alive, asleep or
+    /// not.
+    fn watch_deadline(&self) -> ! {
+        let mut deadline = self.deadline_ms.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let now = now_ms();
-            if now >= deadline {
-                // Pid 1 exits: the kernel kills every program of the box.
+            if *deadline <= now {
                 std::process::exit(0);
             }
-            std::thread::sleep(Duration::from_millis((deadline - now).min(60_000)));
-        }
-    });
-    let mut restarts = 0;
-    loop {
-        match rustix::process::wait(WaitOptions::empty()) {
-            Ok(Some((pid, _))) if pid.as_raw_nonzero().get() as u32 == runner => {
-                if restarts >= RUNNER_RESTARTS {
-                    eprintln!("agentbox-runner namespace-init: the runner died {restarts} times; the box ends");
-                    std::process::exit(1);
-                }
-                restarts += 1;
-                std::thread::sleep(Duration::from_millis(100));
-                match start_runner(&cfg, &prefix) {
-                    Ok(pid) => runner = pid,
-                    Err(e) => {
-                        eprintln!("agentbox-runner namespace-init: {e}; the box ends");
-                        std::process::exit(1);
-                    }
-                }
-            }
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => {}
-            // No child at all: nothing to reap until the runner starts one; never busy-wait.
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            let left = Duration::from_millis((*deadline - now).min(60_000));
+            deadline = self
+                .moved
+                .wait_timeout(deadline, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
+
+    /// Reap every orphan until the box ends; start a runner that died again, a few times at
+    /// most, unless the box sleeps.
+    fn reap(&self) -> ! {
+        loop {
+            match rustix::process::wait(WaitOptions::empty()) {
+                Ok(Some((pid, _))) => {
+                    let pid = pid.as_raw_nonzero().get() as u32;
+                    let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+                    if st.runner != Some(pid) {
+                        continue;
+                    }
+                    st.runner = None;
+                    if st.asleep {
+                        continue;
+                    }
+                    if st.restarts >= RUNNER_RESTARTS {
+                        eprintln!(
+                            "agentbox-runner namespace-init: the runner died {} times; the box ends",
+                            st.restarts
+                        );
+                        std::process::exit(1);
+                    }
+                    st.restarts += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                    // Under the lock: a wake or a sleep waits for this start, and the reaper
+                    // knows the new runner's pid before it can reap it.
+                    match start_runner(&self.cfg, &self.prefix) {
+                        Ok(pid) => st.runner = Some(pid),
+                        Err(e) => {
+                            eprintln!("agentbox-runner namespace-init: {e}; the box ends");
+                            std::process::exit(1);
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                // No child at all (a sleeping box, or a runner about to start): nothing to
+                // reap yet; never busy-wait.
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Serve the control socket: one request a connection, from the host only.
+    fn serve(&self, control: std::os::unix::net::UnixListener) {
+        for conn in control.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            // A connection stuck half way must not hold the socket for ever.
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
+            // Read first, so that a refused peer reads its refusal rather than a reset.
+            let req = match frame::read_sync::<Request>(&mut conn) {
+                Ok(Some(req)) => req,
+                _ => continue,
+            };
+            let reply = if from_outside(&conn) {
+                self.answer(req)
+            } else {
+                Reply::Error {
+                    code: "refused".into(),
+                    message: "the box's control takes no request from a program of the box".into(),
+                }
+            };
+            let _ = frame::write_sync(&mut conn, &reply);
+        }
+    }
+
+    fn answer(&self, req: Request) -> Reply {
+        match req {
+            Request::Deadline { deadline_ms } => {
+                *self.deadline_ms.lock().unwrap_or_else(|p| p.into_inner()) = deadline_ms;
+                self.moved.notify_all();
+                Reply::Ok
+            }
+            Request::Sleep => {
+                {
+                    let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+                    st.asleep = true;
+                }
+                match kill_all_but_me() {
+                    Ok(()) => Reply::Ok,
+                    Err(e) => Reply::Error {
+                        code: "unknown".into(),
+                        message: e,
+                    },
+                }
+            }
+            Request::Wake => {
+                let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+                st.asleep = false;
+                if st.runner.is_some() {
+                    return Reply::Ok;
+                }
+                match start_runner(&self.cfg, &self.prefix) {
+                    Ok(pid) => {
+                        st.runner = Some(pid);
+                        Reply::Ok
+                    }
+                    Err(e) => Reply::Error {
+                        code: "unknown".into(),
+                        message: format!("waking the box: {e}"),
+                    },
+                }
+            }
+            Request::Ping => Reply::Ok,
+            other => Reply::Error {
+                code: "invalid".into(),
+                message: format!("the box's control takes deadline, sleep, wake and ping, not {other:?}"),
+            },
+        }
+    }
+}
+
+/// The peer is no process of the box's pid namespace: the kernel names a peer outside it pid
+/// 0 (in the init's namespace it has no pid). Only the host connects from there; the path is
+/// not in the box's mount tree either, so this is the second of two locks.
+fn from_outside(conn: &std::os::unix::net::UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: -1,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, a live local of that size,
+    // on a descriptor this function borrows for the call.
+    #[allow(unsafe_code)]
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && cred.pid == 0
+}
+
+/// End every process of the box but the init, until none is left (or ten seconds pass): what a
+/// sleep keeps is the files. `kill(-1)` from pid 1 reaches every other process of its pid
+/// namespace; the reaper collects them, and `ESRCH` says none is left.
+fn kill_all_but_me() -> Result<(), String> {
+    for _ in 0..2000 {
+        // SAFETY: a plain syscall with no pointer argument.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::kill(-1, libc::SIGKILL) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.raw_os_error() == Some(libc::ESRCH) {
+                Ok(())
+            } else {
+                Err(format!("ending the box's programs: {e}"))
+            };
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Err("ending the box's programs: some were still alive after 10 s".into())
 }
 
 /// Descriptors of what the init binds from the host, open across its exec.
