@@ -485,13 +485,13 @@ impl DockerProvider {
         };
         let body = ContainerCreateBody {
             image: Some(image.clone()),
-            entrypoint: Some(if init {
-                vec![
-                    RUNNER_IN_BOX.into(),
-                    "init".into(),
-                    "--deadline-file".into(),
-                    DEADLINE_IN_BOX.into(),
-                ]
+            entrypoint: Some(if let Some(helper) = &self.opts.runner {
+                // The runner's program and its own arguments (`agentbox runner`, where the
+                // runner is the agentbox binary itself), then the init's.
+                let mut argv = vec![RUNNER_IN_BOX.to_string()];
+                argv.extend(helper.args.iter().cloned());
+                argv.extend(["init".into(), "--deadline-file".into(), DEADLINE_IN_BOX.into()]);
+                argv
             } else {
                 vec!["sleep".into(), secs.to_string()]
             }),
