@@ -1077,6 +1077,9 @@ fn the_namespace_bench_measures_local_and_docker_boxes_beside_it() {
             ("create → first exec → destroy", "a local box, the same cycle"),
             ("create → first exec → destroy", "a docker box, the same cycle"),
             ("exec round trip of true", "spawn true on the host"),
+            // Then a warm pool of 4 beside plain creates, for local and Docker boxes.
+            ("create → first exec (pooled)", "a local box made, then true in it"),
+            ("create → first exec (pooled)", "a docker box made, then true in it"),
         ]
     );
     for p in pairs.as_array().unwrap() {

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use agentbox_core::{Error, Labels, Result};
 
+pub(crate) mod snapshots;
+
 /// A directory with no record older than this is the leftover of a create that died.
 pub(crate) const ORPHAN_DIR_AGE: Duration = Duration::from_secs(600);
 
@@ -170,6 +172,26 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<u64> {
 
 /// How deep [`copy_tree`] goes: two descriptors a level are open at once.
 pub(crate) const MAX_COPY_DEPTH: usize = 256;
+
+/// Remove a box's directory, opening up what the box left without permission for its owner.
+pub(crate) fn remove_tree(dir: &Path) {
+    if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
+        return;
+    }
+    fn open_up(d: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = std::fs::read_dir(d) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&e.path());
+                }
+            }
+        }
+    }
+    open_up(dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
 
 #[cfg(test)]
 mod tests {

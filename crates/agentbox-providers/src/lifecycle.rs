@@ -18,10 +18,8 @@ use async_trait::async_trait;
 /// The hash only spreads label sets apart; a provider checks the box it finds carries exactly
 /// this name and these labels before it hands it out.
 ///
-/// ```ignore
-/// let a = name_key("dev", &Labels::new()).unwrap();
-/// assert!(a.starts_with("dev-") && a.len() == 16);
-/// ```
+/// For example `dev` with no labels is `dev-` and twelve hex digits, the same from every
+/// process (the unit test below holds it).
 pub(crate) fn name_key(name: &str, labels: &Labels) -> Result<String> {
     validate_name("name", name)?;
     // FNV-1a over the labels with separators no key or value holds (labels are validated to
@@ -34,6 +32,31 @@ pub(crate) fn name_key(name: &str, labels: &Labels) -> Result<String> {
         }
     }
     Ok(format!("{name}-{:012x}", h & 0xffff_ffff_ffff))
+}
+
+/// A fork's `n` boxes, each from `make`: all or none. A make that fails ends the boxes made
+/// before it (each within 30 s), and the error says whose fork it was.
+pub(crate) async fn all_or_none<F, Fut>(id: &SandboxId, n: usize, mut make: F) -> Result<Vec<Arc<dyn Sandbox>>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Arc<dyn Sandbox>>>,
+{
+    let mut made: Vec<Arc<dyn Sandbox>> = Vec::with_capacity(n);
+    for _ in 0..n {
+        match make().await {
+            Ok(b) => made.push(b),
+            Err(e) => {
+                for b in &made {
+                    let _ = b
+                        .destroy(&Ctx::background().with_timeout(std::time::Duration::from_secs(30)))
+                        .await;
+                }
+                return Err(Error::new(e.code(), format!("fork of {id}: {}", e.message())));
+            }
+        }
+    }
+    tracing::info!(box_id = %id, n, "forked");
+    Ok(made)
 }
 
 /// The refusal of a sleeping box for anything but status and destroy.

@@ -449,30 +449,14 @@ impl DockerProvider {
         let tag = random_hex(8)?;
         let image = format!("{FORK_REPO}:{tag}");
         self.commit(id, FORK_REPO, &tag, "", ctx).await?;
-        let mut made: Vec<Arc<dyn Sandbox>> = Vec::with_capacity(n);
-        let mut failed = None;
-        for _ in 0..n {
+        let made = crate::lifecycle::all_or_none(id, n, || async {
             let cname = format!("agentbox-{}", random_hex(8)?);
-            match self.make(&cname, None, image.clone(), spec, ctx).await {
-                Ok(b) => made.push(b),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
+            self.make(&cname, None, image.clone(), spec, ctx).await
+        })
+        .await;
         let _ = self
             .untag(&image, &Ctx::background().with_timeout(Duration::from_secs(30)))
             .await;
-        if let Some(e) = failed {
-            for b in &made {
-                let _ = b
-                    .destroy(&Ctx::background().with_timeout(Duration::from_secs(30)))
-                    .await;
-            }
-            return Err(e.context(format!("fork of {id}")));
-        }
-        tracing::info!(box_id = %id, n, "forked");
-        Ok(made)
+        made
     }
 }

@@ -23,9 +23,9 @@ use agentbox_core::{
 use agentbox_protocol::supervisor::Request;
 
 use super::{LocalProvider, NAME, Record, ask_supervisor};
-use crate::boxdir;
+use crate::boxdir::snapshots::Snapshots;
 use crate::lifecycle::name_key;
-use crate::util::{now_ms, random_hex, write_atomic};
+use crate::util::{now_ms, random_hex};
 
 /// How long an open waits for another process's make of the same name.
 const OPEN_WAIT: Duration = Duration::from_secs(30);
@@ -33,29 +33,14 @@ const OPEN_WAIT: Duration = Duration::from_secs(30);
 /// How long a control request to the supervisor may take.
 const ASK_LIMIT: Duration = Duration::from_secs(15);
 
-/// A snapshot's own description, beside its `work/` and `home/`.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SnapshotMeta {
-    from: SandboxId,
-    created_at_ms: u64,
-    bytes: u64,
-}
-
-/// `<root>/snapshots/local`, made when missing.
-fn snapshots_root(p: &LocalProvider) -> Result<PathBuf> {
-    boxdir::make_boxes_dir(&p.opts.root, "snapshots/local")
+/// The local provider's snapshots.
+fn snapshots(p: &LocalProvider) -> Snapshots {
+    Snapshots::at(&p.opts.root, NAME)
 }
 
 /// The directory of the snapshot `name`; `not_found` naming it when there is none.
 pub(super) fn snapshot_dir(p: &LocalProvider, name: &str) -> Result<PathBuf> {
-    validate_name("spec.snapshot", name)?;
-    let dir = snapshots_root(p)?.join(name);
-    if !dir.join("meta.json").is_file() {
-        return Err(Error::not_found(format!(
-            "spec.snapshot: no local snapshot named {name:?}"
-        )));
-    }
-    Ok(dir)
+    snapshots(p).seed(name)
 }
 
 impl LocalProvider {
@@ -202,78 +187,17 @@ impl LocalProvider {
         let (dir, _) = self
             .find(id.name())?
             .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))?;
-        let root = snapshots_root(self)?;
-        let target = root.join(name);
-        if target.exists() {
-            return Err(Error::refused(format!(
-                "snapshot {name:?}: one of that name exists; delete it first"
-            )));
-        }
-        let tmp = root.join(format!(".{name}.{}", random_hex(4)?));
-        let made = (|| {
-            std::fs::create_dir(&tmp).map_err(|e| Error::io(e, format!("creating {}", tmp.display())))?;
-            let mut bytes = 0;
-            for sub in ["work", "home"] {
-                bytes += boxdir::copy_tree(&dir.join(sub), &tmp.join(sub))?;
-            }
-            let meta = SnapshotMeta {
-                from: id.clone(),
-                created_at_ms: now_ms(),
-                bytes,
-            };
-            let json = serde_json::to_vec_pretty(&meta).map_err(|e| Error::unknown(e.to_string()))?;
-            write_atomic(&tmp.join("meta.json"), &json)?;
-            // A rename onto a directory that is there and not empty fails: of two snapshots
-            // of one name at once, one is kept and the other refused.
-            std::fs::rename(&tmp, &target).map_err(|e| {
-                if target.exists() {
-                    Error::refused(format!("snapshot {name:?}: one of that name was just taken"))
-                } else {
-                    Error::io(e, format!("putting snapshot {name:?} in place"))
-                }
-            })?;
-            Ok::<_, Error>(meta)
-        })();
-        ctx.check()?;
-        match made {
-            Ok(meta) => {
-                tracing::info!(box_id = %id, snapshot = name, bytes = meta.bytes, "snapshot taken");
-                Ok(snapshot_of(name, meta))
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&tmp);
-                Err(e)
-            }
-        }
+        let snap = ctx.run_result(snapshots(self).take(&dir, name, id)).await?;
+        tracing::info!(box_id = %id, snapshot = name, bytes = snap.bytes, "snapshot taken");
+        Ok(snap)
     }
 
     pub(super) fn list_snapshots(&self) -> Result<Vec<Snapshot>> {
-        let root = snapshots_root(self)?;
-        let mut out = Vec::new();
-        for name in boxdir::names(&root)? {
-            if name.starts_with('.') {
-                continue;
-            }
-            if let Ok(Some(meta)) = boxdir::read_record::<SnapshotMeta>(&root.join(&name).join("meta.json")) {
-                out.push(snapshot_of(&name, meta));
-            }
-        }
-        Ok(out)
+        snapshots(self).list()
     }
 
-    pub(super) fn remove_snapshot(&self, name: &str) -> Result<bool> {
-        validate_name("snapshot", name)?;
-        let root = snapshots_root(self)?;
-        let dir = root.join(name);
-        if !dir.exists() {
-            return Ok(false);
-        }
-        // Out of its name first, so no create starts from a half-removed snapshot.
-        let gone = root.join(format!(".{name}.{}.gone", random_hex(4)?));
-        std::fs::rename(&dir, &gone).map_err(|e| Error::io(e, format!("removing snapshot {name:?}")))?;
-        std::fs::remove_dir_all(&gone).map_err(|e| Error::io(e, format!("removing snapshot {name:?}")))?;
-        tracing::info!(snapshot = name, "snapshot deleted");
-        Ok(true)
+    pub(super) async fn remove_snapshot(&self, name: &str) -> Result<bool> {
+        snapshots(self).delete(name).await
     }
 
     pub(super) async fn fork_box(
@@ -294,32 +218,9 @@ impl LocalProvider {
         let (dir, _) = self
             .find(id.name())?
             .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))?;
-        let mut made: Vec<Arc<dyn Sandbox>> = Vec::with_capacity(n);
-        for _ in 0..n {
-            match self.make(&random_hex(8)?, None, Some(&dir), spec, ctx).await {
-                Ok(b) => made.push(b),
-                Err(e) => {
-                    for b in &made {
-                        let _ = b
-                            .destroy(&Ctx::background().with_timeout(Duration::from_secs(30)))
-                            .await;
-                    }
-                    return Err(e.context(format!("fork of {id}")));
-                }
-            }
-        }
-        tracing::info!(box_id = %id, n, "forked");
-        Ok(made)
-    }
-}
-
-fn snapshot_of(name: &str, meta: SnapshotMeta) -> Snapshot {
-    Snapshot {
-        name: name.to_string(),
-        provider: NAME.into(),
-        from: Some(meta.from),
-        created_at_ms: Some(meta.created_at_ms),
-        bytes: Some(meta.bytes),
-        memory: false,
+        crate::lifecycle::all_or_none(id, n, || async {
+            self.make(&random_hex(8)?, None, Some(&dir), spec, ctx).await
+        })
+        .await
     }
 }

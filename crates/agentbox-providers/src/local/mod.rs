@@ -405,7 +405,7 @@ impl Provider for LocalProvider {
 
     async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
         ctx.check()?;
-        self.remove_snapshot(name)
+        self.remove_snapshot(name).await
     }
 
     async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {

@@ -22,7 +22,6 @@
 //! Every change of a record (extend, sleep, wake, relabel) is a read, a message to the init
 //! and a write under the record's lock, so concurrent changes never lose each other's.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,17 +33,14 @@ use agentbox_core::{
 use agentbox_protocol::supervisor::Request;
 
 use super::record::{self, LOCK, LOCK_WAIT, Record};
-use super::{NAME, NamespaceProvider, control, end_box, remove_ended, remove_tree};
-use crate::boxdir;
+use super::{NAME, NamespaceProvider, control, end_box, remove_ended};
+use crate::boxdir::snapshots::Snapshots;
 use crate::lifecycle::name_key;
-use crate::util::{now_ms, random_hex, write_atomic};
+use crate::util::{now_ms, random_hex};
 
 /// How long an open waits for another open's make of the same name (its start is bounded by
 /// the start timeout) before it gives up.
 const OPEN_WAIT: Duration = Duration::from_secs(30);
-
-/// A snapshot's description in its directory.
-const SNAPSHOT_FILE: &str = "snapshot.json";
 
 /// What a new box's writable layers are copied from: a snapshot's, or a fork's parent's.
 #[derive(Clone, Debug)]
@@ -56,8 +52,8 @@ pub(crate) struct Seed {
 }
 
 impl NamespaceProvider {
-    fn snapshots_dir(&self) -> PathBuf {
-        self.opts.root.join("snapshots").join(NAME)
+    fn snapshots(&self) -> Snapshots {
+        Snapshots::at(&self.opts.root, NAME)
     }
 
     /// The seed a spec's `snapshot` names; `not_found` naming it when there is none.
@@ -65,13 +61,7 @@ impl NamespaceProvider {
         let Some(name) = &spec.snapshot else {
             return Ok(None);
         };
-        validate_name("spec.snapshot", name)?;
-        let dir = self.snapshots_dir().join(name);
-        if !dir.join(SNAPSHOT_FILE).is_file() {
-            return Err(Error::not_found(format!(
-                "spec.snapshot {name:?}: no namespace snapshot of that name"
-            )));
-        }
+        let dir = self.snapshots().seed(name)?;
         Ok(Some(Seed {
             work: dir.join("work"),
             home: dir.join("home"),
@@ -281,100 +271,20 @@ impl NamespaceProvider {
         ctx.check()?;
         validate_name("snapshot name", name).map_err(|e| named("snapshot", e))?;
         let (dir, r) = self.found(id, "snapshot")?;
-        let snaps = boxdir::make_boxes_dir(&self.opts.root.join("snapshots"), NAME)?;
-        let target = snaps.join(name);
-        if target.exists() {
-            return Err(exists(name));
-        }
-        let tmp = snaps.join(format!(".tmp-{}", random_hex(8)?));
-        let snap = Snapshot {
-            name: name.to_string(),
-            provider: NAME.into(),
-            from: Some(r.id.clone()),
-            created_at_ms: Some(now_ms()),
-            bytes: None,
-            memory: false,
-        };
-        let taken = {
-            let (dir, tmp, target, mut snap) = (dir.clone(), tmp.clone(), target.clone(), snap.clone());
-            tokio::task::spawn_blocking(move || -> Result<Snapshot> {
-                std::fs::DirBuilder::new()
-                    .mode(0o700)
-                    .create(&tmp)
-                    .map_err(|e| Error::io(e, format!("snapshot: creating {}", tmp.display())))?;
-                let mut bytes = 0;
-                for sub in ["work", "home"] {
-                    bytes += boxdir::copy_tree(&dir.join(sub), &tmp.join(sub)).map_err(|e| {
-                        Error::new(e.code(), format!("snapshot: copying the box's {sub}: {}", e.message()))
-                    })?;
-                }
-                snap.bytes = Some(bytes);
-                let json = serde_json::to_vec_pretty(&snap).map_err(|e| Error::unknown(e.to_string()))?;
-                write_atomic(&tmp.join(SNAPSHOT_FILE), &json)?;
-                // Into place whole, or not at all: a second snapshot of one name loses here.
-                rustix::fs::renameat_with(
-                    rustix::fs::CWD,
-                    &tmp,
-                    rustix::fs::CWD,
-                    &target,
-                    rustix::fs::RenameFlags::NOREPLACE,
-                )
-                .map_err(|e| match e {
-                    rustix::io::Errno::EXIST | rustix::io::Errno::NOTEMPTY => exists(&snap.name),
-                    e => Error::io(e.into(), format!("snapshot: renaming {} into place", tmp.display())),
-                })?;
-                Ok(snap)
-            })
-            .await
-            .map_err(|e| Error::unknown(format!("snapshot: {e}")))
-            .and_then(|r| r)
-        };
-        if taken.is_err() {
-            remove_tree(&tmp);
-        }
-        let snap = taken?;
+        let snap = self.snapshots().take(&dir, name, &r.id).await?;
         tracing::info!(box_id = %id, snapshot = name, bytes = snap.bytes, "snapshot taken");
         Ok(snap)
     }
 
     pub(super) async fn list_snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
         ctx.check()?;
-        let snaps = self.snapshots_dir();
-        let mut out = Vec::new();
-        for name in boxdir::names(&snaps)? {
-            let dir = snaps.join(&name);
-            if name.starts_with('.') {
-                // What a snapshot or a delete that died left.
-                if boxdir::is_old(&dir) {
-                    remove_tree(&dir);
-                }
-                continue;
-            }
-            if let Ok(Some(s)) = boxdir::read_record::<Snapshot>(&dir.join(SNAPSHOT_FILE)) {
-                out.push(s);
-            }
-        }
-        Ok(out)
+        self.snapshots().list()
     }
 
     pub(super) async fn remove_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
         ctx.check()?;
         validate_name("snapshot name", name).map_err(|e| named("delete_snapshot", e))?;
-        let snaps = self.snapshots_dir();
-        let dir = snaps.join(name);
-        // Out of its name at once, then removed: a snapshot of the same name may be taken
-        // again meanwhile, and no box is seeded from a half-removed one.
-        let gone = snaps.join(format!(".del-{}", random_hex(8)?));
-        match std::fs::rename(&dir, &gone) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(Error::io(e, format!("delete_snapshot: moving {}", dir.display()))),
-        }
-        tokio::task::spawn_blocking(move || remove_tree(&gone))
-            .await
-            .map_err(|e| Error::unknown(format!("delete_snapshot: {e}")))?;
-        tracing::info!(snapshot = name, "snapshot deleted");
-        Ok(true)
+        self.snapshots().delete(name).await
     }
 
     pub(super) async fn fork_box(
@@ -397,35 +307,17 @@ impl NamespaceProvider {
             home: dir.join("home"),
             snapshot: None,
         };
-        let mut made: Vec<Arc<dyn Sandbox>> = Vec::with_capacity(n);
-        for _ in 0..n {
+        crate::lifecycle::all_or_none(id, n, || async {
             let key = random_hex(8)?;
-            match self.make(&key, None, spec, Some(&seed), ctx).await {
-                Ok(Some(b)) => made.push(b),
-                outcome => {
-                    // All or none.
-                    for b in &made {
-                        let _ = b.destroy(&Ctx::background()).await;
-                    }
-                    return Err(match outcome {
-                        Err(e) => Error::new(e.code(), format!("fork of {id}: {}", e.message())),
-                        _ => Error::unknown(format!("fork of {id}: a box named {key} is there already")),
-                    });
-                }
-            }
-        }
-        tracing::info!(box_id = %id, n, "forked");
-        Ok(made)
+            self.make(&key, None, spec, Some(&seed), ctx)
+                .await?
+                .ok_or_else(|| Error::unknown(format!("a box named {key} is there already")))
+        })
+        .await
     }
 }
 
 /// `e`, its message led by the operation that refused it.
 fn named(operation: &str, e: Error) -> Error {
     Error::new(e.code(), format!("{operation}: {}", e.message()))
-}
-
-fn exists(name: &str) -> Error {
-    Error::refused(format!(
-        "snapshot: a namespace snapshot named {name:?} exists (delete it first, or take another name)"
-    ))
 }

@@ -56,7 +56,7 @@ use agentbox_protocol::namespace::{
 use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use crate::boxdir;
+use crate::boxdir::{self, remove_tree};
 use crate::helper::HelperCommand;
 use crate::lifecycle::Asleep;
 use crate::util::{now_ms, random_hex, write_atomic};
@@ -657,26 +657,6 @@ fn end_box(dir: &Path) {
         }
     }
     remove_tree(dir);
-}
-
-/// Remove a box's directory, opening up what the box left without permission for its owner.
-pub(crate) fn remove_tree(dir: &Path) {
-    if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
-        return;
-    }
-    fn open_up(d: &Path) {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = std::fs::read_dir(d) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    open_up(&e.path());
-                }
-            }
-        }
-    }
-    open_up(dir);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Remove what is left of the ended box whose record was `seen`, if its directory still holds
