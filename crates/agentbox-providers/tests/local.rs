@@ -117,3 +117,86 @@ fn a_box_whose_creator_was_sigkilled_ends_with_every_program_within_its_lifetime
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Changes of one box at once on a runtime of one thread: each waits for the box's lock
+/// without holding the thread, so all of them end. (A blocking lock hangs that runtime for
+/// good, so it runs on a thread of its own that the test waits for with a deadline.)
+#[test]
+fn changes_of_one_box_at_once_never_hang_the_runtime() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().to_path_buf();
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let p = provider(&path);
+            let ctx = Ctx::background();
+            let b = p.create(&Spec::new(Duration::from_secs(120)), &ctx).await.unwrap();
+            let id = b.id().clone();
+            let later = now_ms() + 300_000;
+            let labels = agentbox_core::Labels::from([("k".to_string(), "v".to_string())]);
+            let (slept, a, r, a2) = tokio::join!(
+                p.sleep(&id, &ctx),
+                p.extend(&id, later, &ctx),
+                p.relabel(&id, &labels, &ctx),
+                p.extend(&id, later + 1000, &ctx),
+            );
+            let woken = p.wake(&id, &ctx).await;
+            let _ = done.send((
+                slept.is_ok(),
+                a.is_ok(),
+                r.is_ok(),
+                a2.is_ok(),
+                woken.map(|b| (b.labels().clone(), b.facts().ends_at_ms)),
+            ));
+            let _ = b.destroy(&ctx).await;
+        });
+    });
+    let (slept, a, r, a2, woken) = ended
+        .recv_timeout(Duration::from_secs(60))
+        .expect("four changes of one box ended within a minute");
+    assert!(slept && a && r && a2, "each change succeeded: {slept} {a} {r} {a2}");
+    let (labels, ends) = woken.unwrap();
+    assert_eq!(
+        labels,
+        agentbox_core::Labels::from([("k".to_string(), "v".to_string())])
+    );
+    assert!(ends >= Some(now_ms() + 200_000), "the deadline moved: {ends:?}");
+}
+
+/// A sleep whose caller gave up after the supervisor slept the box leaves the record saying
+/// awake: a wake still wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_wakes_a_box_whose_record_missed_its_sleep() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path());
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(120)), &ctx).await.unwrap();
+    let id = b.id().clone();
+    p.sleep(&id, &ctx).await.unwrap();
+    let record = root.path().join("boxes").join(id.name()).join("record.json");
+    let mut r: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    r["asleep"] = serde_json::Value::Bool(false);
+    std::fs::write(&record, serde_json::to_vec(&r).unwrap()).unwrap();
+    let b = p.wake(&id, &ctx).await.unwrap();
+    let out = finish(
+        b.exec(&["echo".into(), "awake".into()], &ExecOptions::default(), &ctx)
+            .await
+            .unwrap(),
+        FinishOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.stdout_text().trim(), "awake");
+    b.destroy(&ctx).await.unwrap();
+}

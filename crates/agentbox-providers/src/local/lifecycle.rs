@@ -44,12 +44,12 @@ pub(super) fn snapshot_dir(p: &LocalProvider, name: &str) -> Result<PathBuf> {
 }
 
 impl LocalProvider {
-    /// The record of box `id` for a change, under its lock: `gone` when it has ended.
-    fn locked(&self, id: &SandboxId) -> Result<(PathBuf, Record, std::fs::File)> {
+    /// The record of box `id` for a change (`what`), under its lock: `gone` when it has ended.
+    async fn locked(&self, id: &SandboxId, what: &str) -> Result<(PathBuf, Record, crate::util::Locked)> {
         id.expect_provider(NAME)?;
         let gone = || Error::gone(format!("box {id}: it has ended"));
         let (dir, _) = self.find(id.name())?.ok_or_else(gone)?;
-        let lock = Record::lock(&dir)?;
+        let lock = Record::lock(&dir, what).await?;
         // Read again under the lock: the one read before it may be another change's past.
         let record = Record::read(&dir)?.ok_or_else(gone)?;
         Ok((dir, record, lock))
@@ -120,10 +120,8 @@ impl LocalProvider {
     }
 
     pub(super) async fn sleep_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
-        let (dir, mut record, _lock) = self.locked(id)?;
-        if record.asleep {
-            return Ok(());
-        }
+        let (dir, mut record, _lock) = self.locked(id, "sleep").await?;
+        // Asked again of an asleep box too: the supervisor is what holds, and asking is harmless.
         ctx.run_result(ask_supervisor(&dir, Request::Sleep, ASK_LIMIT)).await?;
         record.asleep = true;
         record.write(&dir)?;
@@ -133,9 +131,11 @@ impl LocalProvider {
 
     pub(super) async fn wake_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         {
-            let (dir, mut record, _lock) = self.locked(id)?;
+            let (dir, mut record, _lock) = self.locked(id, "wake").await?;
+            // Asked whatever the record says: a sleep whose caller gave up after the
+            // supervisor slept the box left the record saying awake.
+            ctx.run_result(ask_supervisor(&dir, Request::Wake, ASK_LIMIT)).await?;
             if record.asleep {
-                ctx.run_result(ask_supervisor(&dir, Request::Wake, ASK_LIMIT)).await?;
                 record.asleep = false;
                 record.write(&dir)?;
                 tracing::info!(box_id = %id, "awake");
@@ -148,7 +148,7 @@ impl LocalProvider {
     pub(super) async fn extend_box(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         check_deadline(ends_at_ms, now_ms())?;
         {
-            let (dir, mut record, _lock) = self.locked(id)?;
+            let (dir, mut record, _lock) = self.locked(id, "extend").await?;
             // The supervisor first: the deadline it keeps is the one that holds.
             ctx.run_result(ask_supervisor(
                 &dir,
@@ -168,7 +168,7 @@ impl LocalProvider {
     pub(super) async fn relabel_box(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         validate_labels(labels)?;
         {
-            let (dir, mut record, _lock) = self.locked(id)?;
+            let (dir, mut record, _lock) = self.locked(id, "relabel").await?;
             if let Some(name) = &record.name {
                 return Err(Error::refused(format!(
                     "relabel {id}: it was opened by the name {name:?}, whose labels are part of that name"

@@ -50,18 +50,12 @@ impl Record {
     }
 
     /// Hold the box's lock (a file beside the record) while a change reads the record and
-    /// writes it again: two changes at once never lose one another.
-    pub(super) fn lock(dir: &Path) -> Result<std::fs::File> {
-        let path = dir.join("record.lock");
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(e, format!("opening {}", path.display())))?;
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| Error::io(e.into(), format!("locking {}", path.display())))?;
-        Ok(f)
+    /// writes it again: two changes at once never lose one another. Waited for at most 30 s,
+    /// without blocking a thread of the runtime.
+    pub(super) async fn lock(dir: &Path, what: &str) -> Result<crate::util::Locked> {
+        crate::util::lock(&dir.join("record.lock"), std::time::Duration::from_secs(30), what)
+            .await?
+            .ok_or_else(|| Error::gone(format!("{what}: the box's directory {} is gone", dir.display())))
     }
 
     /// The supervisor still runs (and so the box has not been ended).

@@ -6,6 +6,9 @@ use std::time::Duration;
 use agentbox_core::{Error, Labels, Result, SandboxId, Spec};
 use serde::{Deserialize, Serialize};
 
+use crate::util::try_flock;
+pub(crate) use crate::util::{Locked, lock};
+
 /// The record's file name in the box's directory.
 const RECORD: &str = "record.json";
 
@@ -59,51 +62,6 @@ impl Record {
     /// This record and `other` are of one box (one init, for ever).
     pub(crate) fn same_box(&self, other: &Record) -> bool {
         self.init_pid == other.init_pid && self.init_start == other.init_start
-    }
-}
-
-/// `flock(LOCK_EX | LOCK_NB)`: what `File::try_lock` is, in the Rust this workspace supports
-/// (1.85; `File::lock` is 1.89's).
-fn try_flock(f: &std::fs::File) -> rustix::io::Result<()> {
-    rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-}
-
-/// An exclusive lock on a file, held until dropped (the kernel lets go of it when this
-/// process dies, too).
-pub(crate) struct Locked(#[allow(dead_code)] std::fs::File);
-
-/// Take the exclusive lock on `path` (made when missing), waiting at most `wait`: `what` names
-/// the operation in the timeout's error. `None` when `path`'s directory is gone (the box was
-/// removed meanwhile).
-pub(crate) async fn lock(path: &Path, wait: Duration, what: &str) -> Result<Option<Locked>> {
-    let f = match std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(e, format!("{what}: opening {}", path.display()))),
-    };
-    let until = tokio::time::Instant::now() + wait;
-    loop {
-        match try_flock(&f) {
-            Ok(()) => return Ok(Some(Locked(f))),
-            Err(rustix::io::Errno::WOULDBLOCK) if tokio::time::Instant::now() < until => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                return Err(Error::timeout(format!(
-                    "{what}: {} was held for over {} s",
-                    path.display(),
-                    wait.as_secs()
-                )));
-            }
-            Err(e) => {
-                return Err(Error::io(e.into(), format!("{what}: locking {}", path.display())));
-            }
-        }
     }
 }
 
