@@ -522,6 +522,25 @@ async fn keep_alive(s: Arc<Shared>, r: Ready) {
     s.settle();
 }
 
+/// A box between the pool and its caller: destroyed when dropped unless the hand-out took
+/// it (`sandbox` set back to `None`).
+struct Handing {
+    sandbox: Option<Arc<dyn Sandbox>>,
+    rt: tokio::runtime::Handle,
+    timeout: Duration,
+}
+
+impl Drop for Handing {
+    fn drop(&mut self) {
+        if let Some(sandbox) = self.sandbox.take() {
+            let timeout = self.timeout;
+            self.rt.spawn(async move {
+                let _ = sandbox.destroy(&Ctx::background().with_timeout(timeout)).await;
+            });
+        }
+    }
+}
+
 #[async_trait]
 impl Provider for Pool {
     fn name(&self) -> &str {
@@ -541,17 +560,24 @@ impl Provider for Pool {
         // A caller already gone takes no ready box (its hand-out would fail and waste it).
         ctx.check()?;
         while let Some(r) = self.take(spec) {
+            // Out of the pool and not yet the caller's: a hand-out that fails, or whose caller
+            // drops this create part way (a timeout around it, a cancelled request), ends
+            // the box rather than leave it in no one's hands.
+            let mut handing = Handing {
+                sandbox: Some(r.sandbox.clone()),
+                rt: self.s.rt.clone(),
+                timeout: self.s.opts.call_timeout,
+            };
             let handed = self.hand_out(&r, spec, ctx).await;
             self.s.changed.notify_one();
             match handed {
-                Ok(b) => return Ok(b),
+                Ok(b) => {
+                    handing.sandbox = None;
+                    return Ok(b);
+                }
                 Err(e) => {
                     tracing::warn!(pool = %self.s.id, box_id = %r.sandbox.id(), code = %e.code(), "pool: a ready box failed its hand-out (destroyed; the next is tried): {}", e.message());
-                    let sandbox = r.sandbox.clone();
-                    let timeout = self.s.opts.call_timeout;
-                    self.s.rt.spawn(async move {
-                        let _ = sandbox.destroy(&Ctx::background().with_timeout(timeout)).await;
-                    });
+                    drop(handing);
                     // The caller's own end is its error, not a reason to try the next box.
                     ctx.check()?;
                 }

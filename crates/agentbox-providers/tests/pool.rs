@@ -251,6 +251,43 @@ async fn a_ready_box_that_fails_its_hand_out_is_destroyed_and_the_next_tried() {
     pool.close(&ctx()).await.unwrap();
 }
 
+/// A create dropped part way through its hand-out (a timeout around it): the box it took is
+/// ended, not left in no one's hands past the pool's close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_dropped_mid_hand_out_leaves_no_box() {
+    let fake = FakeProvider::new("fake");
+    let pool = Pool::new(
+        Arc::new(fake.clone()),
+        Spec::new(Duration::from_secs(60)),
+        opts(1, Duration::from_secs(60)),
+    )
+    .unwrap();
+    pool.warm(&ctx()).await.unwrap();
+    let ready = fake.list(&Labels::new(), &ctx()).await.unwrap();
+    assert_eq!(ready.len(), 1);
+    fake.on(
+        Match {
+            op: Some(Op::Relabel),
+            ..Default::default()
+        },
+        Outcome::Hang,
+        None,
+    );
+    let cut = tokio::time::timeout(
+        Duration::from_millis(200),
+        pool.create(&Spec::new(Duration::from_secs(60)).label("task", "1"), &ctx()),
+    )
+    .await;
+    assert!(cut.is_err(), "the hand-out hangs, so the timeout cuts the create");
+    until(
+        Duration::from_secs(10),
+        "the box taken by the dropped create ended",
+        async || fake.ended(ready[0].id()),
+    )
+    .await;
+    pool.close(&ctx()).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_makes_are_retried_with_backoff_not_in_a_loop() {
     let fake = FakeProvider::new("fake");
