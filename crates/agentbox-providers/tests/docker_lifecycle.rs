@@ -217,3 +217,83 @@ async fn forks_and_deleted_snapshots_leave_no_image_once_their_boxes_end() {
     let tagged = docker(&["images", "-q", "agentbox-fork"]).unwrap_or_default();
     assert!(tagged.trim().is_empty(), "a fork's image is still tagged: {tagged}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_snapshots_of_one_name_at_once_are_one_snapshot_and_one_refusal() {
+    if !docker_available("two_snapshots_of_one_name_at_once_are_one_snapshot_and_one_refusal") {
+        return;
+    }
+    let p = provider().await;
+    let (c, spec) = (ctx(), Spec::new(Duration::from_secs(300)));
+    let (a, b) = tokio::join!(p.create(&spec, &c), p.create(&spec, &c));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let name = format!("race-{}", now_ms());
+    let (x, y) = tokio::join!(p.snapshot(a.id(), &name, &c), p.snapshot(b.id(), &name, &c));
+    let (won, lost) = match (x, y) {
+        (Ok(s), Err(e)) => ((s, a.id().clone()), e),
+        (Err(e), Ok(s)) => ((s, b.id().clone()), e),
+        other => panic!("two snapshots of one name at once answered {other:?}"),
+    };
+    assert_eq!(lost.code(), agentbox_core::ErrorCode::Refused, "{lost}");
+    let kept = p.snapshots(&ctx()).await.unwrap();
+    let kept = kept.iter().find(|s| s.name == name).expect("the snapshot is kept");
+    assert_eq!(kept.from.as_ref(), Some(&won.1), "the one kept is the winner's");
+    assert!(p.delete_snapshot(&name, &ctx()).await.unwrap());
+    a.destroy(&ctx()).await.unwrap();
+    b.destroy(&ctx()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_another_home_made_is_not_slept_or_relabelled_here() {
+    if !docker_available("a_box_another_home_made_is_not_slept_or_relabelled_here") {
+        return;
+    }
+    let p = provider().await;
+    let b = p.create(&Spec::new(Duration::from_secs(300)), &ctx()).await.unwrap();
+    // This home without the box's deadline file is another home, as far as the box goes.
+    let home = agentbox_providers::home::default_home().unwrap().join("docker");
+    let file = home.join(format!("{}.deadline", b.id().name()));
+    let aside = home.join(format!("{}.deadline.aside", b.id().name()));
+    std::fs::rename(&file, &aside).unwrap();
+    let labels = agentbox_core::Labels::from([("k".to_string(), "v".to_string())]);
+    let relabel = p.relabel(b.id(), &labels, &ctx()).await;
+    let sleep = p.sleep(b.id(), &ctx()).await;
+    let extend = p.extend(b.id(), now_ms() + 600_000, &ctx()).await;
+    std::fs::rename(&aside, &file).unwrap();
+    for (what, e) in [
+        ("relabel", relabel.map(|_| ()).unwrap_err()),
+        ("sleep", sleep.unwrap_err()),
+        ("extend", extend.map(|_| ()).unwrap_err()),
+    ] {
+        assert_eq!(e.code(), agentbox_core::ErrorCode::Refused, "{what}: {e}");
+        assert!(e.message().contains("deadline file"), "{what}: {e}");
+    }
+    b.destroy(&ctx()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleep_and_a_wake_at_once_leave_a_box_that_is_what_it_says() {
+    if !docker_available("a_sleep_and_a_wake_at_once_leave_a_box_that_is_what_it_says") {
+        return;
+    }
+    let p = provider().await;
+    let b = p.create(&Spec::new(Duration::from_secs(300)), &ctx()).await.unwrap();
+    let id = b.id().clone();
+    for round in 0..4 {
+        let c = ctx();
+        let (slept, woken) = tokio::join!(p.sleep(&id, &c), p.wake(&id, &c));
+        slept.unwrap();
+        woken.unwrap();
+        let now = provider().await.attach(&id, &ctx()).await.unwrap().unwrap();
+        match now.status(&ctx()).await.unwrap() {
+            Status::Running => assert_eq!(sh(&*now, "echo up").await.stdout_text().trim(), "up", "round {round}"),
+            Status::Sleeping => {
+                p.wake(&id, &ctx()).await.unwrap();
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+    let woken = p.wake(&id, &ctx()).await.unwrap();
+    assert_eq!(sh(&*woken, "echo up").await.stdout_text().trim(), "up");
+    woken.destroy(&ctx()).await.unwrap();
+}

@@ -47,6 +47,9 @@ const LABEL_SNAPSHOT_AT: &str = "agentbox.snapshot.at_ms";
 /// How often the init reads its deadline file again (`agentbox_runner::init`'s poll).
 const INIT_POLL_MS: u64 = 2_000;
 
+/// How long a sleep waits for the init to have ended every other process.
+const SLEEP_WAIT: Duration = Duration::from_secs(10);
+
 /// How long an open waits for another process's make of the same name.
 const OPEN_WAIT: Duration = Duration::from_secs(60);
 
@@ -109,23 +112,16 @@ impl DockerProvider {
             .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))
     }
 
-    /// Signal the box's init, which must be agentbox's (`unsupported` for a box made without
-    /// the runner, whose first process is `sleep`).
-    async fn tell_init(&self, b: &dyn Sandbox, signal: &str, what: &str, ctx: &Ctx) -> Result<()> {
-        if b.facts().sleep.is_none() {
+    /// The labels of box `id`, whose first process must be agentbox's init (`unsupported`
+    /// for a box made without the runner, whose first process is `sleep` and cannot be told).
+    async fn with_init(&self, id: &SandboxId, what: &str, ctx: &Ctx) -> Result<HashMap<String, String>> {
+        let labels = self.labels_of(id, ctx).await?;
+        if labels.get(LABEL_INIT).map(String::as_str) != Some("1") {
             return Err(Error::unsupported(format!(
-                "{what}: box {} was made without agentbox's init (no runner), whose first process cannot be told",
-                b.id()
+                "{what}: box {id} was made without agentbox's init (no runner): its first process is `sleep`, which cannot be told"
             )));
         }
-        ctx.run(self.docker.kill_container(
-            b.id().name(),
-            Some(KillContainerOptions {
-                signal: signal.to_string(),
-            }),
-        ))
-        .await?
-        .map_err(|e| Error::unknown(format!("{what}: signalling the init of {}: {e}", b.id())))
+        Ok(labels)
     }
 
     pub(super) async fn open_named(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
@@ -206,15 +202,51 @@ impl DockerProvider {
 
     pub(super) async fn sleep_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
         self.needs_init("sleep")?;
-        let b = self.running_box(id, ctx).await?;
-        if b.status(ctx).await? == agentbox_core::Status::Sleeping {
-            return Ok(());
+        id.expect_provider(NAME)?;
+        self.with_init(id, "sleep", ctx).await?;
+        let _lock = state::lock(id.name(), "sleep").await?;
+        if !state::read(id.name())?.asleep {
+            // Marked first: a host that attaches meanwhile must not start a runner again.
+            state::update(id.name(), |s| s.asleep = true)?;
         }
-        // Marked first: a host that attaches meanwhile must not start a runner again.
-        state::update(id.name(), |s| s.asleep = true)?;
-        if let Err(e) = self.tell_init(&*b, "SIGUSR1", "sleep", ctx).await {
+        // Told again of an asleep box too (a sleep cut short may have marked it only).
+        let told = ctx.run(self.docker.kill_container(
+            id.name(),
+            Some(KillContainerOptions {
+                signal: "SIGUSR1".into(),
+            }),
+        ));
+        if let Err(e) = told
+            .await?
+            .map_err(|e| Error::unknown(format!("sleep: signalling the init of {id}: {e}")))
+        {
             state::update(id.name(), |s| s.asleep = false)?;
             return Err(e);
+        }
+        // The init kills every other process when it takes the signal: the sleep is over
+        // once the engine sees the init alone (so a wake that follows starts a runner the
+        // sleep will not kill).
+        let t0 = tokio::time::Instant::now();
+        loop {
+            let top = ctx
+                .run(
+                    self.docker
+                        .top_processes(id.name(), None::<bollard::query_parameters::TopOptions>),
+                )
+                .await?;
+            match top {
+                Ok(t) if t.processes.as_ref().is_some_and(|p| p.len() <= 1) => break,
+                Ok(_) if t0.elapsed() < SLEEP_WAIT => tokio::time::sleep(Duration::from_millis(50)).await,
+                Ok(t) => {
+                    return Err(Error::timeout(format!(
+                        "sleep: box {id} still runs {} processes {}s after its init was told to end them",
+                        t.processes.map(|p| p.len()).unwrap_or(0),
+                        SLEEP_WAIT.as_secs()
+                    )));
+                }
+                Err(e) if is_not_found(&e) => return Err(Error::gone(format!("sleep: box {id} ended"))),
+                Err(e) => return Err(Error::unknown(format!("sleep: listing the processes of {id}: {e}"))),
+            }
         }
         tracing::info!(box_id = %id, "asleep");
         Ok(())
@@ -222,10 +254,14 @@ impl DockerProvider {
 
     pub(super) async fn wake_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         self.needs_init("wake")?;
-        let b = self.running_box(id, ctx).await?;
-        if b.status(ctx).await? == agentbox_core::Status::Sleeping {
-            state::update(id.name(), |s| s.asleep = false)?;
-            tracing::info!(box_id = %id, "awake");
+        id.expect_provider(NAME)?;
+        {
+            self.with_init(id, "wake", ctx).await?;
+            let _lock = state::lock(id.name(), "wake").await?;
+            if state::read(id.name())?.asleep {
+                state::update(id.name(), |s| s.asleep = false)?;
+                tracing::info!(box_id = %id, "awake");
+            }
         }
         // Its runner ended with its programs: attach starts it again.
         self.running_box(id, ctx).await
@@ -285,12 +321,17 @@ impl DockerProvider {
     pub(super) async fn relabel_box(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         self.needs_init("relabel")?;
         validate_labels(labels)?;
-        if let Some(name) = self.labels_of(id, ctx).await?.get(LABEL_NAME).filter(|n| !n.is_empty()) {
-            return Err(Error::refused(format!(
-                "relabel {id}: it was opened by the name {name:?}, whose labels are part of that name"
-            )));
+        id.expect_provider(NAME)?;
+        {
+            let found = self.with_init(id, "relabel", ctx).await?;
+            let _lock = state::lock(id.name(), "relabel").await?;
+            if let Some(name) = found.get(LABEL_NAME).filter(|n| !n.is_empty()) {
+                return Err(Error::refused(format!(
+                    "relabel {id}: it was opened by the name {name:?}, whose labels are part of that name"
+                )));
+            }
+            state::update(id.name(), |s| s.labels = Some(labels.clone()))?;
         }
-        state::update(id.name(), |s| s.labels = Some(labels.clone()))?;
         tracing::info!(box_id = %id, "relabelled");
         self.running_box(id, ctx).await
     }
@@ -327,6 +368,12 @@ impl DockerProvider {
     pub(super) async fn snapshot_box(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
         validate_name("snapshot", name)?;
         self.running_box(id, ctx).await?;
+        // A commit onto a tag that exists moves the tag: the check and the commit are made
+        // one under a lock of this home's, so of two snapshots of one name one is refused.
+        let lock_path = state::snapshot_lock(name)?;
+        let _lock = crate::util::lock(&lock_path, Duration::from_secs(120), "snapshot")
+            .await?
+            .ok_or_else(|| Error::unknown(format!("snapshot: {} cannot be made", lock_path.display())))?;
         let image = format!("{SNAPSHOT_REPO}:{name}");
         match ctx.run(self.docker.inspect_image(&image)).await? {
             Ok(_) => {
@@ -428,6 +475,36 @@ impl DockerProvider {
         };
         if let Ok(Err(e)) = ctx.run(self.docker.prune_images(Some(opts))).await {
             tracing::debug!(error = %e, "pruning the images of deleted snapshots and forks");
+        }
+        // A fork's image still tagged an hour after its commit is one whose fork died part way
+        // (its host killed): untagged without force, so one a box still uses stays until it
+        // ends, and is pruned then.
+        let forks = ListImagesOptions {
+            filters: Some(HashMap::from([(
+                "reference".to_string(),
+                vec![format!("{FORK_REPO}:*")],
+            )])),
+            ..Default::default()
+        };
+        if let Ok(Ok(images)) = ctx.run(self.docker.list_images(Some(forks))).await {
+            for i in images {
+                let at = i
+                    .labels
+                    .get(LABEL_SNAPSHOT_AT)
+                    .and_then(|a| a.parse::<u64>().ok())
+                    .unwrap_or(0);
+                if now.saturating_sub(at) < 3_600_000 {
+                    continue;
+                }
+                for tag in &i.repo_tags {
+                    let opts = RemoveImageOptions {
+                        force: false,
+                        noprune: false,
+                        ..Default::default()
+                    };
+                    let _ = ctx.run(self.docker.remove_image(tag, Some(opts), None)).await;
+                }
+            }
         }
     }
 

@@ -6,7 +6,8 @@
 //!   the box for its init (`agentbox-runner init`), which reads it again when told (SIGHUP).
 //!   Written in place, never renamed over: a bind mount of a file holds its inode.
 //! - `docker/<name>.json`: whether the box sleeps, and its host labels once relabelled.
-//!   Written whole by rename, under `docker/<name>.lock`.
+//!   Written whole by rename, under `docker/<name>.lock` (held across a whole sleep, wake or
+//!   relabel).
 //!
 //! A host with another agentbox home finds neither file: it reads the deadline and labels the
 //! box was made with, and refuses to move them (`refused`, naming the file it lacks).
@@ -89,26 +90,40 @@ pub(super) fn read(name: &str) -> Result<State> {
     }
 }
 
-/// Change the state of box `name` under its lock.
+/// Hold box `name`'s lock while an operation (`what`) reads its state, acts and writes it
+/// again: two changes of one box (a sleep and a wake, two relabels) never cross. Waited for at
+/// most 30 s. Refused for a box whose deadline file this home lacks: another home made it, and
+/// what this one kept would disagree with what that one keeps.
+pub(super) async fn lock(name: &str, what: &str) -> Result<crate::util::Locked> {
+    let deadline = deadline_path(name)?;
+    if !deadline.exists() {
+        return Err(Error::refused(format!(
+            "{what}: box {name}'s deadline file {} is not in this agentbox home (another home made the box)",
+            deadline.display()
+        )));
+    }
+    let path = dir()?.join(format!("{name}.lock"));
+    crate::util::lock(&path, std::time::Duration::from_secs(30), what)
+        .await?
+        .ok_or_else(|| Error::gone(format!("{what}: box {name}: its files are gone")))
+}
+
+/// Change the state of box `name`; the caller holds [`lock`].
 pub(super) fn update(name: &str, change: impl FnOnce(&mut State)) -> Result<()> {
+    let mut state = read(name)?;
+    change(&mut state);
+    let bytes = serde_json::to_vec_pretty(&state).map_err(|e| Error::unknown(e.to_string()))?;
+    write_atomic(&dir()?.join(format!("{name}.json")), &bytes)
+}
+
+/// The lock file of the snapshot `name` (held while it is checked for and taken).
+pub(super) fn snapshot_lock(name: &str) -> Result<PathBuf> {
     let d = dir()?;
     std::fs::DirBuilder::new()
         .recursive(true)
         .create(&d)
         .map_err(|e| Error::io(e, "making the agentbox home's docker directory"))?;
-    let lock_path = d.join(format!("{name}.lock"));
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| Error::io(e, format!("opening {}", lock_path.display())))?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Error::io(e.into(), format!("locking {}", lock_path.display())))?;
-    let mut state = read(name)?;
-    change(&mut state);
-    let bytes = serde_json::to_vec_pretty(&state).map_err(|e| Error::unknown(e.to_string()))?;
-    write_atomic(&d.join(format!("{name}.json")), &bytes)
+    Ok(d.join(format!("snapshot-{name}.lock")))
 }
 
 /// Remove every file of box `name` (at its destroy, or a sweep of a box that ended).
