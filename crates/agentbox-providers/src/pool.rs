@@ -17,7 +17,8 @@
 //! relabel removes; the pool's `list` and `attach` never answer a ready box.
 //!
 //! Where the inner provider cannot move a deadline, a ready box is handed out only when what
-//! is left of its lifetime covers the ask (and ready boxes near their end are replaced); where
+//! is left of its lifetime meets the ask, never outliving it (and ready boxes near their end are
+//! replaced); where
 //! it cannot change labels, ready boxes carry no pool label (a `list` in another process may
 //! then see one) and are handed out only to a spec whose labels are the pool spec's.
 
@@ -252,8 +253,13 @@ impl Pool {
         if st.closed {
             return None;
         }
+        // Without extend, a ready box serves an ask its deadline meets: never later than the
+        // ask (a box lives at most its spec's lifetime), and at most a twentieth (or a second)
+        // sooner.
+        let slack = (ask / 20).max(1000);
         let fits = |r: &Ready| {
-            let lifetime_ok = s.honours.extend || r.ends_at_ms >= now.saturating_add(ask);
+            let lifetime_ok = s.honours.extend
+                || (r.ends_at_ms <= now.saturating_add(ask) && r.ends_at_ms + slack >= now.saturating_add(ask));
             // Still ended on time: one about to end is the keep-alive's.
             let alive = r.ends_at_ms > now.saturating_add(1000);
             let labels_ok = s.honours.relabel || spec.labels == s.spec.labels;
@@ -305,6 +311,18 @@ impl Pool {
 
     fn is_member(&self, id: &SandboxId) -> bool {
         self.s.state.lock().unwrap().members.contains(id.as_str())
+    }
+
+    /// Refuse `operation` on a ready box (not the caller's: the pool's, to hand out): a ready
+    /// box moved past its idle lifetime would outlive a dead host, one put to sleep would be
+    /// handed out asleep. `not_found`, as attach answers for it.
+    fn refuse_ready(&self, id: &SandboxId, operation: &str) -> Result<()> {
+        if self.is_member(id) {
+            return Err(Error::not_found(format!(
+                "{operation}: box {id} is one of the warm pool's ready boxes, not handed out"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -608,6 +626,7 @@ impl Provider for Pool {
     }
 
     async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        refuse_pool_label(&spec.labels)?;
         self.s.inner.open(name, spec, ctx).await
     }
 
@@ -616,23 +635,28 @@ impl Provider for Pool {
     }
 
     async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        self.refuse_ready(id, "sleep")?;
         self.s.inner.sleep(id, ctx).await
     }
 
     async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.refuse_ready(id, "wake")?;
         self.s.inner.wake(id, ctx).await
     }
 
     async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.refuse_ready(id, "extend")?;
         self.s.inner.extend(id, ends_at_ms, ctx).await
     }
 
     async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         refuse_pool_label(labels)?;
+        self.refuse_ready(id, "relabel")?;
         self.s.inner.relabel(id, labels, ctx).await
     }
 
     async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
+        self.refuse_ready(id, "snapshot")?;
         self.s.inner.snapshot(id, name, ctx).await
     }
 
@@ -645,6 +669,8 @@ impl Provider for Pool {
     }
 
     async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        refuse_pool_label(&spec.labels)?;
+        self.refuse_ready(id, "fork")?;
         self.s.inner.fork(id, n, spec, ctx).await
     }
 }

@@ -179,7 +179,7 @@ async fn a_pooled_box_is_the_callers_with_its_lifetime_and_labels() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_extend_a_ready_box_serves_only_an_ask_its_lifetime_covers() {
+async fn without_extend_a_ready_box_serves_only_an_ask_its_deadline_meets() {
     let fake = FakeProvider::new("fake");
     fake.set_lifecycle(false, true);
     let pool = Pool::new(
@@ -192,7 +192,11 @@ async fn without_extend_a_ready_box_serves_only_an_ask_its_lifetime_covers() {
     let long = pool.create(&Spec::new(Duration::from_secs(600)), &ctx()).await.unwrap();
     assert_eq!(pool.ready(), 1, "a box with 20 s left was handed out for 600 s");
     assert!(long.facts().ends_at_ms.unwrap() > fake.clock().now_ms() + 500_000);
-    let short = pool.create(&Spec::new(Duration::from_secs(5)), &ctx()).await.unwrap();
+    // A box with 20 s left would outlive an ask of 5 s: made for it instead.
+    let five = pool.create(&Spec::new(Duration::from_secs(5)), &ctx()).await.unwrap();
+    assert_eq!(pool.ready(), 1, "a box with 20 s left was handed out for 5 s");
+    assert!(five.facts().ends_at_ms.unwrap() <= fake.clock().now_ms() + 5_000);
+    let short = pool.create(&Spec::new(Duration::from_secs(20)), &ctx()).await.unwrap();
     assert!(
         fake.calls_of(Op::Relabel)
             .iter()
@@ -285,6 +289,46 @@ async fn a_create_dropped_mid_hand_out_leaves_no_box() {
         async || fake.ended(ready[0].id()),
     )
     .await;
+    pool.close(&ctx()).await.unwrap();
+}
+
+/// A ready box is the pool's until it is handed out: no one moves its deadline, sleeps it or
+/// forks it through the pool (it would outlive a dead host, or be handed out asleep), and a
+/// spec carrying the pool's label is refused wherever a spec is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_box_is_not_the_callers_to_change() {
+    let fake = FakeProvider::new("fake");
+    let pool = Pool::new(
+        Arc::new(fake.clone()),
+        Spec::new(Duration::from_secs(60)),
+        opts(1, Duration::from_secs(60)),
+    )
+    .unwrap();
+    pool.warm(&ctx()).await.unwrap();
+    let ready = fake.list(&Labels::new(), &ctx()).await.unwrap();
+    let id = ready[0].id().clone();
+    let later = fake.clock().now_ms() + 30 * 24 * 3_600_000;
+    for (what, e) in [
+        ("extend", pool.extend(&id, later, &ctx()).await.map(|_| ()).unwrap_err()),
+        ("sleep", pool.sleep(&id, &ctx()).await.unwrap_err()),
+        (
+            "relabel",
+            pool.relabel(&id, &Labels::new(), &ctx()).await.map(|_| ()).unwrap_err(),
+        ),
+        (
+            "fork",
+            pool.fork(&id, 1, &Spec::new(Duration::from_secs(60)), &ctx())
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+        ),
+    ] {
+        assert_eq!(e.code(), ErrorCode::NotFound, "{what}: {e}");
+    }
+    assert!(fake.calls_of(Op::Extend).is_empty(), "no extend reached the ready box");
+    let marked = Spec::new(Duration::from_secs(60)).label(agentbox_providers::pool::POOL_LABEL, "x");
+    let e = pool.open("named", &marked, &ctx()).await.map(|_| ()).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
     pool.close(&ctx()).await.unwrap();
 }
 
