@@ -17,10 +17,10 @@
 //! relabel removes; the pool's `list` and `attach` never answer a ready box.
 //!
 //! Where the inner provider cannot move a deadline, a ready box is handed out only when what
-//! is left of its lifetime meets the ask, never outliving it (and ready boxes near their end are
-//! replaced); where
-//! it cannot change labels, ready boxes carry no pool label (a `list` in another process may
-//! then see one) and are handed out only to a spec whose labels are the pool spec's.
+//! is left of its lifetime meets the ask, never outliving it (and ready boxes near their end
+//! are replaced); where it cannot change labels, ready boxes carry no pool label (a `list` in
+//! another process may then see one) and are handed out only to a spec whose labels are the
+//! pool spec's.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
