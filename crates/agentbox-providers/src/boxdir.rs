@@ -82,7 +82,20 @@ pub(crate) fn is_old(dir: &Path) -> bool {
 /// followed to this machine's files, and a file swapped for a fifo is opened without blocking
 /// and then left out. `dst` is made fresh (it must not exist). At most [`MAX_COPY_DEPTH`]
 /// directories deep.
+///
+/// Nothing a box holds multiplies on this machine's disk: files hard-linked to one another are
+/// hard-linked in the copy, and a copy that would leave less than [`COPY_RESERVE`] free on the
+/// copy's file system (a sparse file's holes are written out) fails `too_large` before it does.
 pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<u64> {
+    copy_tree_within(src, dst, None)
+}
+
+/// What a copy leaves free on the file system it writes to, at least.
+pub(crate) const COPY_RESERVE: u64 = 1 << 30;
+
+/// [`copy_tree`], copying at most `budget` bytes of content where given (else what the copy's
+/// file system has free, less [`COPY_RESERVE`]).
+pub(crate) fn copy_tree_within(src: &Path, dst: &Path, budget: Option<u64>) -> Result<u64> {
     use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let io = |e: rustix::io::Errno, what: &str, p: &Path| Error::io(e.into(), format!("{what} {}", p.display()));
@@ -92,16 +105,29 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<u64> {
         .map_err(|e| Error::io(e, format!("creating {}", dst.display())))?;
     let src_fd = rustix::fs::open(src, dir_flags, Mode::empty()).map_err(|e| io(e, "opening", src))?;
     let dst_fd = rustix::fs::open(dst, dir_flags, Mode::empty()).map_err(|e| io(e, "opening", dst))?;
+    let budget = match budget {
+        Some(b) => b,
+        None => {
+            let fs = rustix::fs::fstatvfs(&dst_fd).map_err(|e| io(e, "reading the file system of", dst))?;
+            fs.f_bavail.saturating_mul(fs.f_frsize).saturating_sub(COPY_RESERVE)
+        }
+    };
     let mut bytes = 0u64;
+    // The copy of each file with more than one name, by its device and inode: the next name
+    // is a hard link to it.
+    let mut linked: std::collections::HashMap<(u64, u64), PathBuf> = std::collections::HashMap::new();
     // Depth first, one open directory (and its copy) a level.
     let mut stack = vec![(
         Dir::new(src_fd).map_err(|e| io(e, "reading", src))?,
         dst_fd,
         src.to_path_buf(),
+        dst.to_path_buf(),
     )];
     loop {
         let depth = stack.len();
-        let Some((dir, to, at)) = stack.last_mut() else { break };
+        let Some((dir, to, at, to_path)) = stack.last_mut() else {
+            break;
+        };
         let Some(entry) = dir.next() else {
             stack.pop();
             continue;
@@ -134,9 +160,27 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<u64> {
                 let sub_to = rustix::fs::openat(&*to, &name, dir_flags, Mode::empty())
                     .map_err(|e| io(e, "opening the copy of", &path))?;
                 let sub = Dir::new(sub).map_err(|e| io(e, "reading", &path))?;
-                stack.push((sub, sub_to, path));
+                let sub_to_path = to_path.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
+                stack.push((sub, sub_to, path, sub_to_path));
             }
             FileType::RegularFile => {
+                let copy_path = to_path.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
+                let key = (st.st_dev, st.st_ino);
+                if st.st_nlink > 1
+                    && let Some(first) = linked.get(&key)
+                {
+                    std::fs::hard_link(first, &copy_path)
+                        .map_err(|e| Error::io(e, format!("linking the copy of {}", path.display())))?;
+                    continue;
+                }
+                let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+                if bytes.saturating_add(size) > budget {
+                    return Err(Error::too_large(format!(
+                        "copying {}: its files come to more than the {budget} bytes the copy may take                          (what {} has free, less a reserve of {COPY_RESERVE})",
+                        src.display(),
+                        dst.display()
+                    )));
+                }
                 let r = rustix::fs::openat(
                     from,
                     &name,
@@ -160,9 +204,22 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<u64> {
                 .map_err(|e| io(e, "creating the copy of", &path))?;
                 // The mode exactly, whatever the umask took from it.
                 rustix::fs::fchmod(&w, mode).map_err(|e| io(e, "creating the copy of", &path))?;
-                let (mut r, mut w) = (std::fs::File::from(r), std::fs::File::from(w));
-                bytes +=
-                    std::io::copy(&mut r, &mut w).map_err(|e| Error::io(e, format!("copying {}", path.display())))?;
+                let (r, mut w) = (std::fs::File::from(r), std::fs::File::from(w));
+                // Bounded as it is read too: the file may grow under the copy.
+                let left = budget - bytes;
+                let n = std::io::copy(&mut std::io::Read::take(r, left.saturating_add(1)), &mut w)
+                    .map_err(|e| Error::io(e, format!("copying {}", path.display())))?;
+                if n > left {
+                    return Err(Error::too_large(format!(
+                        "copying {}: {} grew past the {budget} bytes the copy may take",
+                        src.display(),
+                        path.display()
+                    )));
+                }
+                bytes += n;
+                if st.st_nlink > 1 {
+                    linked.insert(key, copy_path);
+                }
             }
             _ => {}
         }
@@ -199,6 +256,43 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, mpsc};
+
+    #[test]
+    fn hard_links_stay_links_and_a_copy_past_its_budget_is_refused_before_it_writes() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir_all(src.join("d")).unwrap();
+        std::fs::write(src.join("one"), vec![7u8; 4096]).unwrap();
+        for i in 0..50 {
+            std::fs::hard_link(src.join("one"), src.join("d").join(format!("link{i}"))).unwrap();
+        }
+        let dst = t.path().join("dst");
+        // Fifty-one names of one 4 KiB file: copied once, within a budget of 8 KiB.
+        assert_eq!(copy_tree_within(&src, &dst, Some(8192)).unwrap(), 4096);
+        let first = std::fs::metadata(dst.join("one")).unwrap();
+        assert_eq!(first.nlink(), 51, "every name of the file is a link to one copy");
+        assert_eq!(std::fs::metadata(dst.join("d/link7")).unwrap().ino(), first.ino());
+        // A sparse file larger than the disk has free (no block of it written) is refused by
+        // its size, before a byte of it is copied.
+        let sparse = t.path().join("sparse");
+        std::fs::create_dir(&sparse).unwrap();
+        let fs = rustix::fs::statvfs(t.path()).unwrap();
+        let free = fs.f_bavail * fs.f_frsize;
+        std::fs::File::create(sparse.join("holes"))
+            .unwrap()
+            .set_len(free + (2 << 30))
+            .unwrap();
+        let e = copy_tree(&sparse, &t.path().join("sparse-copy")).unwrap_err();
+        assert_eq!(e.code(), agentbox_core::ErrorCode::TooLarge, "{e}");
+        assert_eq!(
+            std::fs::metadata(t.path().join("sparse-copy/holes"))
+                .map(|m| m.len())
+                .unwrap_or(0),
+            0,
+            "nothing of it was written"
+        );
+    }
 
     #[test]
     fn a_copy_keeps_files_modes_and_links_and_leaves_out_fifos() {

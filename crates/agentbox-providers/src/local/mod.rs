@@ -211,7 +211,11 @@ impl LocalProvider {
             for sub in ["home", "tmp", "work"] {
                 match seed {
                     Some(from) if sub != "tmp" => {
-                        boxdir::copy_tree(&from.join(sub), &dir.join(sub))
+                        // Off the runtime's threads: a box's files may be many.
+                        let (src, dst) = (from.join(sub), dir.join(sub));
+                        tokio::task::spawn_blocking(move || boxdir::copy_tree(&src, &dst))
+                            .await
+                            .map_err(|e| Error::unknown(format!("copying the box's {sub}: {e}")))?
                             .map_err(|e| e.context(format!("copying the box's {sub} from {}", from.display())))?;
                     }
                     _ => builder
