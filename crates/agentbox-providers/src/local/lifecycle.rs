@@ -109,7 +109,10 @@ impl LocalProvider {
             return Ok(false);
         };
         if record.name.as_deref() != Some(name) || &record.labels != labels {
-            return Ok(false);
+            return Err(Error::refused(format!(
+                "discard {name:?}: the box {} that holds this name's place is another's (a hash collision of label sets)",
+                record.id
+            )));
         }
         let b = agentbox_core::Provider::attach(self, &record.id, ctx).await?;
         if let Some(b) = b {
