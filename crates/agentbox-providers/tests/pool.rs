@@ -36,6 +36,21 @@ fn local(root: &std::path::Path) -> Arc<dyn Provider> {
     Arc::new(LocalProvider::new(LocalOptions::at(root).unwrap()).unwrap())
 }
 
+/// A pool of `size` ready boxes (idle lifetime `idle` seconds) over a fake provider that
+/// `setup` prepares, of a spec of 60 s, warmed.
+async fn warm_fake(setup: impl FnOnce(&FakeProvider), size: usize, idle: u64) -> (FakeProvider, Pool) {
+    let fake = FakeProvider::new("fake");
+    setup(&fake);
+    let pool = Pool::new(
+        Arc::new(fake.clone()),
+        Spec::new(Duration::from_secs(60)),
+        opts(size, Duration::from_secs(idle)),
+    )
+    .unwrap();
+    pool.warm(&ctx()).await.unwrap();
+    (fake, pool)
+}
+
 /// Wait (at most `within`) until `f` holds.
 async fn until(within: Duration, what: &str, mut f: impl AsyncFnMut() -> bool) {
     let end = tokio::time::Instant::now() + within;
@@ -180,15 +195,7 @@ async fn a_pooled_box_is_the_callers_with_its_lifetime_and_labels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_extend_a_ready_box_serves_only_an_ask_its_deadline_meets() {
-    let fake = FakeProvider::new("fake");
-    fake.set_lifecycle(false, true);
-    let pool = Pool::new(
-        Arc::new(fake.clone()),
-        Spec::new(Duration::from_secs(60)),
-        opts(1, Duration::from_secs(20)),
-    )
-    .unwrap();
-    pool.warm(&ctx()).await.unwrap();
+    let (fake, pool) = warm_fake(|f| f.set_lifecycle(false, true), 1, 20).await;
     let long = pool.create(&Spec::new(Duration::from_secs(600)), &ctx()).await.unwrap();
     assert_eq!(pool.ready(), 1, "a box with 20 s left was handed out for 600 s");
     assert!(long.facts().ends_at_ms.unwrap() > fake.clock().now_ms() + 500_000);
@@ -225,14 +232,7 @@ async fn without_relabel_a_ready_box_serves_only_the_pool_specs_labels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ready_box_that_fails_its_hand_out_is_destroyed_and_the_next_tried() {
-    let fake = FakeProvider::new("fake");
-    let pool = Pool::new(
-        Arc::new(fake.clone()),
-        Spec::new(Duration::from_secs(60)),
-        opts(3, Duration::from_secs(60)),
-    )
-    .unwrap();
-    pool.warm(&ctx()).await.unwrap();
+    let (fake, pool) = warm_fake(|_| {}, 3, 60).await;
     let ready = fake.list(&Labels::new(), &ctx()).await.unwrap();
     // One ended behind the pool's back, one refuses its extend: the third is handed out.
     fake.end_box(ready[0].id()).await;
@@ -259,14 +259,7 @@ async fn a_ready_box_that_fails_its_hand_out_is_destroyed_and_the_next_tried() {
 /// ended, not left in no one's hands past the pool's close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_dropped_mid_hand_out_leaves_no_box() {
-    let fake = FakeProvider::new("fake");
-    let pool = Pool::new(
-        Arc::new(fake.clone()),
-        Spec::new(Duration::from_secs(60)),
-        opts(1, Duration::from_secs(60)),
-    )
-    .unwrap();
-    pool.warm(&ctx()).await.unwrap();
+    let (fake, pool) = warm_fake(|_| {}, 1, 60).await;
     let ready = fake.list(&Labels::new(), &ctx()).await.unwrap();
     assert_eq!(ready.len(), 1);
     fake.on(
@@ -297,14 +290,7 @@ async fn a_create_dropped_mid_hand_out_leaves_no_box() {
 /// spec carrying the pool's label is refused wherever a spec is taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ready_box_is_not_the_callers_to_change() {
-    let fake = FakeProvider::new("fake");
-    let pool = Pool::new(
-        Arc::new(fake.clone()),
-        Spec::new(Duration::from_secs(60)),
-        opts(1, Duration::from_secs(60)),
-    )
-    .unwrap();
-    pool.warm(&ctx()).await.unwrap();
+    let (fake, pool) = warm_fake(|_| {}, 1, 60).await;
     let ready = fake.list(&Labels::new(), &ctx()).await.unwrap();
     let id = ready[0].id().clone();
     let later = fake.clock().now_ms() + 30 * 24 * 3_600_000;
@@ -362,14 +348,7 @@ async fn failed_makes_are_retried_with_backoff_not_in_a_loop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_boxes_are_kept_alive_past_their_idle_lifetime() {
-    let fake = FakeProvider::new("fake");
-    let pool = Pool::new(
-        Arc::new(fake.clone()),
-        Spec::new(Duration::from_secs(60)),
-        opts(2, Duration::from_secs(2)),
-    )
-    .unwrap();
-    pool.warm(&ctx()).await.unwrap();
+    let (fake, pool) = warm_fake(|_| {}, 2, 2).await;
     let first = fake.list(&Labels::new(), &ctx()).await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
     for b in &first {
@@ -385,15 +364,7 @@ async fn ready_boxes_are_kept_alive_past_their_idle_lifetime() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_extend_ready_boxes_are_replaced_before_they_end() {
-    let fake = FakeProvider::new("fake");
-    fake.set_lifecycle(false, true);
-    let pool = Pool::new(
-        Arc::new(fake.clone()),
-        Spec::new(Duration::from_secs(60)),
-        opts(1, Duration::from_secs(2)),
-    )
-    .unwrap();
-    pool.warm(&ctx()).await.unwrap();
+    let (fake, pool) = warm_fake(|f| f.set_lifecycle(false, true), 1, 2).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(
         fake.calls_of(Op::Create).len() >= 3,
