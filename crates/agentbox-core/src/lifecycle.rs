@@ -103,6 +103,20 @@ pub fn check_fork_count(n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Check a fork of `n` boxes from `spec` before any is made: [`check_fork_count`], and no
+/// `snapshot` in the spec (a fork's boxes start from the box forked's files). Every provider's
+/// `fork` calls it first, so every provider refuses the same way. (Where a provider's image
+/// holds the files, as Docker's does, it refuses `image` too.)
+pub fn check_fork(n: usize, spec: &crate::spec::Spec) -> Result<()> {
+    check_fork_count(n)?;
+    if spec.snapshot.is_some() {
+        return Err(Error::invalid(
+            "fork: spec.snapshot is set, but a fork's boxes start from the box forked",
+        ));
+    }
+    Ok(())
+}
+
 /// The refusal every provider answers for an operation it does not fill: `unsupported`,
 /// naming the operation and the provider, the same words everywhere.
 pub fn refuse(provider: &str, operation: &str) -> Error {
@@ -149,6 +163,11 @@ mod tests {
     fn fork_counts_are_bounded() {
         assert!(check_fork_count(1).is_ok() && check_fork_count(MAX_FORK).is_ok());
         assert!(check_fork_count(0).is_err() && check_fork_count(MAX_FORK + 1).is_err());
+        let mut spec = crate::Spec::new(std::time::Duration::from_secs(60));
+        assert!(check_fork(2, &spec).is_ok());
+        spec.snapshot = Some("base".into());
+        assert_eq!(check_fork(2, &spec).unwrap_err().code(), ErrorCode::Invalid);
+        assert!(check_fork(2, &spec).unwrap_err().message().contains("spec.snapshot"));
     }
 
     #[test]

@@ -4,12 +4,13 @@ use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentbox_core::{Ctx, ErrorCode, ExecOptions, FinishOptions, Mount, Network, Provider, SandboxId, Spec, finish};
+use agentbox_core::{Ctx, ErrorCode, ExecOptions, Mount, Network, Provider, SandboxId, Spec};
 use agentbox_providers::docker::{DockerOptions, DockerProvider, NamedVolume};
 use agentbox_testing::conformance::{self, Options};
 use agentbox_testing::outside::{DockerCli, container_running, docker};
 use agentbox_testing::reexec;
 use agentbox_testing::services::docker_available;
+use agentbox_testing::sh;
 
 async fn provider(opts: DockerOptions) -> Arc<dyn Provider> {
     Arc::new(DockerProvider::new(opts).await.expect("the Docker daemon answers"))
@@ -17,16 +18,6 @@ async fn provider(opts: DockerOptions) -> Arc<dyn Provider> {
 
 fn ctx() -> Ctx {
     Ctx::background().with_timeout(Duration::from_secs(120))
-}
-
-async fn sh(b: &dyn agentbox_core::Sandbox, script: &str) -> agentbox_core::Finished {
-    let argv = vec!["sh".into(), "-c".into(), script.into()];
-    finish(
-        b.exec(&argv, &ExecOptions::default(), &ctx()).await.unwrap(),
-        FinishOptions::default(),
-    )
-    .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

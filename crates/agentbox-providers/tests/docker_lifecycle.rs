@@ -6,12 +6,13 @@ use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentbox_core::{Ctx, ExecOptions, FinishOptions, Provider, SandboxId, Spec, Status, finish};
+use agentbox_core::{Ctx, Provider, SandboxId, Spec, Status};
 use agentbox_providers::docker::{DockerOptions, DockerProvider};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_testing::outside::{container_running, docker};
 use agentbox_testing::reexec;
 use agentbox_testing::services::docker_available;
+use agentbox_testing::sh;
 
 fn with_runner() -> DockerOptions {
     DockerOptions {
@@ -37,16 +38,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-async fn sh(b: &dyn agentbox_core::Sandbox, script: &str) -> agentbox_core::Finished {
-    let argv = vec!["sh".into(), "-c".into(), script.into()];
-    finish(
-        b.exec(&argv, &ExecOptions::default(), &ctx()).await.unwrap(),
-        FinishOptions::default(),
-    )
-    .await
-    .unwrap()
 }
 
 /// The host's part: make a box of 4 s, move its deadline to 16 s from now, say so, and wait

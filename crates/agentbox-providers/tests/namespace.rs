@@ -149,17 +149,9 @@ async fn a_box_runs_a_program_as_its_own_root_with_no_capability() {
     b.destroy(&ctx).await.unwrap();
 }
 
+/// `sh -c script` in `b`: its exit code and its stdout and stderr together.
 async fn sh(b: &dyn agentbox_core::Sandbox, script: &str) -> (i32, String) {
-    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-    let p = b
-        .exec(
-            &["sh".into(), "-c".into(), script.into()],
-            &ExecOptions::default(),
-            &ctx,
-        )
-        .await
-        .unwrap();
-    let out = finish(p, FinishOptions::default()).await.unwrap();
+    let out = agentbox_testing::sh(b, script).await;
     (out.status.code, format!("{}{}", out.stdout_text(), out.stderr_text()))
 }
 

@@ -6,9 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{
-    Ctx, ErrorCode, ExecOptions, FinishOptions, Labels, Provider, Sandbox, SandboxId, Spec, Status, finish,
-};
+use agentbox_core::{Ctx, ErrorCode, ExecOptions, Labels, Provider, Sandbox, SandboxId, Spec, Status};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
 use agentbox_testing::conformance::Outside;
@@ -41,17 +39,9 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
+/// `sh -c script` in `b`: its exit code and its stdout and stderr together.
 async fn sh(b: &dyn Sandbox, script: &str) -> (i32, String) {
-    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-    let p = b
-        .exec(
-            &["sh".into(), "-c".into(), script.into()],
-            &ExecOptions::default(),
-            &ctx,
-        )
-        .await
-        .unwrap();
-    let out = finish(p, FinishOptions::default()).await.unwrap();
+    let out = agentbox_testing::sh(b, script).await;
     (out.status.code, format!("{}{}", out.stdout_text(), out.stderr_text()))
 }
 

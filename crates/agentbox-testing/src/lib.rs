@@ -12,3 +12,17 @@ pub mod processes;
 pub mod reexec;
 pub mod runner;
 pub mod services;
+
+/// Run `sh -c script` in `b` to its end (within two minutes), its output whole: what a test
+/// asks of a box in one line. Panics on a failed exec, which no test goes on after.
+pub async fn sh(b: &dyn agentbox_core::Sandbox, script: &str) -> agentbox_core::Finished {
+    let ctx = agentbox_core::Ctx::background().with_timeout(std::time::Duration::from_secs(120));
+    let argv = vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+    let p = b
+        .exec(&argv, &agentbox_core::ExecOptions::default(), &ctx)
+        .await
+        .unwrap_or_else(|e| panic!("sh -c {script:?}: {e}"));
+    agentbox_core::finish(p, agentbox_core::FinishOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("sh -c {script:?}: {e}"))
+}

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Error, ErrorCode, Facts, Labels, Provider, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline,
-    check_fork_count, validate_labels, validate_name,
+    check_fork, validate_labels, validate_name,
 };
 use bollard::query_parameters::{
     CommitContainerOptions, KillContainerOptions, ListImagesOptions, PruneImagesOptions, RemoveImageOptions,
@@ -515,10 +515,10 @@ impl DockerProvider {
         spec: &Spec,
         ctx: &Ctx,
     ) -> Result<Vec<Arc<dyn Sandbox>>> {
-        check_fork_count(n)?;
-        if spec.snapshot.is_some() || spec.image.is_some() {
+        check_fork(n, spec)?;
+        if spec.image.is_some() {
             return Err(Error::invalid(
-                "fork: spec.snapshot or spec.image is set, but a fork's boxes start from the box forked",
+                "fork: spec.image is set, but a fork's boxes start from the box forked's image",
             ));
         }
         self.check(spec)?;

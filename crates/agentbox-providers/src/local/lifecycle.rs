@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, Labels, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork_count, validate_labels,
+    Ctx, Error, Labels, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork, validate_labels,
     validate_name,
 };
 use agentbox_protocol::supervisor::Request;
@@ -210,12 +210,7 @@ impl LocalProvider {
         spec: &Spec,
         ctx: &Ctx,
     ) -> Result<Vec<Arc<dyn Sandbox>>> {
-        check_fork_count(n)?;
-        if spec.snapshot.is_some() {
-            return Err(Error::invalid(
-                "fork: spec.snapshot is set, but a fork's boxes start from the box forked",
-            ));
-        }
+        check_fork(n, spec)?;
         self.check(spec)?;
         id.expect_provider(NAME)?;
         let (dir, _) = self

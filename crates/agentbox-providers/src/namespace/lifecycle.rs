@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, Labels, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork_count,
-    is_reserved_label, validate_labels, validate_name,
+    Ctx, Error, Labels, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork, is_reserved_label,
+    validate_labels, validate_name,
 };
 use agentbox_protocol::supervisor::Request;
 
@@ -294,12 +294,7 @@ impl NamespaceProvider {
         spec: &Spec,
         ctx: &Ctx,
     ) -> Result<Vec<Arc<dyn Sandbox>>> {
-        check_fork_count(n)?;
-        if spec.snapshot.is_some() {
-            return Err(Error::invalid(
-                "fork: spec.snapshot: a fork's boxes hold the parent's files; name no snapshot",
-            ));
-        }
+        check_fork(n, spec)?;
         self.check(spec)?;
         let (dir, _) = self.found(id, "fork")?;
         let seed = Seed {
