@@ -18,22 +18,24 @@ pub(crate) struct BenchArgs {
     /// one exec per operation, and attaching to a process to read its output from a byte
     /// number vs `exec tail -c`, on local and Docker boxes) or `sync` (extracting a
     /// 10,000-file tree vs GNU tar).
-    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync"])]
+    /// `kube` (create and exec on Kubernetes boxes against the fake API server, beside bare
+    /// kube-rs calls; needs `agentbox-fake` and `AGENTBOX_TEST_ROOTFS`).
+    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync", "kube"])]
     what: String,
     /// Samples of each side.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
-    iterations: u32,
+    pub(crate) iterations: u32,
     /// The provider to measure (boxes; without it, the default of `box create`).
     #[arg(long, help = crate::boxes::default_help("The provider to measure (boxes)"))]
     provider: Option<String>,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// One comparison: the same work through agentbox and through its baseline.
 #[derive(serde::Serialize)]
-struct Pair {
+pub(crate) struct Pair {
     name: String,
     baseline: String,
     subject: String,
@@ -44,7 +46,7 @@ struct Pair {
 }
 
 #[derive(Clone, Copy, serde::Serialize)]
-struct Stats {
+pub(crate) struct Stats {
     median: f64,
     p90: f64,
 }
@@ -65,7 +67,7 @@ const SETTLE: Duration = Duration::from_millis(20);
 type Side<'a> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<()>> + 'a>> + 'a>;
 
 /// A [`Side`] from a closure returning a future.
-fn side<'a, F, Fut>(mut f: F) -> Side<'a>
+pub(crate) fn side<'a, F, Fut>(mut f: F) -> Side<'a>
 where
     F: FnMut() -> Fut + 'a,
     Fut: Future<Output = Result<()>> + 'a,
@@ -74,7 +76,7 @@ where
 }
 
 /// Time `baseline` and `subject` alternately, `n` times each.
-async fn measure<'a, B, BF, S, SF>(n: u32, baseline: B, subject: S) -> Result<(Stats, Stats)>
+pub(crate) async fn measure<'a, B, BF, S, SF>(n: u32, baseline: B, subject: S) -> Result<(Stats, Stats)>
 where
     B: FnMut() -> BF + 'a,
     BF: Future<Output = Result<()>> + 'a,
@@ -91,7 +93,7 @@ where
 /// Time every side in turn, `n` rounds, so each sample of one side is taken between samples
 /// of the others (a drift of the machine falls on every side alike); the stats in the sides'
 /// order.
-async fn measure_all(n: u32, mut sides: Vec<Side<'_>>) -> Result<Vec<Stats>> {
+pub(crate) async fn measure_all(n: u32, mut sides: Vec<Side<'_>>) -> Result<Vec<Stats>> {
     // One warm-up of each, not counted.
     for s in sides.iter_mut() {
         s().await?;
@@ -122,7 +124,7 @@ async fn host_true() -> Result<()> {
     Ok(())
 }
 
-async fn box_true(b: &dyn Sandbox) -> Result<()> {
+pub(crate) async fn box_true(b: &dyn Sandbox) -> Result<()> {
     let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
     let p = b.exec(&["true".to_string()], &ExecOptions::default(), &ctx).await?;
     let out = finish(p, FinishOptions::default()).await?;
@@ -132,7 +134,7 @@ async fn box_true(b: &dyn Sandbox) -> Result<()> {
     Ok(())
 }
 
-async fn create_exec_destroy(p: &Arc<dyn Provider>) -> Result<()> {
+pub(crate) async fn create_exec_destroy(p: &Arc<dyn Provider>) -> Result<()> {
     let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
     let spec = Spec::new(Duration::from_secs(300)).label("agentbox-bench", "1");
     let b = p.create(&spec, &ctx).await?;
@@ -175,6 +177,9 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     }
     if args.what == "runner" {
         return runner(args).await;
+    }
+    if args.what == "kube" {
+        return crate::bench_kube::kube(args).await;
     }
     // The bare box against its baseline, which starts no runner either (`bench runner`
     // measures the runner).
@@ -366,7 +371,7 @@ async fn usable(name: &str, bare: &agentbox_providers::registry::Options) -> Res
 }
 
 /// The pairs as a table (or JSON), then what was not measured and why.
-fn print_pairs(pairs: &[Pair], notes: &[String], json: bool) -> Result<()> {
+pub(crate) fn print_pairs(pairs: &[Pair], notes: &[String], json: bool) -> Result<()> {
     if json {
         println!(
             "{}",
@@ -394,7 +399,7 @@ fn print_pairs(pairs: &[Pair], notes: &[String], json: bool) -> Result<()> {
     Ok(())
 }
 
-fn pair(name: &str, baseline: &str, subject: &str, a: Stats, b: Stats) -> Pair {
+pub(crate) fn pair(name: &str, baseline: &str, subject: &str, a: Stats, b: Stats) -> Pair {
     let ratio = if a.median > 0.0 { b.median / a.median } else { f64::NAN };
     Pair {
         name: name.into(),
@@ -422,7 +427,7 @@ async fn hand_op(env: &dyn agentbox_hands::ExecutionEnv, op: &str, i: u32) -> Re
             .await
             .map_err(|e| fail(e.message)),
         "edit" => {
-            let (from, to) = if i % 2 == 0 {
+            let (from, to) = if i.is_multiple_of(2) {
                 ("alpha", "omega")
             } else {
                 ("omega", "alpha")

@@ -132,6 +132,9 @@ pub enum NetworkFact {
     None,
     /// Only these hosts and CIDRs.
     Allowlist(Vec<String>),
+    /// `none` was asked of the provider's platform (a Kubernetes NetworkPolicy, say) and not
+    /// proven from inside the box: read as unknown, never as none.
+    Requested,
 }
 
 /// An exposed port.
@@ -171,7 +174,7 @@ impl Facts {
     /// The network, with absent read as unknown.
     pub fn network(&self) -> KnownNetwork<'_> {
         match &self.network {
-            None => KnownNetwork::Unknown,
+            None | Some(NetworkFact::Requested) => KnownNetwork::Unknown,
             Some(NetworkFact::Open) => KnownNetwork::Open,
             Some(NetworkFact::None) => KnownNetwork::None,
             Some(NetworkFact::Allowlist(l)) => KnownNetwork::Allowlist(l),

@@ -6,6 +6,7 @@
 //! | local | [`local`] | none (development, tests) | the box's supervisor, a detached process |
 //! | namespace | [`namespace`] | user, mount, pid, ipc, uts, cgroup (and net) namespaces, no daemon | the box's init, pid 1 of its pid namespace |
 //! | docker | [`docker`] | a container per box | the container's first process, `agentbox-runner init` (or `sleep <lifetime>`) |
+//! | kube | [`kube`] | a pod per box (optionally gVisor or Kata by runtime class) | the pod's first process, and `activeDeadlineSeconds` as the cluster's backstop |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
 //! [`pool`] wraps any of them in a warm pool: boxes of one spec made ahead and handed out at
@@ -22,6 +23,8 @@ pub(crate) mod boxdir;
 pub mod docker;
 pub mod helper;
 pub mod home;
+#[cfg(feature = "kube")]
+pub mod kube;
 pub mod lifecycle;
 #[cfg(feature = "local")]
 pub mod local;
@@ -30,6 +33,8 @@ pub mod namespace;
 pub mod pool;
 pub mod registry;
 pub mod runner;
+#[cfg(any(feature = "docker", feature = "kube"))]
+pub(crate) mod shim;
 pub mod transfer;
 pub(crate) mod util;
 

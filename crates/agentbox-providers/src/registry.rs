@@ -277,6 +277,15 @@ static ENTRIES: &[Entry] = &[
         takes: &[Opt::User, Opt::PidsLimit, Opt::KeepCapabilities, Opt::Disk],
         make: DOCKER,
     },
+    Entry {
+        name: "kube",
+        description: "a pod per box on a Kubernetes cluster ($KUBECONFIG, or in-cluster), hardened and ended by the \
+                      cluster at its lifetime",
+        feature: "kube",
+        compiled: cfg!(feature = "kube"),
+        takes: &[],
+        make: KUBE,
+    },
 ];
 
 /// Every provider this source knows, compiled in or not, in a fixed order.
@@ -398,6 +407,54 @@ fn make_docker<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, 
     })
 }
 
+#[cfg(feature = "kube")]
+const KUBE: Option<Make> = Some(make_kube);
+#[cfg(not(feature = "kube"))]
+const KUBE: Option<Make> = None;
+
+/// The kube provider's settings beyond the kubeconfig: `AGENTBOX_KUBE_NAMESPACE`,
+/// `AGENTBOX_KUBE_CONTEXT`, `AGENTBOX_KUBE_IMAGE`, `AGENTBOX_KUBE_RUNTIME_CLASS` and
+/// `AGENTBOX_KUBE_MAX_LIFETIME` (seconds).
+#[cfg(feature = "kube")]
+fn make_kube<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+    Box::pin(async move {
+        let text = |k: &str| -> Result<Option<String>> {
+            match env.var(k) {
+                None => Ok(None),
+                Some(v) if v.is_empty() => Ok(None),
+                Some(v) => v
+                    .to_str()
+                    .map(|s| Some(s.to_string()))
+                    .ok_or_else(|| Error::invalid(format!("{k}: not UTF-8"))),
+            }
+        };
+        let mut o = crate::kube::KubeOptions {
+            kubeconfig: env.var("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from),
+            context: text("AGENTBOX_KUBE_CONTEXT")?,
+            namespace: text("AGENTBOX_KUBE_NAMESPACE")?.unwrap_or_default(),
+            runtime_class: text("AGENTBOX_KUBE_RUNTIME_CLASS")?,
+            ..Default::default()
+        };
+        if let Some(i) = text("AGENTBOX_KUBE_IMAGE")? {
+            o.image = i;
+        }
+        if let Some(l) = text("AGENTBOX_KUBE_MAX_LIFETIME")? {
+            let secs: u64 = l
+                .parse()
+                .map_err(|_| Error::invalid(format!("AGENTBOX_KUBE_MAX_LIFETIME: {l:?} is not a number of seconds")))?;
+            o.max_lifetime = std::time::Duration::from_secs(secs);
+        }
+        if options.runner {
+            match env.runner() {
+                Ok(r) => o.runner = Some(r),
+                Err(e) => tracing::warn!("kube: boxes get no runner: {}", e.message()),
+            }
+        }
+        let provider = crate::kube::KubeProvider::new(o).await?;
+        Ok(Arc::new(provider) as Arc<dyn Provider>)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +486,7 @@ mod tests {
             ("local", cfg!(feature = "local")),
             ("namespace", cfg!(all(feature = "namespace", target_os = "linux"))),
             ("docker", cfg!(feature = "docker")),
+            ("kube", cfg!(feature = "kube")),
         ];
         assert_eq!(on.len(), entries().len(), "every entry's feature is checked here");
         for (feature, compiled) in on {

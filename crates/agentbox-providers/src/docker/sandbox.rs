@@ -1,6 +1,6 @@
 //! One Docker box, and its programs.
 //!
-//! Every program starts through [`SHIM`]: `sh -c SHIM agentbox-exec CWD ARGV…`. Before the
+//! Every program starts through the shim (`crate::shim`): `sh -c SHIM agentbox-exec CWD ARGV…`. Before the
 //! program runs, the shim writes one header line on stdout: `\0agentbox <pid>` when it is
 //! about to `exec` the program (same pid), `\0agentbox nocwd` or `\0agentbox noprog` when it
 //! cannot. The provider reads and strips that line, so `exec` answers `not_found` like every
@@ -30,11 +30,7 @@ use super::{DockerOptions, NAME, is_not_found, remove_options};
 use crate::transfer::{CONTROL_TIMEOUT, download_by_exec, upload_by_exec};
 
 /// The exec shim. `$1` is the working directory, the rest is the program and its arguments.
-pub(super) const SHIM: &str = r#"d=$1; shift
-cd -- "$d" 2>/dev/null || { printf '\000agentbox nocwd\n'; exit 126; }
-command -v -- "$1" >/dev/null 2>&1 || { printf '\000agentbox noprog\n'; exit 127; }
-printf '\000agentbox %s\n' "$$"
-exec "$@""#;
+pub(super) const SHIM: &str = crate::shim::SHIM;
 
 /// How long the shim may take to write its header.
 const START_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,0 +1,871 @@
+//! Kubernetes boxes: a pod per box, over the cluster's own API (kube-rs).
+//!
+//! The pod (see `pod`) is hardened as a box must be: no service-account token, no service
+//! links, a non-root user, every capability dropped, no privilege escalation, seccomp
+//! `RuntimeDefault`, a read-only root with emptyDirs for the workspace, the home, `/tmp` and
+//! the runner. Its first process ends the box at the deadline it reads from a downward-API
+//! file of the pod's `agentbox.ends-at-ms` annotation, so an extend is one patch, and the
+//! pod's `activeDeadlineSeconds` is the cluster's own backstop, set to
+//! [`KubeOptions::max_lifetime`] (the API lets it only fall, so it is the longest any box of
+//! this provider may be extended to). A pod that ended is deleted by the next list.
+//!
+//! Programs run over the `pods/exec` WebSocket (`v5.channel.k8s.io`, else `v4`; see `exec`),
+//! ports are reached by port-forward, and with [`KubeOptions::runner`] the runner binary is
+//! copied into the pod and reached through a relay exec, so each command and file operation
+//! is one message. `network: none` is a deny-all NetworkPolicy, and the facts say `none` only
+//! once a connection from inside the pod failed (a CNI may ignore policies: then the create
+//! fails rather than promise what the cluster does not keep).
+//!
+//! ```no_run
+//! # async fn f() -> agentbox_core::Result<()> {
+//! use std::time::Duration;
+//! use agentbox_core::{Ctx, Provider, Spec};
+//! use agentbox_providers::kube::{KubeOptions, KubeProvider};
+//! // The cluster of $KUBECONFIG (or ~/.kube/config, or the pod's own service account).
+//! let provider = KubeProvider::new(KubeOptions { namespace: "agents".into(), ..Default::default() }).await?;
+//! let b = provider.create(&Spec::new(Duration::from_secs(600)), &Ctx::background()).await?;
+//! b.destroy(&Ctx::background()).await?;
+//! # Ok(()) }
+//! ```
+
+mod exec;
+mod pod;
+mod sandbox;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{
+    Ctx, Error, ErrorCode, ExecOptions, FinishOptions, Honours, Labels, Network, NetworkFact, PortFact, PortKind,
+    Provider, Result, Sandbox, SandboxId, Spec, check_deadline, check_spec, finish, validate_name,
+};
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+
+use crate::helper::HelperCommand;
+use crate::runner::{Relay, RunnerSandbox};
+use crate::util::{now_ms, random_hex};
+pub use sandbox::KubeSandbox;
+
+/// The provider's name and id prefix.
+pub const NAME: &str = "kube";
+
+/// The image boxes start from unless a spec names one.
+pub const DEFAULT_IMAGE: &str = "agentbox-box:bookworm";
+
+/// Where programs start unless a spec names a workspace.
+pub const DEFAULT_WORKSPACE: &str = "/workspace";
+
+/// The PATH programs get.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The longest lifetime by default: the pods' `activeDeadlineSeconds`.
+pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// The uid (and gid, and fsGroup) a box's programs run as.
+pub const DEFAULT_UID: i64 = 1000;
+
+/// Where the runner binary is copied in the pod.
+const RUNNER_IN_POD: &str = "/run/agentbox/agentbox-runner";
+/// The runner's socket in the pod, which a relay exec reaches.
+const RUNNER_SOCKET: &str = "/run/agentbox/runner.sock";
+
+/// How a [`KubeProvider`] makes its pods.
+#[derive(Clone, Debug)]
+pub struct KubeOptions {
+    /// The kubeconfig to read; `None`: `$KUBECONFIG`, `~/.kube/config`, else the in-cluster
+    /// service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context; `None`: its current one.
+    pub context: Option<String>,
+    /// The namespace pods are made in; empty: the kubeconfig context's (else `default`).
+    pub namespace: String,
+    /// The image when a spec names none.
+    pub image: String,
+    /// The container's `imagePullPolicy`; `None`: the cluster's default.
+    pub image_pull_policy: Option<String>,
+    /// `runtimeClassName` for every pod (`gvisor`, `kata`...), stated in the facts' isolation.
+    pub runtime_class: Option<String>,
+    /// The longest lifetime a box may have or be extended to: every pod's
+    /// `activeDeadlineSeconds`.
+    pub max_lifetime: Duration,
+    /// The uid, gid and fsGroup programs run as (never 0: `runAsNonRoot`).
+    pub uid: i64,
+    /// CPUs when a spec names none.
+    pub cpus: Option<f64>,
+    /// Memory in MiB when a spec names none.
+    pub memory_mb: Option<u64>,
+    /// A node selector for pods that ask for a GPU (beside `nvidia.com/gpu: 1` and a
+    /// toleration of the `nvidia.com/gpu` taint).
+    pub gpu_node_selector: BTreeMap<String, String>,
+    /// The node label a spec's GPU model selects (`nvidia.com/gpu.product` by default).
+    pub gpu_label: String,
+    /// Where programs start unless a spec names a workspace.
+    pub workspace: String,
+    /// How long a pod may take to run (scheduling, pulling its image).
+    pub start_timeout: Duration,
+    /// A static `agentbox-runner` of this machine's, copied into each pod made: each command
+    /// and file operation is then one message through a relay exec.
+    pub runner: Option<HelperCommand>,
+}
+
+impl Default for KubeOptions {
+    fn default() -> Self {
+        KubeOptions {
+            kubeconfig: None,
+            context: None,
+            namespace: String::new(),
+            image: DEFAULT_IMAGE.into(),
+            image_pull_policy: None,
+            runtime_class: None,
+            max_lifetime: DEFAULT_MAX_LIFETIME,
+            uid: DEFAULT_UID,
+            cpus: None,
+            memory_mb: None,
+            gpu_node_selector: BTreeMap::new(),
+            gpu_label: "nvidia.com/gpu.product".into(),
+            workspace: DEFAULT_WORKSPACE.into(),
+            start_timeout: Duration::from_secs(180),
+            runner: None,
+        }
+    }
+}
+
+impl KubeOptions {
+    /// Check every option, naming the one that is wrong.
+    pub fn validate(&self) -> Result<()> {
+        if !self.namespace.is_empty() && !dns_label(&self.namespace) {
+            return Err(Error::invalid(format!(
+                "kube namespace: {:?} is not a DNS label (1 to 63 of a-z, 0-9 and -)",
+                self.namespace
+            )));
+        }
+        if self.image.is_empty() || self.image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::invalid(format!(
+                "kube image: {:?} is not an image name",
+                self.image
+            )));
+        }
+        if let Some(p) = &self.image_pull_policy
+            && !matches!(p.as_str(), "Always" | "IfNotPresent" | "Never")
+        {
+            return Err(Error::invalid(format!(
+                "kube image_pull_policy: {p:?} is not Always, IfNotPresent or Never"
+            )));
+        }
+        if let Some(rc) = &self.runtime_class
+            && !dns_subdomain(rc)
+        {
+            return Err(Error::invalid(format!(
+                "kube runtime_class: {rc:?} is not a DNS subdomain"
+            )));
+        }
+        if self.uid <= 0 {
+            return Err(Error::invalid(format!(
+                "kube uid: {} is root or below; pods run as non-root",
+                self.uid
+            )));
+        }
+        if self.max_lifetime < Duration::from_secs(60) || self.max_lifetime > Duration::from_secs(30 * 24 * 3600) {
+            return Err(Error::invalid(format!(
+                "kube max_lifetime: {} s is not between 60 s and 30 days",
+                self.max_lifetime.as_secs()
+            )));
+        }
+        if !agentbox_core::is_normal_absolute(&self.workspace) {
+            return Err(Error::invalid(format!(
+                "kube workspace: {:?} is not an absolute path in normal form",
+                self.workspace
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(dns_label)
+}
+
+/// The provider: pods in one namespace of one cluster.
+pub struct KubeProvider {
+    client: Client,
+    opts: Arc<KubeOptions>,
+    namespace: String,
+    pods: Api<Pod>,
+    policies: Api<NetworkPolicy>,
+    /// Whether the API server speaks v5 exec, once any exec learned it.
+    v5: Arc<std::sync::OnceLock<bool>>,
+    /// The runner binary's bytes, read once.
+    runner_bytes: tokio::sync::OnceCell<Arc<Vec<u8>>>,
+    /// The API server as the host reaches it, a target for the in-pod network probe.
+    server: Option<(String, u16)>,
+}
+
+impl KubeProvider {
+    /// Connect to the cluster of `opts` (nothing is asked of it until the first call).
+    pub async fn new(opts: KubeOptions) -> Result<Self> {
+        opts.validate()?;
+        let kopts = kube::config::KubeConfigOptions {
+            context: opts.context.clone(),
+            ..Default::default()
+        };
+        let mut config = match &opts.kubeconfig {
+            Some(path) => {
+                let kc = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| Error::invalid(format!("kubeconfig {}: {e}", path.display())))?;
+                kube::Config::from_custom_kubeconfig(kc, &kopts)
+                    .await
+                    .map_err(|e| Error::invalid(format!("kubeconfig {}: {e}", path.display())))?
+            }
+            None if opts.context.is_some() => kube::Config::from_kubeconfig(&kopts)
+                .await
+                .map_err(|e| Error::invalid(format!("kubeconfig: {e}")))?,
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| Error::invalid(format!("no cluster: neither a kubeconfig nor in-cluster config: {e}")))?,
+        };
+        // Every request has a deadline: a cluster that stops answering is a typed error.
+        config.connect_timeout = Some(Duration::from_secs(10));
+        config.read_timeout = Some(Duration::from_secs(60));
+        config.write_timeout = Some(Duration::from_secs(60));
+        let server = config.cluster_url.host().map(|h| {
+            (
+                h.trim_matches(['[', ']']).to_string(),
+                config.cluster_url.port_u16().unwrap_or(443),
+            )
+        });
+        let namespace = if opts.namespace.is_empty() {
+            config.default_namespace.clone()
+        } else {
+            opts.namespace.clone()
+        };
+        let client = Client::try_from(config).map_err(|e| Error::invalid(format!("kube client: {e}")))?;
+        let pods = Api::namespaced(client.clone(), &namespace);
+        let policies = Api::namespaced(client.clone(), &namespace);
+        tracing::debug!(namespace = %namespace, "kube provider");
+        Ok(KubeProvider {
+            client,
+            opts: Arc::new(opts),
+            namespace,
+            pods,
+            policies,
+            v5: Default::default(),
+            runner_bytes: Default::default(),
+            server,
+        })
+    }
+
+    /// The namespace its pods are in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn id_of(&self, pod: &str) -> SandboxId {
+        SandboxId::new(NAME, &format!("{}:{pod}", self.namespace)).expect("namespace and pod names are valid ids")
+    }
+
+    /// The pod an id names, where it is this provider's namespace's.
+    fn pod_of<'a>(&self, id: &'a SandboxId) -> Option<&'a str> {
+        if id.provider() != NAME {
+            return None;
+        }
+        let (ns, pod) = id.name().split_once(':')?;
+        (ns == self.namespace && dns_subdomain(pod)).then_some(pod)
+    }
+
+    fn target(&self, pod: &str) -> exec::Target {
+        exec::Target {
+            client: self.client.clone(),
+            namespace: self.namespace.clone(),
+            pod: pod.into(),
+            v5: self.v5.clone(),
+        }
+    }
+
+    /// The box of a running pod; `None` for one that ended or is not a box.
+    async fn sandbox_of(&self, p: &Pod, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        if pod::label(p, pod::LABEL_PROVIDER) != Some(NAME) || pod::phase(p) == pod::Phase::Ended {
+            return Ok(None);
+        }
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let network = match (
+            pod::annotation(p, pod::ANNOTATION_NETWORK),
+            pod::annotation(p, ANNOTATION_VERIFIED),
+        ) {
+            (Some("none"), Some("none")) => Some(NetworkFact::None),
+            (Some("none"), _) => Some(NetworkFact::Requested),
+            _ => None,
+        };
+        let mut facts = pod::facts(p, network);
+        facts.ports = Some(ports_of(p));
+        let b = Arc::new(KubeSandbox::new(
+            self.pods.clone(),
+            self.target(&name),
+            self.id_of(&name),
+            facts,
+            pod::host_labels(p),
+        ));
+        if pod::annotation(p, pod::ANNOTATION_RUNNER) == Some("true") && pod::phase(p) == pod::Phase::Running {
+            let r = RunnerSandbox::new(b.clone(), Arc::new(self.relay(b.clone())));
+            if r.check(ctx).await.is_ok() {
+                return Ok(Some(Arc::new(r)));
+            }
+            tracing::warn!(pod = %name, "the pod's runner does not answer: its own exec serves");
+        }
+        Ok(Some(b))
+    }
+
+    fn relay(&self, b: Arc<dyn Sandbox>) -> Relay {
+        Relay {
+            sandbox: b,
+            argv: vec![RUNNER_IN_POD.into(), "relay".into(), format!("unix:{RUNNER_SOCKET}")],
+        }
+    }
+
+    /// Wait until the pod runs: `Ok(pod)`, or the reason it never will.
+    async fn wait_running(&self, name: &str, ctx: &Ctx) -> Result<Pod> {
+        let deadline = tokio::time::Instant::now() + self.opts.start_timeout;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let p = retry(ctx, "reading the pod", || self.pods.get_opt(name))
+                .await?
+                .ok_or_else(|| Error::gone(format!("pod {name}: deleted while it started")))?;
+            match pod::phase(&p) {
+                pod::Phase::Running => return Ok(p),
+                pod::Phase::Ended => {
+                    let why = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.message.clone().or(s.reason.clone()))
+                        .unwrap_or_else(|| "its container exited".into());
+                    return Err(Error::unknown(format!("pod {name} ended as it started: {why}")));
+                }
+                pod::Phase::Pending => {
+                    if let Some(why) = pod::stuck(&p) {
+                        return Err(Error::unknown(format!("pod {name} cannot start: {why}")));
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::timeout(format!(
+                    "pod {name} did not run within {} s (scheduling or pulling its image)",
+                    self.opts.start_timeout.as_secs()
+                )));
+            }
+            ctx.run(tokio::time::sleep(pause)).await?;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Make the pod `name` of `spec` and wait for it; on failure nothing of it is left.
+    async fn make(
+        &self,
+        name: &str,
+        key: &str,
+        box_name: Option<&str>,
+        spec: &Spec,
+        ctx: &Ctx,
+    ) -> std::result::Result<Arc<dyn Sandbox>, Made> {
+        let ends_at = now_ms().saturating_add(u64::try_from(spec.max_lifetime.as_millis()).unwrap_or(u64::MAX));
+        let runner = self.opts.runner.is_some();
+        let manifest = pod::manifest(&self.opts, name, key, box_name, spec, ends_at, runner).map_err(Made::Failed)?;
+        let none = matches!(spec.network, Some(Network::None));
+        if none {
+            self.deny_all(name, key, ctx).await.map_err(Made::Failed)?;
+        }
+        let pp = PostParams::default();
+        let made = match attempt(ctx, || self.pods.create(&pp, &manifest)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if conflict(&e) => Err(Made::Exists),
+            Ok(Err(e)) => Err(Made::Failed(api_error(e, "creating the pod"))),
+            Err(e) => Err(Made::Failed(e)),
+        };
+        if let Err(e) = made {
+            if none && matches!(e, Made::Failed(_)) {
+                let _ = self.delete_policy(name, ctx).await;
+            }
+            return Err(e);
+        }
+        tracing::info!(pod = %name, namespace = %self.namespace, "pod created");
+        match self.finish_make(name, none, runner, ctx).await {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                let cleanup = Ctx::background().with_timeout(Duration::from_secs(30));
+                let _ = delete_pod(&self.pods, name, &cleanup).await;
+                if none {
+                    let _ = self.delete_policy(name, &cleanup).await;
+                }
+                Err(Made::Failed(e))
+            }
+        }
+    }
+
+    async fn finish_make(&self, name: &str, none: bool, runner: bool, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let p = self.wait_running(name, ctx).await?;
+        let mut facts = pod::facts(&p, None);
+        facts.ports = Some(ports_of(&p));
+        let make = |facts| {
+            Arc::new(KubeSandbox::new(
+                self.pods.clone(),
+                self.target(name),
+                self.id_of(name),
+                facts,
+                pod::host_labels(&p),
+            ))
+        };
+        let mut b = make(facts.clone());
+        if none {
+            facts.network = Some(self.verify_none(&b, ctx).await?);
+            b = make(facts);
+        }
+        if !runner {
+            return Ok(b);
+        }
+        self.install_runner(&b, ctx).await?;
+        let r = RunnerSandbox::new(b.clone(), Arc::new(self.relay(b.clone())));
+        r.check(ctx).await?;
+        Ok(Arc::new(r))
+    }
+
+    /// A deny-all NetworkPolicy for the box `key`, made before its pod so no packet of the
+    /// pod's ever went out unpoliced.
+    async fn deny_all(&self, pod_name: &str, key: &str, ctx: &Ctx) -> Result<()> {
+        let policy = NetworkPolicy {
+            metadata: ObjectMeta {
+                name: Some(policy_name(pod_name)),
+                labels: Some(
+                    [
+                        (pod::LABEL_PROVIDER.to_string(), NAME.to_string()),
+                        (pod::LABEL_BOX.to_string(), key.to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(LabelSelector {
+                    match_labels: Some([(pod::LABEL_BOX.to_string(), key.to_string())].into()),
+                    ..Default::default()
+                }),
+                policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+                ingress: None,
+                egress: None,
+            }),
+        };
+        let pp = PostParams::default();
+        match attempt(ctx, || self.policies.create(&pp, &policy)).await? {
+            Ok(_) => Ok(()),
+            // Left by an earlier make of the same name: it is the same policy.
+            Err(e) if conflict(&e) => Ok(()),
+            Err(e) => Err(api_error(e, "creating the network policy")),
+        }
+    }
+
+    async fn delete_policy(&self, pod_name: &str, ctx: &Ctx) -> Result<()> {
+        let (name, dp) = (policy_name(pod_name), DeleteParams::default());
+        match retry(ctx, "deleting the network policy", || self.policies.delete(&name, &dp)).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Prove `network: none` from inside the pod: a connection to the API server (which
+    /// this host just reached) must fail. One that succeeds means the cluster's CNI ignores
+    /// NetworkPolicies, and the box is refused; a pod with no way to try is `requested`.
+    async fn verify_none(&self, b: &Arc<KubeSandbox>, ctx: &Ctx) -> Result<NetworkFact> {
+        let mut targets: Vec<(String, u16)> = self.server.iter().cloned().collect();
+        // The service address every pod is given, where the cluster has one.
+        let probe = r#"for t in "$@"; do
+  h=${t%:*}; p=${t##*:}
+  if timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$h" "$p" 2>/dev/null; then echo "reached $t"; exit 0; fi
+done
+[ -n "$KUBERNETES_SERVICE_HOST" ] && timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$KUBERNETES_SERVICE_HOST" "${KUBERNETES_SERVICE_PORT:-443}" 2>/dev/null && { echo "reached the kubernetes service"; exit 0; }
+command -v bash >/dev/null || exit 4
+exit 3"#;
+        targets.dedup();
+        let mut argv = vec!["sh".to_string(), "-c".into(), probe.into(), "agentbox-probe".into()];
+        argv.extend(targets.iter().map(|(h, p)| format!("{h}:{p}")));
+        let p = b
+            .exec(
+                &argv,
+                &ExecOptions::default(),
+                &ctx.with_timeout(Duration::from_secs(30)),
+            )
+            .await?;
+        let out = finish(p, FinishOptions::default()).await?;
+        let (verdict, fact) = match out.status.code {
+            0 => {
+                return Err(Error::unsupported(format!(
+                    "spec.network none: the cluster does not enforce NetworkPolicies (from inside pod {}, {})",
+                    b.pod(),
+                    out.stdout_text().trim()
+                )));
+            }
+            3 => ("none", NetworkFact::None),
+            _ => ("requested", NetworkFact::Requested),
+        };
+        tracing::info!(pod = %b.pod(), network = verdict, "network none verified from inside the pod");
+        let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_VERIFIED: verdict}}});
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        retry(ctx, "recording the network probe", || {
+            self.pods.patch(b.pod(), &pp, &patch)
+        })
+        .await?;
+        Ok(fact)
+    }
+
+    /// Copy this machine's runner into the pod and start it listening on its socket.
+    async fn install_runner(&self, b: &Arc<KubeSandbox>, ctx: &Ctx) -> Result<()> {
+        let Some(helper) = &self.opts.runner else { return Ok(()) };
+        let bytes = self
+            .runner_bytes
+            .get_or_try_init(|| async {
+                tokio::fs::read(&helper.program)
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| Error::io(e, format!("reading the runner {}", helper.program.display())))
+            })
+            .await?
+            .clone();
+        b.put(RUNNER_IN_POD, &bytes, 0o755, ctx).await?;
+        if self.target(b.pod()).speaks_v5(ctx).await? {
+            // `cat` wrote it with the default mode.
+            let chmod = ["chmod", "0755", RUNNER_IN_POD].map(String::from);
+            let p = b.exec(&chmod, &ExecOptions::default(), ctx).await?;
+            let out = finish(p, FinishOptions::default()).await?;
+            if out.status.code != 0 {
+                return Err(Error::unknown(format!(
+                    "chmod of the runner: {}",
+                    out.stderr_text().trim()
+                )));
+            }
+        }
+        let mut program = vec![RUNNER_IN_POD.to_string()];
+        program.extend(helper.args.iter().cloned());
+        crate::runner::start(b.as_ref(), &program, &[format!("unix:{RUNNER_SOCKET}")], None, ctx).await?;
+        Ok(())
+    }
+
+    async fn get(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Pod>> {
+        let Some(name) = self.pod_of(id) else { return Ok(None) };
+        retry(ctx, "reading the pod", || self.pods.get_opt(name)).await
+    }
+}
+
+/// How a make went wrong: the name was taken (another host's open won), or anything else.
+enum Made {
+    Exists,
+    Failed(Error),
+}
+
+/// The annotation the network probe's verdict is kept in.
+const ANNOTATION_VERIFIED: &str = "agentbox.network-verified";
+
+fn policy_name(pod: &str) -> String {
+    format!("{pod}-deny-all")
+}
+
+/// Every port is reached by port-forward: the facts name the spec's, as TCP.
+fn ports_of(p: &Pod) -> Vec<PortFact> {
+    p.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter(|c| c.name == pod::CONTAINER)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|cp| u16::try_from(cp.container_port).ok())
+        .map(|port| PortFact {
+            port,
+            kind: PortKind::Tcp,
+        })
+        .collect()
+}
+
+/// A kube-rs error as one of ours, naming `what` was being done. Never the request's
+/// headers (the token).
+pub(crate) fn api_error(e: kube::Error, what: &str) -> Error {
+    match &e {
+        kube::Error::Api(s) => {
+            let msg = format!("{what}: {} ({} {})", s.message, s.code, s.reason);
+            match s.code {
+                404 => Error::not_found(msg),
+                409 => Error::new(ErrorCode::Refused, msg),
+                400 | 422 => Error::invalid(msg),
+                401 | 403 => Error::new(ErrorCode::PermissionDenied, msg),
+                429 => Error::new(ErrorCode::Refused, msg),
+                _ => Error::unknown(msg),
+            }
+        }
+        _ => Error::unknown(format!("{what}: {e}")),
+    }
+}
+
+/// How many times a throttled (429) or briefly unavailable (503) request is tried.
+const TRIES: u32 = 6;
+
+/// Run one API call, again after a pause where the server said it is throttling (429) or
+/// not ready (503), at most [`TRIES`] times; every other error is the answer.
+pub(crate) async fn retry<T, F, Fut>(ctx: &Ctx, what: &str, call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, kube::Error>>,
+{
+    attempt(ctx, call).await?.map_err(|e| api_error(e, what))
+}
+
+/// [`retry`], answering the API's own error for the caller to read (a 409, say); the outer
+/// error is the context's end.
+pub(crate) async fn attempt<T, F, Fut>(ctx: &Ctx, mut call: F) -> Result<std::result::Result<T, kube::Error>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, kube::Error>>,
+{
+    let mut pause = Duration::from_millis(200);
+    for n in 1..=TRIES {
+        match ctx.run(call()).await? {
+            Err(kube::Error::Api(s)) if (s.code == 429 || s.code == 503) && n < TRIES => {
+                tracing::debug!(code = s.code, attempt = n, "the API server asked to retry");
+                ctx.run(tokio::time::sleep(pause)).await?;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            r => return Ok(r),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+fn conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Delete a pod now (grace 0): absent already is done.
+pub(crate) async fn delete_pod(api: &Api<Pod>, name: &str, ctx: &Ctx) -> Result<()> {
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    match retry(ctx, "deleting the pod", || api.delete(name, &dp)).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A label selector: the provider's own label and the host's.
+fn selector(labels: &Labels) -> String {
+    let mut s = format!("{}={NAME}", pod::LABEL_PROVIDER);
+    for (k, v) in labels {
+        s.push_str(&format!(",{k}={v}"));
+    }
+    s
+}
+
+#[async_trait]
+impl Provider for KubeProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn honours(&self) -> Honours {
+        Honours {
+            image: true,
+            cpus: true,
+            memory: true,
+            gpu: true,
+            isolation: vec![isolation_of(self.opts.runtime_class.as_deref())],
+            network_none: true,
+            ports: true,
+            workspace: true,
+            env: true,
+            live_processes: true,
+            names: true,
+            extend: true,
+            relabel: true,
+            ..Default::default()
+        }
+    }
+
+    async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.check(spec)?;
+        let key = random_hex(8)?;
+        match self.make(&format!("agentbox-{key}"), &key, None, spec, ctx).await {
+            Ok(b) => Ok(b),
+            Err(Made::Failed(e)) => Err(e),
+            Err(Made::Exists) => Err(Error::new(
+                ErrorCode::Refused,
+                format!("pod agentbox-{key} exists already"),
+            )),
+        }
+    }
+
+    async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        match self.get(id, ctx).await? {
+            Some(p) => self.sandbox_of(&p, ctx).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        pod::check_labels(labels)?;
+        let lp = ListParams::default().labels(&selector(labels));
+        let pods = retry(ctx, "listing pods", || self.pods.list(&lp)).await?;
+        let mut out = Vec::new();
+        for p in pods.items {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            if pod::phase(&p) == pod::Phase::Ended {
+                // An ended pod is deleted here, its policy with it: nothing is left behind.
+                tracing::info!(pod = %name, "deleting an ended pod");
+                let _ = delete_pod(&self.pods, &name, ctx).await;
+                let _ = self.delete_policy(&name, ctx).await;
+                continue;
+            }
+            if let Some(b) = self.sandbox_of(&p, ctx).await? {
+                out.push(b);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        validate_name("name", name)?;
+        self.check(spec)?;
+        let key = crate::lifecycle::name_key(name, &spec.labels)?;
+        let pod_name = format!("agentbox-n-{key}");
+        for _ in 0..3 {
+            if let Some(p) = retry(ctx, "reading the pod", || self.pods.get_opt(&pod_name)).await? {
+                if pod::phase(&p) == pod::Phase::Ended {
+                    delete_pod(&self.pods, &pod_name, ctx).await?;
+                    self.delete_policy(&pod_name, ctx).await?;
+                    continue;
+                }
+                let p = self.wait_running(&pod_name, ctx).await?;
+                if let Some(b) = self.sandbox_of(&p, ctx).await? {
+                    return Ok(b);
+                }
+                continue;
+            }
+            match self.make(&pod_name, &key, Some(name), spec, ctx).await {
+                Ok(b) => return Ok(b),
+                // Another host made it first: that one is the box.
+                Err(Made::Exists) => continue,
+                Err(Made::Failed(e)) => return Err(e),
+            }
+        }
+        Err(Error::unknown(format!(
+            "open {name:?}: pod {pod_name} kept ending or changing while it was opened"
+        )))
+    }
+
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+        let key = crate::lifecycle::name_key(name, labels)?;
+        let pod_name = format!("agentbox-n-{key}");
+        let existed = retry(ctx, "reading the pod", || self.pods.get_opt(&pod_name))
+            .await?
+            .is_some_and(|p| pod::phase(&p) != pod::Phase::Ended);
+        delete_pod(&self.pods, &pod_name, ctx).await?;
+        self.delete_policy(&pod_name, ctx).await?;
+        Ok(existed)
+    }
+
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        check_deadline(ends_at_ms, now_ms())?;
+        let Some(p) = self.get(id, ctx).await?.filter(|p| pod::phase(p) != pod::Phase::Ended) else {
+            return Err(Error::gone(format!("box {id}: it has ended")));
+        };
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let start = pod::started_at_ms(&p).unwrap_or_else(now_ms);
+        let ads = p.spec.as_ref().and_then(|s| s.active_deadline_seconds).unwrap_or(0);
+        let backstop = start.saturating_add(u64::try_from(ads).unwrap_or(0).saturating_mul(1000));
+        if ends_at_ms > backstop {
+            return Err(Error::invalid(format!(
+                "extend {id}: past the pod's backstop (activeDeadlineSeconds {ads} s from its start, which the \
+                 API lets only fall): at most {backstop} ms since the epoch"
+            )));
+        }
+        let current: u64 = pod::annotation(&p, pod::ANNOTATION_ENDS_AT)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(backstop);
+        let mut patch =
+            serde_json::json!({"metadata": {"annotations": {pod::ANNOTATION_ENDS_AT: ends_at_ms.to_string()}}});
+        if ends_at_ms < current {
+            // An earlier end is the cluster's to keep at once, not only when the kubelet next
+            // refreshes the downward-API file.
+            let secs = ends_at_ms.saturating_sub(start).div_ceil(1000).max(1);
+            patch["spec"] = serde_json::json!({"activeDeadlineSeconds": secs});
+        }
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        retry(ctx, "extending the pod", || self.pods.patch(&name, &pp, &patch)).await?;
+        tracing::info!(box_id = %id, ends_at_ms, "extended");
+        self.attach(id, ctx)
+            .await?
+            .ok_or_else(|| Error::gone(format!("box {id}: it ended as it was extended")))
+    }
+
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        agentbox_core::validate_labels(labels)?;
+        pod::check_labels(labels)?;
+        let Some(p) = self.get(id, ctx).await?.filter(|p| pod::phase(p) != pod::Phase::Ended) else {
+            return Err(Error::gone(format!("box {id}: it has ended")));
+        };
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let mut set = serde_json::Map::new();
+        for k in pod::host_labels(&p).keys() {
+            set.insert(k.clone(), serde_json::Value::Null);
+        }
+        for (k, v) in labels {
+            set.insert(k.clone(), serde_json::Value::String(v.clone()));
+        }
+        let patch = serde_json::json!({"metadata": {"labels": set}});
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        retry(ctx, "relabelling the pod", || self.pods.patch(&name, &pp, &patch)).await?;
+        self.attach(id, ctx)
+            .await?
+            .ok_or_else(|| Error::gone(format!("box {id}: it ended as it was relabelled")))
+    }
+}
+
+impl KubeProvider {
+    /// What create and open refuse beyond `check_spec`.
+    fn check(&self, spec: &Spec) -> Result<()> {
+        check_spec(spec, &self.honours(), NAME)?;
+        pod::check_labels(&spec.labels)?;
+        if spec.max_lifetime > self.opts.max_lifetime {
+            return Err(Error::invalid(format!(
+                "spec.max_lifetime: {} s is over this provider's {} s (its pods' activeDeadlineSeconds)",
+                spec.max_lifetime.as_secs(),
+                self.opts.max_lifetime.as_secs()
+            )));
+        }
+        if let Some(p) = spec.ports.iter().find(|p| p.kind == PortKind::Https) {
+            return Err(Error::unsupported(format!(
+                "spec.ports: port {} as https: kube boxes reach ports by port-forward, as TCP",
+                p.port
+            )));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn isolation_of(runtime_class: Option<&str>) -> String {
+    match runtime_class {
+        None => "container".into(),
+        Some(rc) if rc.contains("gvisor") || rc == "runsc" => "gvisor".into(),
+        Some(rc) if rc.contains("kata") => "vm".into(),
+        Some(rc) => format!("runtime-class:{rc}"),
+    }
+}
