@@ -77,7 +77,13 @@ impl Target {
             .exec(&self.pod, argv.iter().map(String::as_str), &ap)
             .map_err(|e| Error::invalid(format!("exec in pod {}: {e}", self.pod)))?;
         let conn = match tokio::time::timeout(START_TIMEOUT, ctx.run(self.client.connect(req))).await {
-            Ok(r) => r?.map_err(|e| super::api_error(e, &format!("exec in pod {}", self.pod)))?,
+            // The pod is gone: so is the box.
+            Ok(r) => r?.map_err(|e| match &e {
+                kube::Error::Api(s) if s.code == 404 => {
+                    Error::gone(format!("exec in pod {}: the pod is gone ({})", self.pod, s.message))
+                }
+                _ => super::api_error(e, &format!("exec in pod {}", self.pod)),
+            })?,
             Err(_) => {
                 return Err(Error::timeout(format!(
                     "exec in pod {}: the API server did not open the stream in {} s",
@@ -191,21 +197,23 @@ fn start(opened: Opened, header: Option<oneshot::Sender<Result<Header>>>, target
     let ended = Arc::new(AtomicBool::new(false));
     let (frames_tx, mut frames_rx) = mpsc::channel::<Message>(4);
 
-    // The writer: stdin's bytes, its end (v5), and pings, until the reader is done.
+    // The writer: stdin's bytes, its end (v5), and pings, until the reader is done (which
+    // aborts it). It never closes the socket itself: a server reads a client's close as the
+    // caller gone, and ends the program.
     let writer = tokio::spawn(async move {
         let mut sink = sink;
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.reset();
+        let mut open = true;
         loop {
             tokio::select! {
-                m = frames_rx.recv() => match m {
+                m = frames_rx.recv(), if open => match m {
                     Some(m) => if sink.send(m).await.is_err() { break },
-                    None => break,
+                    None => open = false,
                 },
                 _ = ping.tick() => if sink.send(Message::Ping(Vec::new().into())).await.is_err() { break },
             }
         }
-        let _ = sink.close().await;
     });
     let stdin_frames = frames_tx.clone();
     let stdin_task = tokio::spawn(async move {

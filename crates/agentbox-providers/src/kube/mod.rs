@@ -72,9 +72,9 @@ pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_UID: i64 = 1000;
 
 /// Where the runner binary is copied in the pod.
-const RUNNER_IN_POD: &str = "/run/agentbox/agentbox-runner";
+const RUNNER_IN_POD: &str = "/agentbox/agentbox-runner";
 /// The runner's socket in the pod, which a relay exec reaches.
-const RUNNER_SOCKET: &str = "/run/agentbox/runner.sock";
+const RUNNER_SOCKET: &str = "/agentbox/runner.sock";
 
 /// How a [`KubeProvider`] makes its pods.
 #[derive(Clone, Debug)]
@@ -714,6 +714,9 @@ impl Provider for KubeProvider {
     }
 
     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        if id.provider() != NAME {
+            return Err(Error::invalid(format!("box {id}: not a {NAME} box")));
+        }
         match self.get(id, ctx).await? {
             Some(p) => self.sandbox_of(&p, ctx).await,
             None => Ok(None),

@@ -36,12 +36,15 @@ pub(super) const ANNOTATION_RUNNER: &str = "agentbox.runner";
 pub(super) const ANNOTATION_NETWORK: &str = "agentbox.network";
 /// The container's name.
 pub(super) const CONTAINER: &str = "box";
+// Every mount point is a top-level directory: an image with a read-only root need not have
+// it, since a new top-level directory is the one kind every runtime (and the fake's namespace
+// boxes) can make.
 /// Where the deadline file is mounted (downward API, read-only).
-pub(super) const DEADLINE_DIR: &str = "/etc/agentbox";
+pub(super) const DEADLINE_DIR: &str = "/agentbox-deadline";
 /// The runner's directory (an emptyDir): its binary and its socket.
-pub(super) const RUNNER_DIR: &str = "/run/agentbox";
+pub(super) const RUNNER_DIR: &str = "/agentbox";
 /// The home directory (an emptyDir).
-pub(super) const HOME: &str = "/home/agentbox";
+pub(super) const HOME: &str = "/home";
 
 /// The pod's first process: it ends the box at the deadline it reads (again every second)
 /// from the downward-API file of the pod's annotation, so an extend is one patch of that
@@ -49,7 +52,7 @@ pub(super) const HOME: &str = "/home/agentbox";
 /// `activeDeadlineSeconds` is the cluster's backstop should this process be stopped.
 pub(super) const LIFETIME: &str = r#"trap 'exit 0' TERM INT
 while :; do
-  end=$(cat /etc/agentbox/ends-at-ms 2>/dev/null) || exit 0
+  end=$(cat /agentbox-deadline/ends-at-ms 2>/dev/null) || exit 0
   case $end in ''|*[!0-9]*) exit 0 ;; esac
   [ "$(date +%s)" -lt $(( (end + 999) / 1000 )) ] || exit 0
   sleep 1 & wait $!
@@ -309,13 +312,13 @@ pub(super) fn stuck(p: &Pod) -> Option<String> {
     .then(|| format!("{reason}: {}", w.message.as_deref().unwrap_or("")))
 }
 
-/// The host's labels of a pod (those not under `agentbox.`).
+/// The host's labels of a pod (those not in the providers' namespace).
 pub(super) fn host_labels(p: &Pod) -> Labels {
     p.metadata
         .labels
         .iter()
         .flatten()
-        .filter(|(k, _)| !k.starts_with("agentbox"))
+        .filter(|(k, _)| !agentbox_core::is_reserved_label(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
