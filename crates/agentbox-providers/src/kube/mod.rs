@@ -340,7 +340,7 @@ impl KubeProvider {
     /// Wait until the pod runs: `Ok(pod)`, or the reason it never will.
     async fn wait_running(&self, name: &str, ctx: &Ctx) -> Result<Pod> {
         let deadline = tokio::time::Instant::now() + self.opts.start_timeout;
-        let mut pause = Duration::from_millis(50);
+        let mut pause = Duration::from_millis(10);
         loop {
             let p = retry(ctx, "reading the pod", || self.pods.get_opt(name))
                 .await?
