@@ -29,7 +29,9 @@
 //!   the container is never restarted: `restartPolicy` is kept, and the pod ends Succeeded
 //!   or Failed when its first process exits, whatever the policy;
 //! - `spec.activeDeadlineSeconds` is counted from `status.startTime`: the pod is Failed with
-//!   reason `DeadlineExceeded` and its box ended;
+//!   reason `DeadlineExceeded` and its box ended; every box is made with a lifetime of
+//!   [`POD_LIFETIME`] (6 hours), which its init enforces even if the fake is killed, so a pod
+//!   running longer fails as a killed container (137);
 //! - a NetworkPolicy selecting the pod with `Egress` in its policyTypes and no egress rule
 //!   (and no other selecting policy allowing any egress) gives the box no network but
 //!   loopback, read at the pod's start; one with egress rules leaves the network open (the
@@ -56,6 +58,11 @@ pub(crate) const LOG_BOUND: usize = 1 << 20;
 /// The node every pod is bound to.
 pub(crate) const NODE: &str = "agentbox-fake";
 
+/// The lifetime every pod's box is made with, which its init enforces with no call from the
+/// fake: a fake killed without its shutdown leaves no box past it. A pod that runs longer
+/// fails as a container killed (exit 137).
+pub(crate) const POD_LIFETIME: Duration = Duration::from_secs(6 * 3600);
+
 /// How long making a box may take before the container is reported failed to start.
 const MAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -80,6 +87,9 @@ pub(crate) struct PodRun {
     pub(crate) working_dir: Option<String>,
     /// The box while the container runs.
     pub(crate) sandbox: Mutex<Option<Arc<dyn Sandbox>>>,
+    /// Set (under `sandbox`'s lock) once the pod's box is to end: a box made after it is
+    /// destroyed at once rather than kept.
+    stopped: std::sync::atomic::AtomicBool,
     /// Whether the box was made with no network but loopback.
     pub(crate) isolated: Mutex<bool>,
     log: Mutex<Log>,
@@ -88,11 +98,14 @@ pub(crate) struct PodRun {
     /// Told when the pod is deleted or the fake shuts down.
     stop: Notify,
     /// Where the downwardAPI volumes' files are, to rewrite on a patch.
-    downward: Mutex<Vec<(PathBuf, Vec<(String, String)>)>>,
+    downward: Mutex<Vec<Downward>>,
     /// Told on every change of the log, and when the container ends.
     pub(crate) log_changed: Notify,
     pub(crate) ended: watch::Sender<bool>,
 }
+
+/// A downwardAPI volume's host directory and its items (file path, fieldPath).
+type Downward = (PathBuf, Vec<(String, String)>);
 
 #[derive(Default)]
 struct Log {
@@ -120,8 +133,21 @@ impl PodRun {
         self.sandbox.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The box, taken for its end; no box made later is kept.
     fn take_sandbox(&self) -> Option<Arc<dyn Sandbox>> {
-        self.sandbox.lock().unwrap_or_else(|p| p.into_inner()).take()
+        let mut slot = self.sandbox.lock().unwrap_or_else(|p| p.into_inner());
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+        slot.take()
+    }
+
+    /// Keep `b` as the pod's box, unless the pod's end came first (then `false`).
+    fn keep(&self, b: &Arc<dyn Sandbox>) -> bool {
+        let mut slot = self.sandbox.lock().unwrap_or_else(|p| p.into_inner());
+        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
+        *slot = Some(b.clone());
+        true
     }
 }
 
@@ -172,7 +198,12 @@ impl Kubelet {
 
     /// Every pod's run (for shutdown).
     fn all(&self) -> Vec<Arc<PodRun>> {
-        self.runs.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Start the pod just created.
@@ -185,6 +216,7 @@ impl Kubelet {
             container: c["name"].as_str().unwrap_or("").to_string(),
             working_dir: c["workingDir"].as_str().filter(|s| !s.is_empty()).map(str::to_string),
             sandbox: Mutex::new(None),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             isolated: Mutex::new(false),
             log: Mutex::new(Log::default()),
             deadline: watch::Sender::new(pod["spec"]["activeDeadlineSeconds"].as_i64()),
@@ -244,6 +276,13 @@ impl Kubelet {
             end_box(&run).await;
         }
         self.runs.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // Any box of the fake's provider still there (one whose make was under way): ended too.
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(10));
+        if let Ok(left) = self.provider.list(&Default::default(), &ctx).await {
+            for b in left {
+                let _ = b.destroy(&ctx).await;
+            }
+        }
     }
 
     /// One pod's life, from scheduling to its end.
@@ -340,7 +379,8 @@ impl Kubelet {
         let wait = |reason: &'static str, message: String| {
             tracing::info!(pod = %run.name, reason, message, "container waiting");
             set_status(store, run, |pod| {
-                pod["status"]["containerStatuses"][0]["state"] = json!({"waiting": {"reason": reason, "message": message}});
+                pod["status"]["containerStatuses"][0]["state"] =
+                    json!({"waiting": {"reason": reason, "message": message}});
             });
         };
         let c = &pod["spec"]["containers"][0];
@@ -348,7 +388,9 @@ impl Kubelet {
         let Some(rootfs) = self.images.resolve(image).cloned() else {
             wait(
                 "ErrImagePull",
-                format!("failed to pull and unpack image {image:?}: the fake knows no such image (give it --image {image}=DIR or --rootfs DIR)"),
+                format!(
+                    "failed to pull and unpack image {image:?}: the fake knows no such image (give it --image {image}=DIR or --rootfs DIR)"
+                ),
             );
             tokio::time::sleep(Duration::from_secs(1)).await;
             wait("ImagePullBackOff", format!("Back-off pulling image {image:?}"));
@@ -387,28 +429,51 @@ impl Kubelet {
         };
         let isolated = self.network_policy && denies_egress(store, pod);
         *run.isolated.lock().unwrap_or_else(|p| p.into_inner()) = isolated;
-        let mut spec = Spec::new(agentbox_core::MAX_LIFETIME);
+        let mut spec = Spec::new(POD_LIFETIME);
         spec.image = Some(rootfs.to_string_lossy().into_owned());
         spec.env = env;
         spec.mounts = mounts;
         if isolated {
             spec.network = Some(Network::None);
         }
-        let ctx = Ctx::background().with_timeout(MAKE_TIMEOUT);
-        let b = match self.provider.create(&spec, &ctx).await {
-            Ok(b) => b,
+        // Made on a task of its own, which keeps the box or ends it: this future may be dropped
+        // (the pod deleted, its deadline) while the box is being made, and a box made then must
+        // not outlive its pod.
+        let made = {
+            let (provider, run) = (self.provider.clone(), run.clone());
+            tokio::spawn(async move {
+                let ctx = Ctx::background().with_timeout(MAKE_TIMEOUT);
+                let b = provider.create(&spec, &ctx).await?;
+                if run.keep(&b) {
+                    return Ok(b);
+                }
+                let _ = b.destroy(&Ctx::background().with_timeout(MAKE_TIMEOUT)).await;
+                Err(agentbox_core::Error::aborted("the pod ended while its box was made"))
+            })
+        };
+        let b = match made.await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
+                wait(
+                    "CreateContainerError",
+                    format!("the pod's box could not be made: {}", e.message()),
+                );
+                return pending().await;
+            }
             Err(e) => {
-                wait("CreateContainerError", format!("the pod's box could not be made: {}", e.message()));
+                wait("CreateContainerError", format!("making the pod's box: {e}"));
                 return pending().await;
             }
         };
-        *run.sandbox.lock().unwrap_or_else(|p| p.into_inner()) = Some(b.clone());
         let opts = ExecOptions {
             cwd: run.working_dir.clone(),
             detach: true,
             ..Default::default()
         };
-        let mut p = match b.exec(&argv, &opts, &Ctx::background().with_timeout(MAKE_TIMEOUT)).await {
+        let mut p = match b
+            .exec(&argv, &opts, &Ctx::background().with_timeout(MAKE_TIMEOUT))
+            .await
+        {
             Ok(p) => p,
             Err(e) => {
                 wait(
@@ -489,9 +554,13 @@ impl Kubelet {
         for m in c["volumeMounts"].as_array().cloned().unwrap_or_default() {
             let name = m["name"].as_str().unwrap_or("");
             let target = m["mountPath"].as_str().unwrap_or("").to_string();
-            let vol = volumes.get(name).ok_or_else(|| format!("volume {name:?} is not in the pod"))?;
+            let vol = volumes
+                .get(name)
+                .ok_or_else(|| format!("volume {name:?} is not in the pod"))?;
             if m.get("subPath").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
-                return Err(format!("volumeMount {name:?}: subPath is not supported by the fake's kubelet"));
+                return Err(format!(
+                    "volumeMount {name:?}: subPath is not supported by the fake's kubelet"
+                ));
             }
             if !made.contains_key(name) {
                 let dir = base.join(name);
@@ -533,11 +602,9 @@ impl Kubelet {
     }
 }
 
-fn pending() -> impl std::future::Future<Output = End> {
-    async {
-        std::future::pending::<()>().await;
-        End::Never
-    }
+async fn pending() -> End {
+    std::future::pending::<()>().await;
+    End::Never
 }
 
 /// Destroy the run's box if it has one; whether it had.
@@ -579,7 +646,10 @@ fn condition(kind: &str, ok: bool, now: &str, reason: Option<&str>) -> Value {
 fn not_ready(st: &mut Value, now: &str, reason: &str) {
     if let Some(cs) = st["conditions"].as_array_mut() {
         for c in cs {
-            if matches!(c["type"].as_str(), Some("Ready" | "ContainersReady" | "PodReadyToStartContainers")) {
+            if matches!(
+                c["type"].as_str(),
+                Some("Ready" | "ContainersReady" | "PodReadyToStartContainers")
+            ) {
                 c["status"] = json!("False");
                 c["lastTransitionTime"] = json!(now);
                 c["reason"] = json!(reason);
@@ -629,7 +699,10 @@ fn non_root_refusal(pod: &Value, c: &Value, name: &str, ns: &str, uid: &str) -> 
     if pick("runAsNonRoot").and_then(|v| v.as_bool()) != Some(true) {
         return None;
     }
-    let who = format!("(pod: \"{name}_{ns}({uid})\", container: {})", c["name"].as_str().unwrap_or(""));
+    let who = format!(
+        "(pod: \"{name}_{ns}({uid})\", container: {})",
+        c["name"].as_str().unwrap_or("")
+    );
     match pick("runAsUser").and_then(|v| v.as_i64()) {
         None => Some(format!("container has runAsNonRoot and image will run as root {who}")),
         Some(0) => Some(format!("container's runAsUser breaks non-root policy {who}")),
@@ -644,7 +717,11 @@ fn field_ref(path: &str, pod: &Value) -> Result<String, String> {
         // As the kubelet writes them: `key="value"` lines, sorted, values quoted as Go's %q.
         let mut lines: Vec<String> = m
             .as_object()
-            .map(|o| o.iter().map(|(k, v)| format!("{k}={:?}", v.as_str().unwrap_or(""))).collect())
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| format!("{k}={:?}", v.as_str().unwrap_or("")))
+                    .collect()
+            })
             .unwrap_or_default();
         lines.sort();
         lines.join("\n")
@@ -686,7 +763,10 @@ fn env_of(c: &Value, pod: &Value) -> Result<BTreeMap<String, String>, String> {
             Some(from) => match from.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
                 Some(path) => field_ref(path, pod)?,
                 None => {
-                    let kind = from.as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_default();
+                    let kind = from
+                        .as_object()
+                        .and_then(|o| o.keys().next().cloned())
+                        .unwrap_or_default();
                     return Err(format!(
                         "env {name:?}: valueFrom {kind} is not supported by the fake's kubelet (fieldRef only)"
                     ));
@@ -703,7 +783,9 @@ fn downward_items(d: &Value) -> Result<Vec<(String, String)>, String> {
     for (i, item) in d["items"].as_array().cloned().unwrap_or_default().iter().enumerate() {
         let path = item["path"].as_str().unwrap_or("");
         if path.is_empty() || path.starts_with('/') || path.split('/').any(|c| c == ".." || c.is_empty()) {
-            return Err(format!("downwardAPI items[{i}].path {path:?}: a relative path without '..'"));
+            return Err(format!(
+                "downwardAPI items[{i}].path {path:?}: a relative path without '..'"
+            ));
         }
         let Some(field) = item.pointer("/fieldRef/fieldPath").and_then(Value::as_str) else {
             return Err(format!(
