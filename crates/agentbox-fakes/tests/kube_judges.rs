@@ -130,7 +130,9 @@ async fn running(kube: &FakeKube, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_judges_the_fake() {
     let test = "kubectl_judges_the_fake";
-    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else { return };
+    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else {
+        return;
+    };
     let Some(kube) = fake(test, true).await else { return };
     let dir = kube.kubeconfig().parent().unwrap().to_path_buf();
     std::fs::write(dir.join("pod.yaml"), POD).unwrap();
@@ -138,7 +140,10 @@ async fn kubectl_judges_the_fake() {
     let pod_yaml = dir.join("pod.yaml").to_string_lossy().into_owned();
     let np_yaml = dir.join("np.yaml").to_string_lossy().into_owned();
     let out = ok(&k, &kube, &["create", "-f", &pod_yaml]).await;
-    assert!(out.contains("pod/judged created") && out.contains("pod/other created"), "{out}");
+    assert!(
+        out.contains("pod/judged created") && out.contains("pod/other created"),
+        "{out}"
+    );
     // Only the matching pod, and its security context as it was given.
     let list: Value = serde_json::from_str(&ok(&k, &kube, &["get", "pods", "-l", "k=v", "-o", "json"]).await).unwrap();
     let items = list["items"].as_array().unwrap();
@@ -149,9 +154,27 @@ async fn kubectl_judges_the_fake() {
     // An exit code, and stdin ended by v5's close.
     let (code, _, err) = kubectl(&k, &kube, &["exec", "judged", "--", "sh", "-c", "exit 3"], None).await;
     assert_eq!(code, 3, "{err}");
-    let (code, out, err) = kubectl(&k, &kube, &["exec", "-i", "judged", "--", "cat"], Some("through stdin\n")).await;
+    let (code, out, err) = kubectl(
+        &k,
+        &kube,
+        &["exec", "-i", "judged", "--", "cat"],
+        Some("through stdin\n"),
+    )
+    .await;
     assert_eq!((code, out.as_str()), (0, "through stdin\n"), "{err}");
-    let out = ok(&k, &kube, &["exec", "judged", "--", "sh", "-c", "touch /scratch/f /tmp/cache/f && cat /podinfo/name /podinfo/note"]).await;
+    let out = ok(
+        &k,
+        &kube,
+        &[
+            "exec",
+            "judged",
+            "--",
+            "sh",
+            "-c",
+            "touch /scratch/f /tmp/cache/f && cat /podinfo/name /podinfo/note",
+        ],
+    )
+    .await;
     assert_eq!(out, "judgedfirst");
     // Patches: get sees them, and so does the downward file in the pod.
     ok(&k, &kube, &["annotate", "pod", "judged", "note=second", "--overwrite"]).await;
@@ -159,8 +182,15 @@ async fn kubectl_judges_the_fake() {
     let got: Value = serde_json::from_str(&ok(&k, &kube, &["get", "pod", "judged", "-o", "json"]).await).unwrap();
     assert_eq!(got["metadata"]["annotations"]["note"], "second");
     assert_eq!(got["metadata"]["labels"]["extra"], "yes");
-    assert_eq!(ok(&k, &kube, &["exec", "judged", "--", "cat", "/podinfo/note"]).await, "second");
-    assert!(ok(&k, &kube, &["exec", "judged", "--", "cat", "/podinfo/labels"]).await.contains("extra=\"yes\""));
+    assert_eq!(
+        ok(&k, &kube, &["exec", "judged", "--", "cat", "/podinfo/note"]).await,
+        "second"
+    );
+    assert!(
+        ok(&k, &kube, &["exec", "judged", "--", "cat", "/podinfo/labels"])
+            .await
+            .contains("extra=\"yes\"")
+    );
     assert!(ok(&k, &kube, &["logs", "judged"]).await.contains("started"));
     // Delete waits (a watch) until the pod is gone.
     let out = ok(&k, &kube, &["delete", "pod", "judged"]).await;
@@ -169,8 +199,13 @@ async fn kubectl_judges_the_fake() {
     assert_ne!(code, 0);
     assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
     // NetworkPolicies.
-    assert!(ok(&k, &kube, &["create", "-f", &np_yaml]).await.contains("deny-egress created"));
-    let np: Value = serde_json::from_str(&ok(&k, &kube, &["get", "networkpolicy", "deny-egress", "-o", "json"]).await).unwrap();
+    assert!(
+        ok(&k, &kube, &["create", "-f", &np_yaml])
+            .await
+            .contains("deny-egress created")
+    );
+    let np: Value =
+        serde_json::from_str(&ok(&k, &kube, &["get", "networkpolicy", "deny-egress", "-o", "json"]).await).unwrap();
     assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Egress"]));
     assert!(ok(&k, &kube, &["delete", "-f", &np_yaml]).await.contains("deleted"));
     let (code, _, _) = kubectl(&k, &kube, &["get", "networkpolicy", "deny-egress"], None).await;
@@ -183,7 +218,9 @@ async fn kubectl_without_v5_falls_back_to_spdy_which_the_fake_refuses() {
     // kubectl 1.35 asks only v5.channel.k8s.io of a WebSocket and falls back to SPDY, not to
     // v4, on a server without it; the fake speaks no SPDY and says so. This pins that gap.
     let test = "kubectl_without_v5_falls_back_to_spdy_which_the_fake_refuses";
-    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else { return };
+    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else {
+        return;
+    };
     let Some(kube) = fake(test, false).await else { return };
     let dir = kube.kubeconfig().parent().unwrap().to_path_buf();
     std::fs::write(dir.join("pod.yaml"), POD).unwrap();
@@ -196,7 +233,9 @@ async fn kubectl_without_v5_falls_back_to_spdy_which_the_fake_refuses() {
 }
 
 async fn python(test: &str, v5: bool) {
-    let Some(py) = tool("AGENTBOX_TEST_KUBE_PYTHON", test) else { return };
+    let Some(py) = tool("AGENTBOX_TEST_KUBE_PYTHON", test) else {
+        return;
+    };
     let Some(kube) = fake(test, v5).await else { return };
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube_judge.py");
     let out = tokio::time::timeout(
@@ -213,7 +252,11 @@ async fn python(test: &str, v5: bool) {
     let said = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the Python judge failed:\n{said}\n{err}");
-    let stdin_step = if v5 { "exec-stdin v5" } else { "exec-stdin v4.channel.k8s.io" };
+    let stdin_step = if v5 {
+        "exec-stdin v5"
+    } else {
+        "exec-stdin v4.channel.k8s.io"
+    };
     for step in [
         "create",
         "list-selector",
@@ -227,7 +270,10 @@ async fn python(test: &str, v5: bool) {
         "delete",
         "deletecollection",
     ] {
-        assert!(said.lines().any(|l| l == format!("OK {step}")), "no `OK {step}` in:\n{said}\n{err}");
+        assert!(
+            said.lines().any(|l| l == format!("OK {step}")),
+            "no `OK {step}` in:\n{said}\n{err}"
+        );
     }
     kube.shutdown().await;
 }

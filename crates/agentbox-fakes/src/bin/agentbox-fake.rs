@@ -16,7 +16,10 @@ use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "agentbox-fake", about = "Fake vendor APIs that real clients can be pointed at")]
+#[command(
+    name = "agentbox-fake",
+    about = "Fake vendor APIs that real clients can be pointed at"
+)]
 struct Cli {
     #[command(subcommand)]
     vendor: Vendor,

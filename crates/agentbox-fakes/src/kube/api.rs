@@ -66,7 +66,11 @@ impl Query {
     }
 
     pub(crate) fn all(&self, k: &str) -> Vec<String> {
-        self.0.iter().filter(|(key, _)| key == k).map(|(_, v)| v.clone()).collect()
+        self.0
+            .iter()
+            .filter(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     /// A boolean as Go's `strconv.ParseBool` reads it (the Python client sends `True`).
@@ -87,8 +91,7 @@ pub(crate) async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> Resp
     if !authorized(&s.token, req.headers().get(header::AUTHORIZATION)) {
         return ApiError::unauthorized().into_response();
     }
-    if s
-        .throttle
+    if s.throttle
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok()
     {
@@ -102,7 +105,10 @@ pub(crate) async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> Resp
 
 /// `Bearer TOKEN`, compared in time that does not depend on where it differs.
 fn authorized(token: &str, got: Option<&HeaderValue>) -> bool {
-    let Some(got) = got.and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")) else {
+    let Some(got) = got
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
         return false;
     };
     let (a, b) = (got.trim().as_bytes(), token.as_bytes());
@@ -128,13 +134,16 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
             "apiVersion": "v1",
             "groups": [networking_group()],
         }))),
-        ["apis", "networking.k8s.io"] if get => Ok(ok(json!({"kind": "APIGroup", "apiVersion": "v1"}).as_object().map(|o| {
-            let mut g = networking_group();
-            for (k, v) in o {
-                g[k] = v.clone();
-            }
-            g
-        }).unwrap_or_default())),
+        ["apis", "networking.k8s.io"] if get => Ok(ok(json!({"kind": "APIGroup", "apiVersion": "v1"})
+            .as_object()
+            .map(|o| {
+                let mut g = networking_group();
+                for (k, v) in o {
+                    g[k] = v.clone();
+                }
+                g
+            })
+            .unwrap_or_default())),
         ["apis", "networking.k8s.io", "v1"] if get => Ok(ok(networking_resources())),
         ["openapi", "v3"] if get => Ok(ok(json!({"paths": {
             "api/v1": {"serverRelativeURL": format!("/openapi/v3/api/v1?hash={OPENAPI_HASH}")},
@@ -145,7 +154,9 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
         ["api", "v1", "namespaces"] if get => {
             let i = s.store.lock();
             let items: Vec<Value> = i.namespaces().map(strip_kind).collect();
-            Ok(ok(json!({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": i.rv().to_string()}, "items": items})))
+            Ok(ok(
+                json!({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": i.rv().to_string()}, "items": items}),
+            ))
         }
         ["api", "v1", "namespaces", ns] if get => s
             .store
@@ -168,7 +179,11 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
         ["api", "v1", "namespaces", ns, "pods", name] => {
             let (ns, name) = (ns.to_string(), name.to_string());
             match m {
-                Method::GET => s.store.get(Kind::Pod, &ns, &name).map(ok).ok_or_else(|| Kind::Pod.not_found(&name)),
+                Method::GET => s
+                    .store
+                    .get(Kind::Pod, &ns, &name)
+                    .map(ok)
+                    .ok_or_else(|| Kind::Pod.not_found(&name)),
                 Method::PATCH => patch_pod(&s, &ns, &name, req).await,
                 Method::DELETE => delete_one(&s, Kind::Pod, &ns, &name).await.map(ok),
                 _ => Err(ApiError::method_not_allowed()),
@@ -192,7 +207,15 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
                 _ => Err(ApiError::method_not_allowed()),
             }
         }
-        ["apis", "networking.k8s.io", "v1", "namespaces", ns, "networkpolicies", name] => {
+        [
+            "apis",
+            "networking.k8s.io",
+            "v1",
+            "namespaces",
+            ns,
+            "networkpolicies",
+            name,
+        ] => {
             let (ns, name) = (ns.to_string(), name.to_string());
             match m {
                 Method::GET => s
@@ -371,7 +394,7 @@ fn hex(s: &str) -> String {
 }
 
 fn unhex(s: &str) -> Option<String> {
-    if !s.len().is_multiple_of(2) {
+    if s.len() % 2 != 0 {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
@@ -473,10 +496,15 @@ fn watch(s: &Arc<Shared>, kind: Kind, ns: Option<&str>, sel: Selection, q: &Quer
                 .map(|o| json!({"type": "ADDED", "object": o}))
                 .collect(),
             Some(rv) => match i.since(rv) {
-                Some(events) => events.iter().filter_map(|e| seen(kind, ns.as_deref(), &sel, e)).collect(),
+                Some(events) => events
+                    .iter()
+                    .filter_map(|e| seen(kind, ns.as_deref(), &sel, e))
+                    .collect(),
                 None => {
                     let oldest = i.rv();
-                    vec![json!({"type": "ERROR", "object": ApiError::gone(format!("too old resource version: {rv} ({oldest})")).status()})]
+                    vec![
+                        json!({"type": "ERROR", "object": ApiError::gone(format!("too old resource version: {rv} ({oldest})")).status()}),
+                    ]
                 }
             },
         };
@@ -538,16 +566,17 @@ async fn body_json(req: Request) -> Result<(String, Value), ApiError> {
         .unwrap_or("")
         .trim()
         .to_string();
-    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY).await.map_err(|e| {
-        ApiError {
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| ApiError {
             code: 413,
             reason: "RequestEntityTooLarge",
-            ..ApiError::bad_request(format!("the request body could not be read (at most {MAX_BODY} bytes): {e}"))
-        }
-    })?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}"))
-    })?;
+            ..ApiError::bad_request(format!(
+                "the request body could not be read (at most {MAX_BODY} bytes): {e}"
+            ))
+        })?;
+    let v: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}")))?;
     Ok((ct, v))
 }
 
@@ -612,7 +641,10 @@ fn pod_defaults(pod: &mut Value) {
                 continue;
             }
             let image = c["image"].as_str().unwrap_or("").to_string();
-            let tagged = image.rsplit('/').next().is_some_and(|last| last.contains(':') || last.contains('@'));
+            let tagged = image
+                .rsplit('/')
+                .next()
+                .is_some_and(|last| last.contains(':') || last.contains('@'));
             let latest = !tagged || image.ends_with(":latest");
             for (k, v) in [
                 ("imagePullPolicy", json!(if latest { "Always" } else { "IfNotPresent" })),
@@ -670,14 +702,24 @@ async fn create_pod(s: &Arc<Shared>, ns: &str, req: Request) -> ApiResult {
         ));
     }
     if pod["spec"]["initContainers"].as_array().is_some_and(|c| !c.is_empty()) {
-        causes.push(Cause::forbidden("spec.initContainers", "the agentbox fake runs no init containers"));
+        causes.push(Cause::forbidden(
+            "spec.initContainers",
+            "the agentbox fake runs no init containers",
+        ));
     }
     if !causes.is_empty() {
         return Err(ApiError::invalid("Pod", "", &name_for_errors(&pod), causes));
     }
     pod["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
     if let Some(m) = pod["metadata"].as_object_mut() {
-        for k in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "managedFields", "selfLink"] {
+        for k in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "managedFields",
+            "selfLink",
+        ] {
             m.remove(k);
         }
     }
@@ -698,7 +740,12 @@ async fn create_network_policy(s: &Arc<Shared>, ns: &str, req: Request) -> ApiRe
     }
     let causes = validate::network_policy(&np);
     if !causes.is_empty() {
-        return Err(ApiError::invalid("NetworkPolicy", "networking.k8s.io", &name_for_errors(&np), causes));
+        return Err(ApiError::invalid(
+            "NetworkPolicy",
+            "networking.k8s.io",
+            &name_for_errors(&np),
+            causes,
+        ));
     }
     // policyTypes as the real server defaults them: Ingress, and Egress where there are egress rules.
     if np["spec"]["policyTypes"].as_array().is_none_or(Vec::is_empty) {
@@ -720,22 +767,33 @@ async fn create_network_policy(s: &Arc<Shared>, ns: &str, req: Request) -> ApiRe
 /// RFC 6902 JSON patch over `doc`: add, remove, replace, test, move, copy.
 fn json_patch(doc: &Value, ops: &Value) -> Result<Value, ApiError> {
     let bad = |m: String| ApiError::bad_request(format!("the JSON patch could not be applied: {m}"));
-    let ops = ops.as_array().ok_or_else(|| bad("a JSON patch is a list of operations".into()))?;
+    let ops = ops
+        .as_array()
+        .ok_or_else(|| bad("a JSON patch is a list of operations".into()))?;
     let mut doc = doc.clone();
     for (i, op) in ops.iter().enumerate() {
-        let path = op["path"].as_str().ok_or_else(|| bad(format!("operation {i}: no path")))?;
+        let path = op["path"]
+            .as_str()
+            .ok_or_else(|| bad(format!("operation {i}: no path")))?;
         let kind = op["op"].as_str().unwrap_or("");
-        let value = || op.get("value").cloned().ok_or_else(|| bad(format!("operation {i}: no value")));
+        let value = || {
+            op.get("value")
+                .cloned()
+                .ok_or_else(|| bad(format!("operation {i}: no value")))
+        };
         match kind {
             "add" | "replace" => {
                 let v = value()?;
                 if kind == "replace" && doc.pointer(path).is_none() {
-                    return Err(bad(format!("replace operation does not apply: doc is missing key: {path}")));
+                    return Err(bad(format!(
+                        "replace operation does not apply: doc is missing key: {path}"
+                    )));
                 }
                 put(&mut doc, path, v, kind == "add").map_err(|m| bad(format!("operation {i}: {m}")))?;
             }
             "remove" => {
-                take(&mut doc, path).ok_or_else(|| bad(format!("remove operation does not apply: doc is missing path: {path}")))?;
+                take(&mut doc, path)
+                    .ok_or_else(|| bad(format!("remove operation does not apply: doc is missing path: {path}")))?;
             }
             "test" => {
                 if doc.pointer(path) != Some(&value()?) {
@@ -743,9 +801,15 @@ fn json_patch(doc: &Value, ops: &Value) -> Result<Value, ApiError> {
                 }
             }
             "move" | "copy" => {
-                let from = op["from"].as_str().ok_or_else(|| bad(format!("operation {i}: no from")))?;
-                let v = if kind == "move" { take(&mut doc, from) } else { doc.pointer(from).cloned() }
-                    .ok_or_else(|| bad(format!("operation {i}: missing from {from}")))?;
+                let from = op["from"]
+                    .as_str()
+                    .ok_or_else(|| bad(format!("operation {i}: no from")))?;
+                let v = if kind == "move" {
+                    take(&mut doc, from)
+                } else {
+                    doc.pointer(from).cloned()
+                }
+                .ok_or_else(|| bad(format!("operation {i}: missing from {from}")))?;
                 put(&mut doc, path, v, true).map_err(|m| bad(format!("operation {i}: {m}")))?;
             }
             other => return Err(bad(format!("operation {i}: unexpected op {other:?}"))),
@@ -769,14 +833,20 @@ fn put(doc: &mut Value, path: &str, v: Value, insert: bool) -> Result<(), String
         return Ok(());
     }
     let (parent, last) = split_pointer(path).ok_or("a path starts with /")?;
-    let p = doc.pointer_mut(&parent).ok_or_else(|| format!("missing parent {parent}"))?;
+    let p = doc
+        .pointer_mut(&parent)
+        .ok_or_else(|| format!("missing parent {parent}"))?;
     match p {
         Value::Object(m) => {
             m.insert(last, v);
             Ok(())
         }
         Value::Array(a) => {
-            let i = if last == "-" { a.len() } else { last.parse::<usize>().map_err(|_| format!("bad index {last}"))? };
+            let i = if last == "-" {
+                a.len()
+            } else {
+                last.parse::<usize>().map_err(|_| format!("bad index {last}"))?
+            };
             if insert && i <= a.len() {
                 a.insert(i, v);
                 Ok(())

@@ -17,20 +17,28 @@
 //!   `pods/log`, `pods/exec` and `pods/portforward` (WebSockets, see `stream`); NetworkPolicies
 //!   (create, get, list, delete, deletecollection).
 //!
-//! What kubectl 1.35 sent that the fake had to answer (found by running it against the fake):
+//! What kubectl 1.35 needed that the fake had to add (found by running it against the fake):
+//! - TLS: clientcmd reads a kubeconfig user's credentials only for an `https://` server, so
+//!   over plain HTTP kubectl sends no token at all (see `tls`);
 //! - discovery first asks the aggregated form (`Accept:
 //!   application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,...`) of `/api` and
 //!   `/apis`; a plain `application/json` APIVersions/APIGroupList answer makes it fall back
 //!   to the per-group `/api/v1` and `/apis/networking.k8s.io/v1` lists, as with a server
 //!   without aggregated discovery;
-//! - `/openapi/v3` and `/openapi/v2` answered 404 (as a server without OpenAPI): `kubectl
-//!   create -f` then validates nothing on the client side and sends
-//!   `fieldValidation=Strict`, which the fake accepts and does not act on (unknown fields are
-//!   kept, not refused);
+//! - OpenAPI: `kubectl create -f` reads `/openapi/v3` (then `/openapi/v2`) before it sends
+//!   anything, and without either it refuses (`failed to download openapi`) unless
+//!   `--validate=false`. So the fake serves `/openapi/v3` and one document per group version
+//!   holding each kind's post and patch operations with `x-kubernetes-group-version-kind` and
+//!   a `fieldValidation` parameter, from which kubectl concludes the server validates and
+//!   sends `?fieldValidation=Strict` instead of downloading schemas; the fake accepts that
+//!   and does not act on it (unknown fields are kept, not refused);
 //! - `kubectl get` asks for a Table (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io,
-//!   ...,application/json`); the fake answers the plain list, which kubectl prints itself;
-//! - `kubectl exec` upgrades `GET .../exec` to a WebSocket offering `v5.channel.k8s.io`
-//!   first (its SPDY fallback is never needed, and the fake does not speak SPDY);
+//!   ...,application/json`); the fake answers the plain list, which kubectl prints as names
+//!   and ages;
+//! - `kubectl exec` upgrades `GET .../exec` to a WebSocket offering `v5.channel.k8s.io` alone;
+//!   refused it (`--no-v5`), it falls back to SPDY (a POST with `X-Stream-Protocol-Version`),
+//!   which the fake does not speak; and it reads the streams' end from a close frame with code
+//!   1000 (a close without a code is an error to it);
 //! - `kubectl delete` waits with a list then a watch (`fieldSelector=metadata.name=NAME`,
 //!   `resourceVersion` from the list).
 //!
@@ -214,10 +222,7 @@ impl FakeKube {
         let box_ids = if rustix::process::geteuid().is_root() {
             (DEFAULT_HOST_ID, DEFAULT_HOST_ID)
         } else {
-            (
-                rustix::process::geteuid().as_raw(),
-                rustix::process::getegid().as_raw(),
-            )
+            (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
         };
         let kubelet = Arc::new(Kubelet::new(
             Arc::new(provider),
@@ -245,10 +250,7 @@ impl FakeKube {
             v5: opts.v5,
             addr,
         });
-        let kubeconfig = opts
-            .kubeconfig
-            .clone()
-            .unwrap_or_else(|| dir.path().join("kubeconfig"));
+        let kubeconfig = opts.kubeconfig.clone().unwrap_or_else(|| dir.path().join("kubeconfig"));
         let tls = if opts.tls {
             let (config, ca) = tls::make(addr.ip())?;
             let ca_path = dir.path().join("ca.crt");
@@ -259,9 +261,7 @@ impl FakeKube {
         };
         let url = format!("{}://{addr}", if tls.is_some() { "https" } else { "http" });
         write_kubeconfig(&kubeconfig, &url, tls.as_ref().map(|t| t.1.as_path()), &shared.token)?;
-        let app = axum::Router::new()
-            .fallback(api::dispatch)
-            .with_state(shared.clone());
+        let app = axum::Router::new().fallback(api::dispatch).with_state(shared.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(tls::serve(listener, tls.map(|t| t.0), app, stopped));
         tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "fake Kubernetes API server listening");
@@ -316,13 +316,17 @@ impl FakeKube {
         let objs = self.shared.store.lock().objects(Kind::Pod, None);
         objs.iter()
             .map(|p| {
-                let run = p["metadata"]["uid"].as_str().and_then(|u| self.shared.kubelet.run_of(u));
+                let run = p["metadata"]["uid"]
+                    .as_str()
+                    .and_then(|u| self.shared.kubelet.run_of(u));
                 PodView {
                     namespace: p["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
                     name: p["metadata"]["name"].as_str().unwrap_or("").to_string(),
                     phase: p["status"]["phase"].as_str().unwrap_or("").to_string(),
                     has_box: run.as_ref().is_some_and(|r| r.sandbox().is_some()),
-                    isolated: run.as_ref().is_some_and(|r| *r.isolated.lock().unwrap_or_else(|p| p.into_inner())),
+                    isolated: run
+                        .as_ref()
+                        .is_some_and(|r| *r.isolated.lock().unwrap_or_else(|p| p.into_inner())),
                 }
             })
             .collect()
@@ -334,7 +338,13 @@ impl FakeKube {
     }
 
     /// Wait until the pod's phase is `phase`, at most `timeout`; the pod as it then is.
-    pub async fn wait_phase(&self, namespace: &str, name: &str, phase: &str, timeout: Duration) -> Result<serde_json::Value> {
+    pub async fn wait_phase(
+        &self,
+        namespace: &str,
+        name: &str,
+        phase: &str,
+        timeout: Duration,
+    ) -> Result<serde_json::Value> {
         let end = tokio::time::Instant::now() + timeout;
         loop {
             let pod = self.pod(namespace, name);
@@ -400,7 +410,9 @@ fn token() -> Result<String> {
 
 /// The kubeconfig, mode 0600 (it holds the token).
 fn write_kubeconfig(path: &Path, url: &str, ca: Option<&Path>, token: &str) -> Result<()> {
-    let ca = ca.map_or(String::new(), |c| format!("    certificate-authority: {:?}\n", c.display().to_string()));
+    let ca = ca.map_or(String::new(), |c| {
+        format!("    certificate-authority: {:?}\n", c.display().to_string())
+    });
     let text = format!(
         "apiVersion: v1
 kind: Config

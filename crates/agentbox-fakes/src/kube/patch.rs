@@ -28,9 +28,13 @@ pub(crate) fn merge(target: &mut Value, patch: &Value) {
 /// The first strategic-merge directive in `patch`, if any.
 pub(crate) fn directive(patch: &Value) -> Option<String> {
     match patch {
-        Value::Object(m) => m
-            .iter()
-            .find_map(|(k, v)| if k.starts_with('$') { Some(k.clone()) } else { directive(v) }),
+        Value::Object(m) => m.iter().find_map(|(k, v)| {
+            if k.starts_with('$') {
+                Some(k.clone())
+            } else {
+                directive(v)
+            }
+        }),
         Value::Array(a) => a.iter().find_map(directive),
         _ => None,
     }
@@ -44,8 +48,17 @@ mod tests {
     #[test]
     fn a_merge_patch_merges_replaces_and_removes() {
         let mut t = json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"x": [1]}});
-        merge(&mut t, &json!({"metadata": {"labels": {"a": null, "c": "3"}}, "spec": {"x": [2]}}));
-        assert_eq!(t, json!({"metadata": {"labels": {"b": "2", "c": "3"}}, "spec": {"x": [2]}}));
-        assert_eq!(directive(&json!({"spec": {"containers": [{"$patch": "delete"}]}})).as_deref(), Some("$patch"));
+        merge(
+            &mut t,
+            &json!({"metadata": {"labels": {"a": null, "c": "3"}}, "spec": {"x": [2]}}),
+        );
+        assert_eq!(
+            t,
+            json!({"metadata": {"labels": {"b": "2", "c": "3"}}, "spec": {"x": [2]}})
+        );
+        assert_eq!(
+            directive(&json!({"spec": {"containers": [{"$patch": "delete"}]}})).as_deref(),
+            Some("$patch")
+        );
     }
 }

@@ -152,7 +152,9 @@ fn parse_req(part: &str) -> Result<Req, String> {
         } else if let Some(r) = rest.strip_prefix("in") {
             ("in", r)
         } else {
-            return Err(format!("unable to parse requirement: found '{rest}', expected: in, notin, =, ==, !="));
+            return Err(format!(
+                "unable to parse requirement: found '{rest}', expected: in, notin, =, ==, !="
+            ));
         };
         let list = list.trim();
         let inner = list
@@ -175,7 +177,8 @@ fn parse_req(part: &str) -> Result<Req, String> {
 }
 
 fn check_key(k: &str) -> Result<(), String> {
-    crate::kube::validate::label_key(k).map_err(|why| format!("unable to parse requirement: invalid label key {k:?}: {why}"))
+    crate::kube::validate::label_key(k)
+        .map_err(|why| format!("unable to parse requirement: invalid label key {k:?}: {why}"))
 }
 
 fn check_value(v: &str) -> Result<(), String> {

@@ -49,7 +49,11 @@ impl Cause {
         let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
         Cause {
             reason: "FieldValueNotSupported",
-            message: format!("Unsupported value: {}: supported values: {}", shown(value), list.join(", ")),
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                shown(value),
+                list.join(", ")
+            ),
             field: field.into(),
         }
     }
@@ -171,12 +175,18 @@ impl ApiError {
         ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
+            ),
         )
     }
 
     pub(crate) fn method_not_allowed() -> ApiError {
-        ApiError::new(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
     }
 
     pub(crate) fn gone(message: impl Into<String>) -> ApiError {
@@ -219,5 +229,10 @@ impl IntoResponse for ApiError {
 /// A JSON body with the content type clients check before they decode.
 pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
     let body = serde_json::to_vec(v).unwrap_or_default();
-    (code, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+    (
+        code,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body,
+    )
+        .into_response()
 }

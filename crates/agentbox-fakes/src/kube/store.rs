@@ -107,7 +107,14 @@ pub(crate) fn new_uid() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// Five random characters of the alphabet the real server's `generateName` suffix uses.
@@ -115,7 +122,9 @@ pub(crate) fn name_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut b = [0u8; 5];
     let _ = getrandom::fill(&mut b);
-    b.iter().map(|x| ALPHABET[*x as usize % ALPHABET.len()] as char).collect()
+    b.iter()
+        .map(|x| ALPHABET[*x as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 impl Store {
@@ -225,14 +234,24 @@ impl Store {
     }
 
     pub(crate) fn get(&self, kind: Kind, ns: &str, name: &str) -> Option<Value> {
-        self.lock().objects.get(&(kind, ns.to_string(), name.to_string())).cloned()
+        self.lock()
+            .objects
+            .get(&(kind, ns.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// Change the object with `change`, which may refuse; a change that leaves the object as it
     /// was is no change (no new resourceVersion, no event), as the real server answers a no-op
     /// patch. `uid`, when given, must be the object's (a pod deleted and made again under the
     /// same name is another pod).
-    pub(crate) fn update<F>(&self, kind: Kind, ns: &str, name: &str, uid: Option<&str>, change: F) -> Result<Value, ApiError>
+    pub(crate) fn update<F>(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        change: F,
+    ) -> Result<Value, ApiError>
     where
         F: FnOnce(&Value) -> Result<Value, ApiError>,
     {

@@ -51,13 +51,21 @@ const QUEUE: usize = 16;
 const CHUNK: usize = 32 * 1024;
 
 /// The pod, its run, and the container a request names, or the real server's refusal.
-fn running(s: &Shared, ns: &str, name: &str, q: &Query) -> Result<(Value, Arc<PodRun>, Arc<dyn Sandbox>), ApiError> {
-    let pod = s.store.get(Kind::Pod, ns, name).ok_or_else(|| Kind::Pod.not_found(name))?;
+/// A running pod: its object, its run and its box.
+type Running = (Value, Arc<PodRun>, Arc<dyn Sandbox>);
+
+fn running(s: &Shared, ns: &str, name: &str, q: &Query) -> Result<Running, ApiError> {
+    let pod = s
+        .store
+        .get(Kind::Pod, ns, name)
+        .ok_or_else(|| Kind::Pod.not_found(name))?;
     let container = pod["spec"]["containers"][0]["name"].as_str().unwrap_or("").to_string();
     if let Some(c) = q.get("container").filter(|c| !c.is_empty())
         && c != container
     {
-        return Err(ApiError::bad_request(format!("container {c} is not valid for pod {name}")));
+        return Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {name}"
+        )));
     }
     let phase = pod["status"]["phase"].as_str().unwrap_or("");
     if matches!(phase, "Succeeded" | "Failed") {
@@ -76,12 +84,17 @@ fn running(s: &Shared, ns: &str, name: &str, q: &Query) -> Result<(Value, Arc<Po
 /// `GET .../log`: the first process's output as kept (the newest [`crate::kube::kubelet::LOG_BOUND`]
 /// bytes), `tailLines` and `limitBytes` applied; `follow=true` streams until the container ends.
 pub(crate) async fn log(s: &Arc<Shared>, ns: &str, name: &str, q: &Query) -> ApiResult {
-    let pod = s.store.get(Kind::Pod, ns, name).ok_or_else(|| Kind::Pod.not_found(name))?;
+    let pod = s
+        .store
+        .get(Kind::Pod, ns, name)
+        .ok_or_else(|| Kind::Pod.not_found(name))?;
     let container = pod["spec"]["containers"][0]["name"].as_str().unwrap_or("").to_string();
     if let Some(c) = q.get("container").filter(|c| !c.is_empty())
         && c != container
     {
-        return Err(ApiError::bad_request(format!("container {c} is not valid for pod {name}")));
+        return Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {name}"
+        )));
     }
     let state = &pod["status"]["containerStatuses"][0]["state"];
     let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
@@ -94,18 +107,28 @@ pub(crate) async fn log(s: &Arc<Shared>, ns: &str, name: &str, q: &Query) -> Api
         )));
     };
     let tail = match q.get("tailLines").filter(|t| !t.is_empty()) {
-        Some(t) => Some(t.parse::<usize>().map_err(|_| ApiError::bad_request(format!("tailLines: invalid value {t:?}")))?),
+        Some(t) => Some(
+            t.parse::<usize>()
+                .map_err(|_| ApiError::bad_request(format!("tailLines: invalid value {t:?}")))?,
+        ),
         None => None,
     };
     let limit = match q.get("limitBytes").filter(|t| !t.is_empty()) {
-        Some(t) => Some(t.parse::<usize>().map_err(|_| ApiError::bad_request(format!("limitBytes: invalid value {t:?}")))?),
+        Some(t) => Some(
+            t.parse::<usize>()
+                .map_err(|_| ApiError::bad_request(format!("limitBytes: invalid value {t:?}")))?,
+        ),
         None => None,
     };
     let mut bytes = run.log();
     if let Some(n) = tail {
         let mut cut = bytes.len();
         let mut seen = 0;
-        let body = if bytes.ends_with(b"\n") { &bytes[..bytes.len() - 1] } else { &bytes[..] };
+        let body = if bytes.ends_with(b"\n") {
+            &bytes[..bytes.len() - 1]
+        } else {
+            &bytes[..]
+        };
         for (i, b) in body.iter().enumerate().rev() {
             if *b == b'\n' {
                 seen += 1;
@@ -128,7 +151,8 @@ pub(crate) async fn log(s: &Arc<Shared>, ns: &str, name: &str, q: &Query) -> Api
     }
     let text = |b: Body| {
         let mut r = Response::new(b);
-        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         r
     };
     if !q.flag("follow")? || *run.ended.borrow() {
@@ -162,7 +186,9 @@ pub(crate) async fn log(s: &Arc<Shared>, ns: &str, name: &str, q: &Query) -> Api
             }
         }
     });
-    Ok(text(Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))))
+    Ok(text(Body::from_stream(futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx)
+    }))))
 }
 
 /// The client's subprotocols, in its order.
@@ -267,7 +293,9 @@ pub(crate) async fn exec(s: Arc<Shared>, ns: &str, name: &str, q: Query, req: Re
     }
     let (stdin, stdout, stderr, tty) = (q.flag("stdin")?, q.flag("stdout")?, q.flag("stderr")?, q.flag("tty")?);
     if !(stdin || stdout || stderr) {
-        return Err(ApiError::bad_request("you must specify at least 1 of stdin, stdout, stderr"));
+        return Err(ApiError::bad_request(
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
     }
     if !is_websocket(req.headers()) {
         return Err(ApiError::bad_request(
@@ -278,12 +306,17 @@ pub(crate) async fn exec(s: Arc<Shared>, ns: &str, name: &str, q: Query, req: Re
     if s.v5 {
         supported.push("v5.channel.k8s.io");
     }
-    supported.extend(["v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io", "channel.k8s.io"]);
+    supported.extend([
+        "v4.channel.k8s.io",
+        "v3.channel.k8s.io",
+        "v2.channel.k8s.io",
+        "channel.k8s.io",
+    ]);
     let protocol = pick(req.headers(), &supported)?;
     let (resp, on) = upgrade(req, &protocol)?;
     let opts = ExecOptions {
         cwd: run.working_dir.clone(),
-        tty: tty.then(|| Tty {
+        tty: tty.then_some(Tty {
             rows: 24,
             cols: 80,
             term: None,
@@ -353,7 +386,9 @@ async fn session(
     let mut p: Process = match b.exec(&argv, &opts, &ctx).await {
         Ok(p) => p,
         Err(e) => {
-            let _ = tx.send(finish(Err(format!("failed to exec in container: {}", e.message())))).await;
+            let _ = tx
+                .send(finish(Err(format!("failed to exec in container: {}", e.message()))))
+                .await;
             let _ = tx.send(normal_close()).await;
             drop(tx);
             let _ = writer.await;
@@ -393,7 +428,9 @@ async fn session(
                 Ok(Message::Close(_)) | Err(_) => break,
                 Ok(_) => continue,
             };
-            let Some((&ch, rest)) = data.split_first() else { continue };
+            let Some((&ch, rest)) = data.split_first() else {
+                continue;
+            };
             match ch {
                 0 => {
                     if let Some(s) = stdin.as_mut()
@@ -406,7 +443,9 @@ async fn session(
                     if let Ok(v) = serde_json::from_slice::<Value>(rest) {
                         let (w, h) = (v["Width"].as_u64().unwrap_or(0), v["Height"].as_u64().unwrap_or(0));
                         if w > 0 && h > 0 {
-                            let _ = killer.resize(h.min(u16::MAX as u64) as u16, w.min(u16::MAX as u64) as u16).await;
+                            let _ = killer
+                                .resize(h.min(u16::MAX as u64) as u16, w.min(u16::MAX as u64) as u16)
+                                .await;
                         }
                     }
                 }
@@ -439,7 +478,11 @@ async fn session(
 pub(crate) async fn port_forward(s: Arc<Shared>, ns: &str, name: &str, q: Query, req: Request) -> ApiResult {
     let (pod, run, b) = running(&s, ns, name, &q)?;
     let mut ports: Vec<u16> = Vec::new();
-    for p in q.all("ports").iter().flat_map(|v| v.split(',').map(str::trim).map(str::to_string).collect::<Vec<_>>()) {
+    for p in q
+        .all("ports")
+        .iter()
+        .flat_map(|v| v.split(',').map(str::trim).map(str::to_string).collect::<Vec<_>>())
+    {
         match p.parse::<u16>() {
             Ok(n) if n > 0 => ports.push(n),
             _ => return Err(ApiError::bad_request(format!("invalid port: {p:?}"))),
@@ -476,11 +519,14 @@ enum Conn {
 
 async fn connect(port: u16, isolated: bool, b: &Arc<dyn Sandbox>) -> Result<Conn, String> {
     if !isolated {
-        return tokio::time::timeout(Duration::from_secs(10), tokio::net::TcpStream::connect(("127.0.0.1", port)))
-            .await
-            .map_err(|_| format!("dial tcp4 127.0.0.1:{port}: i/o timeout"))?
-            .map(Conn::Tcp)
-            .map_err(|e| format!("dial tcp4 127.0.0.1:{port}: connect: {e}"));
+        return tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::net::TcpStream::connect(("127.0.0.1", port)),
+        )
+        .await
+        .map_err(|_| format!("dial tcp4 127.0.0.1:{port}: i/o timeout"))?
+        .map(Conn::Tcp)
+        .map_err(|e| format!("dial tcp4 127.0.0.1:{port}: connect: {e}"));
     }
     let argv = [
         "bash".to_string(),
@@ -628,7 +674,9 @@ async fn forward(
                 Ok(Message::Close(_)) | Err(_) => break,
                 Ok(_) => continue,
             };
-            let Some((&ch, rest)) = data.split_first() else { continue };
+            let Some((&ch, rest)) = data.split_first() else {
+                continue;
+            };
             let i = (ch / 2) as usize;
             if ch % 2 == 0
                 && !rest.is_empty()

@@ -24,7 +24,8 @@ pub(crate) fn make(ip: IpAddr) -> Result<(rustls::ServerConfig, String)> {
     let ca_key = rcgen::KeyPair::generate().map_err(bad)?;
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(bad)?;
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(rcgen::DnType::CommonName, "agentbox-fake-ca");
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "agentbox-fake-ca");
     ca.key_usages = vec![
         rcgen::KeyUsagePurpose::KeyCertSign,
         rcgen::KeyUsagePurpose::CrlSign,

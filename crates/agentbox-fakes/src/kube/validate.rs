@@ -15,7 +15,8 @@ fn is_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -43,7 +44,8 @@ pub(crate) fn dns1123_label(s: &str) -> Result<(), String> {
 fn is_name_part(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
 }
@@ -265,7 +267,11 @@ pub(crate) fn pod(pod: &Value) -> Vec<Cause> {
     let volumes: Vec<String> = spec
         .get("volumes")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.get("name").and_then(Value::as_str).map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.get("name").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default();
     for (i, c) in cs.iter().enumerate() {
         let at = format!("spec.containers[{i}]");
@@ -313,7 +319,10 @@ pub(crate) fn pod(pod: &Value) -> Vec<Cause> {
                     causes.push(Cause::invalid(
                         format!("{at}.resources.requests"),
                         q,
-                        format!("must be less than or equal to {res} limit of {}", l.as_str().map_or(l.to_string(), str::to_string)),
+                        format!(
+                            "must be less than or equal to {res} limit of {}",
+                            l.as_str().map_or(l.to_string(), str::to_string)
+                        ),
                     ));
                 }
             }
@@ -441,7 +450,11 @@ pub(crate) fn network_policy(np: &Value) -> Vec<Cause> {
     if let Some(types) = np.pointer("/spec/policyTypes").and_then(Value::as_array) {
         for (i, t) in types.iter().enumerate() {
             if !matches!(t.as_str(), Some("Ingress" | "Egress")) {
-                causes.push(Cause::not_supported(format!("spec.policyTypes[{i}]"), t, &["Ingress", "Egress"]));
+                causes.push(Cause::not_supported(
+                    format!("spec.policyTypes[{i}]"),
+                    t,
+                    &["Ingress", "Egress"],
+                ));
             }
         }
     }

@@ -46,10 +46,20 @@ impl Answer {
 }
 
 /// One request with the fake's token (or `token`), `Connection: close`, read to its end.
-pub async fn call_as(kube: &FakeKube, token: Option<&str>, method: &str, path: &str, ct: &str, body: Option<&Value>) -> Answer {
+pub async fn call_as(
+    kube: &FakeKube,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    ct: &str,
+    body: Option<&Value>,
+) -> Answer {
     let mut s = tokio::net::TcpStream::connect(kube.addr()).await.unwrap();
     let body = body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", kube.addr());
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+        kube.addr()
+    );
     if let Some(t) = token {
         req.push_str(&format!("Authorization: Bearer {t}\r\n"));
     }
