@@ -1,0 +1,485 @@
+//! What the real API server's validation refuses, with its messages: names (RFC 1123),
+//! label keys and values, resource quantities, a pod's containers and restart policy, a
+//! NetworkPolicy's selector, and which fields of a pod an update may change.
+
+use serde_json::Value;
+
+use crate::kube::status::Cause;
+
+const DNS1123_SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const DNS1123_LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const QUALIFIED_NAME: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+fn is_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// An RFC 1123 subdomain (a pod's or a NetworkPolicy's name), as `IsDNS1123Subdomain`.
+pub(crate) fn dns1123_subdomain(s: &str) -> Result<(), String> {
+    if s.len() > 253 {
+        return Err("must be no more than 253 characters".into());
+    }
+    if s.split('.').all(is_label) {
+        Ok(())
+    } else {
+        Err(DNS1123_SUBDOMAIN.into())
+    }
+}
+
+/// An RFC 1123 label (a container's name, a namespace's), as `IsDNS1123Label`.
+pub(crate) fn dns1123_label(s: &str) -> Result<(), String> {
+    if s.len() > 63 {
+        return Err("must be no more than 63 characters".into());
+    }
+    if is_label(s) { Ok(()) } else { Err(DNS1123_LABEL.into()) }
+}
+
+fn is_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// A label or annotation key: `[prefix/]name`, as `IsQualifiedName`.
+pub(crate) fn label_key(k: &str) -> Result<(), String> {
+    let (prefix, name) = match k.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            return Err("prefix part must be non-empty".into());
+        }
+        dns1123_subdomain(p).map_err(|e| format!("prefix part {e}"))?;
+    }
+    if name.is_empty() {
+        return Err("name part must be non-empty".into());
+    }
+    if name.len() > 63 {
+        return Err("name part must be no more than 63 characters".into());
+    }
+    if !is_name_part(name) {
+        return Err(QUALIFIED_NAME.into());
+    }
+    Ok(())
+}
+
+/// A label value, as `IsValidLabelValue`.
+pub(crate) fn label_value(v: &str) -> Result<(), String> {
+    if v.len() > 63 {
+        return Err("must be no more than 63 characters".into());
+    }
+    if v.is_empty() || is_name_part(v) {
+        Ok(())
+    } else {
+        Err(LABEL_VALUE.into())
+    }
+}
+
+/// The causes of an object's `metadata`: its name (given or to be generated), labels and
+/// annotations.
+pub(crate) fn metadata(meta: &Value, causes: &mut Vec<Cause>) {
+    match meta.get("name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => {
+            if let Err(why) = dns1123_subdomain(n) {
+                causes.push(Cause::invalid("metadata.name", &Value::from(n), why));
+            }
+        }
+        _ => match meta.get("generateName").and_then(Value::as_str) {
+            // A prefix: the random suffix makes it end in an alphanumeric.
+            Some(g) if !g.is_empty() => {
+                if let Err(why) = dns1123_subdomain(&format!("{g}a")) {
+                    causes.push(Cause::invalid("metadata.generateName", &Value::from(g), why));
+                }
+            }
+            _ => causes.push(Cause {
+                message: "name or generateName is required".into(),
+                ..Cause::required("metadata.name")
+            }),
+        },
+    }
+    if let Some(labels) = meta.get("labels") {
+        match labels.as_object() {
+            Some(m) => {
+                for (k, v) in m {
+                    if let Err(why) = label_key(k) {
+                        causes.push(Cause::invalid("metadata.labels", &Value::from(k.as_str()), why));
+                    }
+                    match v.as_str() {
+                        Some(s) => {
+                            if let Err(why) = label_value(s) {
+                                causes.push(Cause::invalid("metadata.labels", v, why));
+                            }
+                        }
+                        None => causes.push(Cause::invalid("metadata.labels", v, "must be a string")),
+                    }
+                }
+            }
+            None if labels.is_null() => {}
+            None => causes.push(Cause::invalid("metadata.labels", labels, "must be a map of strings")),
+        }
+    }
+    if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
+        let mut total = 0usize;
+        for (k, v) in ann {
+            if let Err(why) = label_key(k) {
+                causes.push(Cause::invalid("metadata.annotations", &Value::from(k.as_str()), why));
+            }
+            total += k.len() + v.as_str().map_or(0, str::len);
+        }
+        if total > 256 * 1024 {
+            causes.push(Cause {
+                reason: "FieldValueTooLong",
+                message: format!("Too long: may not be more than 262144 bytes (got {total})"),
+                field: "metadata.annotations".into(),
+            });
+        }
+    }
+}
+
+/// A resource quantity (`500m`, `1Gi`, `2`, `1e3`) as a number, or why it is not one: the
+/// real server refuses such a body as it decodes it (400), before validation.
+pub(crate) fn quantity(s: &str) -> Result<f64, String> {
+    const RE: &str = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+    let split = s
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && (*c == '+' || *c == '-'))))
+        .map_or(s.len(), |(i, _)| i);
+    let (num, suffix) = s.split_at(split);
+    if num.is_empty() || num == "+" || num == "-" || num.matches('.').count() > 1 {
+        return Err(RE.into());
+    }
+    let n: f64 = num.parse().map_err(|_| RE.to_string())?;
+    let mult = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        e if e.starts_with(['e', 'E']) => {
+            let exp: i32 = e[1..].parse().map_err(|_| RE.to_string())?;
+            10f64.powi(exp)
+        }
+        _ => return Err(RE.into()),
+    };
+    Ok(n * mult)
+}
+
+/// Whether `v` (a quantity in a body) decodes: a string or a number.
+fn quantity_value(v: &Value) -> Result<f64, String> {
+    match v {
+        Value::String(s) => quantity(s),
+        Value::Number(n) => n.as_f64().ok_or_else(|| "not a number".to_string()),
+        _ => Err("quantities must be strings or numbers".into()),
+    }
+}
+
+/// Decode errors the real server answers 400 for (a body that is no Pod): bad quantities and
+/// the wrong JSON types where the fake reads a field.
+pub(crate) fn pod_decodes(pod: &Value) -> Result<(), String> {
+    let bad = |what: String| Err(format!("Pod in version \"v1\" cannot be handled as a Pod: {what}"));
+    if !pod.is_object() {
+        return bad("the body is not a JSON object".into());
+    }
+    for (i, c) in containers(pod).iter().enumerate() {
+        for which in ["limits", "requests"] {
+            if let Some(m) = c.pointer(&format!("/resources/{which}")).and_then(Value::as_object) {
+                for (res, q) in m {
+                    if let Err(why) = quantity_value(q) {
+                        return bad(format!("spec.containers[{i}].resources.{which}[{res}]: {why}"));
+                    }
+                }
+            }
+        }
+        for field in ["command", "args"] {
+            if let Some(v) = c.get(field)
+                && !v.is_null()
+                && !v.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+            {
+                return bad(format!(
+                    "json: cannot unmarshal {} into Go struct field Container.spec.containers.{field} of type []string",
+                    kind_of(v)
+                ));
+            }
+        }
+    }
+    if let Some(v) = pod.pointer("/spec/activeDeadlineSeconds")
+        && !v.is_null()
+        && !v.is_i64()
+    {
+        return bad(format!(
+            "json: cannot unmarshal {} into Go struct field PodSpec.spec.activeDeadlineSeconds of type int64",
+            kind_of(v)
+        ));
+    }
+    Ok(())
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "bool",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        Value::Null => "null",
+    }
+}
+
+pub(crate) fn containers(pod: &Value) -> Vec<Value> {
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The causes of a new pod (after defaults are filled).
+pub(crate) fn pod(pod: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    metadata(pod.get("metadata").unwrap_or(&Value::Null), &mut causes);
+    let spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+    let cs = containers(pod);
+    if cs.is_empty() {
+        causes.push(Cause::required("spec.containers"));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    let volumes: Vec<String> = spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.get("name").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (i, c) in cs.iter().enumerate() {
+        let at = format!("spec.containers[{i}]");
+        match c.get("name").and_then(Value::as_str) {
+            None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
+            Some(n) => {
+                if let Err(why) = dns1123_label(n) {
+                    causes.push(Cause::invalid(format!("{at}.name"), &Value::from(n), why));
+                } else if !names.insert(n.to_string()) {
+                    causes.push(Cause {
+                        reason: "FieldValueDuplicate",
+                        message: format!("Duplicate value: {n:?}"),
+                        field: format!("{at}.name"),
+                    });
+                }
+            }
+        }
+        match c.get("image").and_then(Value::as_str) {
+            None => causes.push(Cause::required(format!("{at}.image"))),
+            Some(s) if s.trim().is_empty() => causes.push(Cause::required(format!("{at}.image"))),
+            Some(_) => {}
+        }
+        for which in ["limits", "requests"] {
+            if let Some(m) = c.pointer(&format!("/resources/{which}")).and_then(Value::as_object) {
+                for (res, q) in m {
+                    if quantity_value(q).is_ok_and(|n| n < 0.0) {
+                        causes.push(Cause::invalid(
+                            format!("{at}.resources.{which}[{res}]"),
+                            q,
+                            "must be greater than or equal to 0",
+                        ));
+                    }
+                }
+            }
+        }
+        if let (Some(req), Some(lim)) = (
+            c.pointer("/resources/requests").and_then(Value::as_object),
+            c.pointer("/resources/limits").and_then(Value::as_object),
+        ) {
+            for (res, q) in req {
+                if let (Some(l), Ok(r)) = (lim.get(res), quantity_value(q))
+                    && let Ok(lv) = quantity_value(l)
+                    && r > lv
+                {
+                    causes.push(Cause::invalid(
+                        format!("{at}.resources.requests"),
+                        q,
+                        format!(
+                            "must be less than or equal to {res} limit of {}",
+                            l.as_str().map_or(l.to_string(), str::to_string)
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(env) = c.get("env").and_then(Value::as_array) {
+            for (j, e) in env.iter().enumerate() {
+                if e.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+                    causes.push(Cause::required(format!("{at}.env[{j}].name")));
+                }
+            }
+        }
+        if let Some(mounts) = c.get("volumeMounts").and_then(Value::as_array) {
+            for (j, m) in mounts.iter().enumerate() {
+                let name = m.get("name").and_then(Value::as_str).unwrap_or("");
+                if name.is_empty() {
+                    causes.push(Cause::required(format!("{at}.volumeMounts[{j}].name")));
+                } else if !volumes.iter().any(|v| v == name) {
+                    causes.push(Cause {
+                        reason: "FieldValueNotFound",
+                        message: format!("Not found: {name:?}"),
+                        field: format!("{at}.volumeMounts[{j}].name"),
+                    });
+                }
+                if m.get("mountPath").and_then(Value::as_str).is_none_or(str::is_empty) {
+                    causes.push(Cause::required(format!("{at}.volumeMounts[{j}].mountPath")));
+                }
+            }
+        }
+    }
+    if let Some(v) = spec.get("volumes").and_then(Value::as_array) {
+        for (i, vol) in v.iter().enumerate() {
+            match vol.get("name").and_then(Value::as_str) {
+                None | Some("") => causes.push(Cause::required(format!("spec.volumes[{i}].name"))),
+                Some(n) => {
+                    if let Err(why) = dns1123_label(n) {
+                        causes.push(Cause::invalid(format!("spec.volumes[{i}].name"), &Value::from(n), why));
+                    }
+                }
+            }
+        }
+    }
+    let policy = spec.get("restartPolicy").cloned().unwrap_or(Value::Null);
+    if !matches!(policy.as_str(), Some("Always" | "OnFailure" | "Never")) {
+        causes.push(Cause::not_supported(
+            "spec.restartPolicy",
+            &policy,
+            &["Always", "OnFailure", "Never"],
+        ));
+    }
+    if let Some(d) = spec.get("activeDeadlineSeconds").and_then(Value::as_i64)
+        && !(1..=2_147_483_647).contains(&d)
+    {
+        causes.push(Cause::invalid(
+            "spec.activeDeadlineSeconds",
+            &Value::from(d),
+            "must be between 1 and 2147483647, inclusive",
+        ));
+    }
+    causes
+}
+
+/// The causes of an update from `old` to `new` (a patched pod): metadata may change
+/// (labels, annotations, checked as on create), `spec.activeDeadlineSeconds` may be set or
+/// lowered, and nothing else of the spec may change.
+pub(crate) fn pod_update(old: &Value, new: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    metadata(new.get("metadata").unwrap_or(&Value::Null), &mut causes);
+    for f in ["name", "namespace", "uid", "creationTimestamp"] {
+        if old["metadata"].get(f) != new["metadata"].get(f) {
+            causes.push(Cause::invalid(
+                format!("metadata.{f}"),
+                new["metadata"].get(f).unwrap_or(&Value::Null),
+                "field is immutable",
+            ));
+        }
+    }
+    let (o, n) = (&old["spec"], &new["spec"]);
+    let old_d = o.get("activeDeadlineSeconds").and_then(Value::as_i64);
+    let new_d = n.get("activeDeadlineSeconds").and_then(Value::as_i64);
+    if let Some(d) = new_d
+        && !(1..=2_147_483_647).contains(&d)
+    {
+        causes.push(Cause::invalid(
+            "spec.activeDeadlineSeconds",
+            &Value::from(d),
+            "must be between 1 and 2147483647, inclusive",
+        ));
+    } else if let Some(od) = old_d
+        && new_d.is_none_or(|nd| nd > od)
+    {
+        causes.push(Cause::invalid(
+            "spec.activeDeadlineSeconds",
+            &new_d.map_or(Value::Null, Value::from),
+            "must be less than or equal to previous value",
+        ));
+    }
+    let strip = |s: &Value| {
+        let mut s = s.clone();
+        if let Some(m) = s.as_object_mut() {
+            m.remove("activeDeadlineSeconds");
+        }
+        s
+    };
+    if strip(o) != strip(n) {
+        causes.push(Cause::forbidden(
+            "spec",
+            "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+        ));
+    }
+    causes
+}
+
+/// The causes of a new NetworkPolicy.
+pub(crate) fn network_policy(np: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    metadata(np.get("metadata").unwrap_or(&Value::Null), &mut causes);
+    match np.pointer("/spec/podSelector") {
+        None => causes.push(Cause::required("spec.podSelector")),
+        Some(sel) => {
+            if let Err(why) = crate::kube::selector::LabelSelector::from_object(sel) {
+                causes.push(Cause::invalid("spec.podSelector", sel, why));
+            }
+        }
+    }
+    if let Some(types) = np.pointer("/spec/policyTypes").and_then(Value::as_array) {
+        for (i, t) in types.iter().enumerate() {
+            if !matches!(t.as_str(), Some("Ingress" | "Egress")) {
+                causes.push(Cause::not_supported(
+                    format!("spec.policyTypes[{i}]"),
+                    t,
+                    &["Ingress", "Egress"],
+                ));
+            }
+        }
+    }
+    causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keys_and_quantities_are_read_as_the_real_server_reads_them() {
+        assert!(dns1123_subdomain("a-b.c1").is_ok());
+        for bad in ["A", "-a", "a_b", "a.", ""] {
+            assert!(dns1123_subdomain(bad).is_err(), "{bad}");
+        }
+        assert!(label_key("example.com/app").is_ok());
+        assert!(label_key("a b").is_err());
+        assert!(label_value("").is_ok());
+        assert!(label_value("bad value!").is_err());
+        assert_eq!(quantity("500m").unwrap(), 0.5);
+        assert_eq!(quantity("1Gi").unwrap(), 1073741824.0);
+        assert_eq!(quantity("1e3").unwrap(), 1000.0);
+        for bad in ["", "m", "1x", "1.2.3", "Gi"] {
+            assert!(quantity(bad).is_err(), "{bad}");
+        }
+    }
+}

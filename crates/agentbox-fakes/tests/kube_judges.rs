@@ -1,0 +1,289 @@
+//! The judges: kubectl 1.35 and the `kubernetes` Python client, which nobody here wrote,
+//! against the fake (over TLS, as kubectl needs). Where they and the fake disagree, the fake
+//! is wrong. `scripts/kube-clients` installs both; `scripts/test` exports their paths as
+//! `AGENTBOX_TEST_KUBECTL` and `AGENTBOX_TEST_KUBE_PYTHON`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A path from `var`, or `None` after the loud notice (a failure under CI).
+fn tool(var: &str, test: &str) -> Option<PathBuf> {
+    if let Ok(p) = std::env::var(var)
+        && !p.is_empty()
+    {
+        return Some(PathBuf::from(p));
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI needs {var} (scripts/test runs scripts/kube-clients)");
+    }
+    eprintln!("\n!!!! {test}: {var} UNSET: this test did NOT run. Run scripts/kube-clients and export it. !!!!\n");
+    None
+}
+
+async fn fake(test: &str, v5: bool) -> Option<FakeKube> {
+    let rootfs = agentbox_testing::services::rootfs(test)?;
+    Some(
+        FakeKube::start(FakeKubeOptions {
+            rootfs: Some(rootfs.into()),
+            runner: Some(agentbox_testing::runner::ensure()),
+            v5,
+            ..Default::default()
+        })
+        .await
+        .expect("the fake starts"),
+    )
+}
+
+/// kubectl with the fake's kubeconfig: its exit code, stdout and stderr.
+async fn kubectl(k: &Path, kube: &FakeKube, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(k)
+        .args(args)
+        .env("KUBECONFIG", kube.kubeconfig())
+        .env("HOME", kube.kubeconfig().parent().unwrap())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl starts");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        input.write_all(s.as_bytes()).await.unwrap();
+    }
+    drop(input);
+    let out = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not end within {WAIT:?}"))
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn ok(k: &Path, kube: &FakeKube, args: &[&str]) -> String {
+    let (code, out, err) = kubectl(k, kube, args, None).await;
+    assert_eq!(code, 0, "kubectl {args:?}: {out}{err}");
+    out
+}
+
+const POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: judged
+  labels: {k: v}
+  annotations: {note: first}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsNonRoot: true, runAsUser: 1000, fsGroup: 2000}
+  containers:
+  - name: main
+    image: debian:bookworm
+    command: ["sh", "-c", "echo started; sleep 300"]
+    securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+    volumeMounts:
+    - {name: scratch, mountPath: /scratch}
+    - {name: cache, mountPath: /tmp/cache}
+    - {name: info, mountPath: /podinfo}
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  - {name: cache, emptyDir: {}}
+  - name: info
+    downwardAPI:
+      items:
+      - {path: name, fieldRef: {fieldPath: metadata.name}}
+      - {path: note, fieldRef: {fieldPath: "metadata.annotations['note']"}}
+      - {path: labels, fieldRef: {fieldPath: metadata.labels}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: other
+  labels: {k: other}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: main, image: debian:bookworm, command: ["sleep", "300"]}
+"#;
+
+const POLICY: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-egress}
+spec:
+  podSelector: {matchLabels: {sandbox: "true"}}
+  policyTypes: [Egress]
+"#;
+
+async fn running(kube: &FakeKube, name: &str) {
+    kube.wait_phase("default", name, "Running", WAIT).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_judges_the_fake() {
+    let test = "kubectl_judges_the_fake";
+    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else {
+        return;
+    };
+    let Some(kube) = fake(test, true).await else { return };
+    let dir = kube.kubeconfig().parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("pod.yaml"), POD).unwrap();
+    std::fs::write(dir.join("np.yaml"), POLICY).unwrap();
+    let pod_yaml = dir.join("pod.yaml").to_string_lossy().into_owned();
+    let np_yaml = dir.join("np.yaml").to_string_lossy().into_owned();
+    let out = ok(&k, &kube, &["create", "-f", &pod_yaml]).await;
+    assert!(
+        out.contains("pod/judged created") && out.contains("pod/other created"),
+        "{out}"
+    );
+    // Only the matching pod, and its security context as it was given.
+    let list: Value = serde_json::from_str(&ok(&k, &kube, &["get", "pods", "-l", "k=v", "-o", "json"]).await).unwrap();
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{list}");
+    assert_eq!(items[0]["metadata"]["name"], "judged");
+    assert_eq!(items[0]["spec"]["securityContext"]["runAsUser"], 1000);
+    running(&kube, "judged").await;
+    // An exit code, and stdin ended by v5's close.
+    let (code, _, err) = kubectl(&k, &kube, &["exec", "judged", "--", "sh", "-c", "exit 3"], None).await;
+    assert_eq!(code, 3, "{err}");
+    let (code, out, err) = kubectl(
+        &k,
+        &kube,
+        &["exec", "-i", "judged", "--", "cat"],
+        Some("through stdin\n"),
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "through stdin\n"), "{err}");
+    let out = ok(
+        &k,
+        &kube,
+        &[
+            "exec",
+            "judged",
+            "--",
+            "sh",
+            "-c",
+            "touch /scratch/f /tmp/cache/f && cat /podinfo/name /podinfo/note",
+        ],
+    )
+    .await;
+    assert_eq!(out, "judgedfirst");
+    // Patches: get sees them, and so does the downward file in the pod.
+    ok(&k, &kube, &["annotate", "pod", "judged", "note=second", "--overwrite"]).await;
+    ok(&k, &kube, &["label", "pod", "judged", "extra=yes"]).await;
+    let got: Value = serde_json::from_str(&ok(&k, &kube, &["get", "pod", "judged", "-o", "json"]).await).unwrap();
+    assert_eq!(got["metadata"]["annotations"]["note"], "second");
+    assert_eq!(got["metadata"]["labels"]["extra"], "yes");
+    assert_eq!(
+        ok(&k, &kube, &["exec", "judged", "--", "cat", "/podinfo/note"]).await,
+        "second"
+    );
+    assert!(
+        ok(&k, &kube, &["exec", "judged", "--", "cat", "/podinfo/labels"])
+            .await
+            .contains("extra=\"yes\"")
+    );
+    assert!(ok(&k, &kube, &["logs", "judged"]).await.contains("started"));
+    // Delete waits (a watch) until the pod is gone.
+    let out = ok(&k, &kube, &["delete", "pod", "judged"]).await;
+    assert!(out.contains("\"judged\" deleted"), "{out}");
+    let (code, _, err) = kubectl(&k, &kube, &["get", "pod", "judged"], None).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+    // NetworkPolicies.
+    assert!(
+        ok(&k, &kube, &["create", "-f", &np_yaml])
+            .await
+            .contains("deny-egress created")
+    );
+    let np: Value =
+        serde_json::from_str(&ok(&k, &kube, &["get", "networkpolicy", "deny-egress", "-o", "json"]).await).unwrap();
+    assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Egress"]));
+    assert!(ok(&k, &kube, &["delete", "-f", &np_yaml]).await.contains("deleted"));
+    let (code, _, _) = kubectl(&k, &kube, &["get", "networkpolicy", "deny-egress"], None).await;
+    assert_ne!(code, 0);
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_without_v5_falls_back_to_spdy_which_the_fake_refuses() {
+    // kubectl 1.35 asks only v5.channel.k8s.io of a WebSocket and falls back to SPDY, not to
+    // v4, on a server without it; the fake speaks no SPDY and says so. This pins that gap.
+    let test = "kubectl_without_v5_falls_back_to_spdy_which_the_fake_refuses";
+    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else {
+        return;
+    };
+    let Some(kube) = fake(test, false).await else { return };
+    let dir = kube.kubeconfig().parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("pod.yaml"), POD).unwrap();
+    ok(&k, &kube, &["create", "-f", &dir.join("pod.yaml").to_string_lossy()]).await;
+    running(&kube, "other").await;
+    let (code, _, err) = kubectl(&k, &kube, &["exec", "other", "--", "true"], None).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("no SPDY"), "{err}");
+    kube.shutdown().await;
+}
+
+async fn python(test: &str, v5: bool) {
+    let Some(py) = tool("AGENTBOX_TEST_KUBE_PYTHON", test) else {
+        return;
+    };
+    let Some(kube) = fake(test, v5).await else { return };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube_judge.py");
+    let out = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new(&py)
+            .arg(&script)
+            .env("KUBECONFIG", kube.kubeconfig())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python judge ends within 180 s")
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the Python judge failed:\n{said}\n{err}");
+    let stdin_step = if v5 {
+        "exec-stdin v5"
+    } else {
+        "exec-stdin v4.channel.k8s.io"
+    };
+    for step in [
+        "create",
+        "list-selector",
+        "conflict-409",
+        "missing-404",
+        "exec-returncode 3",
+        stdin_step,
+        "deadline-lowered",
+        "deadline-raised-422",
+        "portforward",
+        "delete",
+        "deletecollection",
+    ] {
+        assert!(
+            said.lines().any(|l| l == format!("OK {step}")),
+            "no `OK {step}` in:\n{said}\n{err}"
+        );
+    }
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_judges_the_fake() {
+    python("the_python_client_judges_the_fake", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_judges_the_fake_without_v5() {
+    python("the_python_client_judges_the_fake_without_v5", false).await;
+}
