@@ -280,7 +280,7 @@ async fn network_none_is_a_policy_proven_from_inside_the_pod() {
         return;
     };
     let p = provider(options(&fake)).await;
-    let e = p.create(&spec, &ctx()).await.err().expect("refused");
+    let e = p.create(&spec, &ctx()).await.expect_err("refused");
     assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
     assert!(e.message().contains("does not enforce NetworkPolicies"), "{e}");
     assert!(fake.pods().is_empty(), "the refused box's pod was deleted");

@@ -46,6 +46,7 @@ pub struct Announced {
 /// After [`start`] failed with `e`: where the runner's address was taken by another host
 /// process starting the same box's runner at once (two opens of one name, an attach while the
 /// box is made), wait up to five seconds for that runner to answer `r`; else `e`.
+#[cfg(any(feature = "local", feature = "docker"))]
 pub(crate) async fn joined(r: &RunnerSandbox, e: Error, ctx: &Ctx) -> Result<()> {
     if !e.message().contains("already listens") {
         return Err(e);
