@@ -429,7 +429,11 @@ fn make_kube<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Re
             }
         };
         let mut o = crate::kube::KubeOptions {
-            kubeconfig: env.var("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from),
+            // A list of files (`a:b`) is kube-rs's own to merge, from the process's variable.
+            kubeconfig: env
+                .var("KUBECONFIG")
+                .filter(|v| !v.is_empty() && !v.as_encoded_bytes().contains(&b':'))
+                .map(PathBuf::from),
             context: text("AGENTBOX_KUBE_CONTEXT")?,
             namespace: text("AGENTBOX_KUBE_NAMESPACE")?.unwrap_or_default(),
             runtime_class: text("AGENTBOX_KUBE_RUNTIME_CLASS")?,

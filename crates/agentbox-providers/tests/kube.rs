@@ -273,6 +273,7 @@ async fn network_none_is_a_policy_proven_from_inside_the_pod() {
     let again = p.attach(b.id(), &ctx()).await.unwrap().unwrap();
     assert_eq!(again.facts().network, Some(NetworkFact::None));
     b.destroy(&ctx()).await.unwrap();
+    assert_eq!(policies(&fake).await, 0, "destroy deleted the box's policy");
     drop(fake);
 
     // A CNI that ignores policies: the probe reaches out, and the box is refused, not made.

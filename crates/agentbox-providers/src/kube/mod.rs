@@ -397,7 +397,8 @@ impl KubeProvider {
         };
         if let Err(e) = made {
             if none && matches!(e, Made::Failed(_)) {
-                let _ = self.delete_policy(name, ctx).await;
+                let cleanup = Ctx::background().with_timeout(Duration::from_secs(30));
+                let _ = self.delete_policy(name, &cleanup).await;
             }
             return Err(e);
         }
@@ -477,12 +478,7 @@ impl KubeProvider {
     }
 
     async fn delete_policy(&self, pod_name: &str, ctx: &Ctx) -> Result<()> {
-        let (name, dp) = (policy_name(pod_name), DeleteParams::default());
-        match retry(ctx, "deleting the network policy", || self.policies.delete(&name, &dp)).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
-            Err(e) => Err(e),
-        }
+        delete_policy(&self.client, &self.namespace, pod_name, ctx).await
     }
 
     /// Prove `network: none` from inside the pod: a connection to the API server (which
@@ -491,12 +487,12 @@ impl KubeProvider {
     async fn verify_none(&self, b: &Arc<KubeSandbox>, ctx: &Ctx) -> Result<NetworkFact> {
         let mut targets: Vec<(String, u16)> = self.server.iter().cloned().collect();
         // The service address every pod is given, where the cluster has one.
-        let probe = r#"for t in "$@"; do
+        let probe = r#"command -v bash >/dev/null && command -v timeout >/dev/null || exit 4
+for t in "$@"; do
   h=${t%:*}; p=${t##*:}
   if timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$h" "$p" 2>/dev/null; then echo "reached $t"; exit 0; fi
 done
 [ -n "$KUBERNETES_SERVICE_HOST" ] && timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$KUBERNETES_SERVICE_HOST" "${KUBERNETES_SERVICE_PORT:-443}" 2>/dev/null && { echo "reached the kubernetes service"; exit 0; }
-command -v bash >/dev/null || exit 4
 exit 3"#;
         targets.dedup();
         let mut argv = vec!["sh".to_string(), "-c".into(), probe.into(), "agentbox-probe".into()];
@@ -544,27 +540,46 @@ exit 3"#;
             .await?
             .clone();
         b.put(RUNNER_IN_POD, &bytes, 0o755, ctx).await?;
-        if self.target(b.pod()).speaks_v5(ctx).await? {
-            // `cat` wrote it with the default mode.
-            let chmod = ["chmod", "0755", RUNNER_IN_POD].map(String::from);
-            let p = b.exec(&chmod, &ExecOptions::default(), ctx).await?;
-            let out = finish(p, FinishOptions::default()).await?;
-            if out.status.code != 0 {
-                return Err(Error::unknown(format!(
-                    "chmod of the runner: {}",
-                    out.stderr_text().trim()
-                )));
-            }
-        }
+        // A mode other than 0644 always goes by tar, which sets it.
         let mut program = vec![RUNNER_IN_POD.to_string()];
         program.extend(helper.args.iter().cloned());
         crate::runner::start(b.as_ref(), &program, &[format!("unix:{RUNNER_SOCKET}")], None, ctx).await?;
         Ok(())
     }
 
+    /// Wait until the box's first process reads `want` in its deadline file: the kubelet
+    /// refreshes a downward-API file on its own sync (within about a minute), and a later
+    /// deadline it has not yet written is one the box may still end at (`old`). Past that,
+    /// `timeout`.
+    async fn await_deadline_file(&self, b: &Arc<dyn Sandbox>, want: u64, old: u64, ctx: &Ctx) -> Result<()> {
+        let path = format!("{}/ends-at-ms", pod::DEADLINE_DIR);
+        let limit = Duration::from_millis(old.saturating_sub(now_ms())).min(Duration::from_secs(120));
+        let until = tokio::time::Instant::now() + limit;
+        loop {
+            let read = b
+                .download(&path, 64, &ctx.with_timeout(Duration::from_secs(30)))
+                .await?;
+            if String::from_utf8_lossy(&read).trim() == want.to_string() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(Error::timeout(format!(
+                    "extend {}: the pod's deadline file still reads {:?} (the kubelet has not refreshed it), \
+                     so the box may end at its old deadline",
+                    b.id(),
+                    String::from_utf8_lossy(&read).trim()
+                )));
+            }
+            ctx.run(tokio::time::sleep(Duration::from_millis(500))).await?;
+        }
+    }
+
     async fn get(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Pod>> {
         let Some(name) = self.pod_of(id) else { return Ok(None) };
-        retry(ctx, "reading the pod", || self.pods.get_opt(name)).await
+        // Another pod of the namespace is not a box: extend and relabel never touch it.
+        Ok(retry(ctx, "reading the pod", || self.pods.get_opt(name))
+            .await?
+            .filter(|p| pod::label(p, pod::LABEL_PROVIDER) == Some(NAME)))
     }
 }
 
@@ -660,6 +675,17 @@ pub(crate) async fn delete_pod(api: &Api<Pod>, name: &str, ctx: &Ctx) -> Result<
         ..Default::default()
     };
     match retry(ctx, "deleting the pod", || api.delete(name, &dp)).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Delete the network policy of the box whose pod is `pod_name`: absent already is done.
+pub(crate) async fn delete_policy(client: &Client, namespace: &str, pod_name: &str, ctx: &Ctx) -> Result<()> {
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+    let (name, dp) = (policy_name(pod_name), DeleteParams::default());
+    match retry(ctx, "deleting the network policy", || policies.delete(&name, &dp)).await {
         Ok(_) => Ok(()),
         Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
         Err(e) => Err(e),
@@ -814,9 +840,14 @@ impl Provider for KubeProvider {
         let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
         retry(ctx, "extending the pod", || self.pods.patch(&name, &pp, &patch)).await?;
         tracing::info!(box_id = %id, ends_at_ms, "extended");
-        self.attach(id, ctx)
+        let b = self
+            .attach(id, ctx)
             .await?
-            .ok_or_else(|| Error::gone(format!("box {id}: it ended as it was extended")))
+            .ok_or_else(|| Error::gone(format!("box {id}: it ended as it was extended")))?;
+        if ends_at_ms > current {
+            self.await_deadline_file(&b, ends_at_ms, current, ctx).await?;
+        }
+        Ok(b)
     }
 
     async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {

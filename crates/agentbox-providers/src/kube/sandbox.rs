@@ -70,8 +70,8 @@ impl KubeSandbox {
         }
     }
 
-    /// An upload as a tar on stdin: the archive's end, not stdin's, ends `tar` (the v4
-    /// stream cannot end stdin alone).
+    /// An upload as a tar on stdin, its length known (`head -c`), so stdin's end is not
+    /// needed: the v4 stream cannot end stdin alone.
     async fn upload_tar(&self, path: &str, data: &[u8], mode: u32, ctx: &Ctx) -> Result<()> {
         let abs = if path.starts_with('/') {
             path.to_string()
@@ -96,7 +96,15 @@ impl KubeSandbox {
         // Whole 10240-byte records, as GNU tar reads them: it stops at the archive's end.
         let rec = 10240;
         archive.resize(archive.len().div_ceil(rec) * rec, 0);
-        let argv = ["tar", "-x", "-m", "--no-same-owner", "-f", "-", "-C", "/"].map(String::from);
+        // `head` ends tar's input after the archive's bytes, whatever tar reads past its end.
+        let argv = [
+            "sh",
+            "-c",
+            r#"head -c "$1" | tar -x -m --no-same-owner -f - -C /"#,
+            "agentbox-upload",
+            &archive.len().to_string(),
+        ]
+        .map(String::from);
         let p = self
             .target
             .exec(&argv, "/", &[], ctx)
@@ -257,7 +265,11 @@ impl Sandbox for KubeSandbox {
     }
 
     async fn destroy(&self, ctx: &Ctx) -> Result<()> {
-        let r = super::delete_pod(&self.api, &self.target.pod, ctx).await;
+        let mut r = super::delete_pod(&self.api, &self.target.pod, ctx).await;
+        if r.is_ok() {
+            // Its network policy, where it had one (absent is done).
+            r = super::delete_policy(&self.target.client, &self.target.namespace, &self.target.pod, ctx).await;
+        }
         for (_, (_, t)) in self.forwards.lock().unwrap().drain() {
             t.abort();
         }
