@@ -298,7 +298,7 @@ impl KubeProvider {
     }
 
     /// The box of a running pod; `None` for one that ended or is not a box.
-    async fn sandbox_of(&self, p: &Pod, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+    async fn sandbox_of(&self, p: &Pod, runner: Runner, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
         if pod::label(p, pod::LABEL_PROVIDER) != Some(NAME) || pod::phase(p) == pod::Phase::Ended {
             return Ok(None);
         }
@@ -322,7 +322,7 @@ impl KubeProvider {
         ));
         if pod::annotation(p, pod::ANNOTATION_RUNNER) == Some("true") && pod::phase(p) == pod::Phase::Running {
             let r = RunnerSandbox::new(b.clone(), Arc::new(self.relay(b.clone())));
-            if r.check(ctx).await.is_ok() {
+            if runner == Runner::Lazily || r.check(ctx).await.is_ok() {
                 return Ok(Some(Arc::new(r)));
             }
             tracing::warn!(pod = %name, "the pod's runner does not answer: its own exec serves");
@@ -583,6 +583,19 @@ exit 3"#;
     }
 }
 
+/// Whether a box found again has its runner checked at once (attach, open: a runner that does
+/// not answer leaves the pod's own exec to serve) or at its first call (list).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    Checked,
+    Lazily,
+}
+
+/// Pods asked for per page of a list.
+const LIST_PAGE: u32 = 500;
+/// The most pods one list answers.
+const MAX_LISTED: usize = 10_000;
+
 /// How a make went wrong: the name was taken (another host's open won), or anything else.
 enum Made {
     Exists,
@@ -626,7 +639,27 @@ pub(crate) fn api_error(e: kube::Error, what: &str) -> Error {
                 _ => Error::unknown(msg),
             }
         }
-        _ => Error::unknown(format!("{what}: {e}")),
+        // A credential plugin's error may quote its output, which can hold a token.
+        kube::Error::Auth(_) => Error::new(
+            ErrorCode::PermissionDenied,
+            format!("{what}: the kubeconfig's credentials could not be had (details withheld: they may hold a secret)"),
+        ),
+        _ => {
+            let text = e.to_string();
+            // kube-rs's own deadlines (connect, read, write) surface as service errors.
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            let mut timed_out = false;
+            while let Some(c) = cause {
+                let t = c.to_string();
+                timed_out |= t.contains("timed out") || t.contains("deadline has elapsed");
+                cause = c.source();
+            }
+            if timed_out {
+                Error::timeout(format!("{what}: the API server did not answer in time ({text})"))
+            } else {
+                Error::unknown(format!("{what}: {text}"))
+            }
+        }
     }
 }
 
@@ -744,26 +777,45 @@ impl Provider for KubeProvider {
             return Err(Error::invalid(format!("box {id}: not a {NAME} box")));
         }
         match self.get(id, ctx).await? {
-            Some(p) => self.sandbox_of(&p, ctx).await,
+            Some(p) => self.sandbox_of(&p, Runner::Checked, ctx).await,
             None => Ok(None),
         }
     }
 
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         pod::check_labels(labels)?;
-        let lp = ListParams::default().labels(&selector(labels));
-        let pods = retry(ctx, "listing pods", || self.pods.list(&lp)).await?;
+        let mut lp = ListParams::default().labels(&selector(labels)).limit(LIST_PAGE);
+        let mut pods = Vec::new();
+        loop {
+            let page = retry(ctx, "listing pods", || self.pods.list(&lp)).await?;
+            pods.extend(page.items);
+            if pods.len() > MAX_LISTED {
+                return Err(Error::too_large(format!(
+                    "list: over {MAX_LISTED} pods of agentbox's in namespace {} match; narrow the labels",
+                    self.namespace
+                )));
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(c) => lp = lp.continue_token(&c),
+                None => break,
+            }
+        }
         let mut out = Vec::new();
-        for p in pods.items {
+        for p in pods {
             let name = p.metadata.name.clone().unwrap_or_default();
             if pod::phase(&p) == pod::Phase::Ended {
                 // An ended pod is deleted here, its policy with it: nothing is left behind.
                 tracing::info!(pod = %name, "deleting an ended pod");
-                let _ = delete_pod(&self.pods, &name, ctx).await;
-                let _ = self.delete_policy(&name, ctx).await;
+                if let Err(e) = delete_pod(&self.pods, &name, ctx).await {
+                    tracing::warn!(pod = %name, error = %e, "an ended pod was not deleted");
+                } else if let Err(e) = self.delete_policy(&name, ctx).await {
+                    tracing::warn!(pod = %name, error = %e, "an ended pod's network policy was not deleted");
+                }
                 continue;
             }
-            if let Some(b) = self.sandbox_of(&p, ctx).await? {
+            // A listed box's runner is reached at its first call, not now: one exec per pod
+            // listed would make a list of many boxes as slow as many creates.
+            if let Some(b) = self.sandbox_of(&p, Runner::Lazily, ctx).await? {
                 out.push(b);
             }
         }
@@ -783,7 +835,7 @@ impl Provider for KubeProvider {
                     continue;
                 }
                 let p = self.wait_running(&pod_name, ctx).await?;
-                if let Some(b) = self.sandbox_of(&p, ctx).await? {
+                if let Some(b) = self.sandbox_of(&p, Runner::Checked, ctx).await? {
                     return Ok(b);
                 }
                 continue;

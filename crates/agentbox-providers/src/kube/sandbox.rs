@@ -153,10 +153,14 @@ impl KubeSandbox {
         let api = self.api.clone();
         let pod_name = self.target.pod.clone();
         let task = tokio::spawn(async move {
+            // The connections are the listener's: aborting it (destroy, the handle dropped)
+            // ends every one of them.
+            let mut conns = tokio::task::JoinSet::new();
             while let Ok((mut conn, peer)) = listener.accept().await {
+                while conns.try_join_next().is_some() {}
                 let api = api.clone();
                 let pod_name = pod_name.clone();
-                tokio::spawn(async move {
+                conns.spawn(async move {
                     let opened = tokio::time::timeout(super::exec::SILENT, api.portforward(&pod_name, &[port])).await;
                     let mut pf = match opened {
                         Ok(Ok(pf)) => pf,
@@ -185,7 +189,17 @@ impl KubeSandbox {
                 });
             }
         });
-        self.forwards.lock().unwrap().insert(port, (local, task));
+        let mut forwards = self.forwards.lock().unwrap();
+        // Another call made one meanwhile: that one serves, this one goes.
+        if let Some((other, t)) = forwards.get(&port)
+            && !t.is_finished()
+        {
+            task.abort();
+            return Ok(*other);
+        }
+        if let Some((_, old)) = forwards.insert(port, (local, task)) {
+            old.abort();
+        }
         Ok(local)
     }
 }

@@ -58,8 +58,12 @@ impl Outside for ClusterView {
         for pid in pids {
             let script = format!("sed -n 's/.*) \\(.\\).*/\\1/p' /proc/{pid}/stat 2>/dev/null");
             let ap = kube::api::AttachParams::default().stderr(false);
-            let Ok(mut p) = self.pods.exec(&name, ["sh", "-c", &script], &ap).await else {
-                continue;
+            let mut p = match self.pods.exec(&name, ["sh", "-c", &script], &ap).await {
+                Ok(p) => p,
+                // A pod that ended meanwhile runs nothing; any other failure is the view's, and
+                // must not read as "not alive".
+                Err(_) if self.ended(id).await => return false,
+                Err(e) => panic!("outside: an exec in pod {name} to read /proc/{pid}/stat failed: {e}"),
             };
             let mut out = String::new();
             if let Some(mut o) = p.stdout() {
