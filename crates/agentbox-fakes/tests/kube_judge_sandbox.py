@@ -33,6 +33,17 @@ def status_of(f):
     raise AssertionError("no ApiException")
 
 
+def gone(f):
+    """Whether `f` answers 404 (False while the object is still there)."""
+    try:
+        f()
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
 def until(what, f, tries=300):
     for _ in range(tries):
         got = f()
@@ -111,10 +122,10 @@ assert names == ["py-claim"], names
 ok("list-claim")
 co.delete_namespaced_custom_object(*EXT, NS, "sandboxclaims", "py-claim")
 assert status_of(lambda: co.get_namespaced_custom_object(*EXT, NS, "sandboxclaims", "py-claim")) == 404
-until("the adopted Sandbox collected", lambda: status_of(lambda: co.get_namespaced_custom_object(*CORE, NS, "sandboxes", adopted)) == 404)
+until("the adopted Sandbox collected", lambda: gone(lambda: co.get_namespaced_custom_object(*CORE, NS, "sandboxes", adopted)))
 ok("delete-claim")
 co.delete_namespaced_custom_object(*CORE, NS, "sandboxes", "py-sb")
 assert status_of(lambda: co.get_namespaced_custom_object(*CORE, NS, "sandboxes", "py-sb")) == 404
-until("py-sb's pod collected", lambda: status_of(lambda: v1.read_namespaced_pod("py-sb", NS)) == 404)
+until("py-sb's pod collected", lambda: gone(lambda: v1.read_namespaced_pod("py-sb", NS)))
 ok("delete-sandbox")
 sys.exit(0)
