@@ -26,12 +26,17 @@ fn tool(var: &str, test: &str) -> Option<PathBuf> {
 }
 
 async fn fake(test: &str, v5: bool) -> Option<FakeKube> {
+    fake_with(test, v5, false).await
+}
+
+async fn fake_with(test: &str, v5: bool, agent_sandbox: bool) -> Option<FakeKube> {
     let rootfs = agentbox_testing::services::rootfs(test)?;
     Some(
         FakeKube::start(FakeKubeOptions {
             rootfs: Some(rootfs.into()),
             runner: Some(agentbox_testing::runner::ensure()),
             v5,
+            agent_sandbox,
             ..Default::default()
         })
         .await
@@ -229,6 +234,174 @@ async fn kubectl_without_v5_falls_back_to_spdy_which_the_fake_refuses() {
     let (code, _, err) = kubectl(&k, &kube, &["exec", "other", "--", "true"], None).await;
     assert_ne!(code, 0);
     assert!(err.contains("no SPDY"), "{err}");
+    kube.shutdown().await;
+}
+
+const SANDBOX: &str = r#"
+apiVersion: agents.x-k8s.io/v1beta1
+kind: Sandbox
+metadata:
+  name: judged
+spec:
+  podTemplate:
+    metadata:
+      labels: {app: judged}
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: main, image: debian:bookworm, command: ["sleep", "300"]}
+---
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata:
+  name: tmpl
+spec:
+  networkPolicyManagement: Unmanaged
+  podTemplate:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: main, image: debian:bookworm, command: ["sleep", "300"]}
+---
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxWarmPool
+metadata:
+  name: pool
+spec:
+  replicas: 1
+  sandboxTemplateRef: {name: tmpl}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_judges_agent_sandbox_mode() {
+    let test = "kubectl_judges_agent_sandbox_mode";
+    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else {
+        return;
+    };
+    let Some(kube) = fake_with(test, true, true).await else {
+        return;
+    };
+    let dir = kube.kubeconfig().parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("sandbox.yaml"), SANDBOX).unwrap();
+    let file = dir.join("sandbox.yaml").to_string_lossy().into_owned();
+    let out = ok(&k, &kube, &["create", "-f", &file]).await;
+    for made in [
+        "sandbox.agents.x-k8s.io/judged created",
+        "sandboxtemplate.extensions.agents.x-k8s.io/tmpl created",
+        "sandboxwarmpool.extensions.agents.x-k8s.io/pool created",
+    ] {
+        assert!(out.contains(made), "{made} not in {out}");
+    }
+    running(&kube, "judged").await;
+    let list: Value = serde_json::from_str(&ok(&k, &kube, &["get", "sandboxes", "-o", "json"]).await).unwrap();
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"judged"), "{list}");
+    // Ready, as the printer column's jsonpath reads it.
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        let path = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
+        if ok(&k, &kube, &["get", "sandbox", "judged", "-o", path]).await == "True" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "the Sandbox is not Ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The short name, a label (a merge patch), and exec into the Sandbox's pod.
+    ok(&k, &kube, &["label", "sandbox", "judged", "judge=kubectl"]).await;
+    let got: Value =
+        serde_json::from_str(&ok(&k, &kube, &["get", "sandbox", "-l", "judge=kubectl", "-o", "json"]).await).unwrap();
+    assert_eq!(got["items"][0]["metadata"]["name"], "judged", "{got}");
+    let (code, out, err) = kubectl(
+        &k,
+        &kube,
+        &["exec", "judged", "--", "sh", "-c", "echo inside; exit 3"],
+        None,
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (3, "inside\n"), "{err}");
+    // The pool and its member.
+    let out = ok(&k, &kube, &["get", "sandboxwarmpools"]).await;
+    assert!(out.contains("pool"), "{out}");
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        let pool: Value = serde_json::from_str(&ok(&k, &kube, &["get", "swp", "pool", "-o", "json"]).await).unwrap();
+        if pool["status"]["readyReplicas"] == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "the pool is not ready: {pool}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Delete waits until the Sandbox is gone; its pod follows.
+    let out = ok(&k, &kube, &["delete", "sandbox", "judged"]).await;
+    assert!(out.contains("\"judged\" deleted"), "{out}");
+    let (code, _, err) = kubectl(&k, &kube, &["get", "sandbox", "judged"], None).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+    let end = tokio::time::Instant::now() + WAIT;
+    while kube.pod("default", "judged").is_some() {
+        assert!(tokio::time::Instant::now() < end, "the Sandbox's pod outlived it");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A 422 as kubectl prints it.
+    let (code, _, err) = kubectl(
+        &k,
+        &kube,
+        &["create", "-f", "-"],
+        Some("apiVersion: agents.x-k8s.io/v1beta1\nkind: Sandbox\nmetadata: {name: bad}\nspec: {}\n"),
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(err.contains("spec.podTemplate: Required value"), "{err}");
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_judges_agent_sandbox_mode() {
+    let test = "the_python_client_judges_agent_sandbox_mode";
+    let Some(py) = tool("AGENTBOX_TEST_KUBE_PYTHON", test) else {
+        return;
+    };
+    let Some(kube) = fake_with(test, true, true).await else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube_judge_sandbox.py");
+    let out = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new(&py)
+            .arg(&script)
+            .env("KUBECONFIG", kube.kubeconfig())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python judge ends within 180 s")
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the Python judge failed:\n{said}\n{err}");
+    for step in [
+        "create-sandbox",
+        "conflict-409",
+        "invalid-422",
+        "get-sandbox",
+        "list-sandbox",
+        "patch-sandbox",
+        "create-claim",
+        "get-claim py-pool-",
+        "list-claim",
+        "delete-claim",
+        "delete-sandbox",
+    ] {
+        assert!(
+            said.lines().any(|l| l == format!("OK {step}")),
+            "no `OK {step}` in:\n{said}\n{err}"
+        );
+    }
     kube.shutdown().await;
 }
 

@@ -53,6 +53,9 @@ enum Vendor {
         /// Serve plain HTTP (kubectl then sends no token, so only other clients can use it).
         #[arg(long)]
         no_tls: bool,
+        /// Install kubernetes-sigs/agent-sandbox (its v1beta1 CRDs and controllers).
+        #[arg(long)]
+        agent_sandbox: bool,
     },
 }
 
@@ -95,6 +98,7 @@ fn main() {
                 no_network_policy,
                 namespaces,
                 no_tls,
+                agent_sandbox,
             } => {
                 let opts = FakeKubeOptions {
                     listen,
@@ -106,6 +110,7 @@ fn main() {
                     namespaces,
                     runner: None,
                     tls: !no_tls,
+                    agent_sandbox,
                 };
                 let kube = match FakeKube::start(opts).await {
                     Ok(k) => k,

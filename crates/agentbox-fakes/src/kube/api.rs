@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::kube::kubelet::Kubelet;
 use crate::kube::patch;
+use crate::kube::sandbox;
 use crate::kube::selector::{FieldSelector, LabelSelector, labels_of};
 use crate::kube::status::{ApiError, Cause, json_response};
 use crate::kube::store::{Event, Kind, Store, now_rfc3339};
@@ -44,6 +45,8 @@ pub(crate) struct Shared {
     pub(crate) throttle: AtomicU32,
     /// Whether exec offers `v5.channel.k8s.io`.
     pub(crate) v5: bool,
+    /// Whether agent-sandbox's CRDs and controllers are installed (`sandbox`).
+    pub(crate) agent_sandbox: bool,
     pub(crate) addr: SocketAddr,
 }
 
@@ -129,11 +132,71 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": s.addr.to_string()}],
         }))),
         ["api", "v1"] if get => Ok(ok(core_resources())),
-        ["apis"] if get => Ok(ok(json!({
-            "kind": "APIGroupList",
-            "apiVersion": "v1",
-            "groups": [networking_group()],
-        }))),
+        ["apis"] if get => {
+            let mut groups = vec![networking_group()];
+            if s.agent_sandbox {
+                groups.extend(sandbox::GROUPS.iter().map(|g| sandbox::group(g)));
+            }
+            Ok(ok(
+                json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
+            ))
+        }
+        ["apis", g] if get && s.agent_sandbox && sandbox::GROUPS.contains(g) => {
+            let mut v = sandbox::group(g);
+            v["kind"] = json!("APIGroup");
+            v["apiVersion"] = json!("v1");
+            Ok(ok(v))
+        }
+        ["apis", g, sandbox::VERSION] if get && s.agent_sandbox && sandbox::GROUPS.contains(g) => {
+            Ok(ok(sandbox::resources(g)))
+        }
+        ["openapi", "v3", "apis", g, sandbox::VERSION] if get && s.agent_sandbox && sandbox::GROUPS.contains(g) => {
+            let kinds: Vec<Kind> = Kind::SANDBOX_KINDS.into_iter().filter(|k| k.group() == *g).collect();
+            Ok(ok(openapi(
+                &format!("/apis/{g}/{}", sandbox::VERSION),
+                g,
+                sandbox::VERSION,
+                &kinds,
+            )))
+        }
+        ["apis", g, sandbox::VERSION, plural] if get && s.agent_sandbox && Kind::custom(g, plural).is_some() => {
+            let kind = Kind::custom(g, plural).ok_or_else(ApiError::no_route)?;
+            list(&s, kind, None, &q)
+        }
+        ["apis", g, sandbox::VERSION, "namespaces", ns, plural, rest @ ..]
+            if s.agent_sandbox && Kind::custom(g, plural).is_some() && rest.len() <= 2 =>
+        {
+            let kind = Kind::custom(g, plural).ok_or_else(ApiError::no_route)?;
+            let ns = ns.to_string();
+            match (rest, &m) {
+                ([], &Method::GET) => list(&s, kind, Some(&ns), &q),
+                ([], &Method::POST) => {
+                    let (_, obj) = body_json(req).await?;
+                    check_kind(&obj, kind)?;
+                    check_namespace(&obj, &ns)?;
+                    let made = sandbox::admit(&s, kind, &ns, obj)?;
+                    Ok(json_response(StatusCode::CREATED, &made))
+                }
+                ([], &Method::DELETE) => delete_collection(&s, kind, &ns, &q).await,
+                ([name], &Method::GET) => s.store.get(kind, &ns, name).map(ok).ok_or_else(|| kind.not_found(name)),
+                ([name], &Method::PATCH) => {
+                    let name = name.to_string();
+                    let (ct, p) = body_json(req).await?;
+                    sandbox::patch(&s, kind, &ns, &name, &ct, &p, false).map(ok)
+                }
+                ([name], &Method::DELETE) => delete_one(&s, kind, &ns, name).await.map(ok),
+                ([name, "status"], &Method::GET) if kind.has_status() => {
+                    s.store.get(kind, &ns, name).map(ok).ok_or_else(|| kind.not_found(name))
+                }
+                ([name, "status"], &Method::PATCH) if kind.has_status() => {
+                    let name = name.to_string();
+                    let (ct, p) = body_json(req).await?;
+                    sandbox::patch(&s, kind, &ns, &name, &ct, &p, true).map(ok)
+                }
+                ([_], _) | ([], _) => Err(ApiError::method_not_allowed()),
+                _ => Err(ApiError::no_route()),
+            }
+        }
         ["apis", "networking.k8s.io"] if get => Ok(ok(json!({"kind": "APIGroup", "apiVersion": "v1"})
             .as_object()
             .map(|o| {
@@ -145,12 +208,26 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
             })
             .unwrap_or_default())),
         ["apis", "networking.k8s.io", "v1"] if get => Ok(ok(networking_resources())),
-        ["openapi", "v3"] if get => Ok(ok(json!({"paths": {
-            "api/v1": {"serverRelativeURL": format!("/openapi/v3/api/v1?hash={OPENAPI_HASH}")},
-            "apis/networking.k8s.io/v1": {"serverRelativeURL": format!("/openapi/v3/apis/networking.k8s.io/v1?hash={OPENAPI_HASH}")},
-        }}))),
-        ["openapi", "v3", "api", "v1"] if get => Ok(ok(openapi(Kind::Pod))),
-        ["openapi", "v3", "apis", "networking.k8s.io", "v1"] if get => Ok(ok(openapi(Kind::NetworkPolicy))),
+        ["openapi", "v3"] if get => {
+            let mut paths = json!({
+                "api/v1": {"serverRelativeURL": format!("/openapi/v3/api/v1?hash={OPENAPI_HASH}")},
+                "apis/networking.k8s.io/v1": {"serverRelativeURL": format!("/openapi/v3/apis/networking.k8s.io/v1?hash={OPENAPI_HASH}")},
+            });
+            if s.agent_sandbox {
+                for g in sandbox::GROUPS {
+                    let gv = format!("apis/{g}/{}", sandbox::VERSION);
+                    paths[&gv] = json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={OPENAPI_HASH}")});
+                }
+            }
+            Ok(ok(json!({ "paths": paths })))
+        }
+        ["openapi", "v3", "api", "v1"] if get => Ok(ok(openapi("/api/v1", "", "v1", &[Kind::Pod]))),
+        ["openapi", "v3", "apis", "networking.k8s.io", "v1"] if get => Ok(ok(openapi(
+            "/apis/networking.k8s.io/v1",
+            "networking.k8s.io",
+            "v1",
+            &[Kind::NetworkPolicy],
+        ))),
         ["api", "v1", "namespaces"] if get => {
             let i = s.store.lock();
             let items: Vec<Value> = i.namespaces().map(strip_kind).collect();
@@ -258,31 +335,29 @@ const OPENAPI_HASH: &str = "agentbox-fake-1";
 /// patch operation, its `x-kubernetes-group-version-kind` and that it takes
 /// `fieldValidation`, from which kubectl concludes the server validates (so it downloads no
 /// schema to validate with itself). No schemas: `kubectl explain` has nothing to explain.
-fn openapi(kind: Kind) -> Value {
-    let (prefix, group) = match kind {
-        Kind::Pod => ("/api/v1".to_string(), ""),
-        Kind::NetworkPolicy => ("/apis/networking.k8s.io/v1".to_string(), "networking.k8s.io"),
-    };
-    let gvk = json!({"group": group, "version": "v1", "kind": kind.kind()});
+fn openapi(prefix: &str, group: &str, version: &str, kinds: &[Kind]) -> Value {
     let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
-    let item = format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", kind.resource());
-    let collection = format!("{prefix}/namespaces/{{namespace}}/{}", kind.resource());
-    let op = |verb: &str| {
-        json!({
-            "operationId": format!("{verb}Namespaced{}", kind.kind()),
-            "x-kubernetes-action": verb,
-            "x-kubernetes-group-version-kind": gvk,
-            "parameters": [query("dryRun"), query("fieldManager"), query("fieldValidation")],
-            "responses": {"200": {"description": "OK"}},
-        })
-    };
+    let mut paths = serde_json::Map::new();
+    for kind in kinds {
+        let gvk = json!({"group": group, "version": version, "kind": kind.kind()});
+        let item = format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", kind.resource());
+        let collection = format!("{prefix}/namespaces/{{namespace}}/{}", kind.resource());
+        let op = |verb: &str| {
+            json!({
+                "operationId": format!("{verb}Namespaced{}", kind.kind()),
+                "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": [query("dryRun"), query("fieldManager"), query("fieldValidation")],
+                "responses": {"200": {"description": "OK"}},
+            })
+        };
+        paths.insert(collection, json!({"post": op("post")}));
+        paths.insert(item, json!({"patch": op("patch")}));
+    }
     json!({
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": format!("v1.{MINOR}.0")},
-        "paths": {
-            collection: {"post": op("post")},
-            item: {"patch": op("patch")},
-        },
+        "paths": paths,
         "components": {"schemas": {}},
     })
 }
@@ -292,7 +367,7 @@ fn networking_group() -> Value {
     json!({"name": "networking.k8s.io", "versions": [v], "preferredVersion": v})
 }
 
-fn resource(name: &str, singular: &str, namespaced: bool, kind: &str, verbs: &[&str]) -> Value {
+pub(crate) fn resource(name: &str, singular: &str, namespaced: bool, kind: &str, verbs: &[&str]) -> Value {
     json!({"name": name, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": verbs})
 }
 
@@ -334,7 +409,7 @@ fn networking_resources() -> Value {
 }
 
 /// A list's items carry no kind or apiVersion, as the real server writes them.
-fn strip_kind(v: &Value) -> Value {
+pub(crate) fn strip_kind(v: &Value) -> Value {
     let mut v = v.clone();
     if let Some(o) = v.as_object_mut() {
         o.remove("kind");
@@ -354,7 +429,7 @@ fn field_labels(kind: Kind) -> &'static [&'static str] {
             "spec.schedulerName",
             "status.podIP",
         ],
-        Kind::NetworkPolicy => &["metadata.name", "metadata.namespace"],
+        _ => &["metadata.name", "metadata.namespace"],
     }
 }
 
@@ -555,7 +630,7 @@ fn watch(s: &Arc<Shared>, kind: Kind, ns: Option<&str>, sel: Selection, q: &Quer
     Ok(r)
 }
 
-async fn body_json(req: Request) -> Result<(String, Value), ApiError> {
+pub(crate) async fn body_json(req: Request) -> Result<(String, Value), ApiError> {
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -581,7 +656,7 @@ async fn body_json(req: Request) -> Result<(String, Value), ApiError> {
 }
 
 /// The object's namespace, if it names one, must be the path's.
-fn check_namespace(obj: &Value, ns: &str) -> Result<(), ApiError> {
+pub(crate) fn check_namespace(obj: &Value, ns: &str) -> Result<(), ApiError> {
     match obj["metadata"]["namespace"].as_str() {
         Some(n) if !n.is_empty() && n != ns => Err(ApiError::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
@@ -590,7 +665,7 @@ fn check_namespace(obj: &Value, ns: &str) -> Result<(), ApiError> {
     }
 }
 
-fn check_kind(obj: &Value, kind: Kind) -> Result<(), ApiError> {
+pub(crate) fn check_kind(obj: &Value, kind: Kind) -> Result<(), ApiError> {
     if let Some(k) = obj.get("kind").and_then(Value::as_str)
         && k != kind.kind()
     {
@@ -678,7 +753,7 @@ fn pod_defaults(pod: &mut Value) {
     }
 }
 
-fn name_for_errors(obj: &Value) -> String {
+pub(crate) fn name_for_errors(obj: &Value) -> String {
     obj["metadata"]["name"]
         .as_str()
         .filter(|n| !n.is_empty())
@@ -688,10 +763,18 @@ fn name_for_errors(obj: &Value) -> String {
 }
 
 async fn create_pod(s: &Arc<Shared>, ns: &str, req: Request) -> ApiResult {
-    let (_, mut pod) = body_json(req).await?;
+    let (_, pod) = body_json(req).await?;
     validate::pod_decodes(&pod).map_err(ApiError::bad_request)?;
     check_kind(&pod, Kind::Pod)?;
     check_namespace(&pod, ns)?;
+    let pod = admit_pod(s, ns, pod)?;
+    Ok(json_response(StatusCode::CREATED, &pod))
+}
+
+/// A new pod as the API admits one (defaults, validation, the fake's own limits), stored and
+/// handed to the kubelet: a client's, or one agent-sandbox's controller makes.
+pub(crate) fn admit_pod(s: &Arc<Shared>, ns: &str, mut pod: Value) -> Result<Value, ApiError> {
+    validate::pod_decodes(&pod).map_err(ApiError::bad_request)?;
     pod_defaults(&mut pod);
     let mut causes = validate::pod(&pod);
     // The fake's own limits, refused rather than run as something else (see `kubelet`).
@@ -725,7 +808,7 @@ async fn create_pod(s: &Arc<Shared>, ns: &str, req: Request) -> ApiResult {
     }
     let pod = s.store.create(Kind::Pod, ns, pod)?;
     s.kubelet.start(s.store.clone(), &pod);
-    Ok(json_response(StatusCode::CREATED, &pod))
+    Ok(pod)
 }
 
 async fn create_network_policy(s: &Arc<Shared>, ns: &str, req: Request) -> ApiResult {
@@ -765,7 +848,7 @@ async fn create_network_policy(s: &Arc<Shared>, ns: &str, req: Request) -> ApiRe
 }
 
 /// RFC 6902 JSON patch over `doc`: add, remove, replace, test, move, copy.
-fn json_patch(doc: &Value, ops: &Value) -> Result<Value, ApiError> {
+pub(crate) fn json_patch(doc: &Value, ops: &Value) -> Result<Value, ApiError> {
     let bad = |m: String| ApiError::bad_request(format!("the JSON patch could not be applied: {m}"));
     let ops = ops
         .as_array()
@@ -875,8 +958,14 @@ fn take(doc: &mut Value, path: &str) -> Option<Value> {
 
 async fn patch_pod(s: &Arc<Shared>, ns: &str, name: &str, req: Request) -> ApiResult {
     let (ct, p) = body_json(req).await?;
+    patch_pod_with(s, ns, name, &ct, &p).map(ok)
+}
+
+/// A patch of a pod's main resource under the real update rules, the kubelet told of it.
+pub(crate) fn patch_pod_with(s: &Arc<Shared>, ns: &str, name: &str, ct: &str, p: &Value) -> Result<Value, ApiError> {
+    let p = p.clone();
     let changed = s.store.update(Kind::Pod, ns, name, None, |old| {
-        let mut new = match ct.as_str() {
+        let mut new = match ct {
             "application/merge-patch+json" => {
                 let mut n = old.clone();
                 patch::merge(&mut n, &p);
@@ -926,12 +1015,12 @@ async fn patch_pod(s: &Arc<Shared>, ns: &str, name: &str, req: Request) -> ApiRe
         Ok(new)
     })?;
     s.kubelet.changed(&changed);
-    Ok(ok(changed))
+    Ok(changed)
 }
 
 /// Delete one object: a pod is marked (MODIFIED, with its deletionTimestamp), its box ended,
 /// then removed (DELETED), and answered as it was marked.
-async fn delete_one(s: &Arc<Shared>, kind: Kind, ns: &str, name: &str) -> Result<Value, ApiError> {
+pub(crate) async fn delete_one(s: &Arc<Shared>, kind: Kind, ns: &str, name: &str) -> Result<Value, ApiError> {
     let obj = s.store.get(kind, ns, name).ok_or_else(|| kind.not_found(name))?;
     if kind == Kind::Pod {
         let uid = obj["metadata"]["uid"].as_str().unwrap_or("").to_string();

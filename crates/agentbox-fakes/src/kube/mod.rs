@@ -12,6 +12,9 @@
 //!   401 otherwise; [`FakeKube::throttle`] makes the next N requests 429 `TooManyRequests`
 //!   with `Retry-After: 1`;
 //! - discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/networking.k8s.io/v1`;
+//! - with [`FakeKubeOptions::agent_sandbox`], kubernetes-sigs/agent-sandbox: its four
+//!   custom resources and its controllers (the `sandbox` module's docs say what they do and
+//!   where they are simpler);
 //! - namespaces `default` and those given (get, list); pods (create, get, list and watch,
 //!   also across namespaces, merge, strategic-merge and JSON patch, delete, deletecollection),
 //!   `pods/log`, `pods/exec` and `pods/portforward` (WebSockets, see `stream`); NetworkPolicies
@@ -43,7 +46,7 @@
 //!   `resourceVersion` from the list).
 //!
 //! Simpler than a cluster, everywhere (beyond what `kubelet` lists for running pods):
-//! - one node, no scheduler, no controllers, no admission: no service accounts or their token
+//! - one node, no scheduler, no controllers (but agent-sandbox's, when asked) and no admission: no service accounts or their token
 //!   volumes, no default tolerations, no quota or limit ranges;
 //! - a pod is deleted at once: its box is killed (no grace period, no SIGTERM), then the
 //!   object removed (a MODIFIED event with `deletionTimestamp`, then DELETED);
@@ -60,6 +63,7 @@
 mod api;
 mod kubelet;
 mod patch;
+mod sandbox;
 mod selector;
 mod status;
 mod store;
@@ -117,6 +121,11 @@ pub struct FakeKubeOptions {
     /// directory) named by the kubeconfig. Off: plain HTTP, to which kubectl sends no token (so kubectl cannot use
     /// it), while the Python client and kube-rs do.
     pub tls: bool,
+    /// Install kubernetes-sigs/agent-sandbox: its CRDs (Sandbox, SandboxTemplate,
+    /// SandboxClaim, SandboxWarmPool at v1beta1) and its controllers (see the `sandbox`
+    /// module's docs). Off (the default): a cluster without it, whose discovery lists neither
+    /// group.
+    pub agent_sandbox: bool,
 }
 
 impl Default for FakeKubeOptions {
@@ -131,6 +140,7 @@ impl Default for FakeKubeOptions {
             namespaces: Vec::new(),
             runner: None,
             tls: true,
+            agent_sandbox: false,
         }
     }
 }
@@ -173,6 +183,9 @@ pub struct FakeKube {
     shared: Arc<Shared>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
+    /// agent-sandbox's controllers, when installed: stopped before the boxes are ended, so
+    /// none makes a pod meanwhile.
+    controllers: Option<tokio::task::JoinHandle<()>>,
     // Last: removed after the boxes in it are ended.
     dir: Option<tempfile::TempDir>,
 }
@@ -248,8 +261,10 @@ impl FakeKube {
             kubelet,
             throttle: AtomicU32::new(0),
             v5: opts.v5,
+            agent_sandbox: opts.agent_sandbox,
             addr,
         });
+        let controllers = opts.agent_sandbox.then(|| sandbox::spawn(shared.clone()));
         let kubeconfig = opts.kubeconfig.clone().unwrap_or_else(|| dir.path().join("kubeconfig"));
         let tls = if opts.tls {
             let (config, ca) = tls::make(addr.ip())?;
@@ -272,6 +287,7 @@ impl FakeKube {
             shared,
             stop: Some(stop),
             server: Some(server),
+            controllers,
             dir: Some(dir),
         })
     }
@@ -366,6 +382,10 @@ impl FakeKube {
     /// Stop serving and end every pod's box.
     pub async fn shutdown(mut self) {
         self.stop_serving();
+        if let Some(c) = self.controllers.take() {
+            c.abort();
+            let _ = c.await;
+        }
         if let Some(s) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
         }
@@ -385,6 +405,9 @@ impl FakeKube {
 impl Drop for FakeKube {
     fn drop(&mut self) {
         self.stop_serving();
+        if let Some(c) = self.controllers.take() {
+            c.abort();
+        }
         if let Some(s) = self.server.take() {
             s.abort();
         }

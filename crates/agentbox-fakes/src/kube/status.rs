@@ -161,9 +161,16 @@ impl ApiError {
         if !group.is_empty() {
             details["group"] = json!(group);
         }
+        // The message names the group-qualified kind (`Sandbox.agents.x-k8s.io`), as
+        // schema.GroupKind's String does; details name the kind and group apart.
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
         ApiError {
             details: Some(details),
-            ..ApiError::new(422, "Invalid", format!("{kind} {name:?} is invalid: {said}"))
+            ..ApiError::new(422, "Invalid", format!("{qualified} {name:?} is invalid: {said}"))
         }
     }
 

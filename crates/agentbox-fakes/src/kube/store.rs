@@ -1,4 +1,4 @@
-//! The cluster's objects (namespaces, pods, NetworkPolicies), their one resourceVersion
+//! The cluster's objects (namespaces, pods, NetworkPolicies, agent-sandbox's), their one resourceVersion
 //! counter, and the events a watch reads: each change is numbered, kept in a bounded history
 //! (so a watch may start from a resourceVersion a list answered) and broadcast to live
 //! watches.
@@ -20,6 +20,11 @@ const HISTORY: usize = 4096;
 pub(crate) enum Kind {
     Pod,
     NetworkPolicy,
+    /// agent-sandbox's kinds (`sandbox`), served only in agent-sandbox mode.
+    Sandbox,
+    SandboxTemplate,
+    SandboxClaim,
+    SandboxWarmPool,
 }
 
 impl Kind {
@@ -28,6 +33,10 @@ impl Kind {
         match self {
             Kind::Pod => "pods",
             Kind::NetworkPolicy => "networkpolicies",
+            Kind::Sandbox => "sandboxes",
+            Kind::SandboxTemplate => "sandboxtemplates",
+            Kind::SandboxClaim => "sandboxclaims",
+            Kind::SandboxWarmPool => "sandboxwarmpools",
         }
     }
 
@@ -35,6 +44,8 @@ impl Kind {
         match self {
             Kind::Pod => "",
             Kind::NetworkPolicy => "networking.k8s.io",
+            Kind::Sandbox => "agents.x-k8s.io",
+            Kind::SandboxTemplate | Kind::SandboxClaim | Kind::SandboxWarmPool => "extensions.agents.x-k8s.io",
         }
     }
 
@@ -42,6 +53,10 @@ impl Kind {
         match self {
             Kind::Pod => "Pod",
             Kind::NetworkPolicy => "NetworkPolicy",
+            Kind::Sandbox => "Sandbox",
+            Kind::SandboxTemplate => "SandboxTemplate",
+            Kind::SandboxClaim => "SandboxClaim",
+            Kind::SandboxWarmPool => "SandboxWarmPool",
         }
     }
 
@@ -49,7 +64,53 @@ impl Kind {
         match self {
             Kind::Pod => "v1",
             Kind::NetworkPolicy => "networking.k8s.io/v1",
+            Kind::Sandbox => "agents.x-k8s.io/v1beta1",
+            Kind::SandboxTemplate | Kind::SandboxClaim | Kind::SandboxWarmPool => "extensions.agents.x-k8s.io/v1beta1",
         }
+    }
+
+    /// agent-sandbox's four custom resources, in discovery's order.
+    pub(crate) const SANDBOX_KINDS: [Kind; 4] = [
+        Kind::Sandbox,
+        Kind::SandboxClaim,
+        Kind::SandboxTemplate,
+        Kind::SandboxWarmPool,
+    ];
+
+    /// The custom resource of `group`'s `plural`, if agent-sandbox defines one.
+    pub(crate) fn custom(group: &str, plural: &str) -> Option<Kind> {
+        Kind::SANDBOX_KINDS
+            .into_iter()
+            .find(|k| k.group() == group && k.resource() == plural)
+    }
+
+    /// The CRD's `names.singular`.
+    pub(crate) fn singular(self) -> &'static str {
+        match self {
+            Kind::Pod => "pod",
+            Kind::NetworkPolicy => "networkpolicy",
+            Kind::Sandbox => "sandbox",
+            Kind::SandboxTemplate => "sandboxtemplate",
+            Kind::SandboxClaim => "sandboxclaim",
+            Kind::SandboxWarmPool => "sandboxwarmpool",
+        }
+    }
+
+    /// The CRD's `names.shortNames`.
+    pub(crate) fn short_names(self) -> &'static [&'static str] {
+        match self {
+            Kind::Pod => &["po"],
+            Kind::NetworkPolicy => &["netpol"],
+            Kind::Sandbox => &["sandbox"],
+            Kind::SandboxTemplate => &["sandboxtemplate"],
+            Kind::SandboxClaim => &["sandboxclaim"],
+            Kind::SandboxWarmPool => &["swp"],
+        }
+    }
+
+    /// Whether the CRD has a `status` subresource (then the main resource ignores status).
+    pub(crate) fn has_status(self) -> bool {
+        matches!(self, Kind::Sandbox | Kind::SandboxClaim | Kind::SandboxWarmPool)
     }
 
     pub(crate) fn not_found(self, name: &str) -> ApiError {
