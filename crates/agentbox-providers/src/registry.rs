@@ -413,8 +413,9 @@ const KUBE: Option<Make> = Some(make_kube);
 const KUBE: Option<Make> = None;
 
 /// The kube provider's settings beyond the kubeconfig: `AGENTBOX_KUBE_NAMESPACE`,
-/// `AGENTBOX_KUBE_CONTEXT`, `AGENTBOX_KUBE_IMAGE`, `AGENTBOX_KUBE_RUNTIME_CLASS` and
-/// `AGENTBOX_KUBE_MAX_LIFETIME` (seconds).
+/// `AGENTBOX_KUBE_CONTEXT`, `AGENTBOX_KUBE_IMAGE`, `AGENTBOX_KUBE_RUNTIME_CLASS`,
+/// `AGENTBOX_KUBE_MAX_LIFETIME` (seconds) and `AGENTBOX_KUBE_AGENT_SANDBOX` (`1`: through
+/// kubernetes-sigs/agent-sandbox).
 #[cfg(feature = "kube")]
 fn make_kube<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
     Box::pin(async move {
@@ -441,6 +442,15 @@ fn make_kube<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Re
         };
         if let Some(i) = text("AGENTBOX_KUBE_IMAGE")? {
             o.image = i;
+        }
+        match text("AGENTBOX_KUBE_AGENT_SANDBOX")?.as_deref() {
+            None | Some("0") | Some("false") => {}
+            Some("1") | Some("true") => o.agent_sandbox = true,
+            Some(v) => {
+                return Err(Error::invalid(format!(
+                    "AGENTBOX_KUBE_AGENT_SANDBOX: {v:?} is not 1, true, 0 or false"
+                )));
+            }
         }
         if let Some(l) = text("AGENTBOX_KUBE_MAX_LIFETIME")? {
             let secs: u64 = l

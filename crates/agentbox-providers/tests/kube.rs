@@ -5,6 +5,7 @@
 //! policies proven from inside, throttling, extend against the backstop, the sweep of ended
 //! pods, port-forward, pools).
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,11 +77,17 @@ async fn provider(opts: KubeOptions) -> Arc<dyn Provider> {
 }
 
 async fn conformance_against(test: &str, tune: fn(&mut FakeKubeOptions), with_runner: bool) {
+    conformance_against_with(test, tune, if with_runner { with_the_runner } else { |_| {} }).await;
+}
+
+fn with_the_runner(o: &mut KubeOptions) {
+    o.runner = Some(runner().expect("AGENTBOX_RUNNER names the static runner (scripts/test exports it)"));
+}
+
+async fn conformance_against_with(test: &str, tune: fn(&mut FakeKubeOptions), opt: fn(&mut KubeOptions)) {
     let Some(fake) = cluster(test, tune).await else { return };
     let mut opts = options(&fake);
-    if with_runner {
-        opts.runner = Some(runner().expect("AGENTBOX_RUNNER names the static runner (scripts/test exports it)"));
-    }
+    opt(&mut opts);
     let outside = Arc::new(ClusterView::new(fake.kubeconfig(), "default").await);
     let options = Options::new("kube", Duration::from_secs(5), Duration::from_secs(10), outside);
     let report = conformance::run(
@@ -416,4 +423,190 @@ async fn a_warm_pool_hands_out_pods() {
     assert_eq!(sh(b.as_ref(), "echo pooled").await.stdout_text(), "pooled\n");
     b.destroy(&ctx()).await.unwrap();
     pool.close(&ctx()).await.unwrap();
+}
+
+// The agent-sandbox mode: the fake serves kubernetes-sigs/agent-sandbox's resources and runs
+// their controllers as the real ones do (agentbox-fakes' docs say how far).
+
+fn agent_sandbox(fake: &FakeKube) -> KubeOptions {
+    KubeOptions {
+        agent_sandbox: true,
+        ..options(fake)
+    }
+}
+
+/// An agent-sandbox resource of the fake's `default` namespace, read over the API.
+async fn resource(
+    fake: &FakeKube,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    name: &str,
+) -> Option<kube::api::DynamicObject> {
+    let kc = kube::config::Kubeconfig::read_from(fake.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let ar =
+        kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, "v1beta1", kind), plural);
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(kube::Client::try_from(config).unwrap(), "default", &ar);
+    api.get_opt(name).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_boxes_through_agent_sandbox_pass_the_conformance_suite() {
+    conformance_against_with(
+        "kube_boxes_through_agent_sandbox_pass_the_conformance_suite",
+        |o| o.agent_sandbox = true,
+        |o| o.agent_sandbox = true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_sandbox_mode_is_refused_where_the_cluster_has_none() {
+    let Some(fake) = cluster("agent_sandbox_mode_is_refused_where_the_cluster_has_none", |_| {}).await else {
+        return;
+    };
+    let e = KubeProvider::new(agent_sandbox(&fake)).await.err().expect("refused");
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+    assert!(e.message().contains("agents.x-k8s.io/v1beta1"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_owns_the_box_pod_and_destroy_ends_both() {
+    let Some(fake) = cluster("a_sandbox_owns_the_box_pod_and_destroy_ends_both", |o| {
+        o.agent_sandbox = true
+    })
+    .await
+    else {
+        return;
+    };
+    let p = provider(agent_sandbox(&fake)).await;
+    let b = p
+        .create(&Spec::new(Duration::from_secs(60)).label("team", "a"), &ctx())
+        .await
+        .unwrap();
+    let pod_name = b.id().name().split_once(':').unwrap().1.to_string();
+    let sb = resource(&fake, "agents.x-k8s.io", "Sandbox", "sandboxes", &pod_name)
+        .await
+        .expect("a Sandbox of the box's name");
+    assert!(
+        sb.data["spec"]["shutdownTime"].is_string(),
+        "the Sandbox ends at the deadline too: {:?}",
+        sb.data["spec"]
+    );
+    let view = ClusterView::new(fake.kubeconfig(), "default").await;
+    let pod = view.pod(b.id()).await.expect("its pod");
+    assert!(
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Sandbox" && o.name == pod_name),
+        "the Sandbox owns the pod"
+    );
+    assert!(
+        b.facts()
+            .limits
+            .get("controller")
+            .is_some_and(|c| c.contains("Sandbox")),
+        "{:?}",
+        b.facts().limits
+    );
+    assert_eq!(
+        sh(b.as_ref(), "echo in-a-sandbox").await.stdout_text(),
+        "in-a-sandbox\n"
+    );
+    // Extend moves the controller's end as well as the first process's.
+    let later = now_ms() + 120_000;
+    p.extend(b.id(), later, &ctx()).await.unwrap();
+    let sb = resource(&fake, "agents.x-k8s.io", "Sandbox", "sandboxes", &pod_name)
+        .await
+        .unwrap();
+    let at = sb.data["spec"]["shutdownTime"].as_str().unwrap().to_string();
+    let at_ms = k8s_openapi::jiff::Timestamp::from_str(&at).unwrap().as_millisecond() as u64;
+    assert!(
+        at_ms >= later && at_ms < later + 1000,
+        "shutdownTime {at} is the new deadline"
+    );
+    b.destroy(&ctx()).await.unwrap();
+    assert!(
+        resource(&fake, "agents.x-k8s.io", "Sandbox", "sandboxes", &pod_name)
+            .await
+            .is_none(),
+        "the Sandbox is gone"
+    );
+    // The controller would make a deleted pod again under a live Sandbox: it must not.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(view.pod(b.id()).await.is_none(), "the pod is gone and stays gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_pool_hands_out_a_warm_pod_and_refills() {
+    let Some(fake) = cluster("a_claim_pool_hands_out_a_warm_pod_and_refills", |o| {
+        o.agent_sandbox = true
+    })
+    .await
+    else {
+        return;
+    };
+    let p = Arc::new(KubeProvider::new(agent_sandbox(&fake)).await.unwrap());
+    let spec = Spec::new(Duration::from_secs(300));
+    let pool = p.claim_pool(&spec, 2, &ctx()).await.unwrap();
+    let running = |fake: &FakeKube| fake.pods().iter().filter(|p| p.phase == "Running").count();
+    for _ in 0..300 {
+        if running(&fake) >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(running(&fake), 2, "the controller keeps two ready");
+    // Ready pods are no boxes yet.
+    assert!(p.list(&Labels::new(), &ctx()).await.unwrap().is_empty());
+    let warm: Vec<String> = fake.pods().into_iter().map(|p| p.name).collect();
+    let b = pool.create(&spec.clone().label("who", "me"), &ctx()).await.unwrap();
+    let pod_name = b.id().name().split_once(':').unwrap().1.to_string();
+    assert!(
+        warm.contains(&pod_name),
+        "a ready pod was claimed: {pod_name} not in {warm:?}"
+    );
+    assert_eq!(b.labels().get("who").map(String::as_str), Some("me"));
+    let ends = b.facts().ends_at_ms.unwrap();
+    assert!(ends > now_ms() + 200_000, "the claim's deadline: {ends}");
+    assert_eq!(
+        sh(b.as_ref(), "cat /agentbox-deadline/ends-at-ms")
+            .await
+            .stdout_text()
+            .trim(),
+        ends.to_string(),
+        "the first process reads the claim's deadline"
+    );
+    let listed = p
+        .list(&[("who".to_string(), "me".to_string())].into(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "the claimed box is listed by its labels");
+    // The pool refills.
+    for _ in 0..300 {
+        if running(&fake) >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(running(&fake), 3, "two ready again beside the claimed one");
+    b.destroy(&ctx()).await.unwrap();
+    pool.close(&ctx()).await.unwrap();
+    for _ in 0..100 {
+        if fake.pods().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        fake.pods().is_empty(),
+        "closing the pool ends its ready pods: {:?}",
+        fake.pods()
+    );
 }

@@ -28,8 +28,10 @@
 //! # Ok(()) }
 //! ```
 
+mod agent_sandbox;
 mod exec;
 mod pod;
+mod pool;
 mod sandbox;
 
 use std::collections::BTreeMap;
@@ -51,6 +53,7 @@ use kube::{Api, Client};
 use crate::helper::HelperCommand;
 use crate::runner::{Relay, RunnerSandbox};
 use crate::util::{now_ms, random_hex};
+pub use pool::ClaimPool;
 pub use sandbox::KubeSandbox;
 
 /// The provider's name and id prefix.
@@ -113,6 +116,11 @@ pub struct KubeOptions {
     /// A static `agentbox-runner` of this machine's, copied into each pod made: each command
     /// and file operation is then one message through a relay exec.
     pub runner: Option<HelperCommand>,
+    /// Make boxes through kubernetes-sigs/agent-sandbox (a Sandbox per box, warm pools as
+    /// SandboxWarmPool and SandboxClaim: [`KubeProvider::claim_pool`]) rather than as bare
+    /// pods. The provider is refused, naming what is missing, where discovery does not show
+    /// `agents.x-k8s.io/v1beta1` and `extensions.agents.x-k8s.io/v1beta1`.
+    pub agent_sandbox: bool,
 }
 
 impl Default for KubeOptions {
@@ -133,6 +141,7 @@ impl Default for KubeOptions {
             workspace: DEFAULT_WORKSPACE.into(),
             start_timeout: Duration::from_secs(180),
             runner: None,
+            agent_sandbox: false,
         }
     }
 }
@@ -214,6 +223,8 @@ pub struct KubeProvider {
     runner_bytes: tokio::sync::OnceCell<Arc<Vec<u8>>>,
     /// The API server as the host reaches it, a target for the in-pod network probe.
     server: Option<(String, u16)>,
+    /// The agent-sandbox resources, in that mode.
+    asb: Option<Arc<agent_sandbox::AgentSandbox>>,
 }
 
 impl KubeProvider {
@@ -257,7 +268,15 @@ impl KubeProvider {
         let client = Client::try_from(config).map_err(|e| Error::invalid(format!("kube client: {e}")))?;
         let pods = Api::namespaced(client.clone(), &namespace);
         let policies = Api::namespaced(client.clone(), &namespace);
-        tracing::debug!(namespace = %namespace, "kube provider");
+        let asb = if opts.agent_sandbox {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(30));
+            Some(Arc::new(
+                agent_sandbox::AgentSandbox::discover(&client, &namespace, &ctx).await?,
+            ))
+        } else {
+            None
+        };
+        tracing::debug!(namespace = %namespace, agent_sandbox = asb.is_some(), "kube provider");
         Ok(KubeProvider {
             client,
             opts: Arc::new(opts),
@@ -267,6 +286,7 @@ impl KubeProvider {
             v5: Default::default(),
             runner_bytes: Default::default(),
             server,
+            asb,
         })
     }
 
@@ -299,7 +319,11 @@ impl KubeProvider {
 
     /// The box of a running pod; `None` for one that ended or is not a box.
     async fn sandbox_of(&self, p: &Pod, runner: Runner, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
-        if pod::label(p, pod::LABEL_PROVIDER) != Some(NAME) || pod::phase(p) == pod::Phase::Ended {
+        // A warm pool's pod not yet claimed has no box key: it is no box yet.
+        if pod::label(p, pod::LABEL_PROVIDER) != Some(NAME)
+            || pod::box_key(p).is_none()
+            || pod::phase(p) == pod::Phase::Ended
+        {
             return Ok(None);
         }
         let name = p.metadata.name.clone().unwrap_or_default();
@@ -313,13 +337,7 @@ impl KubeProvider {
         };
         let mut facts = pod::facts(p, network);
         facts.ports = Some(ports_of(p));
-        let b = Arc::new(KubeSandbox::new(
-            self.pods.clone(),
-            self.target(&name),
-            self.id_of(&name),
-            facts,
-            pod::host_labels(p),
-        ));
+        let b = Arc::new(self.boxed(p, &name, facts));
         if pod::annotation(p, pod::ANNOTATION_RUNNER) == Some("true") && pod::phase(p) == pod::Phase::Running {
             let r = RunnerSandbox::new(b.clone(), Arc::new(self.relay(b.clone())));
             if runner == Runner::Lazily || r.check(ctx).await.is_ok() {
@@ -342,9 +360,27 @@ impl KubeProvider {
         let deadline = tokio::time::Instant::now() + self.opts.start_timeout;
         let mut pause = Duration::from_millis(10);
         loop {
-            let p = retry(ctx, "reading the pod", || self.pods.get_opt(name))
-                .await?
-                .ok_or_else(|| Error::gone(format!("pod {name}: deleted while it started")))?;
+            let found = retry(ctx, "reading the pod", || self.pods.get_opt(name)).await?;
+            let p = match (found, &self.asb) {
+                (Some(p), _) => p,
+                // A Sandbox's controller makes its pod after the Sandbox: not yet is no answer.
+                (None, Some(asb))
+                    if retry(ctx, "reading the Sandbox", || asb.sandboxes.get_opt(name))
+                        .await?
+                        .is_some() =>
+                {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(Error::timeout(format!(
+                            "Sandbox {name}: the controller made no pod within {} s",
+                            self.opts.start_timeout.as_secs()
+                        )));
+                    }
+                    ctx.run(tokio::time::sleep(pause)).await?;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                    continue;
+                }
+                (None, _) => return Err(Error::gone(format!("pod {name}: deleted while it started"))),
+            };
             match pod::phase(&p) {
                 pod::Phase::Running => return Ok(p),
                 pod::Phase::Ended => {
@@ -389,8 +425,20 @@ impl KubeProvider {
             self.deny_all(name, key, ctx).await.map_err(Made::Failed)?;
         }
         let pp = PostParams::default();
-        let made = match attempt(ctx, || self.pods.create(&pp, &manifest)).await {
-            Ok(Ok(_)) => Ok(()),
+        let created = match &self.asb {
+            // The controller makes the pod, of the same name.
+            Some(asb) => {
+                let sb = agent_sandbox::AgentSandbox::sandbox_of(&manifest, ends_at).map_err(Made::Failed)?;
+                attempt(ctx, || asb.sandboxes.create(&pp, &sb))
+                    .await
+                    .map(|r| r.map(|_| ()))
+            }
+            None => attempt(ctx, || self.pods.create(&pp, &manifest))
+                .await
+                .map(|r| r.map(|_| ())),
+        };
+        let made = match created {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(e)) if conflict(&e) => Err(Made::Exists),
             Ok(Err(e)) => Err(Made::Failed(api_error(e, "creating the pod"))),
             Err(e) => Err(Made::Failed(e)),
@@ -407,10 +455,7 @@ impl KubeProvider {
             Ok(b) => Ok(b),
             Err(e) => {
                 let cleanup = Ctx::background().with_timeout(Duration::from_secs(30));
-                let _ = delete_pod(&self.pods, name, &cleanup).await;
-                if none {
-                    let _ = self.delete_policy(name, &cleanup).await;
-                }
+                let _ = self.end(name, None, &cleanup).await;
                 Err(Made::Failed(e))
             }
         }
@@ -418,17 +463,16 @@ impl KubeProvider {
 
     async fn finish_make(&self, name: &str, none: bool, runner: bool, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         let p = self.wait_running(name, ctx).await?;
+        self.ready(p, none, runner, ctx).await
+    }
+
+    /// A running pod as a box: `network: none` proven from inside, the runner installed.
+    async fn ready(&self, p: Pod, none: bool, runner: bool, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let name = name.as_str();
         let mut facts = pod::facts(&p, None);
         facts.ports = Some(ports_of(&p));
-        let make = |facts| {
-            Arc::new(KubeSandbox::new(
-                self.pods.clone(),
-                self.target(name),
-                self.id_of(name),
-                facts,
-                pod::host_labels(&p),
-            ))
-        };
+        let make = |facts| Arc::new(self.boxed(&p, name, facts));
         let mut b = make(facts.clone());
         if none {
             facts.network = Some(self.verify_none(&b, ctx).await?);
@@ -441,6 +485,36 @@ impl KubeProvider {
         let r = RunnerSandbox::new(b.clone(), Arc::new(self.relay(b.clone())));
         r.check(ctx).await?;
         Ok(Arc::new(r))
+    }
+
+    /// The box of pod `p` named `name`, with `facts`: one an agent-sandbox controller owns
+    /// is ended through its owner.
+    fn boxed(&self, p: &Pod, name: &str, mut facts: agentbox_core::Facts) -> KubeSandbox {
+        let owner = self.asb.clone().filter(|_| owned_by_sandbox(p));
+        if owner.is_some() {
+            facts
+                .limits
+                .insert("controller".into(), format!("agent-sandbox Sandbox {name}"));
+        }
+        KubeSandbox::new(
+            self.pods.clone(),
+            self.target(name),
+            self.id_of(name),
+            facts,
+            pod::host_labels(p),
+        )
+        .with_owner(owner)
+    }
+
+    /// End the box of pod `name`: through its Sandbox (or claim) where one owns it, then the pod.
+    async fn end(&self, name: &str, p: Option<&Pod>, ctx: &Ctx) -> Result<()> {
+        if let Some(asb) = &self.asb
+            && p.is_none_or(owned_by_sandbox)
+        {
+            asb.end(name, ctx).await?;
+        }
+        delete_pod(&self.pods, name, ctx).await?;
+        self.delete_policy(name, ctx).await
     }
 
     /// A deny-all NetworkPolicy for the box `key`, made before its pod so no packet of the
@@ -574,6 +648,29 @@ exit 3"#;
         }
     }
 
+    /// The box again once its pod carries exactly `labels` (a controller applies them), within
+    /// 60 s.
+    async fn await_labels(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let until = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let Some(p) = self.get(id, ctx).await? else {
+                return Err(Error::gone(format!("box {id}: it ended as it was relabelled")));
+            };
+            if &pod::host_labels(&p) == labels {
+                return self
+                    .sandbox_of(&p, Runner::Checked, ctx)
+                    .await?
+                    .ok_or_else(|| Error::gone(format!("box {id}: it ended as it was relabelled")));
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(Error::timeout(format!(
+                    "relabel {id}: the controller did not give the pod its labels within 60 s"
+                )));
+            }
+            ctx.run(tokio::time::sleep(Duration::from_millis(100))).await?;
+        }
+    }
+
     async fn get(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Pod>> {
         let Some(name) = self.pod_of(id) else { return Ok(None) };
         // Another pod of the namespace is not a box: extend and relabel never touch it.
@@ -604,6 +701,15 @@ enum Made {
 
 /// The annotation the network probe's verdict is kept in.
 const ANNOTATION_VERIFIED: &str = "agentbox.network-verified";
+
+/// Whether an agent-sandbox Sandbox owns the pod.
+fn owned_by_sandbox(p: &Pod) -> bool {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Sandbox" && o.api_version.starts_with(agent_sandbox::GROUP))
+}
 
 fn policy_name(pod: &str) -> String {
     format!("{pod}-deny-all")
@@ -784,20 +890,35 @@ impl Provider for KubeProvider {
 
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         pod::check_labels(labels)?;
-        let mut lp = ListParams::default().labels(&selector(labels)).limit(LIST_PAGE);
-        let mut pods = Vec::new();
-        loop {
-            let page = retry(ctx, "listing pods", || self.pods.list(&lp)).await?;
-            pods.extend(page.items);
-            if pods.len() > MAX_LISTED {
-                return Err(Error::too_large(format!(
-                    "list: over {MAX_LISTED} pods of agentbox's in namespace {} match; narrow the labels",
-                    self.namespace
-                )));
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(c) => lp = lp.continue_token(&c),
-                None => break,
+        let mut selectors = vec![selector(labels)];
+        if self.asb.is_some() {
+            // A claim pool's boxes carry the host's labels in the claim's domain.
+            let claimed: Labels = labels
+                .iter()
+                .map(|(k, v)| (format!("{}{k}", pod::CLAIMED), v.clone()))
+                .collect();
+            selectors.push(selector(&claimed));
+        }
+        let mut pods: Vec<Pod> = Vec::new();
+        for sel in selectors {
+            let mut lp = ListParams::default().labels(&sel).limit(LIST_PAGE);
+            loop {
+                let page = retry(ctx, "listing pods", || self.pods.list(&lp)).await?;
+                for p in page.items {
+                    if !pods.iter().any(|q| q.metadata.name == p.metadata.name) {
+                        pods.push(p);
+                    }
+                }
+                if pods.len() > MAX_LISTED {
+                    return Err(Error::too_large(format!(
+                        "list: over {MAX_LISTED} pods of agentbox's in namespace {} match; narrow the labels",
+                        self.namespace
+                    )));
+                }
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(c) => lp = lp.continue_token(&c),
+                    None => break,
+                }
             }
         }
         let mut out = Vec::new();
@@ -806,10 +927,8 @@ impl Provider for KubeProvider {
             if pod::phase(&p) == pod::Phase::Ended {
                 // An ended pod is deleted here, its policy with it: nothing is left behind.
                 tracing::info!(pod = %name, "deleting an ended pod");
-                if let Err(e) = delete_pod(&self.pods, &name, ctx).await {
-                    tracing::warn!(pod = %name, error = %e, "an ended pod was not deleted");
-                } else if let Err(e) = self.delete_policy(&name, ctx).await {
-                    tracing::warn!(pod = %name, error = %e, "an ended pod's network policy was not deleted");
+                if let Err(e) = self.end(&name, Some(&p), ctx).await {
+                    tracing::warn!(pod = %name, error = %e, "an ended pod (or its policy or Sandbox) was not deleted");
                 }
                 continue;
             }
@@ -830,8 +949,7 @@ impl Provider for KubeProvider {
         for _ in 0..3 {
             if let Some(p) = retry(ctx, "reading the pod", || self.pods.get_opt(&pod_name)).await? {
                 if pod::phase(&p) == pod::Phase::Ended {
-                    delete_pod(&self.pods, &pod_name, ctx).await?;
-                    self.delete_policy(&pod_name, ctx).await?;
+                    self.end(&pod_name, Some(&p), ctx).await?;
                     continue;
                 }
                 let p = self.wait_running(&pod_name, ctx).await?;
@@ -855,11 +973,9 @@ impl Provider for KubeProvider {
     async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
         let key = crate::lifecycle::name_key(name, labels)?;
         let pod_name = format!("agentbox-n-{key}");
-        let existed = retry(ctx, "reading the pod", || self.pods.get_opt(&pod_name))
-            .await?
-            .is_some_and(|p| pod::phase(&p) != pod::Phase::Ended);
-        delete_pod(&self.pods, &pod_name, ctx).await?;
-        self.delete_policy(&pod_name, ctx).await?;
+        let found = retry(ctx, "reading the pod", || self.pods.get_opt(&pod_name)).await?;
+        let existed = found.as_ref().is_some_and(|p| pod::phase(p) != pod::Phase::Ended);
+        self.end(&pod_name, found.as_ref(), ctx).await?;
         Ok(existed)
     }
 
@@ -889,6 +1005,10 @@ impl Provider for KubeProvider {
             let secs = ends_at_ms.saturating_sub(start).div_ceil(1000).max(1);
             patch["spec"] = serde_json::json!({"activeDeadlineSeconds": secs});
         }
+        if let Some(asb) = self.asb.as_ref().filter(|_| owned_by_sandbox(&p)) {
+            // The controller's own end first, so it never deletes the pod at the old one.
+            asb.set_end(&name, ends_at_ms, ctx).await?;
+        }
         let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
         retry(ctx, "extending the pod", || self.pods.patch(&name, &pp, &patch)).await?;
         tracing::info!(box_id = %id, ends_at_ms, "extended");
@@ -915,6 +1035,26 @@ impl Provider for KubeProvider {
         }
         for (k, v) in labels {
             set.insert(k.clone(), serde_json::Value::String(v.clone()));
+        }
+        if let Some(asb) = self.asb.as_ref().filter(|_| owned_by_sandbox(&p)) {
+            if pod::is_claimed(&p) {
+                // A claimed pod's labels are its claim's, in the claim's domain.
+                let claimed: serde_json::Map<String, serde_json::Value> = set
+                    .iter()
+                    .map(|(k, v)| (format!("{}{k}", pod::CLAIMED), v.clone()))
+                    .collect();
+                asb.relabel_claim(&name, serde_json::Value::Object(claimed), ctx)
+                    .await?;
+                return self.await_labels(id, labels, ctx).await;
+            }
+            // The controller keeps the pod's labels in step with its Sandbox's template.
+            asb.set_pod_metadata(
+                &name,
+                serde_json::Value::Object(set.clone()),
+                serde_json::json!({}),
+                ctx,
+            )
+            .await?;
         }
         let patch = serde_json::json!({"metadata": {"labels": set}});
         let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));

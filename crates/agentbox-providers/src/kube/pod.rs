@@ -25,6 +25,10 @@ use super::KubeOptions;
 pub(super) const LABEL_PROVIDER: &str = "agentbox.provider";
 /// The box's own key, which its network policy selects.
 pub(super) const LABEL_BOX: &str = "agentbox.box";
+/// Where a claimed pod's labels are: agent-sandbox lets a SandboxClaim add pod labels only
+/// in its allowed domain (`sandbox.users.io` by default), so a claim pool's box carries its
+/// key and the host's labels under it.
+pub(super) const CLAIMED: &str = "sandbox.users.io/";
 /// The name a box was opened by.
 pub(super) const LABEL_NAME: &str = "agentbox.name";
 /// When the first process ends the box, in ms since the epoch (an annotation).
@@ -48,13 +52,18 @@ pub(super) const HOME: &str = "/home";
 
 /// The pod's first process: it ends the box at the deadline it reads (again every second)
 /// from the downward-API file of the pod's annotation, so an extend is one patch of that
-/// annotation. A file that cannot be read or holds no number ends the box: it fails closed.
-/// `activeDeadlineSeconds` is the cluster's backstop should this process be stopped.
+/// annotation. A file that cannot be read or holds anything but a number ends the box: it
+/// fails closed. An empty one is a warm pool's pod no claim has yet given a deadline: it
+/// waits, bounded by `activeDeadlineSeconds`, the cluster's backstop should this process be
+/// stopped too.
 pub(super) const LIFETIME: &str = r#"trap 'exit 0' TERM INT
 while :; do
   end=$(cat /agentbox-deadline/ends-at-ms 2>/dev/null) || exit 0
-  case $end in ''|*[!0-9]*) exit 0 ;; esac
-  [ "$(date +%s)" -lt $(( (end + 999) / 1000 )) ] || exit 0
+  case $end in
+    '') ;;
+    *[!0-9]*) exit 0 ;;
+    *) [ "$(date +%s)" -lt $(( (end + 999) / 1000 )) ] || exit 0 ;;
+  esac
   sleep 1 & wait $!
 done"#;
 
@@ -312,15 +321,37 @@ pub(super) fn stuck(p: &Pod) -> Option<String> {
     .then(|| format!("{reason}: {}", w.message.as_deref().unwrap_or("")))
 }
 
-/// The host's labels of a pod (those not in the providers' namespace).
+/// The host's labels of a pod: not in the providers' namespace nor agent-sandbox's own
+/// domains; a claimed pod's under [`CLAIMED`], without it.
 pub(super) fn host_labels(p: &Pod) -> Labels {
+    let claimed = is_claimed(p);
     p.metadata
         .labels
         .iter()
         .flatten()
-        .filter(|(k, _)| !agentbox_core::is_reserved_label(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .filter_map(|(k, v)| {
+            let k = if claimed { k.strip_prefix(CLAIMED)? } else { k.as_str() };
+            let system = k.starts_with("agents.x-k8s.io/") || k.starts_with("extensions.agents.x-k8s.io/");
+            (!system && !agentbox_core::is_reserved_label(k)).then(|| (k.to_string(), v.clone()))
+        })
         .collect()
+}
+
+/// Whether the pod is a claim pool's box (its key under [`CLAIMED`]).
+pub(super) fn is_claimed(p: &Pod) -> bool {
+    label(p, &format!("{CLAIMED}{LABEL_BOX}")).is_some()
+}
+
+/// The box's key: its own label, or a claimed pod's under [`CLAIMED`].
+pub(super) fn box_key(p: &Pod) -> Option<&str> {
+    label(p, LABEL_BOX).or_else(|| {
+        p.metadata
+            .labels
+            .as_ref()?
+            .iter()
+            .find(|(k, _)| k.strip_prefix(CLAIMED) == Some(LABEL_BOX))
+            .map(|(_, v)| v.as_str())
+    })
 }
 
 /// An annotation of the pod's.

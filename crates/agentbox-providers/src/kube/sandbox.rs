@@ -27,6 +27,8 @@ pub struct KubeSandbox {
     /// Port-forward listeners on this machine, by the pod's port: each accepted connection is
     /// one port-forward stream. They end with this handle.
     forwards: std::sync::Mutex<HashMap<u16, (u16, tokio::task::JoinHandle<()>)>>,
+    /// The agent-sandbox resources, where a Sandbox owns the pod: the box ends through it.
+    owner: Option<std::sync::Arc<super::agent_sandbox::AgentSandbox>>,
 }
 
 impl Drop for KubeSandbox {
@@ -51,7 +53,14 @@ impl KubeSandbox {
             labels,
             workspace,
             forwards: Default::default(),
+            owner: None,
         }
+    }
+
+    /// The same box, ended through its agent-sandbox owner where it has one.
+    pub(super) fn with_owner(mut self, owner: Option<std::sync::Arc<super::agent_sandbox::AgentSandbox>>) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// The pod's name.
@@ -279,7 +288,14 @@ impl Sandbox for KubeSandbox {
     }
 
     async fn destroy(&self, ctx: &Ctx) -> Result<()> {
-        let mut r = super::delete_pod(&self.api, &self.target.pod, ctx).await;
+        // A Sandbox would make its pod again: it (or its claim) goes first.
+        let mut r = match &self.owner {
+            Some(asb) => asb.end(&self.target.pod, ctx).await,
+            None => Ok(()),
+        };
+        if r.is_ok() {
+            r = super::delete_pod(&self.api, &self.target.pod, ctx).await;
+        }
         if r.is_ok() {
             // Its network policy, where it had one (absent is done).
             r = super::delete_policy(&self.target.client, &self.target.namespace, &self.target.pod, ctx).await;
