@@ -212,6 +212,21 @@ async fn kubectl_judges_the_fake() {
     let np: Value =
         serde_json::from_str(&ok(&k, &kube, &["get", "networkpolicy", "deny-egress", "-o", "json"]).await).unwrap();
     assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Egress"]));
+    // A patch (kubectl label sends a strategic merge patch), as the provider gives a policy
+    // its owner.
+    assert!(
+        ok(&k, &kube, &["label", "networkpolicy", "deny-egress", "owner=box"])
+            .await
+            .contains("labeled")
+    );
+    let np: Value =
+        serde_json::from_str(&ok(&k, &kube, &["get", "networkpolicy", "deny-egress", "-o", "json"]).await).unwrap();
+    assert_eq!(np["metadata"]["labels"]["owner"], "box");
+    assert_eq!(
+        np["spec"]["policyTypes"],
+        serde_json::json!(["Egress"]),
+        "the patch kept the rules"
+    );
     assert!(ok(&k, &kube, &["delete", "-f", &np_yaml]).await.contains("deleted"));
     let (code, _, _) = kubectl(&k, &kube, &["get", "networkpolicy", "deny-egress"], None).await;
     assert_ne!(code, 0);

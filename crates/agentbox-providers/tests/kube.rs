@@ -596,8 +596,66 @@ async fn a_claim_pool_hands_out_a_warm_pod_and_refills() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(running(&fake), 3, "two ready again beside the claimed one");
+
+    // A claimed box's labels live in its claim's domain: a prefixed key is refused unwritten.
+    let e = p
+        .relabel(b.id(), &[("a/b".to_string(), "x".to_string())].into(), &ctx())
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
+    assert_eq!(
+        p.attach(b.id(), &ctx())
+            .await
+            .unwrap()
+            .unwrap()
+            .labels()
+            .get("who")
+            .map(String::as_str),
+        Some("me")
+    );
+
+    // Closing the pool while a box is claimed empties it but keeps it (the claim controller
+    // reaches the box's template through it), so extend and relabel still work.
+    pool.close(&ctx()).await.unwrap();
+    let kept = resource(
+        &fake,
+        "extensions.agents.x-k8s.io",
+        "SandboxWarmPool",
+        "sandboxwarmpools",
+        pool.name(),
+    )
+    .await
+    .expect("the pool is kept while a claim names it");
+    assert_eq!(kept.data["spec"]["replicas"], 0);
+    let later = now_ms() + 250_000;
+    let b2 = p.extend(b.id(), later, &ctx()).await.unwrap();
+    assert_eq!(b2.facts().ends_at_ms, Some(later));
+    assert_eq!(
+        sh(b2.as_ref(), "cat /agentbox-deadline/ends-at-ms")
+            .await
+            .stdout_text()
+            .trim(),
+        later.to_string()
+    );
+    let b3 = p
+        .relabel(b.id(), &[("who".to_string(), "you".to_string())].into(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(b3.labels(), &[("who".to_string(), "you".to_string())].into());
     b.destroy(&ctx()).await.unwrap();
     pool.close(&ctx()).await.unwrap();
+    assert!(
+        resource(
+            &fake,
+            "extensions.agents.x-k8s.io",
+            "SandboxWarmPool",
+            "sandboxwarmpools",
+            pool.name()
+        )
+        .await
+        .is_none(),
+        "with no claim left, close deletes the pool"
+    );
     for _ in 0..100 {
         if fake.pods().is_empty() {
             break;
@@ -609,4 +667,34 @@ async fn a_claim_pool_hands_out_a_warm_pod_and_refills() {
         "closing the pool ends its ready pods: {:?}",
         fake.pods()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_boxes_network_policy_goes_with_it_at_its_deadline() {
+    let Some(fake) = cluster("a_sandbox_boxes_network_policy_goes_with_it_at_its_deadline", |o| {
+        o.agent_sandbox = true
+    })
+    .await
+    else {
+        return;
+    };
+    let p = provider(agent_sandbox(&fake)).await;
+    let spec = Spec {
+        network: Some(Network::None),
+        ..Spec::new(Duration::from_secs(4))
+    };
+    let b = p.create(&spec, &ctx()).await.unwrap();
+    assert_eq!(b.facts().network, Some(NetworkFact::None));
+    assert_eq!(policies(&fake).await, 1);
+    // No host call from here: the controller ends the Sandbox, and its policy follows it.
+    drop(b);
+    let mut left = 1;
+    for _ in 0..150 {
+        left = policies(&fake).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "the box's policy outlived its Sandbox");
 }

@@ -301,6 +301,7 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
                     .map(ok)
                     .ok_or_else(|| Kind::NetworkPolicy.not_found(&name)),
                 Method::DELETE => delete_one(&s, Kind::NetworkPolicy, &ns, &name).await.map(ok),
+                Method::PATCH => patch_policy(&s, &ns, &name, req).await,
                 _ => Err(ApiError::method_not_allowed()),
             }
         }
@@ -402,7 +403,7 @@ fn networking_resources() -> Value {
         "networkpolicy",
         true,
         "NetworkPolicy",
-        &["create", "delete", "deletecollection", "get", "list"],
+        &["create", "delete", "deletecollection", "get", "list", "patch"],
     );
     np["shortNames"] = json!(["netpol"]);
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "networking.k8s.io/v1", "resources": [np]})
@@ -954,6 +955,40 @@ fn take(doc: &mut Value, path: &str) -> Option<Value> {
         }
         _ => None,
     }
+}
+
+/// A patch of a NetworkPolicy (its metadata, such as owner references, or its rules): merge,
+/// strategic (without directives) or JSON patch, as the real server takes them. The fake's
+/// kubelet reads policies when a pod starts, so a changed rule reaches only later pods.
+async fn patch_policy(s: &Arc<Shared>, ns: &str, name: &str, req: Request) -> ApiResult {
+    let (ct, p) = body_json(req).await?;
+    s.store
+        .update(Kind::NetworkPolicy, ns, name, None, |old| {
+            let mut new = match ct.as_str() {
+                "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                    if ct == "application/strategic-merge-patch+json"
+                        && let Some(d) = patch::directive(&p)
+                    {
+                        return Err(ApiError::bad_request(format!(
+                            "the agentbox fake applies strategic merge patches without directives: {d} is not supported"
+                        )));
+                    }
+                    let mut n = old.clone();
+                    patch::merge(&mut n, &p);
+                    n
+                }
+                "application/json-patch+json" => json_patch(old, &p)?,
+                other => return Err(ApiError::unsupported_media_type(other)),
+            };
+            new["kind"] = old["kind"].clone();
+            new["apiVersion"] = old["apiVersion"].clone();
+            new["metadata"]["name"] = old["metadata"]["name"].clone();
+            new["metadata"]["namespace"] = old["metadata"]["namespace"].clone();
+            new["metadata"]["uid"] = old["metadata"]["uid"].clone();
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+            Ok(new)
+        })
+        .map(ok)
 }
 
 async fn patch_pod(s: &Arc<Shared>, ns: &str, name: &str, req: Request) -> ApiResult {

@@ -242,17 +242,31 @@ impl AgentSandbox {
         }))
         .map_err(|e| Error::unknown(format!("the SandboxWarmPool {name}: {e}")))?;
         let pp = PostParams::default();
-        for (api, obj, what) in [
-            (&self.templates, &t, "the SandboxTemplate"),
-            (&self.pools, &pool, "the SandboxWarmPool"),
-        ] {
-            match attempt(ctx, || api.create(&pp, obj)).await? {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(api_error(e, &format!("creating {what} {name}"))),
+        let made_template = match attempt(ctx, || self.templates.create(&pp, &t)).await? {
+            Ok(_) => true,
+            // The same spec's, made by this or another host: the name is its pod spec's hash.
+            Err(kube::Error::Api(s)) if s.code == 409 => false,
+            Err(e) => return Err(api_error(e, &format!("creating the SandboxTemplate {name}"))),
+        };
+        match attempt(ctx, || self.pools.create(&pp, &pool)).await? {
+            Ok(_) => Ok(()),
+            // Another host's pool of the same spec: it now keeps this many ready.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::info!(
+                    pool = name,
+                    replicas,
+                    "kube: the SandboxWarmPool exists; setting its size"
+                );
+                self.scale_pool(name, replicas, ctx).await
+            }
+            Err(e) => {
+                if made_template {
+                    let dp = DeleteParams::default();
+                    let _ = self.templates.delete(name, &dp).await;
+                }
+                Err(api_error(e, &format!("creating the SandboxWarmPool {name}")))
             }
         }
-        Ok(())
     }
 
     /// Delete the warm pool and template `name` (their Sandboxes follow the pool).
@@ -287,6 +301,20 @@ impl AgentSandbox {
         .map_err(|e| Error::unknown(format!("the SandboxClaim {claim}: {e}")))?;
         let pp = PostParams::default();
         retry(ctx, "creating the SandboxClaim", || self.claims.create(&pp, &obj)).await?;
+        match self.adopted(claim, wait, ctx).await {
+            Ok(name) => Ok(name),
+            Err(e) => {
+                // Whatever went wrong (the caller gone too), the claim must not go on to adopt
+                // a pod nobody holds.
+                let cleanup = Ctx::background().with_timeout(Duration::from_secs(30));
+                let _ = self.drop_claim(claim, &cleanup).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The Sandbox the claim adopted, once its status names it, within `wait`.
+    async fn adopted(&self, claim: &str, wait: Duration, ctx: &Ctx) -> Result<String> {
         let until = tokio::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(10);
         loop {
@@ -296,20 +324,13 @@ impl AgentSandbox {
             if let Some(name) = got.data["status"]["sandbox"]["name"].as_str().filter(|n| !n.is_empty()) {
                 return Ok(name.to_string());
             }
-            if let Some(c) = got.data["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Ready" && c["status"] == "False" && c["reason"] == "InvalidMetadata")
-            {
-                let _ = self.claims.delete(claim, &DeleteParams::default()).await;
-                return Err(Error::invalid(format!(
-                    "SandboxClaim {claim}: the controller refused its metadata: {}",
-                    c["message"].as_str().unwrap_or("")
+            if let Some(c) = ready_false(&got, &["InvalidMetadata"]) {
+                // The cluster's allow-list, not the caller's input, refused it.
+                return Err(Error::unsupported(format!(
+                    "SandboxClaim {claim}: the controller refused its metadata: {c}"
                 )));
             }
             if tokio::time::Instant::now() >= until {
-                let _ = self.claims.delete(claim, &DeleteParams::default()).await;
                 return Err(Error::timeout(format!(
                     "SandboxClaim {claim}: the controller named no Sandbox within {} s",
                     wait.as_secs()
@@ -319,6 +340,55 @@ impl AgentSandbox {
             pause = (pause * 2).min(Duration::from_millis(500));
         }
     }
+
+    /// Delete the claim `claim` (its Sandbox and pod follow); absent already is done.
+    pub(super) async fn drop_claim(&self, claim: &str, ctx: &Ctx) -> Result<()> {
+        let dp = DeleteParams::default();
+        gone_ok(retry(ctx, "deleting the SandboxClaim", || self.claims.delete(claim, &dp)).await)
+    }
+
+    /// Whether any SandboxClaim of agentbox's names the warm pool `pool`.
+    pub(super) async fn claimed_from(&self, pool: &str, ctx: &Ctx) -> Result<bool> {
+        let lp = kube::api::ListParams::default().labels(&format!("{}={}", super::pod::LABEL_PROVIDER, super::NAME));
+        let claims = retry(ctx, "listing SandboxClaims", || self.claims.list(&lp)).await?;
+        Ok(claims
+            .items
+            .iter()
+            .any(|c| c.data["spec"]["warmPoolRef"]["name"] == pool))
+    }
+
+    /// Set the warm pool's ready count.
+    pub(super) async fn scale_pool(&self, pool: &str, replicas: usize, ctx: &Ctx) -> Result<()> {
+        let patch = serde_json::json!({"spec": {"replicas": replicas}});
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        retry(ctx, "scaling the SandboxWarmPool", || {
+            self.pools.patch(pool, &pp, &patch)
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// The message of an object's `Ready` condition when it is False for one of `reasons`.
+fn ready_false(o: &DynamicObject, reasons: &[&str]) -> Option<String> {
+    o.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready" && c["status"] == "False" && reasons.iter().any(|r| c["reason"] == *r))
+        .map(|c| {
+            format!(
+                "{} ({})",
+                c["message"].as_str().unwrap_or(""),
+                c["reason"].as_str().unwrap_or("")
+            )
+        })
+}
+
+/// Why the controller cannot make a Sandbox's pod (its Ready condition False with a
+/// reconciler error: admission or a quota refused the pod), where it says so.
+pub(super) fn refused(sb: &DynamicObject) -> Option<String> {
+    ready_false(sb, &["ReconcilerError"])
 }
 
 /// A claim of one box from a warm pool.

@@ -361,14 +361,23 @@ impl KubeProvider {
         let mut pause = Duration::from_millis(10);
         loop {
             let found = retry(ctx, "reading the pod", || self.pods.get_opt(name)).await?;
-            let p = match (found, &self.asb) {
-                (Some(p), _) => p,
-                // A Sandbox's controller makes its pod after the Sandbox: not yet is no answer.
-                (None, Some(asb))
-                    if retry(ctx, "reading the Sandbox", || asb.sandboxes.get_opt(name))
-                        .await?
-                        .is_some() =>
-                {
+            let p = match found {
+                Some(p) => p,
+                None => {
+                    // A Sandbox's controller makes its pod after the Sandbox: not yet is no
+                    // answer, unless the controller says it cannot.
+                    let sb = match &self.asb {
+                        Some(asb) => retry(ctx, "reading the Sandbox", || asb.sandboxes.get_opt(name)).await?,
+                        None => None,
+                    };
+                    let Some(sb) = sb else {
+                        return Err(Error::gone(format!("pod {name}: deleted while it started")));
+                    };
+                    if let Some(why) = agent_sandbox::refused(&sb) {
+                        return Err(Error::unknown(format!(
+                            "Sandbox {name}: the controller cannot make its pod: {why}"
+                        )));
+                    }
                     if tokio::time::Instant::now() >= deadline {
                         return Err(Error::timeout(format!(
                             "Sandbox {name}: the controller made no pod within {} s",
@@ -379,7 +388,6 @@ impl KubeProvider {
                     pause = (pause * 2).min(Duration::from_millis(500));
                     continue;
                 }
-                (None, _) => return Err(Error::gone(format!("pod {name}: deleted while it started"))),
             };
             match pod::phase(&p) {
                 pod::Phase::Running => return Ok(p),
@@ -429,9 +437,13 @@ impl KubeProvider {
             // The controller makes the pod, of the same name.
             Some(asb) => {
                 let sb = agent_sandbox::AgentSandbox::sandbox_of(&manifest, ends_at).map_err(Made::Failed)?;
-                attempt(ctx, || asb.sandboxes.create(&pp, &sb))
-                    .await
-                    .map(|r| r.map(|_| ()))
+                let made = attempt(ctx, || asb.sandboxes.create(&pp, &sb)).await;
+                if let (Ok(Ok(made)), true) = (&made, none) {
+                    // The controller deletes pod and Sandbox at the deadline, leaving no ended
+                    // pod for a sweep: the policy goes with the Sandbox, its owner.
+                    self.own_policy(name, made, ctx).await.map_err(Made::Failed)?;
+                }
+                made.map(|r| r.map(|_| ()))
             }
             None => attempt(ctx, || self.pods.create(&pp, &manifest))
                 .await
@@ -549,6 +561,22 @@ impl KubeProvider {
             Err(e) if conflict(&e) => Ok(()),
             Err(e) => Err(api_error(e, "creating the network policy")),
         }
+    }
+
+    /// Make the Sandbox `owner` the owner of the box's network policy.
+    async fn own_policy(&self, pod_name: &str, owner: &kube::api::DynamicObject, ctx: &Ctx) -> Result<()> {
+        let patch = serde_json::json!({"metadata": {"ownerReferences": [{
+            "apiVersion": format!("{}/{}", agent_sandbox::GROUP, agent_sandbox::VERSION),
+            "kind": "Sandbox",
+            "name": owner.metadata.name,
+            "uid": owner.metadata.uid,
+        }]}});
+        let (name, pp, patch) = (policy_name(pod_name), PatchParams::default(), Patch::Merge(&patch));
+        retry(ctx, "giving the network policy its owner", || {
+            self.policies.patch(&name, &pp, &patch)
+        })
+        .await?;
+        Ok(())
     }
 
     async fn delete_policy(&self, pod_name: &str, ctx: &Ctx) -> Result<()> {
@@ -960,8 +988,15 @@ impl Provider for KubeProvider {
             }
             match self.make(&pod_name, &key, Some(name), spec, ctx).await {
                 Ok(b) => return Ok(b),
-                // Another host made it first: that one is the box.
-                Err(Made::Exists) => continue,
+                // Another host made it first: that one is the box, once its pod runs (a
+                // Sandbox's controller makes the pod after the Sandbox).
+                Err(Made::Exists) => {
+                    let p = self.wait_running(&pod_name, ctx).await?;
+                    if let Some(b) = self.sandbox_of(&p, Runner::Checked, ctx).await? {
+                        return Ok(b);
+                    }
+                    continue;
+                }
                 Err(Made::Failed(e)) => return Err(e),
             }
         }
@@ -1038,6 +1073,7 @@ impl Provider for KubeProvider {
         }
         if let Some(asb) = self.asb.as_ref().filter(|_| owned_by_sandbox(&p)) {
             if pod::is_claimed(&p) {
+                pool::check_claim_labels(labels)?;
                 // A claimed pod's labels are its claim's, in the claim's domain.
                 let claimed: serde_json::Map<String, serde_json::Value> = set
                     .iter()

@@ -38,6 +38,8 @@ pub(super) const ANNOTATION_ENDS_AT: &str = "agentbox.ends-at-ms";
 pub(super) const ANNOTATION_GPU: &str = "agentbox.gpu";
 pub(super) const ANNOTATION_RUNNER: &str = "agentbox.runner";
 pub(super) const ANNOTATION_NETWORK: &str = "agentbox.network";
+/// `true` on a warm pool's pods: the first process waits for a deadline a claim gives.
+pub(super) const ANNOTATION_WARM: &str = "agentbox.warm";
 /// The container's name.
 pub(super) const CONTAINER: &str = "box";
 // Every mount point is a top-level directory: an image with a read-only root need not have
@@ -53,14 +55,14 @@ pub(super) const HOME: &str = "/home";
 /// The pod's first process: it ends the box at the deadline it reads (again every second)
 /// from the downward-API file of the pod's annotation, so an extend is one patch of that
 /// annotation. A file that cannot be read or holds anything but a number ends the box: it
-/// fails closed. An empty one is a warm pool's pod no claim has yet given a deadline: it
-/// waits, bounded by `activeDeadlineSeconds`, the cluster's backstop should this process be
+/// fails closed. An empty one on a warm pool's pod (`agentbox.warm`) is a deadline no claim has
+/// yet given: it waits, bounded by `activeDeadlineSeconds`, the cluster's backstop should this process be
 /// stopped too.
 pub(super) const LIFETIME: &str = r#"trap 'exit 0' TERM INT
 while :; do
   end=$(cat /agentbox-deadline/ends-at-ms 2>/dev/null) || exit 0
   case $end in
-    '') ;;
+    '') [ "$(cat /agentbox-deadline/warm 2>/dev/null)" = true ] || exit 0 ;;
     *[!0-9]*) exit 0 ;;
     *) [ "$(date +%s)" -lt $(( (end + 999) / 1000 )) ] || exit 0 ;;
   esac
@@ -169,14 +171,24 @@ pub(super) fn manifest(
         Volume {
             name: "deadline".into(),
             downward_api: Some(DownwardAPIVolumeSource {
-                items: Some(vec![DownwardAPIVolumeFile {
-                    path: "ends-at-ms".into(),
-                    field_ref: Some(ObjectFieldSelector {
-                        field_path: format!("metadata.annotations['{ANNOTATION_ENDS_AT}']"),
+                items: Some(vec![
+                    DownwardAPIVolumeFile {
+                        path: "ends-at-ms".into(),
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: format!("metadata.annotations['{ANNOTATION_ENDS_AT}']"),
+                            ..Default::default()
+                        }),
                         ..Default::default()
-                    }),
-                    ..Default::default()
-                }]),
+                    },
+                    DownwardAPIVolumeFile {
+                        path: "warm".into(),
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: format!("metadata.annotations['{ANNOTATION_WARM}']"),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ]),
                 ..Default::default()
             }),
             ..Default::default()

@@ -27,6 +27,18 @@ pub struct ClaimPool {
     name: String,
 }
 
+/// A claim pool's box carries the host's labels under `pod::CLAIMED`, so a key may have no
+/// prefix of its own.
+pub(super) fn check_claim_labels(labels: &Labels) -> Result<()> {
+    match labels.keys().find(|k| k.contains('/')) {
+        Some(k) => Err(Error::invalid(format!(
+            "label {k:?}: a claim pool's box carries its labels under {}, so a key may have no prefix of its own",
+            pod::CLAIMED
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The spec a pool serves, with what may differ between its boxes (lifetime, labels) set
 /// aside.
 fn shape(spec: &Spec) -> serde_json::Value {
@@ -77,6 +89,8 @@ impl KubeProvider {
         if let Some(a) = template.metadata.annotations.as_mut() {
             a.remove(pod::ANNOTATION_ENDS_AT);
             a.remove(pod::ANNOTATION_RUNNER);
+            // Only a warm pod's first process waits for a deadline not yet given.
+            a.insert(pod::ANNOTATION_WARM.into(), "true".into());
         }
         let text = serde_json::to_string(&template.spec).unwrap_or_default();
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -103,11 +117,16 @@ impl ClaimPool {
 
     /// Delete the warm pool and its template: its ready pods go with it; claimed boxes stay
     /// until their own end.
+    /// While any claim of agentbox's names the pool, the pool is only emptied (0 ready): the
+    /// claim controller reaches its boxes' template through it, and their extend and relabel
+    /// would stop working without it.
     pub async fn close(&self, ctx: &Ctx) -> Result<()> {
-        match &self.inner.asb {
-            Some(asb) => asb.remove_pool(&self.name, ctx).await,
-            None => Ok(()),
+        let Some(asb) = &self.inner.asb else { return Ok(()) };
+        if asb.claimed_from(&self.name, ctx).await? {
+            tracing::info!(pool = %self.name, "kube: claims remain; the SandboxWarmPool is emptied, not deleted");
+            return asb.scale_pool(&self.name, 0, ctx).await;
         }
+        asb.remove_pool(&self.name, ctx).await
     }
 
     async fn claim(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
@@ -120,13 +139,7 @@ impl ClaimPool {
         let key = random_hex(8)?;
         let claim = format!("agentbox-c-{key}");
         let ends_at = now_ms().saturating_add(u64::try_from(spec.max_lifetime.as_millis()).unwrap_or(u64::MAX));
-        // The claim's domain, before every key (see `pod::CLAIMED`).
-        if let Some(k) = spec.labels.keys().find(|k| k.contains('/')) {
-            return Err(Error::invalid(format!(
-                "label {k:?}: a claim pool's box carries its labels under {}, so a key may have no prefix of its own",
-                pod::CLAIMED
-            )));
-        }
+        check_claim_labels(&spec.labels)?;
         let mut labels: std::collections::BTreeMap<String, String> = spec
             .labels
             .iter()
@@ -166,6 +179,17 @@ impl ClaimPool {
                 }
                 ctx.run(tokio::time::sleep(Duration::from_millis(100))).await?;
             };
+            // A pod warm for long has less of its backstop left than the box needs.
+            let ads = p.spec.as_ref().and_then(|s| s.active_deadline_seconds).unwrap_or(0);
+            let backstop = pod::started_at_ms(&p)
+                .unwrap_or_else(now_ms)
+                .saturating_add(u64::try_from(ads).unwrap_or(0).saturating_mul(1000));
+            if backstop < ends_at {
+                return Err(Error::unsupported(format!(
+                    "claim {claim}: pod {sandbox} was warm so long that its activeDeadlineSeconds ends at {backstop} ms, \
+                     before the box's {ends_at}"
+                )));
+            }
             let b = self.inner.ready(p, false, runner, ctx).await?;
             self.inner.await_deadline_file(&b, ends_at, ends_at, ctx).await?;
             Ok(b)
@@ -174,6 +198,7 @@ impl ClaimPool {
             Ok(b) => Ok(b),
             Err(e) => {
                 let cleanup = Ctx::background().with_timeout(Duration::from_secs(30));
+                let _ = asb.drop_claim(&claim, &cleanup).await;
                 let _ = asb.end(&sandbox, &cleanup).await;
                 Err(e)
             }
