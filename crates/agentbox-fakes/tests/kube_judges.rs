@@ -384,21 +384,7 @@ async fn the_python_client_judges_agent_sandbox_mode() {
     let Some(kube) = fake_with(test, true, true).await else {
         return;
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube_judge_sandbox.py");
-    let out = tokio::time::timeout(
-        Duration::from_secs(180),
-        tokio::process::Command::new(&py)
-            .arg(&script)
-            .env("KUBECONFIG", kube.kubeconfig())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the Python judge ends within 180 s")
-    .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the Python judge failed:\n{said}\n{err}");
+    let said = run_python(&py, "kube_judge_sandbox.py", kube.kubeconfig()).await;
     for step in [
         "create-sandbox",
         "conflict-409",
@@ -414,10 +400,31 @@ async fn the_python_client_judges_agent_sandbox_mode() {
     ] {
         assert!(
             said.lines().any(|l| l == format!("OK {step}")),
-            "no `OK {step}` in:\n{said}\n{err}"
+            "no `OK {step}` in:\n{said}"
         );
     }
     kube.shutdown().await;
+}
+
+/// Run the Python judge `script` (of this crate's tests) against the fake of `kubeconfig`,
+/// within 180 s; what it printed, once it succeeded.
+async fn run_python(py: &Path, script: &str, kubeconfig: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script);
+    let out = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new(py)
+            .arg(&script)
+            .env("KUBECONFIG", kubeconfig)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python judge ends within 180 s")
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the Python judge failed:\n{said}\n{err}");
+    said
 }
 
 async fn python(test: &str, v5: bool) {
@@ -425,21 +432,7 @@ async fn python(test: &str, v5: bool) {
         return;
     };
     let Some(kube) = fake(test, v5).await else { return };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube_judge.py");
-    let out = tokio::time::timeout(
-        Duration::from_secs(180),
-        tokio::process::Command::new(&py)
-            .arg(&script)
-            .env("KUBECONFIG", kube.kubeconfig())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the Python judge ends within 180 s")
-    .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the Python judge failed:\n{said}\n{err}");
+    let said = run_python(&py, "kube_judge.py", kube.kubeconfig()).await;
     let stdin_step = if v5 {
         "exec-stdin v5"
     } else {
@@ -460,7 +453,7 @@ async fn python(test: &str, v5: bool) {
     ] {
         assert!(
             said.lines().any(|l| l == format!("OK {step}")),
-            "no `OK {step}` in:\n{said}\n{err}"
+            "no `OK {step}` in:\n{said}"
         );
     }
     kube.shutdown().await;

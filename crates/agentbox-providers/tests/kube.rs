@@ -45,6 +45,26 @@ async fn cluster(test: &str, tune: impl FnOnce(&mut FakeKubeOptions)) -> Option<
     Some(FakeKube::start(o).await.expect("the fake API server starts"))
 }
 
+/// The fake cluster with kubernetes-sigs/agent-sandbox's resources and controllers.
+async fn sandbox_cluster(test: &str) -> Option<FakeKube> {
+    cluster(test, |o| o.agent_sandbox = true).await
+}
+
+/// Whether `cond` holds within `tries` checks `every` apart.
+async fn eventually<F, Fut>(tries: u32, every: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..tries {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(every).await;
+    }
+    false
+}
+
 /// The static runner the pods get (`AGENTBOX_RUNNER`, as scripts/test exports it).
 fn runner() -> Option<HelperCommand> {
     std::env::var_os("AGENTBOX_RUNNER").map(|p| HelperCommand {
@@ -345,14 +365,7 @@ async fn extend_moves_the_deadline_up_to_the_backstop_and_an_earlier_one_lowers_
     let view = ClusterView::new(fake.kubeconfig(), "default").await;
     let pod = view.pod(b.id()).await.unwrap();
     assert!(pod.spec.unwrap().active_deadline_seconds.unwrap() < 120);
-    let mut ended = false;
-    for _ in 0..100 {
-        if view.ended(b.id()).await {
-            ended = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let ended = eventually(100, Duration::from_millis(200), || view.ended(b.id())).await;
     assert!(ended, "the box ended at its earlier deadline");
     // The ended pod is deleted by the next list.
     assert!(p.list(&Labels::new(), &ctx()).await.unwrap().is_empty());
@@ -476,11 +489,7 @@ async fn agent_sandbox_mode_is_refused_where_the_cluster_has_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_owns_the_box_pod_and_destroy_ends_both() {
-    let Some(fake) = cluster("a_sandbox_owns_the_box_pod_and_destroy_ends_both", |o| {
-        o.agent_sandbox = true
-    })
-    .await
-    else {
+    let Some(fake) = sandbox_cluster("a_sandbox_owns_the_box_pod_and_destroy_ends_both").await else {
         return;
     };
     let p = provider(agent_sandbox(&fake)).await;
@@ -545,23 +554,14 @@ async fn a_sandbox_owns_the_box_pod_and_destroy_ends_both() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_pool_hands_out_a_warm_pod_and_refills() {
-    let Some(fake) = cluster("a_claim_pool_hands_out_a_warm_pod_and_refills", |o| {
-        o.agent_sandbox = true
-    })
-    .await
-    else {
+    let Some(fake) = sandbox_cluster("a_claim_pool_hands_out_a_warm_pod_and_refills").await else {
         return;
     };
     let p = Arc::new(KubeProvider::new(agent_sandbox(&fake)).await.unwrap());
     let spec = Spec::new(Duration::from_secs(300));
     let pool = p.claim_pool(&spec, 2, &ctx()).await.unwrap();
     let running = |fake: &FakeKube| fake.pods().iter().filter(|p| p.phase == "Running").count();
-    for _ in 0..300 {
-        if running(&fake) >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(300, Duration::from_millis(100), || async { running(&fake) >= 2 }).await;
     assert_eq!(running(&fake), 2, "the controller keeps two ready");
     // Ready pods are no boxes yet.
     assert!(p.list(&Labels::new(), &ctx()).await.unwrap().is_empty());
@@ -589,12 +589,7 @@ async fn a_claim_pool_hands_out_a_warm_pod_and_refills() {
         .unwrap();
     assert_eq!(listed.len(), 1, "the claimed box is listed by its labels");
     // The pool refills.
-    for _ in 0..300 {
-        if running(&fake) >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(300, Duration::from_millis(100), || async { running(&fake) >= 3 }).await;
     assert_eq!(running(&fake), 3, "two ready again beside the claimed one");
 
     // A claimed box's labels live in its claim's domain: a prefixed key is refused unwritten.
@@ -656,12 +651,7 @@ async fn a_claim_pool_hands_out_a_warm_pod_and_refills() {
         .is_none(),
         "with no claim left, close deletes the pool"
     );
-    for _ in 0..100 {
-        if fake.pods().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(100, Duration::from_millis(100), || async { fake.pods().is_empty() }).await;
     assert!(
         fake.pods().is_empty(),
         "closing the pool ends its ready pods: {:?}",
@@ -671,11 +661,7 @@ async fn a_claim_pool_hands_out_a_warm_pod_and_refills() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_boxes_network_policy_goes_with_it_at_its_deadline() {
-    let Some(fake) = cluster("a_sandbox_boxes_network_policy_goes_with_it_at_its_deadline", |o| {
-        o.agent_sandbox = true
-    })
-    .await
-    else {
+    let Some(fake) = sandbox_cluster("a_sandbox_boxes_network_policy_goes_with_it_at_its_deadline").await else {
         return;
     };
     let p = provider(agent_sandbox(&fake)).await;
@@ -688,13 +674,6 @@ async fn a_sandbox_boxes_network_policy_goes_with_it_at_its_deadline() {
     assert_eq!(policies(&fake).await, 1);
     // No host call from here: the controller ends the Sandbox, and its policy follows it.
     drop(b);
-    let mut left = 1;
-    for _ in 0..150 {
-        left = policies(&fake).await;
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(left, 0, "the box's policy outlived its Sandbox");
+    let gone = eventually(150, Duration::from_millis(100), || async { policies(&fake).await == 0 }).await;
+    assert!(gone, "the box's policy outlived its Sandbox");
 }
