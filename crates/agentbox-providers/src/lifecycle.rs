@@ -36,6 +36,7 @@ pub(crate) fn name_key(name: &str, labels: &Labels) -> Result<String> {
 
 /// A fork's `n` boxes, each from `make`: all or none. A make that fails ends the boxes made
 /// before it (each within 30 s), and the error says whose fork it was.
+#[cfg(any(feature = "local", feature = "namespace", feature = "docker"))]
 pub(crate) async fn all_or_none<F, Fut>(id: &SandboxId, n: usize, mut make: F) -> Result<Vec<Arc<dyn Sandbox>>>
 where
     F: FnMut() -> Fut,

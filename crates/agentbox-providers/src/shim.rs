@@ -8,9 +8,11 @@
 // Docker reads its header itself (a terminal's starts with ESC there); the parser is kube's.
 #![cfg_attr(not(feature = "kube"), allow(dead_code))]
 
-use agentbox_core::{Error, Result};
+use agentbox_core::{Error, ExitStatus, Result};
+use tokio::sync::{Mutex, oneshot};
 
-/// The shim: `sh -c SHIM agentbox-exec CWD PROGRAM ARGS…`.
+/// The shim: `sh -c SHIM agentbox-exec CWD PROGRAM ARGS…` (Docker's; kube's is [`SHIM_ENV`]).
+#[cfg(feature = "docker")]
 pub(crate) const SHIM: &str = r#"d=$1; shift
 cd -- "$d" 2>/dev/null || { printf '\000agentbox nocwd\n'; exit 126; }
 command -v -- "$1" >/dev/null 2>&1 || { printf '\000agentbox noprog\n'; exit 127; }
@@ -25,6 +27,26 @@ cd -- "$d" 2>/dev/null || { printf '\000agentbox nocwd\n'; exit 126; }
 command -v -- "$1" >/dev/null 2>&1 || { printf '\000agentbox noprog\n'; exit 127; }
 printf '\000agentbox %s\n' "$$"
 exec "$@""#;
+
+/// The exit of a program behind the shim, which its reader task sends once and
+/// `ProcessControl::wait` takes once.
+pub(crate) struct ExitSlot(Mutex<Option<oneshot::Receiver<Result<ExitStatus>>>>);
+
+impl ExitSlot {
+    /// The slot a reader task's `tx` fills.
+    pub(crate) fn new(rx: oneshot::Receiver<Result<ExitStatus>>) -> Self {
+        ExitSlot(Mutex::new(Some(rx)))
+    }
+
+    /// The exit, once; a second wait is an error.
+    pub(crate) async fn wait(&self) -> Result<ExitStatus> {
+        let Some(rx) = self.0.lock().await.take() else {
+            return Err(Error::unknown("wait was called twice"));
+        };
+        rx.await
+            .unwrap_or_else(|_| Err(Error::unknown("the exec's reader ended")))
+    }
+}
 
 /// The longest header the shim writes.
 const MAX_HEADER: usize = 64;

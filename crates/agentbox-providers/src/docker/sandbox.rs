@@ -24,7 +24,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::InspectContainerOptions;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::oneshot;
 
 use super::{DockerOptions, NAME, is_not_found, remove_options};
 use crate::transfer::{CONTROL_TIMEOUT, download_by_exec, upload_by_exec};
@@ -237,7 +237,7 @@ impl DockerSandbox {
             user: user.map(String::from).or_else(|| self.opts.user.clone()),
             pid,
             ended,
-            exit: Mutex::new(Some(rx)),
+            exit: crate::shim::ExitSlot::new(rx),
         });
         let stdin: ByteWriter = if tty.is_some() {
             Box::pin(TtyKeys {
@@ -414,17 +414,13 @@ struct DockerControl {
     user: Option<String>,
     pid: u32,
     ended: Arc<AtomicBool>,
-    exit: Mutex<Option<oneshot::Receiver<Result<ExitStatus>>>>,
+    exit: crate::shim::ExitSlot,
 }
 
 #[async_trait]
 impl ProcessControl for DockerControl {
     async fn wait(&self) -> Result<ExitStatus> {
-        let Some(rx) = self.exit.lock().await.take() else {
-            return Err(Error::unknown("wait was called twice"));
-        };
-        rx.await
-            .unwrap_or_else(|_| Err(Error::unknown("the exec's reader ended")))
+        self.exit.wait().await
     }
 
     async fn signal(&self, signal: i32) -> Result<()> {

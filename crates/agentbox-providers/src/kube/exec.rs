@@ -24,7 +24,7 @@ use futures_util::{SinkExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::AttachParams;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::shim::{self, Header};
@@ -173,7 +173,7 @@ impl Parts {
             target: self.target,
             pid,
             ended: self.ended,
-            exit: Mutex::new(Some(self.exit)),
+            exit: crate::shim::ExitSlot::new(self.exit),
         });
         let stdin: ByteWriter = Box::pin(self.stdin);
         Process::new(
@@ -370,17 +370,13 @@ struct Control {
     target: Target,
     pid: Option<u32>,
     ended: Arc<AtomicBool>,
-    exit: Mutex<Option<oneshot::Receiver<Result<ExitStatus>>>>,
+    exit: crate::shim::ExitSlot,
 }
 
 #[async_trait]
 impl ProcessControl for Control {
     async fn wait(&self) -> Result<ExitStatus> {
-        let Some(rx) = self.exit.lock().await.take() else {
-            return Err(Error::unknown("wait was called twice"));
-        };
-        rx.await
-            .unwrap_or_else(|_| Err(Error::unknown("the exec's reader ended")))
+        self.exit.wait().await
     }
 
     async fn signal(&self, signal: i32) -> Result<()> {

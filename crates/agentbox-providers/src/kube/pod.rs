@@ -564,6 +564,33 @@ mod tests {
     }
 
     #[test]
+    fn a_gpu_spec_asks_for_one_gpu_on_a_node_of_its_model() {
+        let opts = KubeOptions::default();
+        let spec = Spec {
+            gpu: Some("A100".into()),
+            ..Spec::new(std::time::Duration::from_secs(60))
+        };
+        let pod = manifest(&opts, "agentbox-x", "x", None, &spec, 1, false).unwrap();
+        let s = pod.spec.as_ref().unwrap();
+        let limits = s.containers[0].resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits["nvidia.com/gpu"].0, "1");
+        assert_eq!(s.node_selector.as_ref().unwrap()["nvidia.com/gpu.product"], "A100");
+        let t = &s.tolerations.as_ref().unwrap()[0];
+        assert_eq!(
+            (t.key.as_deref(), t.operator.as_deref()),
+            (Some("nvidia.com/gpu"), Some("Exists"))
+        );
+        assert_eq!(facts(&pod, None).gpu.as_deref(), Some("A100"));
+        // `any` asks for a GPU without choosing the node's model.
+        let any = Spec {
+            gpu: Some("any".into()),
+            ..spec
+        };
+        let pod = manifest(&opts, "agentbox-x", "x", None, &any, 1, false).unwrap();
+        assert!(pod.spec.unwrap().node_selector.is_none());
+    }
+
+    #[test]
     fn the_manifest_drops_every_privilege_and_the_facts_read_it_back() {
         let opts = KubeOptions::default();
         let spec = Spec::new(std::time::Duration::from_secs(60)).label("team", "a");
