@@ -2,8 +2,10 @@
 //! server on a local port that the vendor's own clients can be pointed at.
 //!
 //! A fake is judged by clients nobody here wrote (for Kubernetes: kubectl and the `kubernetes`
-//! Python client, in `tests/kube_judges.rs`): where such a client and the fake disagree, the
+//! Python client, in `tests/kube_judges.rs`; for Daytona: its Python SDK, in
+//! `tests/daytona_judges.rs`): where such a client and the fake disagree, the
 //! fake is wrong. Each module's documentation lists every place it is simpler than the real
 //! service; `docs/fakes.md` is the overview.
 
+pub mod daytona;
 pub mod kube;

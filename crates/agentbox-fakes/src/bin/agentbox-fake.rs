@@ -3,15 +3,24 @@
 //! ```text
 //! agentbox-fake kube --listen 127.0.0.1:0 --kubeconfig FILE [--rootfs DIR] [--image NAME=DIR]...
 //!                    [--no-v5] [--no-network-policy] [--namespace NS]... [--no-tls]
+//!
+//! agentbox-fake daytona --listen 127.0.0.1:0 [--rootfs DIR]
+//!                    [--snapshot NAME=DIR[:cpu,memGB,diskGB[,linux-vm]]]... [--api-key KEY]
+//!                    [--index-lag-ms N] [--minute-ms N] [--network-unenforced]
 //! ```
 //!
-//! Prints `listening https://ADDR` (`http://` with `--no-tls`) once it serves, and runs until SIGTERM or SIGINT, which
-//! end every pod's box before it exits.
+//! `kube` prints `listening https://ADDR` (`http://` with `--no-tls`), `daytona` prints
+//! `listening http://ADDR` (its API at `/api`), once it serves; each runs until SIGTERM or
+//! SIGINT, which end every box before it exits. Daytona's key is `--api-key`, else
+//! `$DAYTONA_API_KEY` (which keeps it out of argv).
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use std::time::Duration;
+
+use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions, FakeSnapshot};
 use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
 use clap::{Parser, Subcommand};
 
@@ -57,6 +66,80 @@ enum Vendor {
         #[arg(long)]
         agent_sandbox: bool,
     },
+    /// Daytona's API, toolbox and preview proxy, whose sandboxes run as namespace boxes.
+    Daytona {
+        /// Address to listen on (port 0: any free one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Root file system of the default snapshot and of snapshots given without one
+        /// (none: this machine's /).
+        #[arg(long)]
+        rootfs: Option<PathBuf>,
+        /// A snapshot, NAME=DIR[:cpu,memGB,diskGB[,linux-vm]] (repeatable; DIR may be empty
+        /// for --rootfs).
+        #[arg(long = "snapshot", value_parser = snapshot)]
+        snapshots: Vec<FakeSnapshot>,
+        /// The default snapshot's name.
+        #[arg(long, default_value = agentbox_fakes::daytona::DEFAULT_SNAPSHOT)]
+        default_snapshot: String,
+        /// The API key (else $DAYTONA_API_KEY, which keeps it out of argv).
+        #[arg(long)]
+        api_key: Option<String>,
+        /// How far the label index trails a change, in ms.
+        #[arg(long, default_value_t = 1000)]
+        index_lag_ms: u64,
+        /// How long the API's minute lasts, in ms.
+        #[arg(long, default_value_t = 60_000)]
+        minute_ms: u64,
+        /// An organization whose tier has no network settings.
+        #[arg(long)]
+        network_unenforced: bool,
+    },
+}
+
+/// `NAME=DIR[:cpu,memGB,diskGB[,linux-vm]]`.
+fn snapshot(s: &str) -> Result<FakeSnapshot, String> {
+    let (name, rest) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--snapshot {s:?}: expected NAME=DIR[:cpu,memGB,diskGB[,linux-vm]]"))?;
+    if name.is_empty() {
+        return Err(format!("--snapshot {s:?}: the name is empty"));
+    }
+    let (dir, size) = match rest.split_once(':') {
+        Some((d, z)) => (d, Some(z)),
+        None => (rest, None),
+    };
+    let mut snap = FakeSnapshot {
+        name: name.to_string(),
+        rootfs: (!dir.is_empty()).then(|| PathBuf::from(dir)),
+        cpu: 1,
+        memory_gb: 1,
+        disk_gb: 3,
+        class: "container".into(),
+    };
+    if let Some(z) = size {
+        let parts: Vec<&str> = z.split(',').collect();
+        if !(3..=4).contains(&parts.len()) {
+            return Err(format!("--snapshot {s:?}: the size is cpu,memGB,diskGB[,linux-vm]"));
+        }
+        let num = |i: usize, what: &str| {
+            parts[i]
+                .parse::<u32>()
+                .map_err(|_| format!("--snapshot {s:?}: {what} {:?} is not a whole number", parts[i]))
+        };
+        snap.cpu = num(0, "cpu")?;
+        snap.memory_gb = num(1, "memGB")?;
+        snap.disk_gb = num(2, "diskGB")?;
+        if let Some(c) = parts.get(3) {
+            if *c != "linux-vm" && *c != "container" {
+                return Err(format!(
+                    "--snapshot {s:?}: the class is linux-vm or container, not {c:?}"
+                ));
+            }
+            snap.class = c.to_string();
+        }
+    }
+    Ok(snap)
 }
 
 fn image(s: &str) -> Result<(String, PathBuf), String> {
@@ -124,6 +207,47 @@ fn main() {
                 let _ = out.flush();
                 wait_for_signal().await;
                 kube.shutdown().await;
+                0
+            }
+            Vendor::Daytona {
+                listen,
+                rootfs,
+                snapshots,
+                default_snapshot,
+                api_key,
+                index_lag_ms,
+                minute_ms,
+                network_unenforced,
+            } => {
+                let Some(api_key) = api_key
+                    .or_else(|| std::env::var("DAYTONA_API_KEY").ok())
+                    .filter(|k| !k.is_empty())
+                else {
+                    eprintln!("agentbox-fake daytona: no API key: give --api-key or set DAYTONA_API_KEY");
+                    return 2;
+                };
+                let opts = FakeDaytonaOptions {
+                    listen,
+                    rootfs,
+                    snapshots,
+                    default_snapshot,
+                    api_key,
+                    index_lag: Duration::from_millis(index_lag_ms),
+                    minute: Duration::from_millis(minute_ms),
+                    network_unenforced,
+                };
+                let d = match FakeDaytona::start(opts).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        eprintln!("agentbox-fake daytona: {e}");
+                        return 1;
+                    }
+                };
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "listening http://{}", d.addr());
+                let _ = out.flush();
+                wait_for_signal().await;
+                d.shutdown().await;
                 0
             }
         }

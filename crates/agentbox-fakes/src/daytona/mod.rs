@@ -1,0 +1,617 @@
+//! A fake Daytona whose sandboxes really run: each sandbox is a namespace box
+//! (`agentbox_providers::namespace`) whose root is its snapshot's directory.
+//!
+//! It is what the `daytona` provider is tested against, and it is itself judged by Daytona's
+//! own Python SDK (`daytona` 0.226.1, in `tests/daytona_judges.rs`): where the SDK and the
+//! fake disagree, the fake is wrong. It answers what the real service answers and nothing for
+//! agentbox's sake. `docs/fakes.md` is the overview.
+//!
+//! One port serves three things, as Daytona's three hosts do:
+//! - `/api/...`, the control plane (`DAYTONA_API_URL`, see `api`): `Authorization: Bearer
+//!   KEY` on every request, else 401; errors in the API's envelope (`error`);
+//! - `/toolbox/{sandboxId}/...`, the daemon in each sandbox behind Daytona's proxy (the DTO's
+//!   `toolboxProxyUrl`, see `toolbox` and `session`), with the same key;
+//! - `/preview/{sandboxId}/{port}/...`, preview links (see `preview`).
+//!
+//! The knobs of a test: [`FakeDaytona::throttle`] (429 with `Retry-After`),
+//! [`FakeDaytona::fail_next`] (any status and code on the API), [`FakeDaytona::hang_toolbox`]
+//! (a daemon that accepts and never answers), the label index's lag
+//! ([`FakeDaytonaOptions::index_lag`]) and the length of the API's minute
+//! ([`FakeDaytonaOptions::minute`]), which every interval (ttl, autoStop, autoDelete) counts in.
+//!
+//! What is real: programs run in the box (as the box's root, mapped to an unprivileged id of
+//! this machine; the DTO's `user` is the create's, `daytona` by default, but no such user
+//! runs them), with the snapshot's root file system read only and `/workspace`, `/root`,
+//! `/tmp` writable; stop ends every process and keeps the files, start brings the box back
+//! with them; `networkBlockAll` makes the box with loopback alone; ttl, autoStop and
+//! autoDelete are the fake's own clock, needing no request. What is emulated or left out is
+//! listed in `docs/fakes.md` and in each module's first lines.
+
+mod api;
+mod error;
+mod preview;
+mod session;
+mod state;
+mod toolbox;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use agentbox_providers::helper::HelperCommand;
+use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+use crate::daytona::error::{DError, Source};
+use crate::daytona::state::Shared;
+
+/// A snapshot the fake offers: sandboxes made from it get its root and its size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FakeSnapshot {
+    /// Its name, as a create's `snapshot` names it.
+    pub name: String,
+    /// Its root file system; `None`: the fake's [`FakeDaytonaOptions::rootfs`].
+    pub rootfs: Option<PathBuf>,
+    /// The sandbox's `cpu`.
+    pub cpu: u32,
+    /// The sandbox's `memory`, in GB.
+    pub memory_gb: u32,
+    /// The sandbox's `disk`, in GB.
+    pub disk_gb: u32,
+    /// Its `sandboxClass`: `container` or `linux-vm` (a linux-vm sandbox is a namespace box
+    /// like any other here).
+    pub class: String,
+}
+
+/// How a [`FakeDaytona`] is set up.
+#[derive(Clone, Debug)]
+pub struct FakeDaytonaOptions {
+    /// Where to listen; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// The root of the default snapshot and of every snapshot given without one (`None`:
+    /// this machine's `/`, read only).
+    pub rootfs: Option<PathBuf>,
+    /// The snapshots besides the default.
+    pub snapshots: Vec<FakeSnapshot>,
+    /// What a create naming no snapshot gets; 1 cpu, 1 GB, 3 GB of disk, `container`.
+    pub default_snapshot: String,
+    /// The API key every request must show (`Authorization: Bearer KEY`).
+    pub api_key: String,
+    /// How far the label index trails a change (one query shape sees it after this, another
+    /// after two or three times this).
+    pub index_lag: Duration,
+    /// How long one of the API's minutes lasts (tests make it about a second).
+    pub minute: Duration,
+    /// The organization's tier has no network settings: a create's `networkBlockAll` and
+    /// allow lists are dropped (the sandbox reads back open), `network-settings` is 400.
+    pub network_unenforced: bool,
+}
+
+impl Default for FakeDaytonaOptions {
+    fn default() -> Self {
+        FakeDaytonaOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            rootfs: None,
+            snapshots: Vec::new(),
+            default_snapshot: DEFAULT_SNAPSHOT.into(),
+            api_key: String::new(),
+            index_lag: Duration::from_secs(1),
+            minute: Duration::from_secs(60),
+            network_unenforced: false,
+        }
+    }
+}
+
+/// The default snapshot's name unless told otherwise (Daytona's own default image).
+pub const DEFAULT_SNAPSHOT: &str = "daytonaio/sandbox:0.5.0";
+
+/// A sandbox as a test reads it from outside the API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxView {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// `started`, `stopped`, `archived` (a destroyed one is no longer listed).
+    pub state: String,
+    /// Its labels as they are now (the index may trail them).
+    pub labels: BTreeMap<String, String>,
+    /// Whether its box has loopback alone.
+    pub network_block_all: bool,
+    /// `domainAllowList`, a comma string, stored (not enforced).
+    pub domain_allow_list: Option<String>,
+    /// `networkAllowList`, a comma string, stored (not enforced).
+    pub network_allow_list: Option<String>,
+    /// `ttlMinutes` (0: none).
+    pub ttl_minutes: i64,
+    /// `autoStopInterval`.
+    pub auto_stop: i64,
+    /// `autoArchiveInterval`.
+    pub auto_archive: i64,
+    /// `autoDeleteInterval`.
+    pub auto_delete: i64,
+    /// Its snapshot's name.
+    pub snapshot: String,
+    /// Its namespace box's id (`namespace:...`), for a test that looks inside.
+    pub box_id: Option<String>,
+}
+
+/// A running fake Daytona. Dropping it (or [`FakeDaytona::shutdown`]) stops serving and ends
+/// every sandbox's box.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), String> {
+/// use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions};
+/// let d = FakeDaytona::start(FakeDaytonaOptions {
+///     api_key: "test-key".into(),
+///     rootfs: Some("/srv/rootfs".into()),
+///     ..Default::default()
+/// })
+/// .await?;
+/// println!("DAYTONA_API_URL={}", d.api_url());
+/// d.throttle(1); // the next request answers 429
+/// d.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct FakeDaytona {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    clock: Option<tokio::task::JoinHandle<()>>,
+    // Last: removed after the boxes in it are ended.
+    dir: Option<tempfile::TempDir>,
+}
+
+impl FakeDaytona {
+    /// Listen and serve on this runtime until shut down. The runner the boxes are built by
+    /// is `$AGENTBOX_RUNNER` (else beside this executable).
+    pub async fn start(o: FakeDaytonaOptions) -> Result<FakeDaytona, String> {
+        if o.api_key.is_empty() {
+            return Err("api_key: empty (every request must show a key)".into());
+        }
+        if o.minute.is_zero() {
+            return Err("minute: zero (every interval would pass at once)".into());
+        }
+        let check_root = |what: &str, r: &PathBuf| {
+            if r.join("bin").exists() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} {}: not a root file system (no bin/ in it)",
+                    r.display()
+                ))
+            }
+        };
+        if let Some(r) = &o.rootfs {
+            check_root("rootfs", r)?;
+        }
+        let mut snapshots = BTreeMap::new();
+        for s in &o.snapshots {
+            if s.name.is_empty() {
+                return Err("snapshots: a snapshot with no name".into());
+            }
+            if let Some(r) = &s.rootfs {
+                check_root(&format!("snapshot {}", s.name), r)?;
+            }
+            if !matches!(s.class.as_str(), "container" | "linux-vm") {
+                return Err(format!(
+                    "snapshot {}: class {:?}: container or linux-vm",
+                    s.name, s.class
+                ));
+            }
+            let mut s = s.clone();
+            if s.rootfs.is_none() {
+                s.rootfs = o.rootfs.clone();
+            }
+            snapshots.insert(s.name.clone(), s);
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("agentbox-fake-daytona.")
+            .tempdir()
+            .map_err(|e| format!("making the fake's directory: {e}"))?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| format!("opening the fake's directory to its boxes: {e}"))?;
+        let runner = HelperCommand::discover().map_err(|e| e.to_string())?;
+        agentbox_providers::namespace::available(&runner)
+            .await
+            .map_err(|e| e.to_string())?;
+        let provider = NamespaceProvider::new(NamespaceOptions {
+            runner,
+            ..NamespaceOptions::at(dir.path().join("home")).map_err(|e| e.to_string())?
+        })
+        .map_err(|e| e.to_string())?;
+        let listener = tokio::net::TcpListener::bind(o.listen)
+            .await
+            .map_err(|e| format!("listening on {}: {e}", o.listen))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("reading the listening address: {e}"))?;
+        let shared = Arc::new(Shared {
+            api_key: o.api_key.clone(),
+            base: format!("http://{addr}"),
+            provider: Arc::new(provider),
+            snapshots,
+            default_snapshot: o.default_snapshot.clone(),
+            rootfs: o.rootfs.clone(),
+            index_lag: o.index_lag,
+            minute: o.minute,
+            network_unenforced: o.network_unenforced,
+            sandboxes: Default::default(),
+            throttle: Default::default(),
+            hang: Default::default(),
+            fail: Default::default(),
+            list_queries: Default::default(),
+            closing: tokio::sync::watch::Sender::new(false),
+        });
+        let app = axum::Router::new()
+            .fallback(dispatch)
+            .with_state(shared.clone())
+            .layer(DefaultBodyLimit::max(toolbox::MAX_UPLOAD));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, app, stopped));
+        let clock = {
+            let s = shared.clone();
+            let tick = (o.minute / 20).clamp(Duration::from_millis(20), Duration::from_secs(1));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(tick).await;
+                    s.tick().await;
+                }
+            })
+        };
+        tracing::info!(%addr, "fake Daytona listening");
+        Ok(FakeDaytona {
+            addr,
+            shared,
+            stop: Some(stop),
+            server: Some(server),
+            clock: Some(clock),
+            dir: Some(dir),
+        })
+    }
+
+    /// The address it serves on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT/api`: `DAYTONA_API_URL`.
+    pub fn api_url(&self) -> String {
+        format!("{}/api", self.shared.base)
+    }
+
+    /// `http://127.0.0.1:PORT/toolbox`: every sandbox's `toolboxProxyUrl`.
+    pub fn toolbox_url(&self) -> String {
+        format!("{}/toolbox", self.shared.base)
+    }
+
+    /// The next `n` requests (API or toolbox, after their key is checked) answer 429 with
+    /// `Retry-After: 1`.
+    pub fn throttle(&self, n: usize) {
+        self.shared.throttle.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// While on, toolbox requests are accepted and never answered (a hung daemon).
+    pub fn hang_toolbox(&self, on: bool) {
+        self.shared.hang.store(on, Ordering::SeqCst);
+        if !on {
+            self.shared.closing.send_modify(|_| {});
+        }
+    }
+
+    /// The next `n` API requests (after their key is checked) answer `status` with `code` and
+    /// `message` in the API's envelope.
+    pub fn fail_next(&self, status: u16, code: &str, message: &str, n: usize) {
+        *self.shared.fail.lock().unwrap_or_else(|p| p.into_inner()) =
+            (n > 0).then(|| (status, code.to_string(), message.to_string(), n));
+    }
+
+    /// Every sandbox not destroyed, as it stands.
+    pub fn sandboxes(&self) -> Vec<SandboxView> {
+        self.shared.all().iter().map(|s| s.view()).collect()
+    }
+
+    /// The `labels` query of each `GET /sandbox`, in order, as received (`None`: none).
+    pub fn list_queries(&self) -> Vec<Option<String>> {
+        self.shared
+            .list_queries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Stop serving and end every sandbox's box.
+    pub async fn shutdown(mut self) {
+        self.stop_serving();
+        if let Some(c) = self.clock.take() {
+            c.abort();
+            let _ = c.await;
+        }
+        if let Some(s) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
+        }
+        self.shared.end_all().await;
+        if let Some(d) = self.dir.take() {
+            let _ = d.close();
+        }
+    }
+
+    fn stop_serving(&mut self) {
+        let _ = self.shared.closing.send(true);
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+impl Drop for FakeDaytona {
+    fn drop(&mut self) {
+        self.stop_serving();
+        if let Some(c) = self.clock.take() {
+            c.abort();
+        }
+        if let Some(s) = self.server.take() {
+            s.abort();
+        }
+        // Drop cannot await: the boxes are ended on a thread with a runtime of its own, and
+        // waited for, so no box outlives the fake.
+        let shared = self.shared.clone();
+        let ended = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), shared.end_all()).await })
+                    .ok();
+            }
+        });
+        let _ = ended.join();
+    }
+}
+
+/// Accept connections until told to stop; each is HTTP/1.1 with upgrades (the logs'
+/// WebSocket, a preview's).
+async fn serve(listener: tokio::net::TcpListener, app: axum::Router, mut stop: tokio::sync::oneshot::Receiver<()>) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            got = listener.accept() => {
+                let (tcp, _) = match got {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let app = app.clone();
+                conns.spawn(async move {
+                    let svc = TowerToHyperService::new(app);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        }
+    }
+    conns.abort_all();
+}
+
+/// The query's pairs, keys repeating (`states=a&states=b`).
+pub(crate) struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn of(req: &Request) -> Query {
+        Query(
+            form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    pub(crate) fn get(&self, k: &str) -> Option<&str> {
+        self.0.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
+    }
+
+    pub(crate) fn all(&self, k: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+/// Compared in time that does not depend on where the two differ.
+pub(crate) fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn authorized(key: &str, h: &HeaderMap) -> bool {
+    h.get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|got| same(got.trim(), key))
+}
+
+/// A path segment with its `%XX` escapes decoded.
+fn decode(seg: &str) -> String {
+    let b = seg.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(x) = u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
+        {
+            out.push(x);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Every request: by its first segment to the API, the toolbox or a preview.
+async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let method = req.method().to_string();
+    let seg: Vec<String> = path.split('/').filter(|p| !p.is_empty()).map(decode).collect();
+    let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
+    let r = match seg.first().copied() {
+        Some("api") => api_request(&s, &seg[1..], req).await,
+        Some("toolbox") => toolbox_request(&s, &seg[1..], req).await,
+        Some("preview") if seg.len() >= 3 => {
+            let raw = req.uri().path().to_string();
+            let rest = raw
+                .split('/')
+                .filter(|p| !p.is_empty())
+                .skip(3)
+                .collect::<Vec<_>>()
+                .join("/");
+            let tail = if raw.ends_with('/') && !rest.is_empty() {
+                format!("{rest}/")
+            } else {
+                rest
+            };
+            preview::forward(&s, seg[1], seg[2], &tail, req).await
+        }
+        _ => Err(DError::api(404, "NOT_FOUND", format!("Cannot {method} {path}"))),
+    };
+    match r {
+        Ok(r) => r,
+        Err(e) => e.response(&method, &path),
+    }
+}
+
+/// The throttle's turn: `Some` 429 while it counts down.
+fn throttled(s: &Shared, source: Source) -> Option<DError> {
+    s.throttle
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+        .then(|| DError::rate_limited(source))
+}
+
+async fn api_request(s: &Arc<Shared>, seg: &[&str], req: Request) -> Result<Response, DError> {
+    if !authorized(&s.api_key, req.headers()) {
+        return Err(DError::unauthorized(Source::Api));
+    }
+    if let Some(e) = throttled(s, Source::Api) {
+        return Err(e);
+    }
+    {
+        let mut f = s.fail.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((status, code, message, n)) = f.as_mut() {
+            let e = DError::api(*status, code, message.clone());
+            *n -= 1;
+            if *n == 0 {
+                *f = None;
+            }
+            return Err(e);
+        }
+    }
+    let m = req.method().clone();
+    let q = Query::of(&req);
+    let body = if m == Method::POST || m == Method::PUT {
+        let bytes = axum::body::to_bytes(req.into_body(), 8 << 20)
+            .await
+            .map_err(|e| DError::api(413, "PAYLOAD_TOO_LARGE", format!("reading the body: {e}")))?;
+        if bytes.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_slice::<Value>(&bytes)
+                    .map_err(|e| DError::bad_request(format!("the body is not JSON: {e}")))?,
+            )
+        }
+    } else {
+        None
+    };
+    api::route(s, &m, seg, &q, body).await
+}
+
+async fn toolbox_request(s: &Arc<Shared>, seg: &[&str], req: Request) -> Result<Response, DError> {
+    if !authorized(&s.api_key, req.headers()) {
+        return Err(DError::unauthorized(Source::Proxy));
+    }
+    if let Some(e) = throttled(s, Source::Proxy) {
+        return Err(e);
+    }
+    if s.hang.load(Ordering::SeqCst) {
+        // Accepted, never answered: until the fake is told otherwise or shuts down.
+        let mut rx = s.closing.subscribe();
+        loop {
+            if *rx.borrow_and_update() || rx.changed().await.is_err() {
+                return Err(DError::new(
+                    503,
+                    "SERVICE_UNAVAILABLE",
+                    "the fake is shutting down",
+                    Source::Proxy,
+                ));
+            }
+            if !s.hang.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+    }
+    let Some((id, rest)) = seg.split_first() else {
+        return Err(DError::new(404, "NOT_FOUND", "no sandbox in the path", Source::Proxy));
+    };
+    let sbx = s
+        .get(id)
+        .ok_or_else(|| DError::new(404, "NOT_FOUND", format!("Sandbox {id} not found"), Source::Proxy))?;
+    let state = sbx.state();
+    if state != "started" {
+        return Err(preview::not_started(&sbx.id, &state));
+    }
+    sbx.touch();
+    let q = Query::of(&req);
+    toolbox::route(s, &sbx, rest, &q, req).await
+}
+
+pub(crate) fn is_websocket(h: &HeaderMap) -> bool {
+    let has = |name: header::HeaderName, word: &str| {
+        h.get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(word))
+    };
+    has(header::CONNECTION, "upgrade") && has(header::UPGRADE, "websocket") && h.contains_key(header::SEC_WEBSOCKET_KEY)
+}
+
+/// The 101 answer to a WebSocket upgrade, and the socket once hyper hands it over.
+pub(crate) fn upgrade(mut req: Request) -> Result<(Response, hyper::upgrade::OnUpgrade), DError> {
+    let key = req
+        .headers()
+        .get(header::SEC_WEBSOCKET_KEY)
+        .map(|k| derive_accept_key(k.as_bytes()))
+        .ok_or_else(|| DError::daemon_bad_request("Sec-WebSocket-Key is missing"))?;
+    let on = hyper::upgrade::on(&mut req);
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(
+        header::SEC_WEBSOCKET_ACCEPT,
+        HeaderValue::from_str(&key).map_err(|e| DError::internal(e.to_string(), Source::Daemon))?,
+    );
+    Ok((r, on))
+}
