@@ -1,0 +1,560 @@
+//! The fake Daytona's own rules, asked over plain HTTP: the key, the throttle, the label
+//! index that trails each query shape on its own schedule, ttl, autoStop and autoDelete on
+//! the fake's clock, validation, networkBlockAll, a bulk download's error part, a hung
+//! toolbox, and preview links.
+
+use std::time::{Duration, Instant};
+
+use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const KEY: &str = "rules-key";
+
+async fn fake(test: &str, tweak: impl FnOnce(&mut FakeDaytonaOptions)) -> Option<FakeDaytona> {
+    let rootfs = agentbox_testing::services::rootfs(test)?;
+    agentbox_testing::runner::ensure();
+    let mut o = FakeDaytonaOptions {
+        rootfs: Some(rootfs.into()),
+        api_key: KEY.into(),
+        index_lag: Duration::from_millis(300),
+        ..Default::default()
+    };
+    tweak(&mut o);
+    Some(FakeDaytona::start(o).await.expect("the fake starts"))
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One request (`Connection: close`), read to its end within 30 s.
+async fn call_with(
+    d: &FakeDaytona,
+    key: Option<&str>,
+    method: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Answer {
+    let mut s = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
+    let body = body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+        d.addr()
+    );
+    if let Some(k) = key {
+        req.push_str(&format!("Authorization: Bearer {k}\r\n"));
+    }
+    for (k, v) in extra {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!(
+        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    ));
+    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
+        .await
+        .expect("the fake answers within 30 s")
+        .unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a head");
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let mut body = raw[end + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v == "chunked")
+    {
+        body = dechunk(&body);
+    }
+    Answer { status, headers, body }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(nl) = b.windows(2).position(|w| w == b"\r\n") {
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[nl + 2..nl + 2 + n]);
+        b = &b[nl + 4 + n..];
+    }
+    out
+}
+
+async fn call(d: &FakeDaytona, method: &str, path: &str, body: Option<&Value>) -> Answer {
+    call_with(d, Some(KEY), method, path, &[], body).await
+}
+
+async fn create(d: &FakeDaytona, body: Value) -> Value {
+    let a = call(d, "POST", "/api/sandbox", Some(&body)).await;
+    assert_eq!(a.status, 200, "create: {}", String::from_utf8_lossy(&a.body));
+    a.json()
+}
+
+/// Poll `f` every 50 ms until it holds, at most `within`; how long it took.
+async fn until(within: Duration, what: &str, mut f: impl AsyncFnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        if f().await {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn fnv1a(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for x in b {
+        h ^= *x as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// A `labels` query for `{key: value}` whose shape trails by `mult` lags.
+fn shape(value: &str, mult: u64) -> String {
+    (0..1000)
+        .map(|i| format!(r#"{{"k{i}":"{value}"}}"#))
+        .find(|q| 1 + fnv1a(q.as_bytes()) % 3 == mult)
+        .unwrap()
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_the_key_is_refused_in_the_envelope() {
+    let Some(d) = fake("a_request_without_the_key_is_refused_in_the_envelope", |_| {}).await else {
+        return;
+    };
+    for (key, path) in [
+        (None, "/api/sandbox"),
+        (Some("wrong"), "/api/sandbox"),
+        (None, "/toolbox/x/version"),
+    ] {
+        let a = call_with(&d, key, "GET", path, &[], None).await;
+        assert_eq!(a.status, 401, "{path}");
+        let e = a.json();
+        assert_eq!(e["statusCode"], 401);
+        assert_eq!(e["code"], "UNAUTHORIZED");
+        for f in ["message", "source", "path", "timestamp", "method"] {
+            assert!(e[f].is_string(), "{f} in {e}");
+        }
+        assert_eq!(e["path"], path);
+    }
+    let a = call(&d, "GET", "/api/sandbox/nope", None).await;
+    assert_eq!((a.status, a.json()["code"].clone()), (404, json!("SANDBOX_NOT_FOUND")));
+    assert_eq!(a.json()["source"], "DAYTONA_API");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttle_and_fail_next_answer_as_told() {
+    let Some(d) = fake("throttle_and_fail_next_answer_as_told", |_| {}).await else {
+        return;
+    };
+    d.throttle(2);
+    for _ in 0..2 {
+        let a = call(&d, "GET", "/api/sandbox", None).await;
+        assert_eq!(a.status, 429);
+        assert_eq!(a.header("retry-after"), Some("1"));
+        assert!(
+            a.header("x-ratelimit-remaining-authenticated").is_some(),
+            "{:?}",
+            a.headers
+        );
+        assert_eq!(a.json()["code"], "RATE_LIMIT_EXCEEDED");
+    }
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
+    d.fail_next(503, "SERVICE_UNAVAILABLE", "maintenance", 1);
+    let a = call(&d, "GET", "/api/sandbox", None).await;
+    assert_eq!((a.status, a.json()["message"].clone()), (503, json!("maintenance")));
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_label_index_trails_each_query_shape_on_its_own_schedule() {
+    let Some(d) = fake("the_label_index_trails_each_query_shape_on_its_own_schedule", |_| {}).await else {
+        return;
+    };
+    let lag = Duration::from_millis(300);
+    let (fast, slow) = (shape("v", 1), shape("v", 3));
+    let key_of = |q: &str| {
+        serde_json::from_str::<Value>(q)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .next()
+            .unwrap()
+            .clone()
+    };
+    let labels = json!({key_of(&fast): "v", key_of(&slow): "v"});
+    let t0 = Instant::now();
+    let sb = create(&d, json!({"labels": labels})).await;
+    let id = sb["id"].as_str().unwrap().to_string();
+    let seen = async |q: &str| -> bool {
+        let a = call(&d, "GET", &format!("/api/sandbox?labels={}", enc(q)), None).await;
+        assert_eq!(a.status, 200);
+        a.json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["id"] == id.as_str())
+    };
+    until(Duration::from_secs(5), "the fast shape", async || seen(&fast).await).await;
+    let fast_at = t0.elapsed();
+    assert!(
+        fast_at >= lag,
+        "the fast shape saw the sandbox after {fast_at:?}, before the lag"
+    );
+    assert!(
+        !seen(&slow).await || t0.elapsed() >= lag * 3,
+        "the slow shape saw it with the fast one"
+    );
+    until(Duration::from_secs(5), "the slow shape", async || seen(&slow).await).await;
+    assert!(
+        t0.elapsed() >= lag * 3,
+        "the slow shape saw it after {:?}",
+        t0.elapsed()
+    );
+    assert!(d.list_queries().contains(&Some(fast.clone())), "{:?}", d.list_queries());
+    // A label change trails too: the old value is still found, the new one not yet.
+    let t1 = Instant::now();
+    let a = call(
+        &d,
+        "PUT",
+        &format!("/api/sandbox/{id}/labels"),
+        Some(&json!({"labels": {key_of(&fast): "w"}})),
+    )
+    .await;
+    assert_eq!((a.status, a.json()["labels"][key_of(&fast)].clone()), (200, json!("w")));
+    let fast_w = fast.replace("\"v\"", "\"w\"");
+    let mult = 1 + fnv1a(fast_w.as_bytes()) % 3;
+    if t1.elapsed() < lag {
+        assert!(seen(&fast).await, "the index dropped the old labels before its lag");
+    }
+    until(Duration::from_secs(5), "the new label", async || seen(&fast_w).await).await;
+    assert!(
+        t1.elapsed() >= lag * mult as u32,
+        "the new label showed after {:?}",
+        t1.elapsed()
+    );
+    // Paging: one a page, the cursor to the next, null at the end.
+    create(&d, json!({})).await;
+    tokio::time::sleep(lag * 3).await;
+    let a = call(&d, "GET", "/api/sandbox?limit=1", None).await.json();
+    assert_eq!(a["items"].as_array().unwrap().len(), 1);
+    let cursor = a["nextCursor"].as_str().expect("a next cursor").to_string();
+    let b = call(
+        &d,
+        "GET",
+        &format!("/api/sandbox?limit=1&cursor={}", enc(&cursor)),
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(b["items"].as_array().unwrap().len(), 1);
+    assert_ne!(a["items"][0]["id"], b["items"][0]["id"]);
+    assert!(b["nextCursor"].is_null(), "{b}");
+    assert_eq!(call(&d, "GET", "/api/sandbox?limit=201", None).await.status, 400);
+    // A destroyed sandbox leaves the index at once.
+    assert_eq!(
+        call(&d, "DELETE", &format!("/api/sandbox/{id}"), None).await.json()["state"],
+        "destroyed"
+    );
+    assert!(!seen(&fast_w).await, "a destroyed sandbox is still listed");
+    assert_eq!(call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.status, 404);
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_ends_a_stopped_sandbox_and_auto_delete_follows_a_stop() {
+    let minute = Duration::from_millis(500);
+    let Some(d) = fake("ttl_ends_a_stopped_sandbox_and_auto_delete_follows_a_stop", |o| {
+        o.minute = minute
+    })
+    .await
+    else {
+        return;
+    };
+    // ttl: 2 of the API's minutes from creation, whatever the state.
+    let sb = create(&d, json!({"ttlMinutes": 2, "autoStopInterval": 0})).await;
+    let id = sb["id"].as_str().unwrap().to_string();
+    let created = chrono::DateTime::parse_from_rfc3339(sb["createdAt"].as_str().unwrap()).unwrap();
+    let ends = chrono::DateTime::parse_from_rfc3339(sb["autoDestroyAt"].as_str().unwrap()).unwrap();
+    assert_eq!(ends - created, chrono::Duration::milliseconds(1000));
+    let t0 = Instant::now();
+    assert_eq!(
+        call(&d, "POST", &format!("/api/sandbox/{id}/stop"), None).await.json()["state"],
+        "stopped"
+    );
+    let took = until(Duration::from_secs(10), "ttl's end", async || {
+        call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.status == 404
+    })
+    .await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(800),
+        "ended after {took:?}, before its ttl"
+    );
+    assert!(d.sandboxes().is_empty(), "{:?}", d.sandboxes());
+    // autoDelete 1: destroyed a minute after its stop; 0: at once.
+    let sb = create(&d, json!({"autoDeleteInterval": 1, "autoStopInterval": 0})).await;
+    let id = sb["id"].as_str().unwrap().to_string();
+    call(&d, "POST", &format!("/api/sandbox/{id}/stop"), None).await;
+    let t0 = Instant::now();
+    until(Duration::from_secs(10), "autoDelete", async || {
+        call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.status == 404
+    })
+    .await;
+    assert!(
+        t0.elapsed() >= minute - Duration::from_millis(100),
+        "deleted after {:?}",
+        t0.elapsed()
+    );
+    let sb = create(&d, json!({"autoDeleteInterval": 0})).await;
+    let id = sb["id"].as_str().unwrap().to_string();
+    let a = call(&d, "POST", &format!("/api/sandbox/{id}/stop"), None).await;
+    assert_eq!(a.json()["state"], "destroyed");
+    assert_eq!(call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.status, 404);
+    // autoStop 1: stopped after a minute with no toolbox request.
+    let sb = create(&d, json!({"autoStopInterval": 1})).await;
+    let id = sb["id"].as_str().unwrap().to_string();
+    until(Duration::from_secs(10), "autoStop", async || {
+        call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.json()["state"] == "stopped"
+    })
+    .await;
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_are_validated_as_the_api_does() {
+    let Some(d) = fake("creates_are_validated_as_the_api_does", |o| {
+        o.network_unenforced = false
+    })
+    .await
+    else {
+        return;
+    };
+    let refused = async |body: Value| {
+        let a = call(&d, "POST", "/api/sandbox", Some(&body)).await;
+        (a.status, a.json()["message"].as_str().unwrap_or("").to_string())
+    };
+    let (st, msg) = refused(json!({"snapshot": "daytonaio/sandbox:0.5.0", "cpu": 2})).await;
+    assert_eq!(
+        (st, msg.as_str()),
+        (400, "Cannot specify Sandbox resources when using a snapshot")
+    );
+    assert_eq!(refused(json!({"snapshot": "no-such"})).await.0, 400);
+    assert_eq!(refused(json!({"domainAllowList": "not a domain"})).await.0, 400);
+    assert_eq!(refused(json!({"networkAllowList": "10.0.0.0/8,bad"})).await.0, 400);
+    let sb = create(
+        &d,
+        json!({"name": "taken", "networkBlockAll": true, "domainAllowList": "*.pypi.org,github.com"}),
+    )
+    .await;
+    assert_eq!(refused(json!({"name": "taken"})).await.0, 409);
+    assert_eq!(sb["networkBlockAll"], true);
+    assert_eq!(sb["domainAllowList"], "*.pypi.org,github.com");
+    // networkBlockAll is enforced: the box's network has loopback alone.
+    let id = sb["id"].as_str().unwrap();
+    let a = call(
+        &d,
+        "POST",
+        &format!("/toolbox/{id}/process/execute"),
+        Some(&json!({"command": "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"})),
+    )
+    .await;
+    assert_eq!(a.json()["result"], "lo\n", "{}", a.json());
+    let snap = call(&d, "GET", "/api/snapshots/daytonaio%2Fsandbox:0.5.0", None).await;
+    assert_eq!((snap.status, snap.json()["cpu"].clone()), (200, json!(1)));
+    d.shutdown().await;
+    // An organization without network settings: the create succeeds, reads back open.
+    let Some(d) = fake("creates_are_validated_as_the_api_does", |o| o.network_unenforced = true).await else {
+        return;
+    };
+    let sb = create(&d, json!({"networkBlockAll": true, "domainAllowList": "github.com"})).await;
+    assert_eq!(sb["networkBlockAll"], false);
+    assert!(sb.get("domainAllowList").is_none(), "{sb}");
+    let id = sb["id"].as_str().unwrap();
+    let a = call(
+        &d,
+        "POST",
+        &format!("/api/sandbox/{id}/network-settings"),
+        Some(&json!({"networkBlockAll": true})),
+    )
+    .await;
+    assert_eq!(a.status, 400);
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_download_names_a_missing_file_in_an_error_part() {
+    let Some(d) = fake("a_bulk_download_names_a_missing_file_in_an_error_part", |_| {}).await else {
+        return;
+    };
+    let id = create(&d, json!({})).await["id"].as_str().unwrap().to_string();
+    call(
+        &d,
+        "POST",
+        &format!("/toolbox/{id}/process/execute"),
+        Some(&json!({"command": "printf 'a\\0b' > /tmp/there"})),
+    )
+    .await;
+    let a = call(
+        &d,
+        "POST",
+        &format!("/toolbox/{id}/files/bulk-download"),
+        Some(&json!({"paths": ["/tmp/there", "/tmp/missing"]})),
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        a.header("content-type"),
+        Some("multipart/form-data; boundary=DAYTONA-FILE-BOUNDARY")
+    );
+    let body = a.body;
+    let text = String::from_utf8_lossy(&body);
+    assert!(body.windows(3).any(|w| w == b"a\0b"), "{text}");
+    assert!(text.contains("name=\"file\"; filename=\"/tmp/there\""), "{text}");
+    assert!(text.contains("name=\"error\"; filename=\"/tmp/missing\""), "{text}");
+    assert!(text.contains("\"code\":\"FILE_NOT_FOUND\""), "{text}");
+    assert!(text.ends_with("--DAYTONA-FILE-BOUNDARY--\r\n"), "{text}");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_toolbox_answers_nothing_until_released() {
+    let Some(d) = fake("a_hung_toolbox_answers_nothing_until_released", |_| {}).await else {
+        return;
+    };
+    let id = create(&d, json!({})).await["id"].as_str().unwrap().to_string();
+    d.hang_toolbox(true);
+    let d = std::sync::Arc::new(d);
+    let asking = {
+        let (d, id) = (d.clone(), id.clone());
+        tokio::spawn(async move { call(&d, "GET", &format!("/toolbox/{id}/version"), None).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!asking.is_finished(), "a hung toolbox answered");
+    // The API still answers.
+    assert_eq!(call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.status, 200);
+    d.hang_toolbox(false);
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), asking)
+            .await
+            .unwrap()
+            .unwrap(),
+        200
+    );
+    // A stopped sandbox's toolbox: 400 from the proxy.
+    call(&d, "POST", &format!("/api/sandbox/{id}/stop"), None).await;
+    let a = call(&d, "GET", &format!("/toolbox/{id}/version"), None).await;
+    assert_eq!((a.status, a.json()["source"].clone()), (400, json!("DAYTONA_PROXY")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_link_forwards_with_its_token_alone() {
+    let Some(d) = fake("a_preview_link_forwards_with_its_token_alone", |_| {}).await else {
+        return;
+    };
+    let id = create(&d, json!({})).await["id"].as_str().unwrap().to_string();
+    // The box shares this machine's network: a listener here is what its port would be.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let line = head.lines().next().unwrap_or("").to_string();
+                let leaked = head.to_lowercase().contains("x-daytona-preview-token");
+                let body = format!("{line} leaked={leaked}");
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            });
+        }
+    });
+    let link = call(&d, "GET", &format!("/api/sandbox/{id}/ports/{port}/preview-url"), None)
+        .await
+        .json();
+    let token = link["token"].as_str().unwrap().to_string();
+    let path = link["url"]
+        .as_str()
+        .unwrap()
+        .split_once(&d.addr().to_string())
+        .unwrap()
+        .1
+        .to_string();
+    assert_eq!(path, format!("/preview/{id}/{port}"));
+    assert_eq!(
+        call_with(&d, None, "GET", &format!("{path}/x"), &[], None).await.status,
+        401
+    );
+    assert_eq!(
+        call_with(
+            &d,
+            None,
+            "GET",
+            &format!("{path}/x"),
+            &[("X-Daytona-Preview-Token", "wrong")],
+            None
+        )
+        .await
+        .status,
+        403
+    );
+    let a = call_with(
+        &d,
+        None,
+        "GET",
+        &format!("{path}/x/y?q=1"),
+        &[("X-Daytona-Preview-Token", &token)],
+        None,
+    )
+    .await;
+    assert_eq!(
+        (a.status, String::from_utf8_lossy(&a.body).into_owned()),
+        (200, "GET /x/y?q=1 HTTP/1.1 leaked=false".to_string())
+    );
+    d.shutdown().await;
+}
