@@ -558,3 +558,135 @@ async fn a_preview_link_forwards_with_its_token_alone() {
     );
     d.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_keep_their_shell_and_execute_kills_its_group_at_the_timeout() {
+    let Some(d) = fake(
+        "sessions_keep_their_shell_and_execute_kills_its_group_at_the_timeout",
+        |_| {},
+    )
+    .await
+    else {
+        return;
+    };
+    let id = create(&d, json!({})).await["id"].as_str().unwrap().to_string();
+    let tb = |p: &str| format!("/toolbox/{id}{p}");
+    let exec = async |cmd: &str| {
+        call(&d, "POST", &tb("/process/execute"), Some(&json!({"command": cmd})))
+            .await
+            .json()
+    };
+    // A timeout: 408, and the command's children are gone with it.
+    let a = call(
+        &d,
+        "POST",
+        &tb("/process/execute"),
+        Some(&json!({"command": "sleep 97 & sleep 98", "timeout": 1})),
+    )
+    .await;
+    assert_eq!(
+        (a.status, a.json()["code"].clone()),
+        (408, json!("PROCESS_EXECUTION_TIMEOUT"))
+    );
+    let count =
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 9[78]' || true";
+    assert_eq!(
+        exec(count).await["result"],
+        "0\n",
+        "the timed-out command's group outlived it"
+    );
+    // A session: cd and exports persist; a daemonized program outlives its command.
+    assert_eq!(
+        call(&d, "POST", &tb("/process/session"), Some(&json!({"sessionId": "s"})))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        call(&d, "POST", &tb("/process/session"), Some(&json!({"sessionId": "s"})))
+            .await
+            .status,
+        409
+    );
+    let run = async |cmd: &str, run_async: bool| {
+        call(
+            &d,
+            "POST",
+            &tb("/process/session/s/exec"),
+            Some(&json!({"command": cmd, "runAsync": run_async})),
+        )
+        .await
+    };
+    assert_eq!(run("cd /tmp && export V=kept", false).await.json()["exitCode"], 0);
+    let a = run("nohup sleep 96 > /dev/null 2>&1 & echo started", false)
+        .await
+        .json();
+    assert_eq!(
+        (a["exitCode"].clone(), a["stdout"].clone()),
+        (json!(0), json!("started\n"))
+    );
+    let a = run("echo $V $(pwd); echo warn >&2; false", false).await.json();
+    assert_eq!(a["stdout"], "kept /tmp\n");
+    assert_eq!(a["stderr"], "warn\n");
+    assert_eq!(a["exitCode"], 1);
+    assert_eq!(a["output"], "\u{1}\u{1}\u{1}kept /tmp\n\u{2}\u{2}\u{2}warn\n");
+    let count96 =
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 9[6]' || true";
+    assert_eq!(
+        exec(count96).await["result"],
+        "1\n",
+        "the daemonized program ended with its command"
+    );
+    // An async command: 202, no exit code while it runs, text logs for a caller without the
+    // SDK's version.
+    let a = run("echo one; sleep 1; echo two", true).await;
+    assert_eq!(a.status, 202);
+    let cid = a.json()["cmdId"].as_str().unwrap().to_string();
+    let c = call(&d, "GET", &tb(&format!("/process/session/s/command/{cid}")), None)
+        .await
+        .json();
+    assert!(c.get("exitCode").is_none(), "{c}");
+    let logs = tb(&format!("/process/session/s/command/{cid}/logs"));
+    until(Duration::from_secs(10), "the async command's end", async || {
+        call(&d, "GET", &tb(&format!("/process/session/s/command/{cid}")), None)
+            .await
+            .json()["exitCode"]
+            == 0
+    })
+    .await;
+    let text = call(&d, "GET", &logs, None).await;
+    assert!(text.header("content-type").unwrap().starts_with("text/plain"));
+    assert_eq!(text.body, b"\x01\x01\x01one\n\x01\x01\x01two\n");
+    let j = call_with(
+        &d,
+        Some(KEY),
+        "GET",
+        &logs,
+        &[("X-Daytona-SDK-Version", "0.226.1")],
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(j["stdout"], "one\ntwo\n");
+    // Input after the end: 410.
+    let a = call(
+        &d,
+        "POST",
+        &tb(&format!("/process/session/s/command/{cid}/input")),
+        Some(&json!({"data": "x"})),
+    )
+    .await;
+    assert_eq!(a.status, 410);
+    // Deleting the session ends its running command.
+    run("sleep 95", true).await;
+    assert_eq!(call(&d, "DELETE", &tb("/process/session/s"), None).await.status, 204);
+    assert_eq!(call(&d, "GET", &tb("/process/session/s"), None).await.status, 404);
+    let count95 =
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 9[5]' || true";
+    assert_eq!(
+        exec(count95).await["result"],
+        "0\n",
+        "a deleted session's command runs on"
+    );
+    d.shutdown().await;
+}
