@@ -629,7 +629,15 @@ async fn sessions_keep_their_shell_and_execute_kills_its_group_at_the_timeout() 
     assert_eq!(a["stdout"], "kept /tmp\n");
     assert_eq!(a["stderr"], "warn\n");
     assert_eq!(a["exitCode"], 1);
-    assert_eq!(a["output"], "\u{1}\u{1}\u{1}kept /tmp\n\u{2}\u{2}\u{2}warn\n");
+    // Each line labelled with its stream; the two streams' order is as their pipes deliver.
+    let mut lines: Vec<&str> = a["output"].as_str().unwrap().lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["\u{1}\u{1}\u{1}kept /tmp", "\u{2}\u{2}\u{2}warn"],
+        "{}",
+        a["output"]
+    );
     let count96 =
         "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'sleep 9[6]' || true";
     assert_eq!(
