@@ -7,6 +7,7 @@
 //! | namespace | [`namespace`] | user, mount, pid, ipc, uts, cgroup (and net) namespaces, no daemon | the box's init, pid 1 of its pid namespace |
 //! | docker | [`docker`] | a container per box | the container's first process, `agentbox-runner init` (or `sleep <lifetime>`) |
 //! | kube | [`kube`] | a pod per box (optionally gVisor or Kata by runtime class) | the pod's first process, and `activeDeadlineSeconds` as the cluster's backstop |
+//! | daytona | [`daytona`] | a Daytona sandbox per box (a container, or a VM from a linux-vm snapshot) | Daytona, by the sandbox's time to live (`ttlMinutes`) |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
 //! [`pool`] wraps any of them in a warm pool: boxes of one spec made ahead and handed out at
@@ -19,6 +20,8 @@
 
 #[cfg(any(feature = "local", feature = "namespace"))]
 pub(crate) mod boxdir;
+#[cfg(feature = "daytona")]
+pub mod daytona;
 #[cfg(feature = "docker")]
 pub mod docker;
 pub mod helper;
@@ -33,7 +36,7 @@ pub mod namespace;
 pub mod pool;
 pub mod registry;
 pub mod runner;
-#[cfg(any(feature = "docker", feature = "kube"))]
+#[cfg(any(feature = "docker", feature = "kube", feature = "daytona"))]
 pub(crate) mod shim;
 pub mod transfer;
 pub(crate) mod util;

@@ -286,6 +286,15 @@ static ENTRIES: &[Entry] = &[
         takes: &[],
         make: KUBE,
     },
+    Entry {
+        name: "daytona",
+        description: "a Daytona sandbox per box (DAYTONA_API_KEY, DAYTONA_API_URL), sized by its snapshot and ended by \
+                      Daytona at its lifetime",
+        feature: "daytona",
+        compiled: cfg!(feature = "daytona"),
+        takes: &[],
+        make: DAYTONA,
+    },
 ];
 
 /// Every provider this source knows, compiled in or not, in a fixed order.
@@ -469,6 +478,39 @@ fn make_kube<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Re
     })
 }
 
+#[cfg(feature = "daytona")]
+const DAYTONA: Option<Make> = Some(make_daytona);
+#[cfg(not(feature = "daytona"))]
+const DAYTONA: Option<Make> = None;
+
+/// The daytona provider from what the `daytona` SDK reads (`DAYTONA_API_KEY`,
+/// `DAYTONA_API_URL` or `DAYTONA_SERVER_URL`, `DAYTONA_TARGET`) and
+/// `AGENTBOX_DAYTONA_SNAPSHOT`.
+#[cfg(feature = "daytona")]
+fn make_daytona<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+    Box::pin(async move {
+        for k in crate::daytona::VARIABLES {
+            if env.var(k).is_some_and(|v| v.to_str().is_none()) {
+                return Err(Error::invalid(format!("{k}: not UTF-8")));
+            }
+        }
+        let mut o = crate::daytona::DaytonaOptions::from_vars(|k| {
+            env.var(k)
+                .and_then(|v| v.to_str())
+                .filter(|v| !v.is_empty())
+                .map(String::from)
+        })?;
+        if options.runner {
+            match env.runner() {
+                Ok(r) => o.runner = Some(r),
+                Err(e) => tracing::warn!("daytona: boxes get no runner: {}", e.message()),
+            }
+        }
+        let provider = crate::daytona::DaytonaProvider::new(o)?;
+        Ok(Arc::new(provider) as Arc<dyn Provider>)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,6 +543,7 @@ mod tests {
             ("namespace", cfg!(all(feature = "namespace", target_os = "linux"))),
             ("docker", cfg!(feature = "docker")),
             ("kube", cfg!(feature = "kube")),
+            ("daytona", cfg!(feature = "daytona")),
         ];
         assert_eq!(on.len(), entries().len(), "every entry's feature is checked here");
         for (feature, compiled) in on {

@@ -69,7 +69,7 @@ impl std::fmt::Display for Address {
     }
 }
 
-fn ws_config() -> WebSocketConfig {
+pub(crate) fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE))
         .max_frame_size(Some(MAX_MESSAGE))
@@ -131,7 +131,8 @@ impl Dial for Address {
     }
 }
 
-fn websocket<S>(ws: tokio_tungstenite::WebSocketStream<S>) -> Link
+/// Both halves of a runner's WebSocket as a [`Link`], with pings and the silence check.
+pub(crate) fn websocket<S>(ws: tokio_tungstenite::WebSocketStream<S>) -> Link
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

@@ -1,0 +1,409 @@
+//! Daytona's REST API, as much of it as the provider speaks: the control plane under
+//! `DAYTONA_API_URL` and each sandbox's toolbox under its `toolboxProxyUrl`. Every call has a
+//! deadline, a throttled one (429, 503) is tried again after what `Retry-After` says while the
+//! caller's context allows, and every error Daytona answers becomes one of ours carrying
+//! Daytona's own message, never the key.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Ctx, Error, ErrorCode, Result};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// How many times a throttled or briefly unavailable request is tried.
+const TRIES: u32 = 6;
+/// The longest pause between tries when the answer names none.
+const MAX_PAUSE: Duration = Duration::from_secs(10);
+/// The most of an answer's body read for JSON; more is a malformed answer.
+pub(crate) const MAX_JSON: usize = 16 << 20;
+/// The most of an error's message kept.
+const MAX_MESSAGE: usize = 600;
+
+/// The API key: never printed, never in an error.
+#[derive(Clone)]
+pub struct ApiKey(Arc<str>);
+
+impl ApiKey {
+    /// A key as given.
+    pub fn new(key: impl Into<String>) -> Self {
+        ApiKey(Arc::from(key.into()))
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<withheld>)")
+    }
+}
+
+/// The HTTP client and the key, shared by the control plane and every toolbox.
+#[derive(Clone)]
+pub(crate) struct Api {
+    http: reqwest::Client,
+    base: String,
+    key: ApiKey,
+    request_timeout: Duration,
+}
+
+/// A sandbox as the API answers it (the fields the provider reads).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SandboxDto {
+    pub id: String,
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub error_reason: Option<String>,
+    #[serde(default)]
+    pub network_block_all: Option<bool>,
+    /// A comma-separated string in the API's model; a list is read too.
+    #[serde(default)]
+    pub domain_allow_list: Option<serde_json::Value>,
+    #[serde(default)]
+    pub disk: Option<f64>,
+    #[serde(default)]
+    pub cpu: Option<f64>,
+    #[serde(default)]
+    pub memory: Option<f64>,
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    #[serde(default)]
+    pub sandbox_class: Option<String>,
+    #[serde(default)]
+    pub toolbox_proxy_url: Option<String>,
+    #[serde(default)]
+    pub auto_destroy_at: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<String>,
+}
+
+impl SandboxDto {
+    pub(crate) fn labels(&self) -> BTreeMap<String, String> {
+        self.labels.clone().unwrap_or_default()
+    }
+
+    pub(crate) fn state(&self) -> &str {
+        self.state.as_deref().unwrap_or("unknown")
+    }
+}
+
+/// An RFC 3339 time as milliseconds since the epoch.
+pub(crate) fn time_ms(s: &str) -> Option<u64> {
+    let t: jiff::Timestamp = s.parse().ok()?;
+    u64::try_from(t.as_millisecond()).ok()
+}
+
+/// Daytona's error body: `{statusCode, message, code, error}` (`message` may be a list, as
+/// validation errors are).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ErrorBody {
+    #[serde(default)]
+    message: Option<serde_json::Value>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// An answer's status and text as one of our errors: `what` was being done, Daytona's words.
+pub(crate) fn status_error(status: u16, body: &[u8], what: &str) -> Error {
+    let b: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
+    let mut said = match &b.message {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Some(v) => v.to_string(),
+        None => b
+            .error
+            .clone()
+            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(MAX_MESSAGE)]).into_owned()),
+    };
+    if said.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !said.is_char_boundary(end) {
+            end -= 1;
+        }
+        said.truncate(end);
+        said.push('…');
+    }
+    let code_said = b.code.map(|c| format!(", {c}")).unwrap_or_default();
+    let msg = format!("{what}: Daytona answered {status}{code_said}: {}", said.trim());
+    let code = match status {
+        400 | 422 => ErrorCode::Invalid,
+        401 | 403 => ErrorCode::PermissionDenied,
+        404 => ErrorCode::NotFound,
+        408 | 504 => ErrorCode::Timeout,
+        409 | 429 => ErrorCode::Refused,
+        410 => ErrorCode::Gone,
+        413 => ErrorCode::TooLarge,
+        _ => ErrorCode::Unknown,
+    };
+    Error::new(code, msg)
+}
+
+/// A transport failure (no answer) as one of ours.
+pub(crate) fn transport_error(e: &reqwest::Error, what: &str, timeout: Duration) -> Error {
+    if e.is_timeout() {
+        Error::timeout(format!(
+            "{what}: Daytona did not answer within {}s",
+            timeout.as_secs_f64()
+        ))
+    } else if e.is_connect() {
+        Error::transfer_failed(format!("{what}: no connection to Daytona: {}", chain(e)))
+    } else {
+        Error::transfer_failed(format!("{what}: {}", chain(e)))
+    }
+}
+
+/// An error and its causes on one line (reqwest's top line alone says little).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut c = e.source();
+    while let Some(x) = c {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        c = x.source();
+    }
+    s
+}
+
+/// `Retry-After` in seconds (the API sends whole seconds), else `None`.
+fn retry_after(r: &reqwest::Response) -> Option<Duration> {
+    let v = r.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+impl Api {
+    /// A client of the API at `base` (`https://app.daytona.io/api`).
+    pub(crate) fn new(base: &str, key: ApiKey, connect_timeout: Duration, request_timeout: Duration) -> Result<Self> {
+        let base = base.trim_end_matches('/').to_string();
+        let url = reqwest::Url::parse(&base)
+            .map_err(|e| Error::invalid(format!("the Daytona API URL {base:?} is not a URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(Error::invalid(format!(
+                "the Daytona API URL {base:?}: only http and https are spoken"
+            )));
+        }
+        Ok(Api {
+            http: client(connect_timeout)?,
+            base,
+            key,
+            request_timeout,
+        })
+    }
+
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    pub(crate) fn key(&self) -> &ApiKey {
+        &self.key
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The control plane's `path` (`/sandbox/ID`).
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Send what `build` makes (again on 429 and 503, while `ctx` allows), authorized,
+    /// with the request deadline; the answer whatever its status.
+    pub(crate) async fn send<F>(&self, ctx: &Ctx, what: &str, build: F) -> Result<reqwest::Response>
+    where
+        F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    {
+        self.send_with(ctx, what, self.request_timeout, build).await
+    }
+
+    /// [`Api::send`] with a deadline of its own (a toolbox call that runs a program).
+    pub(crate) async fn send_with<F>(
+        &self,
+        ctx: &Ctx,
+        what: &str,
+        timeout: Duration,
+        build: F,
+    ) -> Result<reqwest::Response>
+    where
+        F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    {
+        let mut pause = Duration::from_millis(250);
+        for n in 1..=TRIES {
+            ctx.check()?;
+            let req = build(&self.http)
+                .bearer_auth(self.key.expose())
+                .header("X-Daytona-Source", "agentbox")
+                .timeout(timeout);
+            let r = match ctx.run(req.send()).await? {
+                Ok(r) => r,
+                Err(e) => return Err(transport_error(&e, what, timeout)),
+            };
+            let status = r.status().as_u16();
+            if (status == 429 || status == 503) && n < TRIES {
+                let wait = retry_after(&r).unwrap_or(pause).min(Duration::from_secs(60));
+                if ctx.remaining().is_some_and(|left| left < wait) {
+                    let body = read_capped(r, 64 << 10, what).await.unwrap_or_default();
+                    return Err(status_error(status, &body, what).context(format!(
+                        "Daytona asked to wait {}s, past this call's deadline",
+                        wait.as_secs()
+                    )));
+                }
+                tracing::debug!(
+                    status,
+                    attempt = n,
+                    wait_ms = wait.as_millis() as u64,
+                    what,
+                    "Daytona asked to retry"
+                );
+                ctx.run(tokio::time::sleep(wait)).await?;
+                pause = (pause * 2).min(MAX_PAUSE);
+                continue;
+            }
+            return Ok(r);
+        }
+        unreachable!("the last try returns")
+    }
+
+    /// A JSON answer of a 2xx, else the answer's error.
+    pub(crate) async fn json<T: DeserializeOwned, F>(&self, ctx: &Ctx, what: &str, build: F) -> Result<T>
+    where
+        F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    {
+        let r = self.send(ctx, what, build).await?;
+        decode(r, what).await
+    }
+
+    /// A 2xx answer's body dropped, else the answer's error.
+    pub(crate) async fn ok<F>(&self, ctx: &Ctx, what: &str, build: F) -> Result<()>
+    where
+        F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    {
+        let r = self.send(ctx, what, build).await?;
+        let status = r.status().as_u16();
+        let body = read_capped(r, MAX_JSON, what).await?;
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(status_error(status, &body, what))
+        }
+    }
+}
+
+/// A 2xx answer's JSON body, else its error.
+pub(crate) async fn decode<T: DeserializeOwned>(r: reqwest::Response, what: &str) -> Result<T> {
+    let status = r.status().as_u16();
+    let body = read_capped(r, MAX_JSON, what).await?;
+    if !(200..300).contains(&status) {
+        return Err(status_error(status, &body, what));
+    }
+    serde_json::from_slice(&body)
+        .map_err(|e| Error::unknown(format!("{what}: Daytona's answer is not what its API describes: {e}")))
+}
+
+/// At most `cap` bytes of an answer's body; a longer one is `too_large`.
+pub(crate) async fn read_capped(mut r: reqwest::Response, cap: usize, what: &str) -> Result<Vec<u8>> {
+    if r.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(Error::too_large(format!(
+            "{what}: Daytona's answer is over {cap} bytes"
+        )));
+    }
+    let mut out = Vec::new();
+    loop {
+        match r.chunk().await {
+            Ok(Some(c)) => {
+                if out.len() + c.len() > cap {
+                    return Err(Error::too_large(format!(
+                        "{what}: Daytona's answer is over {cap} bytes"
+                    )));
+                }
+                out.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(out),
+            Err(e) => return Err(transport_error(&e, what, Duration::ZERO)),
+        }
+    }
+}
+
+/// The HTTP client: HTTP/1.1 (the preview URL's WebSocket is an upgrade), rustls with ring and
+/// the system's roots, the connect deadline, no proxy from the environment (the key must not
+/// go to a proxy the user did not name for Daytona).
+fn client(connect_timeout: Duration) -> Result<reqwest::Client> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::unknown(format!("TLS for Daytona: {e}")))?
+        .with_platform_verifier()
+        .map_err(|e| Error::unknown(format!("TLS for Daytona: the system's roots: {e}")))?
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .http1_only()
+        .no_proxy()
+        .connect_timeout(connect_timeout)
+        .user_agent(concat!("agentbox/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| Error::unknown(format!("the HTTP client for Daytona: {}", chain(&e))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_carry_daytonas_words_and_a_typed_code() {
+        let e = status_error(
+            404,
+            br#"{"statusCode":404,"message":"Sandbox with ID x not found","code":"NOT_FOUND","source":"DAYTONA_API"}"#,
+            "reading sandbox x",
+        );
+        assert_eq!(e.code(), ErrorCode::NotFound);
+        assert!(e.message().contains("Sandbox with ID x not found"), "{e}");
+        assert!(e.message().contains("NOT_FOUND"), "{e}");
+        let e = status_error(
+            400,
+            br#"{"statusCode":400,"message":["name must be a string","cpu must be a number"]}"#,
+            "creating",
+        );
+        assert_eq!(e.code(), ErrorCode::Invalid);
+        assert!(
+            e.message().contains("name must be a string; cpu must be a number"),
+            "{e}"
+        );
+        assert_eq!(status_error(401, b"{}", "x").code(), ErrorCode::PermissionDenied);
+        assert_eq!(status_error(429, b"", "x").code(), ErrorCode::Refused);
+        assert_eq!(status_error(408, b"", "x").code(), ErrorCode::Timeout);
+        // Not JSON: the text, cut short.
+        let long = vec![b'x'; 5000];
+        let e = status_error(502, &long, "x");
+        assert_eq!(e.code(), ErrorCode::Unknown);
+        assert!(e.message().len() < 800, "{}", e.message().len());
+    }
+
+    #[test]
+    fn the_key_is_never_printed() {
+        let k = ApiKey::new("dtn_secret_value");
+        assert!(!format!("{k:?}").contains("secret"));
+    }
+
+    #[test]
+    fn times_are_rfc3339() {
+        assert_eq!(time_ms("1970-01-01T00:00:01.5Z"), Some(1500));
+        assert_eq!(time_ms("2026-12-01T00:00:00+01:00"), time_ms("2026-11-30T23:00:00Z"));
+        assert_eq!(time_ms("yesterday"), None);
+    }
+}
