@@ -1,5 +1,6 @@
 //! HostEnv and BoxEnv give the same values and error codes for the same operations: random
-//! sequences run against both, on a local box and on a Docker box.
+//! sequences run against both, on local, namespace, Docker and Daytona boxes (the last in the
+//! repository's fake Daytona), each with and without its runner.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -220,7 +221,42 @@ struct Boxes {
     docker_runner: Option<Arc<dyn Sandbox>>,
     namespace: Arc<dyn Sandbox>,
     namespace_runner: Arc<dyn Sandbox>,
+    daytona: Option<Arc<dyn Sandbox>>,
+    daytona_runner: Option<Arc<dyn Sandbox>>,
+    _daytona: Option<agentbox_fakes::daytona::FakeDaytona>,
     _home: tempfile::TempDir,
+}
+
+/// A fake Daytona and two boxes in it, without and with the runner; `None` (loudly, or a
+/// panic under CI) where this machine has no box rootfs.
+async fn daytona(spec: &Spec) -> Option<(agentbox_fakes::daytona::FakeDaytona, Arc<dyn Sandbox>, Arc<dyn Sandbox>)> {
+    use agentbox_providers::daytona::{ApiKey, DaytonaOptions, DaytonaProvider};
+    let rootfs = agentbox_testing::services::rootfs("differential tests on a Daytona box")?;
+    let key = "dtn_differential_fake_key";
+    let fake = agentbox_fakes::daytona::FakeDaytona::start(agentbox_fakes::daytona::FakeDaytonaOptions {
+        rootfs: Some(rootfs.into()),
+        api_key: key.into(),
+        index_lag: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake Daytona starts");
+    let opts = DaytonaOptions {
+        api_url: fake.api_url(),
+        api_key: Some(ApiKey::new(key)),
+        poll: Duration::from_millis(30),
+        ..Default::default()
+    };
+    let plain = DaytonaProvider::new(opts.clone()).unwrap();
+    let with_runner = DaytonaProvider::new(DaytonaOptions {
+        runner: Some(agentbox_providers::helper::HelperCommand::discover().unwrap()),
+        ..opts
+    })
+    .unwrap();
+    let d = plain.create(spec, &Ctx::background()).await.unwrap();
+    let dr = with_runner.create(spec, &Ctx::background()).await.unwrap();
+    assert!(d.files().is_none() && dr.files().is_some());
+    Some((fake, d, dr))
 }
 
 fn boxes() -> &'static Boxes {
@@ -233,7 +269,7 @@ fn boxes() -> &'static Boxes {
             .unwrap();
         let home = tempfile::tempdir().unwrap();
         agentbox_testing::runner::ensure();
-        let (local, local_runner, docker, docker_runner, namespace, namespace_runner) = rt.block_on(async {
+        let (local, local_runner, docker, docker_runner, namespace, namespace_runner, daytona) = rt.block_on(async {
             let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
             let mut with_runner = LocalOptions::at(home.path()).unwrap();
             with_runner.runner = true;
@@ -273,7 +309,16 @@ fn boxes() -> &'static Boxes {
             let namespace = np(false).create(&spec, &Ctx::background()).await.unwrap();
             let namespace_runner = np(true).create(&spec, &Ctx::background()).await.unwrap();
             assert!(namespace.files().is_none() && namespace_runner.files().is_some());
-            (local, local_runner, docker, docker_runner, namespace, namespace_runner)
+            let daytona = daytona(&spec).await;
+            (
+                local,
+                local_runner,
+                docker,
+                docker_runner,
+                namespace,
+                namespace_runner,
+                daytona,
+            )
         });
         Boxes {
             rt,
@@ -283,6 +328,9 @@ fn boxes() -> &'static Boxes {
             docker_runner,
             namespace,
             namespace_runner,
+            daytona: daytona.as_ref().map(|d| d.1.clone()),
+            daytona_runner: daytona.as_ref().map(|d| d.2.clone()),
+            _daytona: daytona.map(|d| d.0),
             _home: home,
         }
     })
@@ -371,5 +419,27 @@ proptest! {
     #[test]
     fn host_and_a_namespace_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..14)) {
         same(&boxes().namespace_runner, &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, max_shrink_iters: 50, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_daytona_box_agree(ops in prop::collection::vec(op(), 1..10)) {
+        if let Some(d) = &boxes().daytona {
+            same(d, &ops)?;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_daytona_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..12)) {
+        if let Some(d) = &boxes().daytona_runner {
+            same(d, &ops)?;
+        }
     }
 }
