@@ -8,14 +8,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ErrorCode, Labels, Network, NetworkFact, Provider, SandboxId, Spec, Status};
+use agentbox_core::{Ctx, ErrorCode, Labels, Network, NetworkFact, Provider, Spec, Status};
 use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions, FakeSnapshot};
 use agentbox_providers::daytona::{ApiKey, DaytonaOptions, DaytonaProvider};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_testing::conformance::{self, Options, Outside};
+
+#[path = "common/daytona_view.rs"]
+mod daytona_view;
 use agentbox_testing::services::rootfs;
 use agentbox_testing::sh;
-use async_trait::async_trait;
+use daytona_view::View;
 
 /// The fake's key. Not a secret: the fake's own.
 const KEY: &str = "dtn_fake_key_for_tests_0123456789";
@@ -71,101 +74,13 @@ fn provider(o: DaytonaOptions) -> Arc<dyn Provider> {
     Arc::new(DaytonaProvider::new(o).expect("the options are whole"))
 }
 
-/// The fake's sandboxes seen through its API directly, not through the provider.
-struct View {
-    http: reqwest::Client,
-    api: String,
-}
-
-impl View {
-    fn new(fake: &FakeDaytona) -> Self {
-        // The provider brings its own TLS; a client of the test's needs a process default.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        View {
-            http: reqwest::Client::builder().no_proxy().build().unwrap(),
-            api: fake.api_url(),
-        }
-    }
-
-    async fn state(&self, id: &SandboxId) -> Option<String> {
-        let r = self
-            .http
-            .get(format!("{}/sandbox/{}", self.api, id.name()))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 404 {
-            return None;
-        }
-        let v: serde_json::Value = r.json().await.unwrap();
-        v["state"].as_str().map(String::from)
-    }
-
-    /// Run `script` in the sandbox by the toolbox, as a client of the API would.
-    async fn run(&self, id: &SandboxId, script: &str) -> (i64, String) {
-        let v: serde_json::Value = self
-            .http
-            .get(format!("{}/sandbox/{}", self.api, id.name()))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let tb = v["toolboxProxyUrl"].as_str().unwrap().to_string();
-        let r: serde_json::Value = self
-            .http
-            .post(format!("{tb}/{}/process/execute", id.name()))
-            .bearer_auth(KEY)
-            .json(&serde_json::json!({"command": script, "timeout": 30}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        (
-            r["exitCode"].as_i64().unwrap_or(-1),
-            r["result"].as_str().unwrap_or_default().to_string(),
-        )
-    }
-}
-
-#[async_trait]
-impl Outside for View {
-    async fn ended(&self, id: &SandboxId) -> bool {
-        !matches!(self.state(id).await.as_deref(), Some("started") | Some("starting"))
-    }
-
-    async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool {
-        if self.ended(id).await {
-            return false;
-        }
-        for pid in pids {
-            let (_, out) = self
-                .run(
-                    id,
-                    &format!("sed -n 's/.*) \\(.\\).*/\\1/p' /proc/{pid}/stat 2>/dev/null"),
-                )
-                .await;
-            let state = out.trim();
-            if !state.is_empty() && state != "Z" && state != "X" {
-                return true;
-            }
-        }
-        false
-    }
-}
-
 async fn conformance_against(test: &str, with_runner: bool) {
     let Some(fake) = fake(test, |_| {}).await else { return };
     let mut opts = options(&fake);
     if with_runner {
         opts.runner = Some(runner());
     }
-    let outside = Arc::new(View::new(&fake));
+    let outside = Arc::new(View::new(&fake.api_url(), KEY));
     let options = Options::new("daytona", Duration::from_secs(5), Duration::from_secs(10), outside);
     let report = conformance::run(
         conformance::factory(move || {
@@ -579,7 +494,7 @@ async fn facts_come_from_the_snapshot_and_the_lifetime_is_daytonas() {
     assert_eq!(view.ttl_minutes, 3);
     assert_eq!(view.auto_stop, 0, "auto-stop is off");
     // Daytona ends it with no call from here.
-    let outside = View::new(&fake);
+    let outside = View::new(&fake.api_url(), KEY);
     let mut ended = false;
     for _ in 0..100 {
         if outside.ended(b.id()).await {
@@ -645,7 +560,7 @@ async fn the_key_never_reaches_the_box() {
     let out = sh(&*b, "echo x").await;
     assert_eq!(out.stdout_text(), "x\n");
     // Every process's argv and environment, and every file agentbox wrote in the box.
-    let outside = View::new(&fake);
+    let outside = View::new(&fake.api_url(), KEY);
     let (_, found) = outside
         .run(
             b.id(),
