@@ -196,6 +196,15 @@ async fn throttle_and_fail_next_answer_as_told() {
         assert_eq!(a.json()["code"], "RATE_LIMIT_EXCEEDED");
     }
     assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
+    // throttle sets the count left (it does not add to it): the second call replaces the
+    // first, and 0 ends a throttle.
+    d.throttle(5);
+    d.throttle(1);
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 429);
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
+    d.throttle(3);
+    d.throttle(0);
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
     d.fail_next(503, "SERVICE_UNAVAILABLE", "maintenance", 1);
     let a = call(&d, "GET", "/api/sandbox", None).await;
     assert_eq!((a.status, a.json()["message"].clone()), (503, json!("maintenance")));
