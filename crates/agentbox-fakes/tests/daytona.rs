@@ -1,7 +1,7 @@
 //! The fake Daytona's own rules, asked over plain HTTP: the key, the throttle, the label
-//! index that trails each query shape on its own schedule, ttl, autoStop and autoDelete on
-//! the fake's clock, validation, networkBlockAll, a bulk download's error part, a hung
-//! toolbox, and preview links.
+//! index that trails each query shape on its own schedule, ttl (re-anchored when set later),
+//! autoStop and autoDelete on the fake's clock, validation, networkBlockAll, a bulk
+//! download's error part, a hung toolbox, and preview links.
 
 use std::time::{Duration, Instant};
 
@@ -196,6 +196,15 @@ async fn throttle_and_fail_next_answer_as_told() {
         assert_eq!(a.json()["code"], "RATE_LIMIT_EXCEEDED");
     }
     assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
+    // throttle sets the count left (it does not add to it): the second call replaces the
+    // first, and 0 ends a throttle.
+    d.throttle(5);
+    d.throttle(1);
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 429);
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
+    d.throttle(3);
+    d.throttle(0);
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
     d.fail_next(503, "SERVICE_UNAVAILABLE", "maintenance", 1);
     let a = call(&d, "GET", "/api/sandbox", None).await;
     assert_eq!((a.status, a.json()["message"].clone()), (503, json!("maintenance")));
@@ -355,6 +364,47 @@ async fn ttl_ends_a_stopped_sandbox_and_auto_delete_follows_a_stop() {
         call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.json()["state"] == "stopped"
     })
     .await;
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_set_later_counts_from_its_request() {
+    let minute = Duration::from_millis(500);
+    let Some(d) = fake("a_ttl_set_later_counts_from_its_request", |o| o.minute = minute).await else {
+        return;
+    };
+    let sb = create(&d, json!({"ttlMinutes": 4, "autoStopInterval": 0})).await;
+    let id = sb["id"].as_str().unwrap().to_string();
+    let time = |v: &Value, f: &str| chrono::DateTime::parse_from_rfc3339(v[f].as_str().unwrap()).unwrap();
+    assert_eq!(
+        time(&sb, "autoDestroyAt") - time(&sb, "createdAt"),
+        chrono::Duration::milliseconds(2000)
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The API re-anchors a ttl set later at the request (`set_ttl`: "re-anchored from the
+    // current time"): 4 minutes from now, not from the creation.
+    let asked = chrono::Utc::now();
+    let t0 = Instant::now();
+    let a = call(&d, "POST", &format!("/api/sandbox/{id}/ttl/4"), None).await;
+    assert_eq!(a.status, 200);
+    let ends = time(&a.json(), "autoDestroyAt");
+    assert!(
+        ends >= asked + chrono::Duration::milliseconds(1999),
+        "autoDestroyAt {ends} is not 4 minutes after the request at {asked}"
+    );
+    assert!(
+        ends <= chrono::Utc::now() + chrono::Duration::milliseconds(2000),
+        "{ends}"
+    );
+    until(Duration::from_secs(10), "the ttl's end", async || {
+        call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.status == 404
+    })
+    .await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1900),
+        "ended {:?} after the ttl was set to 2 s from then",
+        t0.elapsed()
+    );
     d.shutdown().await;
 }
 

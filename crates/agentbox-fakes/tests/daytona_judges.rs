@@ -1,5 +1,8 @@
 //! The judge: Daytona's own Python SDK (`daytona` 0.226.1), which nobody here wrote, against
-//! the fake Daytona. Where the SDK and the fake disagree, the fake is wrong.
+//! the fake Daytona. Where the SDK and the fake disagree, the fake is wrong. Besides the SDK's
+//! own walk, the judge makes every HTTP call the `daytona` provider makes, in the provider's
+//! request shapes, through the SDK or its generated clients (`tests/daytona_judge.py`), so
+//! the fake the provider is tested against answers those calls as Daytona's models read them.
 //! `scripts/daytona-clients` installs it; `scripts/test` exports the venv's python as
 //! `AGENTBOX_TEST_DAYTONA_PYTHON`.
 
@@ -11,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 const VAR: &str = "AGENTBOX_TEST_DAYTONA_PYTHON";
 /// The judge's whole run, bounded.
-const JUDGE_TIMEOUT: Duration = Duration::from_secs(240);
+const JUDGE_TIMEOUT: Duration = Duration::from_secs(360);
 
 /// The SDK's python, or `None` after the loud notice (a failure under CI).
 fn python(test: &str) -> Option<PathBuf> {
@@ -34,7 +37,8 @@ async fn the_python_sdk_judges_the_fake() {
     let Some(rootfs) = agentbox_testing::services::rootfs(test) else {
         return;
     };
-    agentbox_testing::runner::ensure();
+    // The boxes' runner, and the server the judge starts in a box behind a preview URL.
+    let runner = agentbox_testing::runner::ensure();
     let key = "judge-key-0123456789";
     let fake = FakeDaytona::start(FakeDaytonaOptions {
         rootfs: Some(rootfs.into()),
@@ -53,6 +57,7 @@ async fn the_python_sdk_judges_the_fake() {
         .env("DAYTONA_API_KEY", key)
         .env("DAYTONA_USE_DEPRECATED_POLLING", "true")
         .env("NO_PROXY", "127.0.0.1")
+        .env("JUDGE_RUNNER", &runner)
         .env_remove("DAYTONA_SERVER_URL")
         .env_remove("DAYTONA_JWT_TOKEN")
         .env_remove("DAYTONA_TARGET")
@@ -109,6 +114,21 @@ async fn the_python_sdk_judges_the_fake() {
         "rate-limit-429",
         "not-found-404",
         "delete",
+        "p-create",
+        "p-get",
+        "p-list-pages",
+        "p-labels",
+        "p-ttl",
+        "p-execute",
+        "p-upload",
+        "p-download",
+        "p-session-exec",
+        "p-preview",
+        "p-session-delete",
+        "p-stop",
+        "p-start",
+        "p-archive",
+        "p-delete",
     ] {
         assert!(
             said.lines().any(|l| l == format!("OK {step}")),
@@ -120,6 +140,14 @@ async fn the_python_sdk_judges_the_fake() {
             .iter()
             .any(|q| q.as_deref() == Some(r#"{"run": "two"}"#)),
         "the SDK's labels query: {:?}",
+        fake.list_queries()
+    );
+    // The provider's labels query, as serde_json writes it, reached the fake as sent.
+    assert!(
+        fake.list_queries()
+            .iter()
+            .any(|q| q.as_deref() == Some(r#"{"agentbox.provider":"daytona"}"#)),
+        "the provider's labels query: {:?}",
         fake.list_queries()
     );
     assert!(fake.sandboxes().is_empty(), "the judge left {:?}", fake.sandboxes());

@@ -285,6 +285,7 @@ async fn create(s: &Arc<Shared>, body: Value) -> DResult {
         auto_archive: if auto_archive == 0 { MAX_ARCHIVE } else { auto_archive },
         auto_delete,
         ttl,
+        ttl_from: (now, Instant::now()),
         created_at: now,
         updated_at: now,
         last_activity_at: now,

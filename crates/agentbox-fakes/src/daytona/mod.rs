@@ -298,9 +298,10 @@ impl FakeDaytona {
     }
 
     /// The next `n` requests (API or toolbox, after their key is checked) answer 429 with
-    /// `Retry-After: 1`.
+    /// `Retry-After: 1`. It sets how many are left, whatever was left before: `throttle(0)`
+    /// ends a throttle at once, and a test that retries knows exactly how many 429s it gets.
     pub fn throttle(&self, n: usize) {
-        self.shared.throttle.fetch_add(n, Ordering::SeqCst);
+        self.shared.throttle.store(n, Ordering::SeqCst);
     }
 
     /// While on, toolbox requests are accepted and never answered (a hung daemon).

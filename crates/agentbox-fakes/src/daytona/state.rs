@@ -66,7 +66,6 @@ pub(crate) struct Sbx {
     pub(crate) sessions: Sessions,
     /// One lifecycle change at a time (a request's or the clock's).
     pub(crate) op: tokio::sync::Mutex<()>,
-    pub(crate) created: Instant,
     pub(crate) last_activity: Mutex<Instant>,
     pub(crate) stopped_at: Mutex<Option<Instant>>,
     /// The labels as they were changed, each with when: what the index answers from.
@@ -96,6 +95,10 @@ pub(crate) struct Rec {
     pub(crate) auto_archive: i64,
     pub(crate) auto_delete: i64,
     pub(crate) ttl: i64,
+    /// Where the ttl counts from: the creation, then each `POST ttl` ("re-anchored from the
+    /// current time", `daytona_api_client`'s `set_ttl`), on the wall clock for the DTO's
+    /// `autoDestroyAt` and on the monotonic one for the fake's clock.
+    pub(crate) ttl_from: (SystemTime, Instant),
     pub(crate) created_at: SystemTime,
     pub(crate) updated_at: SystemTime,
     pub(crate) last_activity_at: SystemTime,
@@ -168,7 +171,12 @@ impl Sbx {
 impl Rec {
     /// When ttl ends the sandbox, in the API's minutes.
     pub(crate) fn auto_destroy_at(&self, minute: Duration) -> Option<SystemTime> {
-        (self.ttl > 0).then(|| self.created_at + minute * (self.ttl.min(u32::MAX as i64) as u32))
+        (self.ttl > 0).then(|| self.ttl_from.0 + self.ttl_span(minute))
+    }
+
+    /// The ttl as a duration.
+    fn ttl_span(&self, minute: Duration) -> Duration {
+        minute * (self.ttl.clamp(0, u32::MAX as i64) as u32)
     }
 
     /// The Sandbox DTO (`daytona_api_client/models/sandbox.py`): every required field set.
@@ -311,7 +319,6 @@ impl Shared {
             boxed: Mutex::new(Some(b.clone())),
             sessions: Sessions::default(),
             op: tokio::sync::Mutex::new(()),
-            created: now,
             last_activity: Mutex::new(now),
             stopped_at: Mutex::new(None),
             root: root.unwrap_or_else(|| PathBuf::from("/")),
@@ -434,10 +441,13 @@ impl Shared {
         sbx.change(|r| r.state = "destroyed".into())
     }
 
-    /// Set the ttl (counted from creation); the box's own deadline follows, so a fake that
-    /// dies still leaves no box past it.
+    /// Set the ttl, counted from now (the API re-anchors it); the box's own deadline follows,
+    /// so a fake that dies still leaves no box past it.
     pub(crate) async fn set_ttl(&self, sbx: &Arc<Sbx>, minutes: i64) -> Rec {
-        let rec = sbx.change(|r| r.ttl = minutes);
+        let rec = sbx.change(|r| {
+            r.ttl = minutes;
+            r.ttl_from = (SystemTime::now(), Instant::now());
+        });
         if let Some(bid) = &rec.box_id
             && let Ok(id) = agentbox_core::SandboxId::try_from(bid.clone())
         {
@@ -468,7 +478,7 @@ impl Shared {
         let now = Instant::now();
         for sbx in self.all() {
             let rec = sbx.rec();
-            if rec.ttl > 0 && now >= sbx.created + self.minute * (rec.ttl.min(u32::MAX as i64) as u32) {
+            if rec.ttl > 0 && now >= rec.ttl_from.1 + rec.ttl_span(self.minute) {
                 tracing::info!(sandbox = %sbx.id, "ttl passed: destroyed");
                 self.destroy(&sbx).await;
                 continue;
