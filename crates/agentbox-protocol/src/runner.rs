@@ -40,6 +40,9 @@ pub const PORT: u16 = 7700;
 /// Where the runner answers its health (not `/health`, which some vendors' edges answer
 /// themselves).
 pub const HEALTH_PATH: &str = "/runner/health";
+/// A header that carries the runner's token in place of `Authorization: Bearer`, for a path
+/// through a proxy that takes Authorization for its own credential.
+pub const TOKEN_HEADER: &str = "x-agentbox-runner-token";
 /// The protocol every runner speaks, and its health answers.
 pub const PROTOCOL: u32 = 2;
 /// The extended protocol a client asks for with [`Request::Hello`].

@@ -559,20 +559,78 @@ async fn the_key_never_reaches_the_box() {
     let b = p.create(&spec(), &ctx()).await.unwrap();
     let out = sh(&*b, "echo x").await;
     assert_eq!(out.stdout_text(), "x\n");
+    assert!(b.facts().runner.is_some(), "the box is reached through its runner");
+    // The runner's token, as the provider derives it from the key and the sandbox.
+    let token: String = {
+        use hmac::{Hmac, KeyInit, Mac};
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(KEY.as_bytes()).unwrap();
+        mac.update(b"agentbox-runner:");
+        mac.update(b.id().name().as_bytes());
+        mac.finalize().into_bytes().iter().map(|x| format!("{x:02x}")).collect()
+    };
     // Every process's argv and environment, and every file agentbox wrote in the box.
     let outside = View::new(&fake.api_url(), KEY);
-    let (_, found) = outside
-        .run(
-            b.id(),
-            // A pattern that matches the key without being it, so this grep does not find itself.
-            &format!(
-                "grep -l -a -r -s -E '{}[{}]' /proc/[0-9]*/cmdline /proc/[0-9]*/environ /tmp 2>/dev/null; echo done",
-                &KEY[..KEY.len() - 1],
-                &KEY[KEY.len() - 1..]
-            ),
-        )
-        .await;
-    assert_eq!(found.trim(), "done", "the key is in the box: {found}");
+    for secret in [KEY, token.as_str()] {
+        let (_, found) = outside
+            .run(
+                b.id(),
+                // A pattern that matches the secret without being it, so this grep does not
+                // find itself.
+                &format!(
+                    "grep -l -a -r -s -E '{}[{}]' /proc/[0-9]*/cmdline /proc/[0-9]*/environ /tmp 2>/dev/null; echo done",
+                    &secret[..secret.len() - 1],
+                    &secret[secret.len() - 1..]
+                ),
+            )
+            .await;
+        assert_eq!(found.trim(), "done", "a secret is in the box: {found}");
+    }
     b.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_wakes_a_sleeping_box_and_replaces_one_whose_maker_died() {
+    let Some(fake) = fake("an_open_wakes_a_sleeping_box_and_replaces_one_whose_maker_died", |_| {}).await else {
+        return;
+    };
+    let a = DaytonaProvider::new(options(&fake)).unwrap();
+    let b = a.open("dev", &spec(), &ctx()).await.unwrap();
+    b.upload("kept.txt", b"kept", &ctx()).await.unwrap();
+    a.sleep(b.id(), &ctx()).await.unwrap();
+    // Another host's open of the name wakes it, with its files.
+    let other = provider(options(&fake));
+    let woken = other.open("dev", &spec(), &ctx()).await.unwrap();
+    assert_eq!(woken.id(), b.id());
+    assert_eq!(woken.status(&ctx()).await.unwrap(), Status::Running);
+    assert_eq!(sh(&*woken, "cat kept.txt").await.stdout_text(), "kept");
+    // Its maker went away before it was whole: not ready, past the making deadline.
+    let outside = View::new(&fake.api_url(), KEY);
+    let mut labels = outside.read(b.id()).await.unwrap()["labels"].clone();
+    labels.as_object_mut().unwrap().remove("agentbox.ready");
+    labels["agentbox.making-until"] = serde_json::json!("1");
+    outside.put_labels(b.id(), &labels).await;
+    // Once the label index has it, a list leaves the half-made box out.
+    let mut left_out = false;
+    for _ in 0..50 {
+        if other
+            .list(&Labels::new(), &ctx())
+            .await
+            .unwrap()
+            .iter()
+            .all(|x| x.id() != b.id())
+        {
+            left_out = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(left_out, "a box that is not whole is not listed");
+    let fresh = provider(options(&fake));
+    let made = fresh.open("dev", &spec(), &ctx()).await.unwrap();
+    assert_ne!(made.id(), b.id(), "the half-made box is replaced");
+    assert_eq!(sh(&*made, "echo new").await.stdout_text(), "new\n");
+    assert!(outside.ended(b.id()).await, "the half-made box is deleted");
+    made.destroy(&ctx()).await.unwrap();
     fake.shutdown().await;
 }

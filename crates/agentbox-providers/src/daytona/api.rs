@@ -57,9 +57,13 @@ pub(crate) struct Api {
 pub(crate) struct SandboxDto {
     pub id: String,
     #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub state: Option<String>,
+    #[serde(default)]
+    pub desired_state: Option<String>,
     #[serde(default)]
     pub error_reason: Option<String>,
     #[serde(default)]
@@ -67,6 +71,9 @@ pub(crate) struct SandboxDto {
     /// A comma-separated string in the API's model; a list is read too.
     #[serde(default)]
     pub domain_allow_list: Option<serde_json::Value>,
+    /// IPv4 CIDRs the sandbox may reach besides its domains (comma-separated).
+    #[serde(default)]
+    pub network_allow_list: Option<String>,
     #[serde(default)]
     pub disk: Option<f64>,
     #[serde(default)]
@@ -227,15 +234,19 @@ impl Api {
     where
         F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
     {
-        self.send_with(ctx, what, self.request_timeout, build).await
+        self.send_with(ctx, what, self.request_timeout, true, build).await
     }
 
-    /// [`Api::send`] with a deadline of its own (a toolbox call that runs a program).
+    /// [`Api::send`] with a deadline of its own (a toolbox call that runs a program), and
+    /// where the request is not `idempotent` (a create), a 503 answered at once rather than
+    /// sent again (the first may have been done); a 429 is refused before any work and is
+    /// always waited out.
     pub(crate) async fn send_with<F>(
         &self,
         ctx: &Ctx,
         what: &str,
         timeout: Duration,
+        idempotent: bool,
         build: F,
     ) -> Result<reqwest::Response>
     where
@@ -253,7 +264,7 @@ impl Api {
                 Err(e) => return Err(transport_error(&e, what, timeout)),
             };
             let status = r.status().as_u16();
-            if (status == 429 || status == 503) && n < TRIES {
+            if (status == 429 || (status == 503 && idempotent)) && n < TRIES {
                 let wait = retry_after(&r).unwrap_or(pause).min(Duration::from_secs(60));
                 if ctx.remaining().is_some_and(|left| left < wait) {
                     let body = read_capped(r, 64 << 10, what).await.unwrap_or_default();

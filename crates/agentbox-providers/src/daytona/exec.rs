@@ -13,7 +13,7 @@
 //! program's wait with `timeout`, never a hang.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use agentbox_core::{Ctx, Error, ErrorCode, ExecOptions, ExitStatus, Process, ProcessControl, Result};
@@ -28,6 +28,9 @@ use crate::util::random_hex;
 
 /// Where programs' spools live in the sandbox.
 pub(crate) const SPOOL: &str = "/tmp/agentbox/spool";
+
+/// Spooled output is let go of in steps of this much once read.
+const HOLE: u64 = 1 << 20;
 
 /// The most of each stream one poll brings back.
 const CHUNK: usize = 1 << 20;
@@ -50,6 +53,7 @@ pub(crate) struct Tuning {
 /// `setsid` makes the program a process group of its own (same pid) where the image has it,
 /// so a signal reaches its children too.
 const WRAPPER: &str = r#"d=$1; t=$2
+chmod 700 "$d"
 mkfifo "$d/fifo" || { echo nofifo > "$d/head"; exit 1; }
 s=; command -v setsid >/dev/null 2>&1 && s=setsid
 $s sh "$d/cmd" "$d" < "$d/fifo" > "$d/out" 2> "$d/err" &
@@ -60,9 +64,10 @@ p=$!
   else sleep 0.05; fi
 done) > "$d/fifo" &
 f=$!
-if [ -n "$t" ]; then (sleep "$t"; [ -e "$d/exit" ] || { : > "$d/timedout"; kill -9 -- -$p 2>/dev/null || kill -9 $p; }) >/dev/null 2>&1 & fi
+w=
+if [ -n "$t" ]; then (sleep "$t"; [ -e "$d/exit" ] || { : > "$d/timedout"; kill -9 -- -$p 2>/dev/null || kill -9 $p; }) >/dev/null 2>&1 & w=$!; fi
 wait $p; c=$?
-kill $f 2>/dev/null
+kill $f $w 2>/dev/null
 echo $c > "$d/exit.t" && mv "$d/exit.t" "$d/exit""#;
 
 /// One poll: `STATE` line (`exit|head|pid|timedout`), then what stdout and stderr gained past
@@ -76,12 +81,22 @@ printf '%s|%s|%s|%s\n' "$x" "$h" "$p" "$t"
         sq(dir)
     );
     match offsets {
-        Some((o, e)) => s.push_str(&format!(
-            r#"tail -c +{o} "$d/out" 2>/dev/null | head -c {CHUNK} | base64 | tr -d '\n'; echo
-tail -c +{e} "$d/err" 2>/dev/null | head -c {CHUNK} | base64 | tr -d '\n'; echo"#,
-            o = o + 1,
-            e = e + 1
-        )),
+        Some((o, e)) => {
+            s.push_str(&format!(
+                r#"tail -c +{o1} "$d/out" 2>/dev/null | head -c {CHUNK} | base64 | tr -d '\n'; echo
+tail -c +{e1} "$d/err" 2>/dev/null | head -c {CHUNK} | base64 | tr -d '\n'; echo"#,
+                o1 = o + 1,
+                e1 = e + 1
+            ));
+            // What was read is let go on the box's disk (the files keep their length, so the
+            // offsets hold), where the file system can punch holes.
+            let (po, pe) = (o / HOLE * HOLE, e / HOLE * HOLE);
+            if po > 0 || pe > 0 {
+                s.push_str(&format!(
+                    "\n{{ fallocate -p -o 0 -l {po} \"$d/out\"; fallocate -p -o 0 -l {pe} \"$d/err\"; }} >/dev/null 2>&1"
+                ));
+            }
+        }
         None => s.push_str("echo; echo"),
     }
     s
@@ -131,7 +146,7 @@ fn parse(result: &str) -> Result<Seen> {
     let bad = || {
         Error::unknown(format!(
             "the toolbox's answer to a poll is not the spool's: {:?}",
-            &result[..result.len().min(200)]
+            result.chars().take(200).collect::<String>()
         ))
     };
     let mut lines = result.split('\n');
@@ -235,8 +250,10 @@ pub(crate) async fn start(
     let (exit_tx, exit_rx) = oneshot::channel();
     let control = Arc::new(SpoolControl {
         tb: tb.clone(),
+        dir: dir.clone(),
         pid,
         signalled: AtomicI32::new(0),
+        ended: AtomicBool::new(false),
         exit: ExitSlot::new(exit_rx),
     });
     let (done_tx, done_rx) = tokio::sync::watch::channel(false);
@@ -348,6 +365,10 @@ async fn follow(
                 break Err(Error::gone(format!("the box ended under its program: {}", e.message())));
             }
             Err(e) => {
+                // A box put to sleep or ended under the program says so, not a timeout.
+                if let Some(why) = cleanup.tb.ended_or_asleep().await {
+                    break Err(why);
+                }
                 if last_ok.elapsed() > tuning.silent {
                     break Err(Error::timeout(format!(
                         "the sandbox's toolbox stopped answering for {}s: {}",
@@ -390,6 +411,7 @@ async fn follow(
             tokio::time::sleep(tuning.poll).await;
         }
     };
+    control.ended.store(true, Ordering::SeqCst);
     let _ = done.send(true);
     let _ = out.shutdown().await;
     let _ = err.shutdown().await;
@@ -400,7 +422,10 @@ async fn follow(
 /// Signals by a toolbox call; the exit from the poll.
 struct SpoolControl {
     tb: Toolbox,
+    dir: String,
     pid: u32,
+    /// Set once the exit is known: the pid may be another program's by then.
+    ended: AtomicBool,
     /// The last signal sent, so an exit of 128+N after it reads as that signal.
     signalled: AtomicI32,
     exit: ExitSlot,
@@ -416,9 +441,17 @@ impl ProcessControl for SpoolControl {
         if !(1..=64).contains(&signal) {
             return Err(Error::invalid(format!("signal {signal}: not a signal")));
         }
+        if self.ended.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         self.signalled.store(signal, Ordering::Relaxed);
         let p = self.pid;
-        let command = format!("kill -{signal} -- -{p} 2>/dev/null || kill -{signal} {p} 2>/dev/null; true");
+        // Only while the wrapper has not reaped it (no exit file, the spool still there): past
+        // that, the pid may be another program's.
+        let command = format!(
+            "d={}; [ -e \"$d/exit\" ] || [ ! -d \"$d\" ] || kill -{signal} -- -{p} 2>/dev/null || kill -{signal} {p} 2>/dev/null; true",
+            sq(&self.dir)
+        );
         let ctx = Ctx::background().with_timeout(Duration::from_secs(30));
         self.tb.execute(&ctx, "signalling a program", &command, 5).await?;
         Ok(())
@@ -447,6 +480,10 @@ mod tests {
         assert!(parse("garbage").is_err());
         assert!(parse("x|||\n\n\n").is_err());
         assert!(parse("|||\n!!!\n\n").is_err());
+        // A malformed answer whose text has a character across byte 200 is an error, not a
+        // panic.
+        let text = format!("{}é{}", "x".repeat(199), "y".repeat(50));
+        assert!(parse(&text).is_err());
     }
 
     #[test]

@@ -96,6 +96,8 @@ const LABEL_BOX: &str = "agentbox.box";
 const LABEL_NAME: &str = "agentbox.name";
 /// The box's workspace, where the spec named one.
 const LABEL_WORKSPACE: &str = "agentbox.workspace";
+/// Until when (ms since the epoch) the box's maker may take to mark it ready.
+const LABEL_MAKING_UNTIL: &str = "agentbox.making-until";
 /// Set once the box is whole: its workspace made, its runner started.
 const LABEL_READY: &str = "agentbox.ready";
 /// The port the box's runner listens on, reached through the port's preview URL.
@@ -294,7 +296,12 @@ impl DaytonaProvider {
         }
         match &spec.network {
             Some(Network::None) => b["networkBlockAll"] = json!(true),
-            Some(Network::Allow(hosts)) => b["domainAllowList"] = json!(hosts.join(",")),
+            Some(Network::Allow(hosts)) => {
+                let mut seen = std::collections::BTreeSet::new();
+                let mut hosts = hosts.clone();
+                hosts.retain(|h| seen.insert(h.to_ascii_lowercase()));
+                b["domainAllowList"] = json!(hosts.join(","))
+            }
             _ => {}
         }
         b
@@ -318,41 +325,112 @@ impl DaytonaProvider {
         if let Some(w) = &spec.workspace {
             labels.insert(LABEL_WORKSPACE.into(), w.clone());
         }
+        // Past this, a box still not marked ready lost its maker: another open may delete it.
+        let budget = self.opts.start_timeout + self.opts.index_timeout + Duration::from_secs(120);
+        labels.insert(
+            LABEL_MAKING_UNTIL.into(),
+            (now_ms() + budget.as_millis() as u64).to_string(),
+        );
         let body = self.body(name, &labels, spec);
         let url = self.api.url("/sandbox");
-        let r = self
+        // Not sent again on a 503: the first may have made it (a 409 would then hide it).
+        let sent = self
             .api
-            .send(ctx, "creating a sandbox", |c| c.post(&url).json(&body))
-            .await
-            .map_err(Made::Failed)?;
+            .send_with(ctx, "creating a sandbox", self.opts.request_timeout, false, |c| {
+                c.post(&url).json(&body)
+            })
+            .await;
+        let r = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                // No answer (a timeout, a cancel, a dropped connection): it may exist anyway.
+                self.sweep_unanswered(name, key);
+                return Err(Made::Failed(e));
+            }
+        };
         if r.status().as_u16() == 409 && box_name.is_some() {
             return Err(Made::Exists);
         }
-        let dto: SandboxDto = api::decode(r, "creating a sandbox").await.map_err(Made::Failed)?;
+        let status = r.status().as_u16();
+        let dto: SandboxDto = match api::decode(r, "creating a sandbox").await {
+            Ok(d) => d,
+            Err(e) => {
+                if status >= 500 {
+                    self.sweep_unanswered(name, key);
+                }
+                return Err(Made::Failed(e));
+            }
+        };
         tracing::info!(sandbox = %dto.id, name, "sandbox created");
-        match self.finish_make(dto, spec, ctx).await {
+        match self.finish_make(dto, spec, box_name.is_some(), ctx).await {
             Ok(b) => Ok(b),
             Err((id, e)) => {
                 tracing::warn!(sandbox = %id, error = %e, "a sandbox that failed its create is deleted");
-                let bg = Ctx::background().with_timeout(Duration::from_secs(60));
-                if let Err(d) = delete_sandbox(&self.api, &id, &bg).await {
-                    tracing::warn!(sandbox = %id, error = %d, "the failed sandbox was not deleted");
+                // Deleted before the error answers; where Daytona keeps it busy, afterwards.
+                let bg = Ctx::background().with_timeout(Duration::from_secs(30));
+                if delete_sandbox(&self.api, &id, &bg).await.is_err() {
+                    self.delete_later(id);
                 }
                 Err(Made::Failed(e))
             }
         }
     }
 
+    /// After a create that got no answer: the sandbox named `name` is deleted in the
+    /// background where it exists and carries `key` (it is this call's).
+    fn sweep_unanswered(&self, name: &str, key: &str) {
+        let api = self.api.clone();
+        let (name, key) = (name.to_string(), key.to_string());
+        tokio::spawn(async move {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
+            for _ in 0..10 {
+                match get_sandbox(&api, &name, &ctx).await {
+                    Ok(Some(d)) if d.labels().get(LABEL_BOX) == Some(&key) => {
+                        tracing::warn!(sandbox = %d.id, "a create that got no answer made a sandbox: deleting it");
+                        let _ = delete_sandbox(&api, &d.id, &ctx).await;
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "looking for a sandbox a create may have made"),
+                }
+                if ctx.run(tokio::time::sleep(Duration::from_secs(3))).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Delete sandbox `id` in the background, waiting out a state change in progress.
+    fn delete_later(&self, id: String) {
+        let api = self.api.clone();
+        tokio::spawn(async move {
+            let ctx = Ctx::background().with_timeout(Duration::from_secs(300));
+            if let Err(e) = delete_sandbox(&api, &id, &ctx).await {
+                tracing::warn!(sandbox = %id, error = %e, "a failed sandbox was not deleted; its lifetime will end it");
+            }
+        });
+    }
+
     async fn finish_make(
         &self,
         dto: SandboxDto,
         spec: &Spec,
+        named: bool,
         ctx: &Ctx,
     ) -> std::result::Result<Arc<dyn Sandbox>, (String, Error)> {
         let id = dto.id.clone();
         let fail = |e: Error| (id.clone(), e);
         let dto = self.wait_started(dto, ctx).await.map_err(fail)?;
-        let network = verify(&dto, spec).map_err(fail)?;
+        let network = verify(&dto, spec, self.opts.minute).map_err(fail)?;
+        match dto.sandbox_class.as_deref() {
+            None | Some("container") | Some("linux-vm") => {}
+            Some(other) => {
+                return Err(fail(Error::unsupported(format!(
+                    "spec.snapshot: sandbox {} is of class {other:?}; agentbox runs in linux containers and VMs",
+                    dto.id
+                ))));
+            }
+        }
         if spec.isolation.as_deref() == Some("vm") && dto.sandbox_class.as_deref() != Some("linux-vm") {
             return Err(fail(Error::unsupported(format!(
                 "spec.isolation: vm needs a linux-vm snapshot; sandbox {} is {:?}",
@@ -375,17 +453,48 @@ impl DaytonaProvider {
         // Ready: another host's open of the same name hands it out only now, and the label
         // index has to show it so, whatever shape a list asks in.
         labels.insert(LABEL_READY.into(), "1".into());
+        labels.remove(LABEL_MAKING_UNTIL);
         put_labels(&self.api, &dto.id, &labels, ctx).await.map_err(fail)?;
-        self.await_index(&dto.id, &labels, ctx).await.map_err(fail)?;
-        Ok(out)
+        match self.await_index(&dto.id, &labels, ctx).await {
+            Ok(()) => Ok(out),
+            // Marked ready, a named box may be another host's already: never deleted now.
+            Err(e) if named && e.code() == ErrorCode::Timeout => {
+                tracing::warn!(sandbox = %dto.id, error = %e, "the label index lags: a list may not show the box yet");
+                Ok(out)
+            }
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    /// Once no sandbox that has not ended answers to `name` (a deleted one gives its name up).
+    async fn await_name_free(&self, name: &str, ctx: &Ctx) -> Result<()> {
+        for _ in 0..300 {
+            match get_sandbox(&self.api, name, ctx).await? {
+                None => return Ok(()),
+                Some(d)
+                    if sandbox::status_of(&d) == agentbox_core::Status::Ended && d.name.as_deref() != Some(name) =>
+                {
+                    return Ok(());
+                }
+                Some(_) => ctx.run(tokio::time::sleep(Duration::from_millis(200))).await?,
+            }
+        }
+        Err(Error::timeout(format!(
+            "sandbox {name}: it was deleted but kept its name for 60s"
+        )))
     }
 
     /// The sandbox once its maker marked it ready; `None` where it went away meanwhile (its
-    /// make failed).
+    /// make failed) or its maker is gone (past its making deadline: then it is deleted here).
     async fn await_ready(&self, mut d: SandboxDto, ctx: &Ctx) -> Result<Option<SandboxDto>> {
         let t = tokio::time::Instant::now();
-        let limit = self.opts.start_timeout + self.opts.index_timeout;
+        let limit = self.opts.start_timeout + self.opts.index_timeout + Duration::from_secs(120);
         while !d.labels().contains_key(LABEL_READY) {
+            if maker_gone(&d) {
+                tracing::warn!(sandbox = %d.id, "a box whose maker went away before it was ready: deleting it");
+                delete_sandbox(&self.api, &d.id, ctx).await?;
+                return Ok(None);
+            }
             if t.elapsed() > limit {
                 return Err(Error::timeout(format!(
                     "sandbox {}: another host's make of it did not finish within {}s",
@@ -552,7 +661,7 @@ impl DaytonaProvider {
 
     /// A sandbox found (attach, open, list) as a box: asleep, or awake with its runner.
     async fn sandbox_of(&self, dto: &SandboxDto, runner: Runner, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
-        let status = sandbox::status_of(dto.state());
+        let status = sandbox::status_of(dto);
         if status == agentbox_core::Status::Ended {
             return Ok(None);
         }
@@ -583,8 +692,17 @@ impl DaytonaProvider {
             }
             tracing::info!(sandbox = %dto.id, port, "the box's runner does not answer: starting another");
         }
+        if runner == Runner::Lazily {
+            // A list starts nothing: a box with no runner is handed out as it is.
+            return Ok(Some(b));
+        }
         let (r, port) = self.install_runner(b, dto, ctx).await?;
-        let mut labels = dto.labels();
+        // The labels as they are now (a read of the sandbox, not a lagging index), with the
+        // port: a relabel made meanwhile is kept.
+        let mut labels = get_sandbox(&self.api, &dto.id, ctx)
+            .await?
+            .ok_or_else(|| Error::gone(format!("sandbox {}: it ended as its runner started", dto.id)))?
+            .labels();
         labels.insert(LABEL_RUNNER_PORT.into(), port.to_string());
         put_labels(&self.api, &dto.id, &labels, ctx).await?;
         Ok(Some(r))
@@ -636,13 +754,6 @@ impl DaytonaProvider {
         b.toolbox
             .upload(ctx, "writing the runner in the sandbox", &[(path.clone(), &bytes[..])])
             .await?;
-        let mut program = vec![
-            "sh".to_string(),
-            "-c".into(),
-            r#"chmod 755 "$0" && exec "$0" "$@""#.into(),
-            path,
-        ];
-        program.extend(helper.args.iter().cloned());
         let token = self.runner_token(&dto.id);
         let mut last = None;
         for _ in 0..6 {
@@ -650,8 +761,8 @@ impl DaytonaProvider {
             let mut r = [0u8; 2];
             getrandom::fill(&mut r).map_err(|e| Error::unknown(format!("the kernel gave no random bytes: {e}")))?;
             let port = 3000 + u16::from_le_bytes(r) % 7000;
-            match crate::runner::start(b.as_ref(), &program, &[format!("0.0.0.0:{port}")], Some(&token), ctx).await {
-                Ok(_) => {
+            match self.start_runner(&b, &path, &helper.args, port, &token, ctx).await {
+                Ok(()) => {
                     let r = RunnerSandbox::new(b.clone(), Arc::new(self.dial(&dto.id, port)));
                     r.check(ctx).await?;
                     tracing::info!(sandbox = %dto.id, port, "runner started");
@@ -666,6 +777,90 @@ impl DaytonaProvider {
         Err(last.unwrap_or_else(|| Error::unknown("the runner found no free port")))
     }
 
+    /// Start the runner at `path` on `port`, detached, in the workspace: a session command
+    /// whose stdin (a pipe; never a file of the box) gets the token.
+    async fn start_runner(
+        &self,
+        b: &DaytonaSandbox,
+        path: &str,
+        args: &[String],
+        port: u16,
+        token: &str,
+        ctx: &Ctx,
+    ) -> Result<()> {
+        let mut words = vec![
+            "sh".to_string(),
+            "-c".into(),
+            r#"cd -- "$1" && shift && chmod 755 "$1" && exec "$@""#.into(),
+            "agentbox-runner".into(),
+            b.workspace.clone(),
+            path.to_string(),
+        ];
+        words.extend(args.iter().cloned());
+        words.extend(
+            [
+                "serve",
+                "--listen",
+                &format!("0.0.0.0:{port}"),
+                "--token-stdin",
+                "--detach",
+            ]
+            .map(String::from),
+        );
+        let command = words.iter().map(|w| exec::sq(w)).collect::<Vec<_>>().join(" ");
+        let sid = format!("agentbox-runner-{}", random_hex(6)?);
+        b.toolbox.create_session(ctx, &sid).await?;
+        let started = async {
+            let cmd = b.toolbox.start_command(ctx, &sid, &command).await?;
+            // A daemon may take the input only once the command runs: asked again, briefly.
+            let mut tries = 0;
+            loop {
+                match b.toolbox.send_input(ctx, &sid, &cmd, token).await {
+                    Ok(()) => break,
+                    Err(e) if e.code() == ErrorCode::Invalid && tries < 50 => {
+                        tries += 1;
+                        ctx.run(tokio::time::sleep(Duration::from_millis(100))).await?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let t = tokio::time::Instant::now();
+            let code = loop {
+                if let Some(c) = b.toolbox.command_exit(ctx, &sid, &cmd).await? {
+                    break c;
+                }
+                if t.elapsed() > Duration::from_secs(30) {
+                    return Err(Error::timeout(format!(
+                        "the runner did not start in sandbox {} within 30s",
+                        b.sandbox
+                    )));
+                }
+                ctx.run(tokio::time::sleep(Duration::from_millis(100))).await?;
+            };
+            let (out, err) = b.toolbox.command_logs(ctx, &sid, &cmd).await?;
+            if code != 0 {
+                return Err(Error::unknown(format!(
+                    "the runner did not start in sandbox {} (exit {code}): {}",
+                    b.sandbox,
+                    err.trim()
+                )));
+            }
+            crate::runner::Announced::read(&out).ok_or_else(|| {
+                Error::unknown(format!(
+                    "the runner in sandbox {} did not say it was ready: {out:?}",
+                    b.sandbox
+                ))
+            })?;
+            Ok(())
+        };
+        let r = started.await;
+        let _ = b
+            .toolbox
+            .delete_session(&Ctx::background().with_timeout(Duration::from_secs(20)), &sid)
+            .await;
+        r
+    }
+
     /// The sandbox behind `id`, where it exists and is agentbox's.
     async fn get(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<SandboxDto>> {
         let sandbox = self.daytona_id(id)?;
@@ -678,7 +873,7 @@ impl DaytonaProvider {
     async fn live(&self, id: &SandboxId, ctx: &Ctx) -> Result<SandboxDto> {
         self.get(id, ctx)
             .await?
-            .filter(|d| sandbox::status_of(d.state()) != agentbox_core::Status::Ended)
+            .filter(|d| sandbox::status_of(d) != agentbox_core::Status::Ended)
             .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))
     }
 
@@ -736,14 +931,39 @@ impl DaytonaProvider {
     }
 }
 
+/// Whether a box not yet ready is past its maker's deadline: its maker went away.
+fn maker_gone(d: &SandboxDto) -> bool {
+    let labels = d.labels();
+    !labels.contains_key(LABEL_READY)
+        && labels
+            .get(LABEL_MAKING_UNTIL)
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|until| now_ms() > until)
+}
+
 /// The network a sandbox's own read says it has: `none` only where Daytona blocked it, an
 /// allowlist only where its list is there; otherwise unknown.
 fn read_network(dto: &SandboxDto) -> Option<NetworkFact> {
     if dto.network_block_all == Some(true) {
         return Some(NetworkFact::None);
     }
+    // CIDRs it may reach besides: more than a domain list says, so unknown.
+    if !cidrs(dto).is_empty() {
+        return None;
+    }
     let listed = allow_list(dto)?;
     (!listed.is_empty()).then_some(NetworkFact::Allowlist(listed))
+}
+
+/// The CIDRs of a sandbox's `networkAllowList`.
+fn cidrs(dto: &SandboxDto) -> Vec<&str> {
+    dto.network_allow_list
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
 }
 
 /// The domains of a sandbox's `domainAllowList` (a comma-separated string, or a list of hosts);
@@ -764,13 +984,27 @@ fn allow_list(dto: &SandboxDto) -> Option<Vec<String>> {
 
 /// The network the spec asked for, as the sandbox's own read confirms it; else `unsupported`
 /// (the create deletes the sandbox).
-fn verify(dto: &SandboxDto, spec: &Spec) -> Result<Option<NetworkFact>> {
-    if dto.auto_destroy_at.as_deref().and_then(time_ms).is_none() {
+fn verify(dto: &SandboxDto, spec: &Spec, minute: Duration) -> Result<Option<NetworkFact>> {
+    let Some(end) = dto.auto_destroy_at.as_deref().and_then(time_ms) else {
         return Err(Error::unsupported(format!(
             "spec.max_lifetime: sandbox {} came back with no autoDestroyAt, so this Daytona does not end it at its \
              lifetime (ttlMinutes); only idle timers would, and a box's lifetime must be enforced",
             dto.id
         )));
+    };
+    // The end Daytona keeps is the lifetime asked, rounded up to its minute, from creation:
+    // later than that (an organization's own default, say) is not the lifetime asked.
+    if let Some(created) = dto.created_at.as_deref().and_then(time_ms) {
+        let m = minute.as_millis().max(1) as u64;
+        let asked = (spec.max_lifetime.as_millis() as u64).div_ceil(m) * m;
+        if end > created + asked + m {
+            return Err(Error::unsupported(format!(
+                "spec.max_lifetime: sandbox {} would end at {end} ms since the epoch, later than the {} s asked \
+                 from its creation at {created}: this Daytona does not keep the lifetime asked",
+                dto.id,
+                spec.max_lifetime.as_secs()
+            )));
+        }
     }
     match &spec.network {
         Some(Network::None) => {
@@ -791,11 +1025,12 @@ fn verify(dto: &SandboxDto, spec: &Spec) -> Result<Option<NetworkFact>> {
                 l.sort();
                 l
             });
-            if got.as_ref() != Some(&want) {
+            want.dedup();
+            if got.as_ref() != Some(&want) || !cidrs(dto).is_empty() {
                 return Err(Error::unsupported(format!(
-                    "spec.network: the allowlist: sandbox {} reads back domainAllowList {:?}, not the domains asked; \
-                     this organization's tier keeps its own network policy",
-                    dto.id, dto.domain_allow_list
+                    "spec.network: the allowlist: sandbox {} reads back domainAllowList {:?} and networkAllowList \
+                     {:?}, not the domains asked alone; this organization's tier keeps its own network policy",
+                    dto.id, dto.domain_allow_list, dto.network_allow_list
                 )));
             }
             Ok(Some(NetworkFact::Allowlist(hosts.clone())))
@@ -878,16 +1113,28 @@ pub(crate) async fn get_sandbox(api: &Api, sandbox: &str, ctx: &Ctx) -> Result<O
     }
 }
 
-/// Delete a sandbox now; absent already is done.
+/// Delete a sandbox; absent, or already being deleted, is done. A sandbox in the middle of
+/// another change (409: starting, say) is asked again, for at most a minute.
 pub(crate) async fn delete_sandbox(api: &Api, sandbox: &str, ctx: &Ctx) -> Result<()> {
     let url = api.url(&format!("/sandbox/{sandbox}"));
-    match api
-        .ok(ctx, &format!("deleting sandbox {sandbox}"), |c| c.delete(&url))
-        .await
-    {
-        Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
-        r => r,
+    for _ in 0..60 {
+        match api
+            .ok(ctx, &format!("deleting sandbox {sandbox}"), |c| c.delete(&url))
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(e) if e.code() == ErrorCode::NotFound => return Ok(()),
+            Err(e) if e.code() == ErrorCode::Refused => match get_sandbox(api, sandbox, ctx).await? {
+                None => return Ok(()),
+                Some(d) if d.desired_state.as_deref() == Some("destroyed") => return Ok(()),
+                Some(_) => ctx.run(tokio::time::sleep(Duration::from_secs(1))).await?,
+            },
+            Err(e) => return Err(e),
+        }
     }
+    Err(Error::timeout(format!(
+        "deleting sandbox {sandbox}: Daytona kept answering that a change is in progress for 60s"
+    )))
 }
 
 /// Replace a sandbox's labels (the API replaces them all).
@@ -945,8 +1192,9 @@ impl Provider for DaytonaProvider {
             if !labels.iter().all(|(k, v)| have.get(k) == Some(v)) {
                 continue;
             }
-            if matches!(d.state(), "error" | "build_failed") {
-                // A sandbox that failed is deleted here: nothing is left behind.
+            if matches!(d.state(), "error" | "build_failed") || maker_gone(&d) {
+                // A sandbox that failed, or whose maker went away before it was whole, is
+                // deleted here: nothing is left behind.
                 tracing::info!(sandbox = %d.id, state = d.state(), "deleting a failed sandbox");
                 if let Err(e) = delete_sandbox(&self.api, &d.id, ctx).await {
                     tracing::warn!(sandbox = %d.id, error = %e, "a failed sandbox was not deleted");
@@ -965,8 +1213,15 @@ impl Provider for DaytonaProvider {
         self.check(spec)?;
         let key = crate::lifecycle::name_key(name, &spec.labels)?;
         let sandbox_name = format!("agentbox-n-{key}");
-        for _ in 0..3 {
+        for _ in 0..4 {
             if let Some(d) = get_sandbox(&self.api, &sandbox_name, ctx).await? {
+                if sandbox::status_of(&d) == agentbox_core::Status::Ended {
+                    // An ended box (failed, being deleted) still holds the name: end it and
+                    // make the name's box anew.
+                    delete_sandbox(&self.api, &d.id, ctx).await?;
+                    self.await_name_free(&sandbox_name, ctx).await?;
+                    continue;
+                }
                 let d = match d.state() {
                     "creating" | "starting" | "pending_build" | "building_snapshot" | "pulling_snapshot"
                     | "restoring" => self.wait_started(d, ctx).await?,
@@ -977,12 +1232,18 @@ impl Provider for DaytonaProvider {
                     continue;
                 };
                 let have = d.labels();
-                if have.get(LABEL_NAME).map(String::as_str) != Some(name)
-                    || !spec.labels.iter().all(|(k, v)| have.get(k) == Some(v))
-                {
+                let host: Labels = have
+                    .iter()
+                    .filter(|(k, _)| !agentbox_core::is_reserved_label(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                if have.get(LABEL_NAME).map(String::as_str) != Some(name) || host != spec.labels {
                     return Err(Error::refused(format!(
                         "open {name:?}: sandbox {sandbox_name} exists with other labels"
                     )));
+                }
+                if sandbox::status_of(&d) == agentbox_core::Status::Sleeping {
+                    return self.wake(&self.id_of(&d.id)?, ctx).await;
                 }
                 if let Some(b) = self.sandbox_of(&d, Runner::Checked, ctx).await? {
                     return Ok(b);
@@ -993,7 +1254,7 @@ impl Provider for DaytonaProvider {
                 Ok(b) => return Ok(b),
                 // Another host made it first: that one is the box, once it runs.
                 Err(Made::Exists) => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    ctx.run(tokio::time::sleep(Duration::from_millis(200))).await?;
                     continue;
                 }
                 Err(Made::Failed(e)) => return Err(e),
@@ -1010,7 +1271,7 @@ impl Provider for DaytonaProvider {
         match get_sandbox(&self.api, &sandbox_name, ctx).await? {
             Some(d) => {
                 delete_sandbox(&self.api, &d.id, ctx).await?;
-                Ok(sandbox::status_of(d.state()) != agentbox_core::Status::Ended)
+                Ok(sandbox::status_of(&d) != agentbox_core::Status::Ended)
             }
             None => Ok(false),
         }
@@ -1018,7 +1279,7 @@ impl Provider for DaytonaProvider {
 
     async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
         let d = self.live(id, ctx).await?;
-        if sandbox::status_of(d.state()) == agentbox_core::Status::Sleeping {
+        if sandbox::status_of(&d) == agentbox_core::Status::Sleeping {
             return Ok(());
         }
         let url = self.api.url(&format!("/sandbox/{}/stop", d.id));
@@ -1048,13 +1309,8 @@ impl Provider for DaytonaProvider {
     async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         check_deadline(ends_at_ms, now_ms())?;
         let d = self.live(id, ctx).await?;
-        let created = d.created_at.as_deref().and_then(time_ms).ok_or_else(|| {
-            Error::unknown(format!(
-                "extend {id}: Daytona gave the sandbox no createdAt to count from"
-            ))
-        })?;
-        // Daytona counts the time to live from the sandbox's creation, in minutes.
-        let minutes = self.minutes(ends_at_ms.saturating_sub(created));
+        // A time to live set later counts from the moment it is set, in Daytona's minutes.
+        let minutes = self.minutes(ends_at_ms.saturating_sub(now_ms()));
         let url = self.api.url(&format!("/sandbox/{}/ttl/{minutes}", d.id));
         self.api
             .ok(ctx, "setting the sandbox's time to live", |c| c.post(&url))
@@ -1132,6 +1388,35 @@ mod tests {
         assert!(DaytonaOptions::from_vars(env(&[("DAYTONA_JWT_TOKEN", "t")])).is_err());
     }
 
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_lifetime_daytona_would_not_keep_is_refused() {
+        let dto = |end: &str| -> SandboxDto {
+            serde_json::from_value(json!({"id": "s", "createdAt": "2030-01-01T00:00:00Z", "autoDestroyAt": end}))
+                .unwrap()
+        };
+        let spec = Spec::new(Duration::from_secs(90));
+        // 90 s is two minutes.
+        verify(&dto("2030-01-01T00:02:00Z"), &spec, MINUTE).unwrap();
+        let e = verify(&dto("2030-01-01T01:00:00Z"), &spec, MINUTE).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::Unsupported);
+        assert!(e.message().contains("later than"), "{e}");
+    }
+
+    #[test]
+    fn cidrs_beside_the_domains_are_not_an_allowlist_of_domains() {
+        let d: SandboxDto = serde_json::from_value(json!({"id": "s", "autoDestroyAt": "2030-01-01T00:00:00Z",
+            "domainAllowList": "a.com", "networkAllowList": "10.0.0.0/8"}))
+        .unwrap();
+        assert_eq!(read_network(&d), None);
+        let spec = Spec {
+            network: Some(Network::Allow(vec!["a.com".into()])),
+            ..Spec::new(Duration::from_secs(60))
+        };
+        assert_eq!(verify(&d, &spec, MINUTE).unwrap_err().code(), ErrorCode::Unsupported);
+    }
+
     #[test]
     fn a_network_is_what_the_read_says() {
         let dto = |v: serde_json::Value| -> SandboxDto { serde_json::from_value(v).unwrap() };
@@ -1143,12 +1428,14 @@ mod tests {
             ..Spec::new(Duration::from_secs(60))
         };
         assert_eq!(
-            verify(&dto(none.clone()), &spec(Network::None)).unwrap_err().code(),
+            verify(&dto(none.clone()), &spec(Network::None), MINUTE)
+                .unwrap_err()
+                .code(),
             ErrorCode::Unsupported
         );
         none["networkBlockAll"] = json!(true);
         assert_eq!(
-            verify(&dto(none), &spec(Network::None)).unwrap(),
+            verify(&dto(none), &spec(Network::None), MINUTE).unwrap(),
             Some(NetworkFact::None)
         );
         let allow = spec(Network::Allow(vec!["a.com".into(), "*.b.org".into()]));
@@ -1161,10 +1448,10 @@ mod tests {
         ] {
             let mut d = base.clone();
             d["domainAllowList"] = read.clone();
-            assert_eq!(verify(&dto(d), &allow).is_ok(), ok, "{read}");
+            assert_eq!(verify(&dto(d), &allow, MINUTE).is_ok(), ok, "{read}");
         }
         let no_ttl = dto(json!({"id": "s"}));
-        let e = verify(&no_ttl, &Spec::new(Duration::from_secs(60))).unwrap_err();
+        let e = verify(&no_ttl, &Spec::new(Duration::from_secs(60)), MINUTE).unwrap_err();
         assert!(e.message().contains("autoDestroyAt"), "{e}");
     }
 }

@@ -58,7 +58,8 @@ impl Dial for PreviewDial {
                 .header("Sec-WebSocket-Key", &key)
                 .header("X-Daytona-Preview-Token", p.token.as_deref().unwrap_or_default())
                 .header("X-Daytona-Skip-Preview-Warning", "true")
-                .bearer_auth(&self.runner_token)
+                // Not Authorization: Daytona's proxy tries every bearer as a Daytona credential.
+                .header(agentbox_protocol::runner::TOKEN_HEADER, &self.runner_token)
                 .send()
                 .await
                 .map_err(|e| Error::transfer_failed(format!("{}: {e}", self.describe())))?;

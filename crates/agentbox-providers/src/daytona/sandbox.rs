@@ -23,9 +23,13 @@ pub struct DaytonaSandbox {
     pub(super) tuning: Tuning,
 }
 
-/// How a sandbox's state reads as a box's status.
-pub(crate) fn status_of(state: &str) -> Status {
-    match state {
+/// How a sandbox reads as a box's status. A delete is soft at first (the state stays, the
+/// desired state is `destroyed` until Daytona gets to it): that box has ended.
+pub(crate) fn status_of(d: &SandboxDto) -> Status {
+    if d.desired_state.as_deref() == Some("destroyed") {
+        return Status::Ended;
+    }
+    match d.state() {
         "stopped" | "stopping" | "archived" | "archiving" | "paused" | "pausing" => Status::Sleeping,
         "destroyed" | "destroying" | "error" | "build_failed" => Status::Ended,
         _ => Status::Running,
@@ -62,10 +66,8 @@ impl DaytonaSandbox {
         }
         match self.read(ctx).await {
             Ok(None) => Error::gone(format!("box {}: it has ended", self.id)),
-            Ok(Some(d)) if status_of(d.state()) == Status::Ended => {
-                Error::gone(format!("box {}: it has ended", self.id))
-            }
-            Ok(Some(d)) if status_of(d.state()) == Status::Sleeping => crate::lifecycle::asleep_error(&self.id),
+            Ok(Some(d)) if status_of(&d) == Status::Ended => Error::gone(format!("box {}: it has ended", self.id)),
+            Ok(Some(d)) if status_of(&d) == Status::Sleeping => crate::lifecycle::asleep_error(&self.id),
             _ => e,
         }
     }
@@ -108,7 +110,7 @@ impl Sandbox for DaytonaSandbox {
 
     async fn status(&self, ctx: &Ctx) -> Result<Status> {
         Ok(match self.read(ctx).await? {
-            Some(d) => status_of(d.state()),
+            Some(d) => status_of(&d),
             None => Status::Ended,
         })
     }

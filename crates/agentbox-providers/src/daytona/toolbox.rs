@@ -10,12 +10,17 @@ use serde_json::json;
 
 use super::api::{Api, decode, read_capped, status_error};
 
+/// The SDK version the daemon answers logs as JSON to.
+const LOGS_AS_JSON: &str = "0.226.1";
+
 /// A sandbox's toolbox.
 #[derive(Clone)]
 pub(crate) struct Toolbox {
     api: Api,
     /// `{toolboxProxyUrl}/{sandboxId}`.
     base: String,
+    /// Daytona's id of the sandbox.
+    sandbox: String,
 }
 
 /// What `process/execute` answers: the exit and the output (stdout and stderr as one).
@@ -42,6 +47,26 @@ impl Toolbox {
         Toolbox {
             api,
             base: format!("{}/{sandbox_id}", proxy_url.trim_end_matches('/')),
+            sandbox: sandbox_id.to_string(),
+        }
+    }
+
+    /// Where the control plane says the sandbox ended (`gone`) or sleeps (`refused`): the error
+    /// a program's wait should answer in place of the toolbox's; `None` where it runs, or the
+    /// control plane does not answer either.
+    pub(crate) async fn ended_or_asleep(&self) -> Option<Error> {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(15));
+        match super::get_sandbox(&self.api, &self.sandbox, &ctx).await {
+            Ok(None) => Some(Error::gone(format!("sandbox {}: it has ended", self.sandbox))),
+            Ok(Some(d)) => match super::sandbox::status_of(&d) {
+                agentbox_core::Status::Ended => Some(Error::gone(format!("sandbox {}: it has ended", self.sandbox))),
+                agentbox_core::Status::Sleeping => Some(Error::refused(format!(
+                    "sandbox {}: it was put to sleep, which ended its programs",
+                    self.sandbox
+                ))),
+                agentbox_core::Status::Running => None,
+            },
+            Err(_) => None,
         }
     }
 
@@ -52,6 +77,9 @@ impl Toolbox {
     /// Run `command` (a shell's text) to its end in `cwd`, at most `secs` seconds (the
     /// toolbox then kills it and answers 408, which is `timeout` here).
     pub(crate) async fn execute(&self, ctx: &Ctx, what: &str, command: &str, secs: u64) -> Result<Executed> {
+        // The daemon hands the text to the first of zsh, bash and sh, and zsh reads the
+        // user's ~/.zshenv: every script is sh's, whatever the image's shells.
+        let command = format!("sh -c {}", super::exec::sq(command));
         let body = json!({"command": command, "timeout": secs});
         let url = self.url("/process/execute");
         // The call lasts as long as a call may, and at least as long as the program may and a
@@ -59,7 +87,7 @@ impl Toolbox {
         let deadline = self.api.request_timeout().max(Duration::from_secs(secs + 5));
         let r = self
             .api
-            .send_with(ctx, what, deadline, |c| c.post(&url).json(&body))
+            .send_with(ctx, what, deadline, true, |c| c.post(&url).json(&body))
             .await?;
         decode(r, what).await
     }
@@ -89,6 +117,49 @@ impl Toolbox {
         Ok(s.cmd_id)
     }
 
+    /// Write `data` (a line: the toolbox adds its newline) to the stdin of command `cmd` of
+    /// session `sid`: a pipe, never a file of the box.
+    pub(crate) async fn send_input(&self, ctx: &Ctx, sid: &str, cmd: &str, data: &str) -> Result<()> {
+        let url = self.url(&format!("/process/session/{sid}/command/{cmd}/input"));
+        let body = json!({ "data": data });
+        self.api
+            .ok(ctx, "writing a session command's input", |c| c.post(&url).json(&body))
+            .await
+    }
+
+    /// The exit of command `cmd` of session `sid`, once it has one.
+    pub(crate) async fn command_exit(&self, ctx: &Ctx, sid: &str, cmd: &str) -> Result<Option<i32>> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Command {
+            #[serde(default)]
+            exit_code: Option<i32>,
+        }
+        let url = self.url(&format!("/process/session/{sid}/command/{cmd}"));
+        let c: Command = self.api.json(ctx, "reading a session command", |c| c.get(&url)).await?;
+        Ok(c.exit_code)
+    }
+
+    /// What command `cmd` of session `sid` wrote on stdout and stderr. The daemon answers them
+    /// apart, as JSON, only to a client that says it is an SDK of 0.167 or later.
+    pub(crate) async fn command_logs(&self, ctx: &Ctx, sid: &str, cmd: &str) -> Result<(String, String)> {
+        #[derive(Deserialize)]
+        struct Logs {
+            #[serde(default)]
+            stdout: String,
+            #[serde(default)]
+            stderr: String,
+        }
+        let url = self.url(&format!("/process/session/{sid}/command/{cmd}/logs"));
+        let l: Logs = self
+            .api
+            .json(ctx, "reading a session command's output", |c| {
+                c.get(&url).header("X-Daytona-SDK-Version", LOGS_AS_JSON)
+            })
+            .await?;
+        Ok((l.stdout, l.stderr))
+    }
+
     /// End session `sid` and whatever of it still runs; absent already is done.
     pub(crate) async fn delete_session(&self, ctx: &Ctx, sid: &str) -> Result<()> {
         let url = self.url(&format!("/process/session/{sid}"));
@@ -106,7 +177,7 @@ impl Toolbox {
         let deadline = self.api.request_timeout() + Duration::from_secs((total >> 20) as u64);
         let r = self
             .api
-            .send_with(ctx, what, deadline, |c| {
+            .send_with(ctx, what, deadline, true, |c| {
                 let mut form = reqwest::multipart::Form::new();
                 for (i, (path, data)) in files.iter().enumerate() {
                     form = form.text(format!("files[{i}].path"), path.clone()).part(

@@ -106,24 +106,31 @@ pub async fn start(
             out.stderr_text().trim()
         )));
     }
-    let mut a = Announced::default();
-    for line in out.stdout_text().lines() {
-        if let Some(l) = line.strip_prefix("listening unix:") {
-            a.unix.push(l.to_string());
-        } else if let Some(l) = line.strip_prefix("listening ") {
-            a.tcp.push(l.to_string());
-        } else if let Some(p) = line.strip_prefix("ready ") {
-            a.pid = p.trim().parse().ok();
-        }
-    }
-    if a.pid.is_none() {
-        return Err(Error::unknown(format!(
+    Announced::read(&out.stdout_text()).ok_or_else(|| {
+        Error::unknown(format!(
             "the runner in box {} did not say it was ready: {:?}",
             inner.id(),
             out.stdout_text()
-        )));
+        ))
+    })
+}
+
+impl Announced {
+    /// What a runner started with `--detach` printed: its addresses and its pid; `None` where
+    /// it never said it was ready.
+    pub fn read(stdout: &str) -> Option<Announced> {
+        let mut a = Announced::default();
+        for line in stdout.lines() {
+            if let Some(l) = line.strip_prefix("listening unix:") {
+                a.unix.push(l.to_string());
+            } else if let Some(l) = line.strip_prefix("listening ") {
+                a.tcp.push(l.to_string());
+            } else if let Some(p) = line.strip_prefix("ready ") {
+                a.pid = p.trim().parse().ok();
+            }
+        }
+        a.pid.is_some().then_some(a)
     }
-    Ok(a)
 }
 
 /// A box whose commands and files go through its runner. See the [module documentation](self).

@@ -24,7 +24,8 @@ impl View {
         }
     }
 
-    pub(crate) async fn state(&self, id: &SandboxId) -> Option<String> {
+    /// The sandbox as the API answers it; `None` where it answers 404.
+    pub(crate) async fn read(&self, id: &SandboxId) -> Option<serde_json::Value> {
         let r = self
             .http
             .get(format!("{}/sandbox/{}", self.api, id.name()))
@@ -35,8 +36,21 @@ impl View {
         if r.status() == 404 {
             return None;
         }
-        let v: serde_json::Value = r.json().await.unwrap();
-        v["state"].as_str().map(String::from)
+        Some(r.json().await.unwrap())
+    }
+
+    /// Replace the sandbox's labels, as another client of the API would.
+    #[allow(dead_code)] // Only the fake's suite changes a box behind the provider's back.
+    pub(crate) async fn put_labels(&self, id: &SandboxId, labels: &serde_json::Value) {
+        let r = self
+            .http
+            .put(format!("{}/sandbox/{}/labels", self.api, id.name()))
+            .bearer_auth(&self.key)
+            .json(&serde_json::json!({ "labels": labels }))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
     }
 
     /// Run `script` in the sandbox by the toolbox, as a client of the API would.
@@ -72,8 +86,18 @@ impl View {
 
 #[async_trait]
 impl Outside for View {
+    /// Gone, destroyed or being destroyed; a stopped (sleeping) sandbox has not ended.
     async fn ended(&self, id: &SandboxId) -> bool {
-        !matches!(self.state(id).await.as_deref(), Some("started") | Some("starting"))
+        match self.read(id).await {
+            None => true,
+            Some(v) => {
+                v["desiredState"] == "destroyed"
+                    || matches!(
+                        v["state"].as_str(),
+                        Some("destroyed" | "destroying" | "error" | "build_failed")
+                    )
+            }
+        }
     }
 
     async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool {

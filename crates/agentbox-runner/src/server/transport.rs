@@ -192,8 +192,12 @@ where
         };
         let upgrade = header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
         let authorized = match (&runner.token, need_token) {
+            // `Authorization: Bearer`, or the same token in a header of agentbox's own for a
+            // path through a proxy that reads Authorization as its own credential (Daytona's
+            // preview proxy tries every bearer as a Daytona key).
             (Some(t), true) => {
                 header("authorization").is_some_and(|a| same(a.as_bytes(), format!("Bearer {t}").as_bytes()))
+                    || header(agentbox_protocol::runner::TOKEN_HEADER).is_some_and(|a| same(a.as_bytes(), t.as_bytes()))
             }
             _ => true,
         };
