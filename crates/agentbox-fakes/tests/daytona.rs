@@ -1,7 +1,8 @@
-//! The fake Daytona's own rules, asked over plain HTTP: the key, the throttle, the label
-//! index that trails each query shape on its own schedule, ttl (re-anchored when set later),
-//! autoStop and autoDelete on the fake's clock, validation, networkBlockAll, a bulk
-//! download's error part, a hung toolbox, and preview links.
+//! The fake Daytona's own rules, asked over plain HTTP: the key, the throttle, a create whose
+//! answer is lost, the label index that trails each query shape on its own schedule, the soft
+//! delete and `desiredState`, ttl (re-anchored when set later), autoStop and autoDelete on the
+//! fake's clock, validation, networkBlockAll, a bulk download's error part, a hung toolbox,
+//! and preview links.
 
 use std::time::{Duration, Instant};
 
@@ -212,9 +213,184 @@ async fn throttle_and_fail_next_answer_as_told() {
     d.shutdown().await;
 }
 
+/// How many of this machine's processes have `pattern` in their command line (a box's
+/// processes are this machine's, in namespaces of their own).
+fn processes_with(pattern: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+                .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+                .filter(|c| String::from_utf8_lossy(c).replace('\0', " ").contains(pattern))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_is_lost_still_made_its_sandbox() {
+    let Some(d) = fake("a_create_whose_answer_is_lost_still_made_its_sandbox", |_| {}).await else {
+        return;
+    };
+    let e = d.fail_after_next_create(200).unwrap_err();
+    assert!(e.contains("fail_after_next_create") && e.contains("200"), "{e}");
+    d.fail_after_next_create(503).unwrap();
+    // Another request does not spend it.
+    assert_eq!(call(&d, "GET", "/api/sandbox", None).await.status, 200);
+    let a = call(&d, "POST", "/api/sandbox", Some(&json!({"name": "lost"}))).await;
+    let body = a.json();
+    assert_eq!(
+        (a.status, &body["statusCode"], &body["code"], &body["source"]),
+        (503, &json!(503), &json!("SERVICE_UNAVAILABLE"), &json!("DAYTONA_API")),
+        "{body}"
+    );
+    // The sandbox was made all the same, and started.
+    let got = call(&d, "GET", "/api/sandbox/lost", None).await;
+    assert_eq!((got.status, got.json()["state"].clone()), (200, json!("started")));
+    assert_eq!(d.sandboxes().len(), 1);
+    // Spent: the next create is answered.
+    create(&d, json!({"name": "answered"})).await;
+    // A refused create spends it too, answering its own refusal.
+    d.fail_after_next_create(504).unwrap();
+    let a = call(&d, "POST", "/api/sandbox", Some(&json!({"cpu": 2}))).await;
+    assert_eq!(a.status, 400, "{}", String::from_utf8_lossy(&a.body));
+    create(&d, json!({"name": "after"})).await;
+    assert_eq!(d.sandboxes().len(), 3);
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_is_soft_until_its_lag_and_every_answer_has_a_desired_state() {
+    let lag = Duration::from_millis(1500);
+    let Some(d) = fake(
+        "a_delete_is_soft_until_its_lag_and_every_answer_has_a_desired_state",
+        |o| o.delete_lag = lag,
+    )
+    .await
+    else {
+        return;
+    };
+    let desired = |v: &Value| (v["state"].clone(), v["desiredState"].clone());
+    let sb = create(&d, json!({"name": "soft", "autoStopInterval": 0})).await;
+    let id = sb["id"].as_str().unwrap().to_string();
+    let api = |p: &str| format!("/api/sandbox/{id}{p}");
+    assert_eq!(desired(&sb), (json!("started"), json!("started")));
+    let a = call(&d, "POST", &api("/stop"), None).await.json();
+    assert_eq!(desired(&a), (json!("stopped"), json!("stopped")));
+    let a = call(&d, "POST", &api("/archive"), None).await.json();
+    assert_eq!(desired(&a), (json!("archived"), json!("archived")));
+    let a = call(&d, "POST", &api("/start"), None).await.json();
+    assert_eq!(desired(&a), (json!("started"), json!("started")));
+    tokio::time::sleep(Duration::from_millis(300 * 3)).await;
+    let listed = call(&d, "GET", "/api/sandbox", None).await.json();
+    assert_eq!(desired(&listed["items"][0]), (json!("started"), json!("started")));
+    // A program in the box, to see the delete end it.
+    let mark = format!("sleep 31{}", std::process::id() % 1000);
+    let a = call(
+        &d,
+        "POST",
+        &format!("/toolbox/{id}/process/execute"),
+        Some(&json!({"command": format!("nohup {mark} >/dev/null 2>&1 &")})),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    until(Duration::from_secs(5), "the program in the box", async || {
+        processes_with(&mark) > 0
+    })
+    .await;
+
+    // The delete answers at once: the record renamed, destroying, destroyed desired.
+    let t0 = Instant::now();
+    let a = call(&d, "DELETE", &api(""), None).await;
+    assert_eq!(a.status, 200);
+    let del = a.json();
+    assert_eq!(del["id"], id.as_str());
+    assert_eq!(desired(&del), (json!("destroying"), json!("destroyed")));
+    let renamed = del["name"].as_str().unwrap().to_string();
+    let ms = renamed
+        .strip_prefix("DESTROYED_soft_")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("the deleted sandbox's name {renamed:?}"));
+    assert!(ms > 1_700_000_000_000, "{renamed}");
+    // Read by id, the record is there; its old name is free at once.
+    let got = call(&d, "GET", &api(""), None).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(
+        (desired(&got.json()), got.json()["name"].clone()),
+        ((json!("destroying"), json!("destroyed")), json!(renamed))
+    );
+    let by_name = call(&d, "GET", "/api/sandbox/soft", None).await;
+    assert_eq!(
+        (by_name.status, by_name.json()["code"].clone()),
+        (404, json!("SANDBOX_NOT_FOUND"))
+    );
+    let again = create(&d, json!({"name": "soft"})).await;
+    assert_ne!(again["id"], id.as_str());
+    // A second delete, or any lifecycle change, while it is pending: 409.
+    for (m, p) in [
+        ("DELETE", ""),
+        ("POST", "/stop"),
+        ("POST", "/start"),
+        ("POST", "/archive"),
+    ] {
+        let a = call(&d, m, &api(p), None).await;
+        let body = a.json();
+        assert_eq!(
+            (a.status, &body["code"], &body["message"]),
+            (409, &json!("CONFLICT"), &json!("Sandbox state change in progress")),
+            "{m} {p}: {body}"
+        );
+    }
+    // Its toolbox is gone with its box, whose programs end at once.
+    let a = call(
+        &d,
+        "POST",
+        &format!("/toolbox/{id}/process/execute"),
+        Some(&json!({"command": "true"})),
+    )
+    .await;
+    assert_eq!(a.status, 400, "{}", String::from_utf8_lossy(&a.body));
+    until(Duration::from_secs(5), "the box's end", async || {
+        processes_with(&mark) == 0
+    })
+    .await;
+    assert!(
+        t0.elapsed() < lag,
+        "the box ended only after the lag: {:?}",
+        t0.elapsed()
+    );
+    let view = d
+        .sandboxes()
+        .into_iter()
+        .find(|v| v.id == id)
+        .expect("the pending record");
+    assert_eq!(
+        (view.state.as_str(), view.desired_state.as_str(), view.name.as_str()),
+        ("destroying", "destroyed", renamed.as_str())
+    );
+    // After the lag: destroyed, 404, gone from the fake's sandboxes.
+    until(Duration::from_secs(10), "the destroy", async || {
+        call(&d, "GET", &api(""), None).await.status == 404
+    })
+    .await;
+    assert!(
+        t0.elapsed() >= lag,
+        "destroyed after {:?}, before the lag",
+        t0.elapsed()
+    );
+    assert!(d.sandboxes().iter().all(|v| v.id != id), "{:?}", d.sandboxes());
+    assert_eq!(call(&d, "DELETE", &api(""), None).await.status, 404);
+    d.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_label_index_trails_each_query_shape_on_its_own_schedule() {
-    let Some(d) = fake("the_label_index_trails_each_query_shape_on_its_own_schedule", |_| {}).await else {
+    // No delete lag: a delete destroys before it answers (the soft delete has its own test).
+    let Some(d) = fake("the_label_index_trails_each_query_shape_on_its_own_schedule", |o| {
+        o.delete_lag = Duration::ZERO
+    })
+    .await
+    else {
         return;
     };
     let lag = Duration::from_millis(300);
@@ -352,11 +528,19 @@ async fn ttl_ends_a_stopped_sandbox_and_auto_delete_follows_a_stop() {
         "deleted after {:?}",
         t0.elapsed()
     );
+    // autoDelete 0 is an ephemeral sandbox: its stop is a delete, answered at once, the
+    // record destroying until the delete lag (1 s) has passed.
     let sb = create(&d, json!({"autoDeleteInterval": 0})).await;
     let id = sb["id"].as_str().unwrap().to_string();
-    let a = call(&d, "POST", &format!("/api/sandbox/{id}/stop"), None).await;
-    assert_eq!(a.json()["state"], "destroyed");
-    assert_eq!(call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.status, 404);
+    let a = call(&d, "POST", &format!("/api/sandbox/{id}/stop"), None).await.json();
+    assert_eq!(
+        (&a["state"], &a["desiredState"]),
+        (&json!("destroying"), &json!("destroyed"))
+    );
+    until(Duration::from_secs(10), "the ephemeral sandbox's destroy", async || {
+        call(&d, "GET", &format!("/api/sandbox/{id}"), None).await.status == 404
+    })
+    .await;
     // autoStop 1: stopped after a minute with no toolbox request.
     let sb = create(&d, json!({"autoStopInterval": 1})).await;
     let id = sb["id"].as_str().unwrap().to_string();

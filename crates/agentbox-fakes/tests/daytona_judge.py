@@ -224,12 +224,34 @@ def sdk_walk(daytona):
         pass
     ok("not-found-404")
 
+    # A delete is soft: answered at once, the record renamed and destroying, still read by
+    # id, its name free for a create at once; 404 once the runner has destroyed it.
+    # This one is archived, and an archived sandbox being deleted reads `archived` (the DTO
+    # shows `destroying` for a started or stopped one only).
+    name = sandbox.name
     sandbox.delete()
-    try:
-        daytona.get(sandbox.id)
-        raise AssertionError("a deleted sandbox is still there")
-    except DaytonaNotFoundError:
-        pass
+    check(sandbox.state == "archived", f"state after delete {sandbox.state}")
+    check(sandbox.desired_state == "destroyed", f"desiredState after delete {sandbox.desired_state}")
+    got = daytona.get(sandbox.id)
+    check(got.state == "archived" and got.desired_state == "destroyed", f"read after delete: {got.state} {got.desired_state}")
+    check(got.name.startswith(f"DESTROYED_{name}_"), f"a deleted sandbox's name {got.name!r}")
+    again = daytona.create(CreateSandboxFromSnapshotParams(name=name, auto_stop_interval=0), timeout=60)
+    check(again.id != sandbox.id and again.name == name, f"the name again: {again.id} {again.name}")
+    # This name is the deleted sandbox's id, and a read looks the id up first: until the
+    # destroy it reads the deleted one, after it the new one.
+    check(daytona.get(name).id == sandbox.id, "the deleted sandbox's id reads it while it is pending")
+
+    def gone(sid):
+        try:
+            daytona.get(sid)
+            return False
+        except DaytonaNotFoundError:
+            return True
+
+    until("the deleted sandbox's destroy", lambda: daytona.get(name).id == again.id)
+    # The SDK's delete(wait=True) reads until destroyed (a 404 is destroyed).
+    again.delete(wait=True)
+    check(gone(again.id) and gone(sandbox.id), "a sandbox deleted with wait=True is still there")
     ok("delete")
 
 
@@ -565,13 +587,48 @@ def provider_calls(daytona):
     settle(open_.id, api.SandboxState.ARCHIVED)
     ok("p-archive")
 
-    # DELETE /sandbox/{id}: SandboxApi.delete_sandbox; a read after is 404 in the API's envelope.
+    def gone(sid):
+        try:
+            sandboxes.get_sandbox(sid)
+            return False
+        except api.ApiException as e:
+            check(e.status == 404, f"reading {sid}: {e.status} {e.body}")
+            return True
+
+    # DELETE /sandbox/{id}: SandboxApi.delete_sandbox, the soft delete: the answer and a read
+    # by id show the record with desiredState destroyed, a second delete is 409, its name
+    # takes a create at once; a read is 404 in the API's envelope once it is destroyed.
     for sb in (open_, none, allow):
-        strict(sandboxes.delete_sandbox(sb.id), "delete_sandbox")
-        e = api_error(lambda: sandboxes.get_sandbox(sb.id), 404, f"{sb.name} deleted")
+        d = strict(sandboxes.delete_sandbox(sb.id), "delete_sandbox")
+        check(d.desired_state == api.SandboxDesiredState.DESTROYED, f"{sb.name}: delete answered {d.desired_state}")
+        check(d.name.startswith(f"DESTROYED_{sb.name}_"), f"{sb.name}: renamed {d.name!r}")
+        r = strict(sandboxes.get_sandbox(sb.id), "get_sandbox of a deleted sandbox")
+        check(r.desired_state == api.SandboxDesiredState.DESTROYED, f"{sb.name}: read {r.desired_state}")
+        e = api_error(lambda: sandboxes.delete_sandbox(sb.id), 409, f"{sb.name} deleted twice")
         body = json.loads(e.body)
-        check(body.get("code") == "SANDBOX_NOT_FOUND" and body.get("source") == "DAYTONA_API", f"{body}")
+        check(body.get("message") == "Sandbox state change in progress", f"{body}")
+    reborn = create("judge-p-open")
+    check(reborn.id != open_.id, "the name of a deleted sandbox took a new create")
+    for sb in (open_, none, allow):
+        until(f"{sb.name}'s destroy", lambda: gone(sb.id))
+    e = api_error(lambda: sandboxes.get_sandbox(open_.id), 404, "judge-p-open destroyed")
+    body = json.loads(e.body)
+    check(body.get("code") == "SANDBOX_NOT_FOUND" and body.get("source") == "DAYTONA_API", f"{body}")
     ok("p-delete")
+
+    # A create whose answer a gateway lost (503) after the API made the sandbox: the SDK's
+    # client raises, and the sandbox is there by its name all the same.
+    wait_for("fail-after-create")
+    e = api_error(lambda: create("judge-p-lost"), 503, "a create answered 503")
+    body = json.loads(e.body)
+    check(body.get("source") == "DAYTONA_API" and body.get("statusCode") == 503, f"{body}")
+    lost = strict(sandboxes.get_sandbox("judge-p-lost"), "get_sandbox of a lost create")
+    check(lost.state == api.SandboxState.STARTED, f"the lost create's sandbox: {lost.state}")
+    for sb in (reborn, lost):
+        strict(sandboxes.delete_sandbox(sb.id), "delete_sandbox")
+    for sb in (reborn, lost):
+        until(f"{sb.name}'s destroy", lambda: gone(sb.id))
+    ok("p-create-lost-answer")
 
 
 def main():

@@ -88,6 +88,11 @@ async fn the_python_sdk_judges_the_fake() {
                 stdin.write_all(b"go\n").await.expect("answering the judge");
                 stdin.flush().await.expect("answering the judge");
             }
+            if line == "WAIT fail-after-create" {
+                fake.fail_after_next_create(503).expect("503 is an error status");
+                stdin.write_all(b"go\n").await.expect("answering the judge");
+                stdin.flush().await.expect("answering the judge");
+            }
         }
     };
     tokio::time::timeout(JUDGE_TIMEOUT, talk)
@@ -129,6 +134,7 @@ async fn the_python_sdk_judges_the_fake() {
         "p-start",
         "p-archive",
         "p-delete",
+        "p-create-lost-answer",
     ] {
         assert!(
             said.lines().any(|l| l == format!("OK {step}")),

@@ -6,7 +6,7 @@
 //!
 //! agentbox-fake daytona --listen 127.0.0.1:0 [--rootfs DIR]
 //!                    [--snapshot NAME=DIR[:cpu,memGB,diskGB[,linux-vm]]]... [--api-key KEY]
-//!                    [--index-lag-ms N] [--minute-ms N] [--network-unenforced]
+//!                    [--index-lag-ms N] [--minute-ms N] [--delete-lag-ms N] [--network-unenforced]
 //! ```
 //!
 //! `kube` prints `listening https://ADDR` (`http://` with `--no-tls`), `daytona` prints
@@ -91,6 +91,9 @@ enum Vendor {
         /// How long the API's minute lasts, in ms.
         #[arg(long, default_value_t = 60_000)]
         minute_ms: u64,
+        /// How long a deleted sandbox's record stays before it is destroyed, in ms.
+        #[arg(long, default_value_t = 1000)]
+        delete_lag_ms: u64,
         /// An organization whose tier has no network settings.
         #[arg(long)]
         network_unenforced: bool,
@@ -217,6 +220,7 @@ fn main() {
                 api_key,
                 index_lag_ms,
                 minute_ms,
+                delete_lag_ms,
                 network_unenforced,
             } => {
                 let Some(api_key) = api_key
@@ -235,6 +239,7 @@ fn main() {
                     index_lag: Duration::from_millis(index_lag_ms),
                     minute: Duration::from_millis(minute_ms),
                     network_unenforced,
+                    delete_lag: Duration::from_millis(delete_lag_ms),
                 };
                 let d = match FakeDaytona::start(opts).await {
                     Ok(d) => d,

@@ -31,7 +31,7 @@ pub(crate) async fn route(s: &Arc<Shared>, m: &Method, seg: &[&str], q: &Query, 
         }
         ["sandbox", id] if *m == Method::DELETE => {
             let sbx = s.find(id)?;
-            let rec = s.destroy(&sbx).await;
+            let rec = s.delete(&sbx).await?;
             ok(rec.dto(&sbx.id, s))
         }
         ["sandbox", id, "start"] if post => {
@@ -88,8 +88,8 @@ pub(crate) async fn route(s: &Arc<Shared>, m: &Method, seg: &[&str], q: &Query, 
                 "autoarchive" => sbx.change(|r| r.auto_archive = if n == 0 { MAX_ARCHIVE } else { n }),
                 "autodelete" => {
                     let rec = sbx.change(|r| r.auto_delete = n);
-                    if n == 0 && matches!(rec.state.as_str(), "stopped" | "archived") {
-                        s.destroy(&sbx).await
+                    if n == 0 && matches!(rec.state.as_str(), "stopped" | "archived") && !sbx.deleting() {
+                        s.delete(&sbx).await?
                     } else {
                         rec
                     }
@@ -183,7 +183,23 @@ pub(crate) async fn route(s: &Arc<Shared>, m: &Method, seg: &[&str], q: &Query, 
 /// autoArchiveInterval 0 means the largest (D190: 30 days).
 const MAX_ARCHIVE: i64 = 30 * 24 * 60;
 
+/// `POST /sandbox`, and the fault [`crate::daytona::FakeDaytona::fail_after_next_create`]:
+/// taken as the request arrives, so it is this create's whatever comes of it; a create that
+/// is refused answers its own refusal, one that made its sandbox answers the fault's status.
 async fn create(s: &Arc<Shared>, body: Value) -> DResult {
+    let lost = s.fail_after_create.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let made = create_sandbox(s, body).await?;
+    match lost {
+        Some(status) => {
+            let e = DError::lost_answer(status);
+            tracing::info!(status, "a create made its sandbox and is answered as failed");
+            Err(e)
+        }
+        None => Ok(made),
+    }
+}
+
+async fn create_sandbox(s: &Arc<Shared>, body: Value) -> DResult {
     if !body.is_object() {
         return Err(DError::bad_request("the body must be a CreateSandbox JSON object"));
     }
@@ -219,7 +235,10 @@ async fn create(s: &Arc<Shared>, body: Value) -> DResult {
             "name must be shorter than or equal to 255 characters",
         ));
     }
-    if s.get(&name).is_some() {
+    // Names are unique among the organization's sandboxes (a unique index, D190 answering its
+    // violation 409); a sandbox's id is another column, so a name equal to a deleted
+    // sandbox's id is free.
+    if s.all().iter().any(|x| x.rec().name == name) {
         return Err(DError::api(
             409,
             "CONFLICT",
@@ -281,6 +300,7 @@ async fn create(s: &Arc<Shared>, body: Value) -> DResult {
         disk: snap.disk_gb,
         class: snap.class.clone(),
         state: "creating".into(),
+        desired_state: "started".into(),
         auto_stop,
         auto_archive: if auto_archive == 0 { MAX_ARCHIVE } else { auto_archive },
         auto_delete,

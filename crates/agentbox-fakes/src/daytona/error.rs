@@ -73,6 +73,30 @@ impl DError {
         )
     }
 
+    /// A lifecycle request while another change is under way (D190
+    /// `exceptions/state-change-in-progress.exception.ts`).
+    pub(crate) fn state_change_in_progress() -> DError {
+        DError::api(409, "CONFLICT", "Sandbox state change in progress")
+    }
+
+    /// What a gateway answers when it gave up on a request the API then carried out: the
+    /// status, its code and its reason, in the API's envelope.
+    pub(crate) fn lost_answer(status: u16) -> DError {
+        let st = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let reason = st.canonical_reason().unwrap_or("Error");
+        let code: String = reason
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        DError::api(st.as_u16(), &code, reason)
+    }
+
     pub(crate) fn unauthorized(source: Source) -> DError {
         DError::new(401, "UNAUTHORIZED", "Unauthorized", source)
     }

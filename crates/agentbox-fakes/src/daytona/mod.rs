@@ -14,9 +14,11 @@
 //! - `/preview/{sandboxId}/{port}/...`, preview links (see `preview`).
 //!
 //! The knobs of a test: [`FakeDaytona::throttle`] (429 with `Retry-After`),
-//! [`FakeDaytona::fail_next`] (any status and code on the API), [`FakeDaytona::hang_toolbox`]
-//! (a daemon that accepts and never answers), the label index's lag
-//! ([`FakeDaytonaOptions::index_lag`]) and the length of the API's minute
+//! [`FakeDaytona::fail_next`] (any status and code on the API),
+//! [`FakeDaytona::fail_after_next_create`] (a create carried out but answered as failed),
+//! [`FakeDaytona::hang_toolbox`] (a daemon that accepts and never answers), the label
+//! index's lag ([`FakeDaytonaOptions::index_lag`]), how long a deleted sandbox's record stays
+//! before it is destroyed ([`FakeDaytonaOptions::delete_lag`]) and the length of the API's minute
 //! ([`FakeDaytonaOptions::minute`]), which every interval (ttl, autoStop, autoDelete) counts in.
 //!
 //! What is real: programs run in the box (as the box's root, mapped to an unprivileged id of
@@ -96,6 +98,10 @@ pub struct FakeDaytonaOptions {
     /// The organization's tier has no network settings: a create's `networkBlockAll` and
     /// allow lists are dropped (the sandbox reads back open), `network-settings` is 400.
     pub network_unenforced: bool,
+    /// How long a deleted sandbox's record stays (readable by id, `desiredState:
+    /// destroyed`, its name already free) before it is destroyed and a read is 404, as the
+    /// real API's soft delete waits for its runner. Zero: destroyed before the delete answers.
+    pub delete_lag: Duration,
 }
 
 impl Default for FakeDaytonaOptions {
@@ -109,6 +115,7 @@ impl Default for FakeDaytonaOptions {
             index_lag: Duration::from_secs(1),
             minute: Duration::from_secs(60),
             network_unenforced: false,
+            delete_lag: Duration::from_secs(1),
         }
     }
 }
@@ -123,8 +130,11 @@ pub struct SandboxView {
     pub id: String,
     /// Its name.
     pub name: String,
-    /// `started`, `stopped`, `archived` (a destroyed one is no longer listed).
+    /// Its state as the API shows it: `started`, `stopped`, `archived`, `destroying` (deleted,
+    /// not yet destroyed; a destroyed one is no longer listed).
     pub state: String,
+    /// Its `desiredState`: `started`, `stopped`, `archived`, or `destroyed` once deleted.
+    pub desired_state: String,
     /// Its labels as they are now (the index may trail them).
     pub labels: BTreeMap<String, String>,
     /// Whether its box has loopback alone.
@@ -248,6 +258,8 @@ impl FakeDaytona {
             index_lag: o.index_lag,
             minute: o.minute,
             network_unenforced: o.network_unenforced,
+            delete_lag: o.delete_lag,
+            fail_after_create: Default::default(),
             sandboxes: Default::default(),
             throttle: Default::default(),
             hang: Default::default(),
@@ -319,7 +331,22 @@ impl FakeDaytona {
             (n > 0).then(|| (status, code.to_string(), message.to_string(), n));
     }
 
-    /// Every sandbox not destroyed, as it stands.
+    /// The next `POST /sandbox` is carried out (its sandbox made, started and kept) but
+    /// answered `status` in the API's error envelope, as a gateway that gave up after the API
+    /// did the work: a caller that retries or gives up must find and end what it made. The
+    /// fault is spent on that request whatever comes of it (a refused create answers its own
+    /// refusal). `status` must be an error status, 400 to 599.
+    pub fn fail_after_next_create(&self, status: u16) -> Result<(), String> {
+        if !(400..=599).contains(&status) {
+            return Err(format!(
+                "fail_after_next_create: status {status} is not an error status (400 to 599)"
+            ));
+        }
+        *self.shared.fail_after_create.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+        Ok(())
+    }
+
+    /// Every sandbox not destroyed (one deleted and pending its destroy included), as it stands.
     pub fn sandboxes(&self) -> Vec<SandboxView> {
         self.shared.all().iter().map(|s| s.view()).collect()
     }
@@ -577,7 +604,7 @@ async fn toolbox_request(s: &Arc<Shared>, seg: &[&str], req: Request) -> Result<
     let sbx = s
         .get(id)
         .ok_or_else(|| DError::new(404, "NOT_FOUND", format!("Sandbox {id} not found"), Source::Proxy))?;
-    let state = sbx.state();
+    let state = sbx.shown_state();
     if state != "started" {
         return Err(preview::not_started(&sbx.id, &state));
     }

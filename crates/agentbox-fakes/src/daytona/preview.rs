@@ -38,8 +38,8 @@ pub(crate) async fn forward(s: &Arc<Shared>, id: &str, port: &str, rest: &str, m
         }
         Some(_) => {}
     }
-    if rec.state != "started" {
-        return Err(not_started(id, &rec.state));
+    if rec.shown_state() != "started" {
+        return Err(not_started(id, rec.shown_state()));
     }
     let port: u16 = port
         .parse()

@@ -1,6 +1,14 @@
 //! The fake's sandboxes: their records (what the API answers), their namespace boxes, their
-//! lifecycle (create, stop, start, archive, destroy), the label index that trails them, and
-//! the clock that stops and destroys them with no request (ttl, autoStop, autoDelete).
+//! lifecycle (create, stop, start, archive, the soft delete and the destroy after it), the
+//! label index that trails them, and the clock that stops and deletes them with no request
+//! (ttl, autoStop, autoDelete).
+//!
+//! A delete is the API's soft delete (D190 `sandbox.service.ts` `destroy`, `sandbox.entity.ts`
+//! `getSoftDeleteUpdate`): answered at once, the record gets `desiredState: destroyed` and a
+//! new name (`DESTROYED_<name>_<ms>`, so the name is free for a create at once) and stays,
+//! readable by id, until the runner has destroyed the sandbox; a second delete meanwhile is
+//! 409. The fake ends the box at once (the runner's first sync does) and forgets the record
+//! after [`crate::daytona::FakeDaytonaOptions::delete_lag`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +56,10 @@ pub(crate) struct Shared {
     pub(crate) index_lag: Duration,
     pub(crate) minute: Duration,
     pub(crate) network_unenforced: bool,
+    /// How long a deleted sandbox's record stays before it is destroyed (then 404).
+    pub(crate) delete_lag: Duration,
+    /// The status the next create is answered with after it made its sandbox.
+    pub(crate) fail_after_create: Mutex<Option<u16>>,
     pub(crate) sandboxes: Mutex<BTreeMap<String, Arc<Sbx>>>,
     pub(crate) throttle: AtomicUsize,
     pub(crate) hang: AtomicBool,
@@ -90,7 +102,11 @@ pub(crate) struct Rec {
     pub(crate) memory: u32,
     pub(crate) disk: u32,
     pub(crate) class: String,
+    /// The entity's state; the DTO shows it through `desired_state` ([`Rec::shown_state`]).
     pub(crate) state: String,
+    /// What the API is bringing the sandbox to (`SandboxDesiredState`): set by each
+    /// lifecycle request, `destroyed` from a delete on (the sandbox is pending its destroy).
+    pub(crate) desired_state: String,
     pub(crate) auto_stop: i64,
     pub(crate) auto_archive: i64,
     pub(crate) auto_delete: i64,
@@ -118,8 +134,18 @@ impl Sbx {
         r.clone()
     }
 
-    pub(crate) fn state(&self) -> String {
-        self.rec.lock().unwrap_or_else(|p| p.into_inner()).state.clone()
+    /// The state the API shows (a sandbox being deleted is `destroying`, not `started`).
+    pub(crate) fn shown_state(&self) -> String {
+        self.rec
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .shown_state()
+            .to_string()
+    }
+
+    /// A delete was accepted: the sandbox waits for its destroy.
+    pub(crate) fn deleting(&self) -> bool {
+        self.rec.lock().unwrap_or_else(|p| p.into_inner()).desired_state == "destroyed"
     }
 
     pub(crate) fn boxed(&self) -> Option<Arc<dyn Sandbox>> {
@@ -150,10 +176,12 @@ impl Sbx {
 
     pub(crate) fn view(&self) -> SandboxView {
         let r = self.rec();
+        let state = r.shown_state().to_string();
         SandboxView {
             id: self.id.clone(),
             name: r.name,
-            state: r.state,
+            state,
+            desired_state: r.desired_state,
             labels: r.labels,
             network_block_all: r.network_block_all,
             domain_allow_list: r.domain_allow_list,
@@ -169,6 +197,20 @@ impl Sbx {
 }
 
 impl Rec {
+    /// The DTO's `state`: the entity's, except where a change is under way (D190
+    /// `SandboxDto.getSandboxState`): started or stopped with `destroyed` desired is
+    /// `destroying`, started with `stopped` is `stopping`, stopped with `started` is
+    /// `starting`, stopped with `archived` is `archiving`.
+    pub(crate) fn shown_state(&self) -> &str {
+        match (self.state.as_str(), self.desired_state.as_str()) {
+            ("started" | "stopped", "destroyed") => "destroying",
+            ("started", "stopped") => "stopping",
+            ("stopped", "started") => "starting",
+            ("stopped", "archived") => "archiving",
+            (s, _) => s,
+        }
+    }
+
     /// When ttl ends the sandbox, in the API's minutes.
     pub(crate) fn auto_destroy_at(&self, minute: Duration) -> Option<SystemTime> {
         (self.ttl > 0).then(|| self.ttl_from.0 + self.ttl_span(minute))
@@ -204,8 +246,8 @@ impl Rec {
             "gpu": 0,
             "memory": self.memory,
             "disk": self.disk,
-            "state": self.state,
-            "desiredState": desired(&self.state),
+            "state": self.shown_state(),
+            "desiredState": self.desired_state,
             "autoStopInterval": self.auto_stop,
             "autoArchiveInterval": self.auto_archive,
             "autoDeleteInterval": self.auto_delete,
@@ -227,16 +269,6 @@ impl Rec {
             v["autoDestroyAt"] = json!(rfc3339(at));
         }
         v
-    }
-}
-
-/// The desired state a sandbox in `state` has (`sandbox_desired_state.py`).
-fn desired(state: &str) -> &'static str {
-    match state {
-        "stopped" => "stopped",
-        "archived" => "archived",
-        "destroyed" => "destroyed",
-        _ => "started",
     }
 }
 
@@ -311,6 +343,7 @@ impl Shared {
         })?;
         rec.box_id = Some(b.id().to_string());
         rec.state = "started".into();
+        rec.desired_state = "started".into();
         let now = Instant::now();
         let sbx = Arc::new(Sbx {
             id: id.clone(),
@@ -343,18 +376,24 @@ impl Shared {
         Ok(sbx)
     }
 
-    /// Stop: the box sleeps (files kept, processes ended). With autoDelete 0 the sandbox is
-    /// destroyed at once. Holds the sandbox's op lock.
-    pub(crate) async fn stop(&self, sbx: &Arc<Sbx>) -> Result<Rec, DError> {
+    /// Stop: the box sleeps (files kept, processes ended). A sandbox with autoDelete 0 is
+    /// ephemeral: its stop is a delete (D190 `stop`: `isEphemeral` → the soft delete). Holds
+    /// the sandbox's op lock.
+    pub(crate) async fn stop(self: &Arc<Self>, sbx: &Arc<Sbx>) -> Result<Rec, DError> {
         let _op = sbx.op.lock().await;
-        let state = sbx.state();
-        match state.as_str() {
+        let rec = sbx.rec();
+        if rec.state != rec.desired_state {
+            return Err(DError::state_change_in_progress());
+        }
+        match rec.state.as_str() {
             "started" => {}
-            "stopped" | "archived" => return Ok(sbx.rec()),
+            "stopped" | "archived" => return Ok(rec),
             s => return Err(DError::bad_request(format!("Sandbox is not started (state: {s})"))),
         }
+        if rec.auto_delete == 0 {
+            return self.soft_delete_locked(sbx).await;
+        }
         sbx.sessions.end_all().await;
-        let rec = sbx.rec();
         if let Some(bid) = &rec.box_id {
             let id = agentbox_core::SandboxId::try_from(bid.clone())
                 .map_err(|e| DError::internal(e.to_string(), crate::daytona::error::Source::Api))?;
@@ -369,23 +408,24 @@ impl Shared {
             *sbx.boxed.lock().unwrap_or_else(|p| p.into_inner()) = asleep;
         }
         *sbx.stopped_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        let rec = sbx.change(|r| r.state = "stopped".into());
-        if rec.auto_delete == 0 {
-            return Ok(self.destroy_locked(sbx).await);
-        }
-        Ok(rec)
+        Ok(sbx.change(|r| {
+            r.state = "stopped".into();
+            r.desired_state = "stopped".into();
+        }))
     }
 
     /// Start a stopped or archived sandbox: its box wakes with its files, no process.
     pub(crate) async fn start(&self, sbx: &Arc<Sbx>) -> Result<Rec, DError> {
         let _op = sbx.op.lock().await;
-        let state = sbx.state();
-        match state.as_str() {
+        let rec = sbx.rec();
+        if rec.state != rec.desired_state {
+            return Err(DError::state_change_in_progress());
+        }
+        match rec.state.as_str() {
             "stopped" | "archived" => {}
-            "started" => return Ok(sbx.rec()),
+            "started" => return Ok(rec),
             s => return Err(DError::bad_request(format!("Sandbox is not stopped (state: {s})"))),
         }
-        let rec = sbx.rec();
         if let Some(bid) = &rec.box_id {
             let id = agentbox_core::SandboxId::try_from(bid.clone())
                 .map_err(|e| DError::internal(e.to_string(), crate::daytona::error::Source::Api))?;
@@ -400,18 +440,77 @@ impl Shared {
         }
         *sbx.stopped_at.lock().unwrap_or_else(|p| p.into_inner()) = None;
         sbx.touch();
-        Ok(sbx.change(|r| r.state = "started".into()))
+        Ok(sbx.change(|r| {
+            r.state = "started".into();
+            r.desired_state = "started".into();
+        }))
     }
 
     pub(crate) async fn archive(&self, sbx: &Arc<Sbx>) -> Result<Rec, DError> {
         let _op = sbx.op.lock().await;
-        match sbx.state().as_str() {
-            "stopped" => Ok(sbx.change(|r| r.state = "archived".into())),
-            "archived" => Ok(sbx.rec()),
+        let rec = sbx.rec();
+        if rec.state != rec.desired_state {
+            return Err(DError::state_change_in_progress());
+        }
+        match rec.state.as_str() {
+            "stopped" => Ok(sbx.change(|r| {
+                r.state = "archived".into();
+                r.desired_state = "archived".into();
+            })),
+            "archived" => Ok(rec),
             _ => Err(DError::bad_request("Sandbox is not stopped")),
         }
     }
 
+    /// `DELETE /sandbox/{id}` (and ttl, autoDelete, an ephemeral stop): the soft delete.
+    pub(crate) async fn delete(self: &Arc<Self>, sbx: &Arc<Sbx>) -> Result<Rec, DError> {
+        let _op = sbx.op.lock().await;
+        self.soft_delete_locked(sbx).await
+    }
+
+    /// The API's soft delete (`getSoftDeleteUpdate`): `desiredState: destroyed` and the name
+    /// `DESTROYED_<name>_<ms since the epoch>` at once, the entity's state left as it was, so
+    /// the answer and every read until the destroy show the record (`destroying` where it was
+    /// started or stopped). Then, as the runner's sync does, the box is ended at once and the
+    /// state becomes `destroying` (an archived one has no box running and stays `archived`);
+    /// after `delete_lag` the sandbox is destroyed and a read is 404. With no lag it is
+    /// destroyed before the answer. A sandbox already pending its destroy is 409 (D190
+    /// `StateChangeInProgressError`). The caller holds the op lock.
+    async fn soft_delete_locked(self: &Arc<Self>, sbx: &Arc<Sbx>) -> Result<Rec, DError> {
+        if sbx.deleting() {
+            return Err(DError::state_change_in_progress());
+        }
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let rec = sbx.change(|r| {
+            r.desired_state = "destroyed".into();
+            r.name = format!("DESTROYED_{}_{ms}", r.name);
+        });
+        if self.delete_lag.is_zero() {
+            return Ok(self.destroy_locked(sbx).await);
+        }
+        let at = tokio::time::Instant::now() + self.delete_lag;
+        let (s, sbx) = (self.clone(), sbx.clone());
+        tokio::spawn(async move {
+            {
+                let _op = sbx.op.lock().await;
+                s.end_box(&sbx).await;
+                sbx.change(|r| {
+                    if matches!(r.state.as_str(), "started" | "stopped") {
+                        r.state = "destroying".into();
+                    }
+                });
+            }
+            tokio::time::sleep_until(at).await;
+            let _op = sbx.op.lock().await;
+            s.forget(&sbx);
+        });
+        Ok(rec)
+    }
+
+    /// Destroy now, with no soft delete before it (the fake shuts down).
     pub(crate) async fn destroy(&self, sbx: &Arc<Sbx>) -> Rec {
         let _op = sbx.op.lock().await;
         self.destroy_locked(sbx).await
@@ -419,7 +518,22 @@ impl Shared {
 
     /// Forget the sandbox (a later GET is 404, the index drops it at once) and end its box.
     async fn destroy_locked(&self, sbx: &Arc<Sbx>) -> Rec {
+        self.forget(sbx);
+        self.end_box(sbx).await;
+        sbx.rec()
+    }
+
+    /// The sandbox is destroyed: gone from reads and from the index.
+    fn forget(&self, sbx: &Arc<Sbx>) -> Rec {
         self.sandboxes.lock().unwrap_or_else(|p| p.into_inner()).remove(&sbx.id);
+        sbx.change(|r| {
+            r.state = "destroyed".into();
+            r.desired_state = "destroyed".into();
+        })
+    }
+
+    /// End the sandbox's sessions and its box, awake or asleep.
+    async fn end_box(&self, sbx: &Arc<Sbx>) {
         sbx.sessions.end_all().await;
         let b = sbx.boxed.lock().unwrap_or_else(|p| p.into_inner()).take();
         let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
@@ -438,7 +552,6 @@ impl Shared {
                 }
             }
         }
-        sbx.change(|r| r.state = "destroyed".into())
     }
 
     /// Set the ttl, counted from now (the API re-anchors it); the box's own deadline follows,
@@ -473,14 +586,21 @@ impl Shared {
         rec
     }
 
-    /// One turn of the clock: ttl, autoStop and autoDelete, each in the API's minutes.
-    pub(crate) async fn tick(&self) {
+    /// One turn of the clock: ttl, autoStop and autoDelete, each in the API's minutes. Ttl
+    /// and autoDelete delete as a request does (the soft delete); a sandbox already pending
+    /// its destroy is left to it.
+    pub(crate) async fn tick(self: &Arc<Self>) {
         let now = Instant::now();
         for sbx in self.all() {
             let rec = sbx.rec();
+            if rec.desired_state == "destroyed" {
+                continue;
+            }
             if rec.ttl > 0 && now >= rec.ttl_from.1 + rec.ttl_span(self.minute) {
-                tracing::info!(sandbox = %sbx.id, "ttl passed: destroyed");
-                self.destroy(&sbx).await;
+                tracing::info!(sandbox = %sbx.id, "ttl passed: deleted");
+                if let Err(e) = self.delete(&sbx).await {
+                    tracing::debug!(sandbox = %sbx.id, error = %e.message, "ttl");
+                }
                 continue;
             }
             match rec.state.as_str() {
@@ -498,8 +618,10 @@ impl Shared {
                     if let Some(t) = since
                         && now.duration_since(t) >= self.minute * (rec.auto_delete.min(u32::MAX as i64) as u32)
                     {
-                        tracing::info!(sandbox = %sbx.id, "autoDelete: destroyed");
-                        self.destroy(&sbx).await;
+                        tracing::info!(sandbox = %sbx.id, "autoDelete: deleted");
+                        if let Err(e) = self.delete(&sbx).await {
+                            tracing::debug!(sandbox = %sbx.id, error = %e.message, "autoDelete");
+                        }
                     }
                 }
                 _ => {}
