@@ -108,9 +108,12 @@ fn spec() -> Spec {
     Spec::new(Duration::from_secs(120))
 }
 
-/// Every sandbox of the fake that is not destroyed.
+/// Every sandbox of the fake that is not destroyed or being deleted.
 fn live(fake: &FakeDaytona) -> usize {
-    fake.sandboxes().iter().filter(|s| s.state != "destroyed").count()
+    fake.sandboxes()
+        .iter()
+        .filter(|s| s.state != "destroyed" && s.desired_state != "destroyed")
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -632,5 +635,35 @@ async fn an_open_wakes_a_sleeping_box_and_replaces_one_whose_maker_died() {
     assert_eq!(sh(&*made, "echo new").await.stdout_text(), "new\n");
     assert!(outside.ended(b.id()).await, "the half-made box is deleted");
     made.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_is_lost_leaves_no_sandbox_behind() {
+    let Some(fake) = fake("a_create_whose_answer_is_lost_leaves_no_sandbox_behind", |_| {}).await else {
+        return;
+    };
+    let p = provider(options(&fake));
+    // A gateway that timed out after Daytona made the sandbox: not sent again (a second
+    // create would make a second sandbox), answered as the error it is.
+    fake.fail_after_next_create(503).unwrap();
+    let e = p.create(&spec(), &ctx()).await.map(|_| ()).expect_err("a 503");
+    assert_eq!(e.code(), ErrorCode::Unknown, "{e}");
+    assert!(e.message().contains("503"), "{e}");
+    assert!(
+        fake.sandboxes().len() <= 1,
+        "the create was sent again: {:?}",
+        fake.sandboxes()
+    );
+    // The sandbox it made anyway is found by its name and deleted.
+    let mut gone = false;
+    for _ in 0..100 {
+        if live(&fake) == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gone, "the sandbox of the lost answer is left: {:?}", fake.sandboxes());
     fake.shutdown().await;
 }

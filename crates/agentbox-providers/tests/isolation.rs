@@ -48,6 +48,7 @@ async fn a_docker_box_that_keeps_its_capabilities_says_so_and_breaches_those_cas
     );
     // The profile still refuses io_uring and new namespaces, capabilities or not.
     assert_eq!(verdict("io_uring_set_up"), isolation::Verdict::Held, "{report:?}");
+    assert_eq!(verdict("user_namespace_made"), isolation::Verdict::Held, "{report:?}");
     assert_eq!(verdict("host_file_by_path"), isolation::Verdict::Held, "{report:?}");
 }
 
