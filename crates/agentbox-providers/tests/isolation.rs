@@ -1,5 +1,6 @@
-//! The isolation suite against every isolating provider on this machine, and its control: a
-//! local box, which isolates nothing, must breach most of the same cases.
+//! The isolation suite against every isolating provider on this machine (Docker, namespace, and
+//! kube over the fake API server), and its control: a local box, which isolates nothing, must
+//! breach most of the same cases.
 
 use std::sync::Arc;
 
@@ -120,4 +121,42 @@ async fn a_namespace_box_with_no_network_cannot_reach_the_hosts_loopback_and_one
     ));
     none.destroy(&ctx).await.unwrap();
     open.destroy(&ctx).await.unwrap();
+}
+
+/// A pod of the fake Kubernetes API server (whose kubelet runs each pod as a namespace box,
+/// under the pod's hardened spec): the same cases, through the kube provider's exec and its
+/// runner's probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_box_holds_every_case_but_memory_which_the_fake_kubelet_does_not_bound() {
+    use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
+    use agentbox_providers::kube::{KubeOptions, KubeProvider};
+    let Some(rootfs) = agentbox_testing::services::rootfs(
+        "a_kube_box_holds_every_case_but_memory_which_the_fake_kubelet_does_not_bound",
+    ) else {
+        return;
+    };
+    let fake = FakeKube::start(FakeKubeOptions {
+        rootfs: Some(rootfs.into()),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake API server starts");
+    let opts = KubeOptions {
+        kubeconfig: Some(fake.kubeconfig().to_path_buf()),
+        runner: Some(HelperCommand::new(agentbox_testing::runner::ensure(), vec![])),
+        ..Default::default()
+    };
+    let p: Arc<dyn Provider> = Arc::new(KubeProvider::new(opts).await.expect("the kubeconfig reads"));
+    let report = isolation::run(p, Options::new("kube", "/agentbox/agentbox-runner")).await;
+    eprintln!("{report:#?}");
+    report.assert_all_held_but(&[
+        (
+            "memory_unbounded",
+            "the fake kubelet runs pods as namespace boxes and bounds no memory (a real kubelet's cgroup does)",
+        ),
+        (
+            "fork_bomb_unbounded",
+            "a pod states no pids limit (a node's kubelet sets its own, which the pod cannot read)",
+        ),
+    ]);
 }
