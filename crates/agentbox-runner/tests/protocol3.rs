@@ -429,6 +429,12 @@ async fn a_token_guards_tcp_health_and_upgrade() {
     assert!(status.starts_with("HTTP/1.1 401"), "{status}");
     let (status, _) = get(&r.addr, "/runner/health", "authorization: Bearer s3cret\r\n").await;
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    // The same token in agentbox's own header, for a path through a proxy that reads
+    // Authorization as its own credential.
+    let (status, _) = get(&r.addr, "/runner/health", "x-agentbox-runner-token: s3cret\r\n").await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let (status, _) = get(&r.addr, "/runner/health", "x-agentbox-runner-token: wrong\r\n").await;
+    assert!(status.starts_with("HTTP/1.1 401"), "{status}");
     let tcp = tokio::net::TcpStream::connect(&r.addr).await.unwrap();
     assert!(
         tokio_tungstenite::client_async(format!("ws://{}/", r.addr), tcp)
