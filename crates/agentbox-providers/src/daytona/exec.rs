@@ -29,6 +29,9 @@ use crate::util::random_hex;
 /// Where programs' spools live in the sandbox.
 pub(crate) const SPOOL: &str = "/tmp/agentbox/spool";
 
+/// What a poll's state line starts with.
+const STATE: &str = "AGENTBOX-SPOOL|";
+
 /// Spooled output is let go of in steps of this much once read.
 const HOLE: u64 = 1 << 20;
 
@@ -65,7 +68,7 @@ p=$!
 done) > "$d/fifo" &
 f=$!
 w=
-if [ -n "$t" ]; then (sleep "$t"; [ -e "$d/exit" ] || { : > "$d/timedout"; kill -9 -- -$p 2>/dev/null || kill -9 $p; }) >/dev/null 2>&1 & w=$!; fi
+if [ -n "$t" ]; then (trap 'kill $z 2>/dev/null; exit 0' TERM; sleep "$t" & z=$!; wait $z; [ -e "$d/exit" ] || { : > "$d/timedout"; kill -9 -- -$p 2>/dev/null || kill -9 $p; }) >/dev/null 2>&1 & w=$!; fi
 wait $p; c=$?
 kill $f $w 2>/dev/null
 echo $c > "$d/exit.t" && mv "$d/exit.t" "$d/exit""#;
@@ -76,7 +79,7 @@ fn poll_script(dir: &str, offsets: Option<(u64, u64)>) -> String {
     let mut s = format!(
         r#"d={}
 x=$(cat "$d/exit" 2>/dev/null); h=$(cat "$d/head" 2>/dev/null); p=$(cat "$d/pid" 2>/dev/null); t=; [ -e "$d/timedout" ] && t=1
-printf '%s|%s|%s|%s\n' "$x" "$h" "$p" "$t"
+printf 'AGENTBOX-SPOOL|%s|%s|%s|%s\n' "$x" "$h" "$p" "$t"
 "#,
         sq(dir)
     );
@@ -149,7 +152,9 @@ fn parse(result: &str) -> Result<Seen> {
             result.chars().take(200).collect::<String>()
         ))
     };
-    let mut lines = result.split('\n');
+    // Past anything a shell's start-up files printed before the script ran.
+    let at = result.find(STATE).ok_or_else(bad)?;
+    let mut lines = result[at + STATE.len()..].split('\n');
     let state = lines.next().ok_or_else(bad)?;
     let f: Vec<&str> = state.split('|').collect();
     if f.len() != 4 {
@@ -276,20 +281,24 @@ struct Cleanup {
 }
 
 impl Cleanup {
+    /// End the session and remove the spool, within 15 s.
+    async fn run(&self) {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(15));
+        let _ = self.tb.delete_session(&ctx, &self.sid).await;
+        let _ = self
+            .tb
+            .execute(
+                &ctx,
+                "removing a program's spool",
+                &format!("rm -rf {}", sq(&self.dir)),
+                10,
+            )
+            .await;
+    }
+
+    /// [`Cleanup::run`] in the background, where no caller waits (a start that failed).
     fn spawn(self) {
-        tokio::spawn(async move {
-            let ctx = Ctx::background().with_timeout(Duration::from_secs(30));
-            let _ = self.tb.delete_session(&ctx, &self.sid).await;
-            let _ = self
-                .tb
-                .execute(
-                    &ctx,
-                    "removing a program's spool",
-                    &format!("rm -rf {}", sq(&self.dir)),
-                    20,
-                )
-                .await;
-        });
+        tokio::spawn(async move { self.run().await });
     }
 }
 
@@ -415,8 +424,16 @@ async fn follow(
     let _ = done.send(true);
     let _ = out.shutdown().await;
     let _ = err.shutdown().await;
-    let _ = exit.send(outcome);
-    cleanup.spawn();
+    if outcome.is_ok() {
+        // The session and spool end before the exit is told: a host process that exits next
+        // (one `box exec`) leaves nothing behind.
+        cleanup.run().await;
+        let _ = exit.send(outcome);
+    } else {
+        // A toolbox that stopped answering would hold the error up: it is told at once.
+        let _ = exit.send(outcome);
+        cleanup.spawn();
+    }
 }
 
 /// Signals by a toolbox call; the exit from the poll.
@@ -464,7 +481,7 @@ mod tests {
 
     #[test]
     fn a_poll_answer_reads_back() {
-        let s = parse("3||42|\naGVsbG8=\n\n").unwrap();
+        let s = parse("AGENTBOX-SPOOL|3||42|\naGVsbG8=\n\n").unwrap();
         assert_eq!(
             s,
             Seen {
@@ -474,12 +491,15 @@ mod tests {
                 ..Default::default()
             }
         );
-        let s = parse("|nocwd||\n\n\n").unwrap();
+        let s = parse("AGENTBOX-SPOOL||nocwd||\n\n\n").unwrap();
         assert_eq!(s.head.as_deref(), Some("nocwd"));
         assert!(s.exit.is_none());
         assert!(parse("garbage").is_err());
-        assert!(parse("x|||\n\n\n").is_err());
-        assert!(parse("|||\n!!!\n\n").is_err());
+        assert!(parse("AGENTBOX-SPOOL|x|||\n\n\n").is_err());
+        assert!(parse("AGENTBOX-SPOOL||||\n!!!\n\n").is_err());
+        // What a shell's start-up files print first is passed over.
+        let s = parse("welcome to zsh\nAGENTBOX-SPOOL|0|||\n\n\n").unwrap();
+        assert_eq!(s.exit, Some(0));
         // A malformed answer whose text has a character across byte 200 is an error, not a
         // panic.
         let text = format!("{}é{}", "x".repeat(199), "y".repeat(50));

@@ -96,6 +96,8 @@ const LABEL_BOX: &str = "agentbox.box";
 const LABEL_NAME: &str = "agentbox.name";
 /// The box's workspace, where the spec named one.
 const LABEL_WORKSPACE: &str = "agentbox.workspace";
+/// One make's own random mark, so a make that got no answer finds its own sandbox.
+const LABEL_MAKE: &str = "agentbox.make";
 /// Until when (ms since the epoch) the box's maker may take to mark it ready.
 const LABEL_MAKING_UNTIL: &str = "agentbox.making-until";
 /// Set once the box is whole: its workspace made, its runner started.
@@ -319,6 +321,9 @@ impl DaytonaProvider {
         let mut labels = spec.labels.clone();
         labels.insert(LABEL_PROVIDER.into(), NAME.into());
         labels.insert(LABEL_BOX.into(), key.into());
+        // This make's own mark: a name is any open's of it, this is no other make's.
+        let nonce = random_hex(8).map_err(Made::Failed)?;
+        labels.insert(LABEL_MAKE.into(), nonce.clone());
         if let Some(n) = box_name {
             labels.insert(LABEL_NAME.into(), n.into());
         }
@@ -344,7 +349,7 @@ impl DaytonaProvider {
             Ok(r) => r,
             Err(e) => {
                 // No answer (a timeout, a cancel, a dropped connection): it may exist anyway.
-                self.sweep_unanswered(name, key);
+                self.sweep_unanswered(name, &nonce).await;
                 return Err(Made::Failed(e));
             }
         };
@@ -356,13 +361,15 @@ impl DaytonaProvider {
             Ok(d) => d,
             Err(e) => {
                 if status >= 500 {
-                    self.sweep_unanswered(name, key);
+                    self.sweep_unanswered(name, &nonce).await;
                 }
                 return Err(Made::Failed(e));
             }
         };
         tracing::info!(sandbox = %dto.id, name, "sandbox created");
-        match self.finish_make(dto, spec, box_name.is_some(), ctx).await {
+        // The make ends before its making deadline, which other hosts go by.
+        let own = ctx.with_timeout(budget.saturating_sub(Duration::from_secs(30)));
+        match self.finish_make(dto, spec, box_name.is_some(), &own).await {
             Ok(b) => Ok(b),
             Err((id, e)) => {
                 tracing::warn!(sandbox = %id, error = %e, "a sandbox that failed its create is deleted");
@@ -376,28 +383,27 @@ impl DaytonaProvider {
         }
     }
 
-    /// After a create that got no answer: the sandbox named `name` is deleted in the
-    /// background where it exists and carries `key` (it is this call's).
-    fn sweep_unanswered(&self, name: &str, key: &str) {
-        let api = self.api.clone();
-        let (name, key) = (name.to_string(), key.to_string());
-        tokio::spawn(async move {
-            let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
-            for _ in 0..10 {
-                match get_sandbox(&api, &name, &ctx).await {
-                    Ok(Some(d)) if d.labels().get(LABEL_BOX) == Some(&key) => {
-                        tracing::warn!(sandbox = %d.id, "a create that got no answer made a sandbox: deleting it");
-                        let _ = delete_sandbox(&api, &d.id, &ctx).await;
-                        return;
+    /// After a create that got no answer: the sandbox named `name` is deleted where it exists
+    /// and carries this make's `nonce`. Looked for here for about 15 s (the caller's error waits
+    /// for it, so a process that exits next leaves nothing), then no more.
+    async fn sweep_unanswered(&self, name: &str, nonce: &str) {
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(45));
+        for _ in 0..5 {
+            match get_sandbox(&self.api, name, &ctx).await {
+                Ok(Some(d)) if d.labels().get(LABEL_MAKE).map(String::as_str) == Some(nonce) => {
+                    tracing::warn!(sandbox = %d.id, "a create that got no answer made a sandbox: deleting it");
+                    if let Err(e) = delete_sandbox(&self.api, &d.id, &ctx).await {
+                        tracing::warn!(sandbox = %d.id, error = %e, "it was not deleted; its lifetime will end it");
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(error = %e, "looking for a sandbox a create may have made"),
-                }
-                if ctx.run(tokio::time::sleep(Duration::from_secs(3))).await.is_err() {
                     return;
                 }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "looking for a sandbox a create may have made"),
             }
-        });
+            if ctx.run(tokio::time::sleep(Duration::from_secs(3))).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Delete sandbox `id` in the background, waiting out a state change in progress.
@@ -455,7 +461,17 @@ impl DaytonaProvider {
         labels.insert(LABEL_READY.into(), "1".into());
         labels.remove(LABEL_MAKING_UNTIL);
         put_labels(&self.api, &dto.id, &labels, ctx).await.map_err(fail)?;
-        match self.await_index(&dto.id, &labels, ctx).await {
+        // Held to the maker's own deadline: past it another host may take the box for one
+        // whose maker went away.
+        let ready = async {
+            get_sandbox(&self.api, &dto.id, ctx)
+                .await?
+                .filter(|d| sandbox::status_of(d) != agentbox_core::Status::Ended)
+                .ok_or_else(|| Error::gone(format!("sandbox {}: it was deleted as it was made", dto.id)))?;
+            self.await_index(&dto.id, &labels, &[LABEL_MAKING_UNTIL.to_string()], ctx)
+                .await
+        };
+        match ready.await {
             Ok(()) => Ok(out),
             // Marked ready, a named box may be another host's already: never deleted now.
             Err(e) if named && e.code() == ErrorCode::Timeout => {
@@ -490,6 +506,9 @@ impl DaytonaProvider {
         let t = tokio::time::Instant::now();
         let limit = self.opts.start_timeout + self.opts.index_timeout + Duration::from_secs(120);
         while !d.labels().contains_key(LABEL_READY) {
+            if sandbox::status_of(&d) == agentbox_core::Status::Ended {
+                return Ok(None);
+            }
             if maker_gone(&d) {
                 tracing::warn!(sandbox = %d.id, "a box whose maker went away before it was ready: deleting it");
                 delete_sandbox(&self.api, &d.id, ctx).await?;
@@ -545,16 +564,25 @@ impl DaytonaProvider {
     }
 
     /// Once the label index shows sandbox `id` under the provider's own label, with `labels`.
-    async fn await_index(&self, id: &str, labels: &BTreeMap<String, String>, ctx: &Ctx) -> Result<()> {
+    /// Once the label index shows sandbox `id` with `labels` (each key at its value) and none
+    /// of `removed`: what this call wrote, whatever another writer added beside it.
+    async fn await_index(
+        &self,
+        id: &str,
+        labels: &BTreeMap<String, String>,
+        removed: &[String],
+        ctx: &Ctx,
+    ) -> Result<()> {
         let t = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(100);
+        let shows = |d: &SandboxDto| {
+            let have = d.labels();
+            d.id == id
+                && labels.iter().all(|(k, v)| have.get(k) == Some(v))
+                && removed.iter().all(|k| !have.contains_key(k))
+        };
         loop {
-            if self
-                .list_all(ctx)
-                .await?
-                .iter()
-                .any(|d| d.id == id && &d.labels() == labels)
-            {
+            if self.list_all(ctx).await?.iter().any(shows) {
                 tracing::debug!(sandbox = %id, waited_ms = t.elapsed().as_millis() as u64, "the label index shows the box");
                 return Ok(());
             }
@@ -817,7 +845,7 @@ impl DaytonaProvider {
             loop {
                 match b.toolbox.send_input(ctx, &sid, &cmd, token).await {
                     Ok(()) => break,
-                    Err(e) if e.code() == ErrorCode::Invalid && tries < 50 => {
+                    Err(e) if matches!(e.code(), ErrorCode::Invalid | ErrorCode::Unknown) && tries < 50 => {
                         tries += 1;
                         ctx.run(tokio::time::sleep(Duration::from_millis(100))).await?;
                     }
@@ -1167,6 +1195,7 @@ impl Provider for DaytonaProvider {
         }
     }
 
+    #[tracing::instrument(name = "create", skip_all, fields(provider = NAME))]
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         ctx.check()?;
         self.check(spec)?;
@@ -1194,15 +1223,27 @@ impl Provider for DaytonaProvider {
             }
             if matches!(d.state(), "error" | "build_failed") || maker_gone(&d) {
                 // A sandbox that failed, or whose maker went away before it was whole, is
-                // deleted here: nothing is left behind.
-                tracing::info!(sandbox = %d.id, state = d.state(), "deleting a failed sandbox");
-                if let Err(e) = delete_sandbox(&self.api, &d.id, ctx).await {
-                    tracing::warn!(sandbox = %d.id, error = %e, "a failed sandbox was not deleted");
+                // deleted here, once its own read (not the lagging index) says so: nothing is
+                // left behind.
+                let sweep = Ctx::background().with_timeout(Duration::from_secs(10));
+                if let Ok(Some(fresh)) = get_sandbox(&self.api, &d.id, &sweep).await
+                    && (matches!(fresh.state(), "error" | "build_failed") || maker_gone(&fresh))
+                {
+                    tracing::info!(sandbox = %d.id, state = fresh.state(), "deleting a failed sandbox");
+                    if let Err(e) = delete_sandbox(&self.api, &d.id, &sweep).await {
+                        tracing::warn!(sandbox = %d.id, error = %e, "a failed sandbox was not deleted");
+                    }
                 }
                 continue;
             }
-            if let Some(b) = self.sandbox_of(&d, Runner::Lazily, ctx).await? {
-                out.push(b);
+            match self.sandbox_of(&d, Runner::Lazily, ctx).await {
+                Ok(Some(b)) => out.push(b),
+                Ok(None) => {}
+                // One sandbox Daytona answers oddly does not hide the others.
+                Err(e) if ctx.check().is_ok() => {
+                    tracing::warn!(sandbox = %d.id, error = %e, "a sandbox left out of the list");
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(out)
@@ -1224,7 +1265,15 @@ impl Provider for DaytonaProvider {
                 }
                 let d = match d.state() {
                     "creating" | "starting" | "pending_build" | "building_snapshot" | "pulling_snapshot"
-                    | "restoring" => self.wait_started(d, ctx).await?,
+                    | "restoring" => match self.wait_started(d, ctx).await {
+                        Ok(d) => d,
+                        // Another host's make that failed: its maker deletes it.
+                        Err(e) if ctx.check().is_ok() => {
+                            tracing::info!(error = %e, "another host's make of this name failed");
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    },
                     _ => d,
                 };
                 // Another host's make of this name: its box once it is whole.
@@ -1254,7 +1303,14 @@ impl Provider for DaytonaProvider {
                 Ok(b) => return Ok(b),
                 // Another host made it first: that one is the box, once it runs.
                 Err(Made::Exists) => {
-                    ctx.run(tokio::time::sleep(Duration::from_millis(200))).await?;
+                    // Daytona may answer the name 404 for a while after another's create (its
+                    // lookup by name is cached): asked for up to 15 s.
+                    for _ in 0..75 {
+                        if get_sandbox(&self.api, &sandbox_name, ctx).await?.is_some() {
+                            break;
+                        }
+                        ctx.run(tokio::time::sleep(Duration::from_millis(200))).await?;
+                    }
                     continue;
                 }
                 Err(Made::Failed(e)) => return Err(e),
@@ -1280,6 +1336,8 @@ impl Provider for DaytonaProvider {
     async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
         let d = self.live(id, ctx).await?;
         if sandbox::status_of(&d) == agentbox_core::Status::Sleeping {
+            // Asleep once its programs have ended, not while it stops.
+            self.await_state(&d.id, &["stopped", "archived"], ctx).await?;
             return Ok(());
         }
         let url = self.api.url(&format!("/sandbox/{}/stop", d.id));
@@ -1294,8 +1352,12 @@ impl Provider for DaytonaProvider {
     }
 
     async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let d = self.live(id, ctx).await?;
-        if d.state() != "started" {
+        let mut d = self.live(id, ctx).await?;
+        if matches!(d.state(), "stopping" | "archiving") {
+            // A start is refused while it stops: its end first.
+            d = self.await_state(&d.id, &["stopped", "archived"], ctx).await?;
+        }
+        if !matches!(d.state(), "started" | "starting" | "restoring") {
             let url = self.api.url(&format!("/sandbox/{}/start", d.id));
             self.api.ok(ctx, "starting the sandbox", |c| c.post(&url)).await?;
         }
@@ -1321,7 +1383,8 @@ impl Provider for DaytonaProvider {
             .await?
             .ok_or_else(|| Error::gone(format!("box {id}: it ended as it was extended")))?;
         match b.facts().ends_at_ms {
-            Some(end) if end >= ends_at_ms => Ok(b),
+            // A few seconds' grace for clocks that differ between here and Daytona.
+            Some(end) if end + 5_000 >= ends_at_ms => Ok(b),
             other => Err(Error::unknown(format!(
                 "extend {id}: Daytona took a time to live of {minutes} minutes but reads back an end of {other:?} ms, \
                  not at least {ends_at_ms}"
@@ -1340,7 +1403,8 @@ impl Provider for DaytonaProvider {
         all.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         put_labels(&self.api, &d.id, &all, ctx).await?;
         // A list right after answers by the new labels, as after a create.
-        self.await_index(&d.id, &all, ctx).await?;
+        let removed: Vec<String> = d.labels().into_keys().filter(|k| !all.contains_key(k)).collect();
+        self.await_index(&d.id, &all, &removed, ctx).await?;
         self.attach(id, ctx)
             .await?
             .ok_or_else(|| Error::gone(format!("box {id}: it ended as it was relabelled")))

@@ -110,10 +110,15 @@ impl Toolbox {
         }
         let url = self.url(&format!("/process/session/{sid}/exec"));
         let body = json!({"command": command, "runAsync": true, "suppressInputEcho": true});
-        let s: Started = self
+        // Not sent again on a 503: the command may have started.
+        let what = "starting a session command";
+        let r = self
             .api
-            .json(ctx, "starting a session command", |c| c.post(&url).json(&body))
+            .send_with(ctx, what, self.api.request_timeout(), false, |c| {
+                c.post(&url).json(&body)
+            })
             .await?;
+        let s: Started = decode(r, what).await?;
         Ok(s.cmd_id)
     }
 

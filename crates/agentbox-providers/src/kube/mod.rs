@@ -893,6 +893,7 @@ impl Provider for KubeProvider {
         }
     }
 
+    #[tracing::instrument(name = "create", skip_all, fields(provider = NAME))]
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         self.check(spec)?;
         let key = random_hex(8)?;
