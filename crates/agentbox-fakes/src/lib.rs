@@ -9,3 +9,4 @@
 
 pub mod daytona;
 pub mod kube;
+mod shared;

@@ -438,30 +438,7 @@ async fn serve(listener: tokio::net::TcpListener, app: axum::Router, mut stop: t
     conns.abort_all();
 }
 
-/// The query's pairs, keys repeating (`states=a&states=b`).
-pub(crate) struct Query(Vec<(String, String)>);
-
-impl Query {
-    fn of(req: &Request) -> Query {
-        Query(
-            form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    pub(crate) fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
-    }
-
-    pub(crate) fn all(&self, k: &str) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(key, _)| key == k)
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-}
+pub(crate) use crate::shared::Query;
 
 /// Compared in time that does not depend on where the two differ.
 pub(crate) fn same(a: &str, b: &str) -> bool {

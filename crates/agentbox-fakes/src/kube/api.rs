@@ -52,32 +52,16 @@ pub(crate) struct Shared {
 
 pub(crate) type ApiResult = Result<Response, ApiError>;
 
-/// The query's pairs, keys repeating (`command=a&command=b`).
-pub(crate) struct Query(pub(crate) Vec<(String, String)>);
+pub(crate) use crate::shared::Query;
 
-impl Query {
-    fn of(req: &Request) -> Query {
-        Query(
-            form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    pub(crate) fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
-    }
-
-    pub(crate) fn all(&self, k: &str) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(key, _)| key == k)
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-
+/// Kubernetes' reading of a query's booleans.
+pub(crate) trait Flag {
     /// A boolean as Go's `strconv.ParseBool` reads it (the Python client sends `True`).
-    pub(crate) fn flag(&self, k: &str) -> Result<bool, ApiError> {
+    fn flag(&self, k: &str) -> Result<bool, ApiError>;
+}
+
+impl Flag for Query {
+    fn flag(&self, k: &str) -> Result<bool, ApiError> {
         match self.get(k) {
             None | Some("") => Ok(false),
             Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),

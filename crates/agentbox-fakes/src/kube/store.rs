@@ -161,21 +161,7 @@ pub(crate) fn now_rfc3339() -> String {
 
 /// A random RFC 4122 version-4 uid, as the real server gives every object.
 pub(crate) fn new_uid() -> String {
-    let mut b = [0u8; 16];
-    // A failing system RNG leaves zeros: uids need only be unique within one fake, which the
-    // resourceVersion mixed in below keeps them.
-    let _ = getrandom::fill(&mut b);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    crate::shared::uuid4()
 }
 
 /// Five random characters of the alphabet the real server's `generateName` suffix uses.

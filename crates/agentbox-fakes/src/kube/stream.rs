@@ -38,7 +38,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 
-use crate::kube::api::{ApiResult, Query, Shared};
+use crate::kube::api::{ApiResult, Flag, Query, Shared};
 use crate::kube::kubelet::PodRun;
 use crate::kube::status::ApiError;
 use crate::kube::store::Kind;
