@@ -46,14 +46,12 @@ use std::time::Duration;
 
 use agentbox_providers::helper::HelperCommand;
 use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
-use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::response::Response;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::daytona::error::{DError, Source};
 use crate::daytona::state::Shared;
@@ -590,33 +588,12 @@ async fn toolbox_request(s: &Arc<Shared>, seg: &[&str], req: Request) -> Result<
     toolbox::route(s, &sbx, rest, &q, req).await
 }
 
-pub(crate) fn is_websocket(h: &HeaderMap) -> bool {
-    let has = |name: header::HeaderName, word: &str| {
-        h.get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(word))
-    };
-    has(header::CONNECTION, "upgrade") && has(header::UPGRADE, "websocket") && h.contains_key(header::SEC_WEBSOCKET_KEY)
-}
+pub(crate) use crate::shared::is_websocket;
 
 /// The 101 answer to a WebSocket upgrade, and the socket once hyper hands it over.
-pub(crate) fn upgrade(mut req: Request) -> Result<(Response, hyper::upgrade::OnUpgrade), DError> {
-    let key = req
-        .headers()
-        .get(header::SEC_WEBSOCKET_KEY)
-        .map(|k| derive_accept_key(k.as_bytes()))
-        .ok_or_else(|| DError::daemon_bad_request("Sec-WebSocket-Key is missing"))?;
-    let on = hyper::upgrade::on(&mut req);
-    let mut r = Response::new(Body::empty());
-    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = r.headers_mut();
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(
-        header::SEC_WEBSOCKET_ACCEPT,
-        HeaderValue::from_str(&key).map_err(|e| DError::internal(e.to_string(), Source::Daemon))?,
-    );
-    Ok((r, on))
+pub(crate) fn upgrade(req: Request) -> Result<(Response, hyper::upgrade::OnUpgrade), DError> {
+    crate::shared::upgrade(req, "").map_err(|e| match e {
+        crate::shared::UpgradeRefused::NoKey => DError::daemon_bad_request("Sec-WebSocket-Key is missing"),
+        crate::shared::UpgradeRefused::Internal(e) => DError::internal(e, Source::Daemon),
+    })
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use agentbox_core::{Ctx, ExecOptions, Process, Sandbox, Tty};
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
@@ -34,7 +34,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 
@@ -202,41 +201,14 @@ fn offered(h: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
-fn is_websocket(h: &HeaderMap) -> bool {
-    let has = |name: header::HeaderName, word: &str| {
-        h.get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(word))
-    };
-    has(header::CONNECTION, "upgrade") && has(header::UPGRADE, "websocket") && h.contains_key(header::SEC_WEBSOCKET_KEY)
-}
+use crate::shared::is_websocket;
 
 /// The 101 answer, and the upgraded socket once hyper hands it over.
-fn upgrade(mut req: Request, protocol: &str) -> Result<(Response, hyper::upgrade::OnUpgrade), ApiError> {
-    let key = req
-        .headers()
-        .get(header::SEC_WEBSOCKET_KEY)
-        .map(|k| derive_accept_key(k.as_bytes()))
-        .ok_or_else(|| ApiError::bad_request("Sec-WebSocket-Key is missing"))?;
-    let on = hyper::upgrade::on(&mut req);
-    let mut r = Response::new(Body::empty());
-    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = r.headers_mut();
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(
-        header::SEC_WEBSOCKET_ACCEPT,
-        HeaderValue::from_str(&key).map_err(|e| ApiError::internal(e.to_string()))?,
-    );
-    if !protocol.is_empty() {
-        h.insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            HeaderValue::from_str(protocol).map_err(|e| ApiError::internal(e.to_string()))?,
-        );
-    }
-    Ok((r, on))
+fn upgrade(req: Request, protocol: &str) -> Result<(Response, hyper::upgrade::OnUpgrade), ApiError> {
+    crate::shared::upgrade(req, protocol).map_err(|e| match e {
+        crate::shared::UpgradeRefused::NoKey => ApiError::bad_request("Sec-WebSocket-Key is missing"),
+        crate::shared::UpgradeRefused::Internal(e) => ApiError::internal(e),
+    })
 }
 
 /// The first protocol of the client's that the server speaks; none offered is the bare
