@@ -1,11 +1,89 @@
-//! What every fake's server needs alike: a request's query as the pairs it holds, the random
-//! ids vendors give their objects, and the answer to a WebSocket upgrade.
+//! What every fake's server needs alike: the plain-HTTP accept loop, a request's query as the
+//! pairs it holds, a path segment's escapes decoded, a key compared in constant time, the
+//! random ids vendors give their objects, and the answer to a WebSocket upgrade.
+
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+/// Accept plain HTTP/1.1 connections (with upgrades: a log's WebSocket, a preview's) until
+/// told to stop; each connection is a task, aborted at the stop.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            got = listener.accept() => {
+                let (tcp, _) = match got {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let app = app.clone();
+                conns.spawn(async move {
+                    let svc = TowerToHyperService::new(app);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        }
+    }
+    conns.abort_all();
+}
+
+/// Compared in time that does not depend on where the two differ (a key against the one
+/// expected).
+pub(crate) fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A path segment with its `%XX` escapes decoded, byte for byte (a `%` not followed by two
+/// hex digits is kept as it is; `+` is a plus in a path).
+pub(crate) fn percent_decode(seg: &str) -> Vec<u8> {
+    let b = seg.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
 
 /// The query's pairs, keys repeating (`states=a&states=b`, `command=a&command=b`), as the
 /// vendors' clients send them.
@@ -13,8 +91,12 @@ pub(crate) struct Query(pub(crate) Vec<(String, String)>);
 
 impl Query {
     pub(crate) fn of(req: &Request) -> Query {
+        Query::of_uri(req.uri())
+    }
+
+    pub(crate) fn of_uri(uri: &axum::http::Uri) -> Query {
         Query(
-            form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+            form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
                 .collect(),
         )

@@ -7,12 +7,17 @@
 //! agentbox-fake daytona --listen 127.0.0.1:0 [--rootfs DIR]
 //!                    [--snapshot NAME=DIR[:cpu,memGB,diskGB[,linux-vm]]]... [--api-key KEY]
 //!                    [--index-lag-ms N] [--minute-ms N] [--delete-lag-ms N] [--network-unenforced]
+//!
+//! agentbox-fake archil --listen 127.0.0.1:0 [--api-key KEY] [--region R] [--root DIR]
+//!                    [--rootfs DIR] [--exec-limit-ms N] [--disk NAME]...
 //! ```
 //!
 //! `kube` prints `listening https://ADDR` (`http://` with `--no-tls`), `daytona` prints
-//! `listening http://ADDR` (its API at `/api`), once it serves; each runs until SIGTERM or
-//! SIGINT, which end every box before it exits. Daytona's key is `--api-key`, else
-//! `$DAYTONA_API_KEY` (which keeps it out of argv).
+//! `listening http://ADDR` (its API at `/api`), `archil` prints `listening http://ADDR` (its
+//! control plane at `/api`, its object API at `/s3`) and then `disk NAME=ID` for each
+//! `--disk`, once it serves; each runs until SIGTERM or SIGINT, which end every box before it
+//! exits. Daytona's key is `--api-key`, else `$DAYTONA_API_KEY`, and Archil's `--api-key`,
+//! else `$ARCHIL_API_KEY` (which keeps it out of argv).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -20,6 +25,7 @@ use std::path::PathBuf;
 
 use std::time::Duration;
 
+use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
 use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions, FakeSnapshot};
 use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
 use clap::{Parser, Subcommand};
@@ -97,6 +103,31 @@ enum Vendor {
         /// An organization whose tier has no network settings.
         #[arg(long)]
         network_unenforced: bool,
+    },
+    /// Archil's control plane and S3-style object API, whose disks are directories and
+    /// whose execs run as namespace boxes.
+    Archil {
+        /// Address to listen on (port 0: any free one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// The API key (else $ARCHIL_API_KEY, which keeps it out of argv).
+        #[arg(long)]
+        api_key: Option<String>,
+        /// The disks' region.
+        #[arg(long, default_value = agentbox_fakes::archil::DEFAULT_REGION)]
+        region: String,
+        /// Where the disks live, one directory each (none: a directory of the fake's own).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// Root file system of the exec boxes (none: this machine's /).
+        #[arg(long)]
+        rootfs: Option<PathBuf>,
+        /// How long one exec's command may run, in ms (Archil's: 300 s).
+        #[arg(long, default_value_t = 300_000)]
+        exec_limit_ms: u64,
+        /// A disk to make at start (repeatable); its id is printed as `disk NAME=ID`.
+        #[arg(long = "disk")]
+        disks: Vec<String>,
     },
 }
 
@@ -253,6 +284,58 @@ fn main() {
                 let _ = out.flush();
                 wait_for_signal().await;
                 d.shutdown().await;
+                0
+            }
+            Vendor::Archil {
+                listen,
+                api_key,
+                region,
+                root,
+                rootfs,
+                exec_limit_ms,
+                disks,
+            } => {
+                let Some(api_key) = api_key
+                    .or_else(|| std::env::var("ARCHIL_API_KEY").ok())
+                    .filter(|k| !k.is_empty())
+                else {
+                    eprintln!("agentbox-fake archil: no API key: give --api-key or set ARCHIL_API_KEY");
+                    return 2;
+                };
+                let opts = FakeArchilOptions {
+                    listen,
+                    api_key,
+                    region,
+                    root,
+                    exec_limit: Duration::from_millis(exec_limit_ms),
+                    rootfs,
+                };
+                let a = match FakeArchil::start(opts).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        eprintln!("agentbox-fake archil: {e}");
+                        return 1;
+                    }
+                };
+                let mut made = Vec::new();
+                for name in &disks {
+                    match a.create_disk(name) {
+                        Ok(id) => made.push((name, id)),
+                        Err(e) => {
+                            eprintln!("agentbox-fake archil: --disk {name}: {e}");
+                            a.shutdown().await;
+                            return 1;
+                        }
+                    }
+                }
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "listening {}", a.base_url());
+                for (name, id) in made {
+                    let _ = writeln!(out, "disk {name}={id}");
+                }
+                let _ = out.flush();
+                wait_for_signal().await;
+                a.shutdown().await;
                 0
             }
         }

@@ -49,8 +49,6 @@ use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::response::Response;
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use serde_json::Value;
 
 use crate::daytona::error::{DError, Source};
@@ -270,7 +268,7 @@ impl FakeDaytona {
             .with_state(shared.clone())
             .layer(DefaultBodyLimit::max(toolbox::MAX_UPLOAD));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, app, stopped));
+        let server = tokio::spawn(crate::shared::serve(listener, app, stopped));
         let clock = {
             let s = shared.clone();
             let tick = (o.minute / 20).clamp(Duration::from_millis(20), Duration::from_secs(1));
@@ -404,45 +402,9 @@ impl Drop for FakeDaytona {
     }
 }
 
-/// Accept connections until told to stop; each is HTTP/1.1 with upgrades (the logs'
-/// WebSocket, a preview's).
-async fn serve(listener: tokio::net::TcpListener, app: axum::Router, mut stop: tokio::sync::oneshot::Receiver<()>) {
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = &mut stop => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            got = listener.accept() => {
-                let (tcp, _) = match got {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a connection");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = tcp.set_nodelay(true);
-                let app = app.clone();
-                conns.spawn(async move {
-                    let svc = TowerToHyperService::new(app);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tcp), svc)
-                        .with_upgrades()
-                        .await;
-                });
-            }
-        }
-    }
-    conns.abort_all();
-}
-
 pub(crate) use crate::shared::Query;
 
-/// Compared in time that does not depend on where the two differ.
-pub(crate) fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+pub(crate) use crate::shared::same;
 
 fn authorized(key: &str, h: &HeaderMap) -> bool {
     h.get(header::AUTHORIZATION)
@@ -451,24 +413,9 @@ fn authorized(key: &str, h: &HeaderMap) -> bool {
         .is_some_and(|got| same(got.trim(), key))
 }
 
-/// A path segment with its `%XX` escapes decoded.
+/// A path segment with its `%XX` escapes decoded (invalid UTF-8 replaced).
 fn decode(seg: &str) -> String {
-    let b = seg.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(x) = u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
-        {
-            out.push(x);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&crate::shared::percent_decode(seg)).into_owned()
 }
 
 /// Every request: by its first segment to the API, the toolbox or a preview.
