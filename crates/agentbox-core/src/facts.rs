@@ -64,6 +64,10 @@ pub struct Facts {
     /// The snapshot the box was made from, where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
+    /// The provider bills the box by the exec call rather than by the second (an Archil exec
+    /// box): a receipt counts its calls, and a per-second price is never applied to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub billed_per_call: bool,
     /// The longest one exec may run, where the provider bounds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_exec_ms: Option<u64>,

@@ -258,6 +258,8 @@ pub struct Preset {
     pub ptrace_scope: Option<i32>,
     /// Whether programs keep running between calls and take stdin.
     pub live_processes: bool,
+    /// Billed by the exec call, not by the second.
+    pub billed_per_call: bool,
 }
 
 impl Preset {
@@ -268,6 +270,7 @@ impl Preset {
             fuse: Some(true),
             ptrace_scope: Some(1),
             live_processes: true,
+            billed_per_call: false,
         }
     }
     /// A container with no FUSE and a ptrace scope of 0, as Daytona's are.
@@ -277,6 +280,18 @@ impl Preset {
             fuse: Some(false),
             ptrace_scope: Some(0),
             live_processes: true,
+            billed_per_call: false,
+        }
+    }
+    /// A VM per call over a directory, with no live processes, billed by the call, as Archil's
+    /// exec boxes are.
+    pub fn archil_like() -> Self {
+        Preset {
+            isolation: "vm".into(),
+            fuse: None,
+            ptrace_scope: None,
+            live_processes: false,
+            billed_per_call: true,
         }
     }
 }
@@ -525,6 +540,7 @@ impl FakeProvider {
             started_at_ms: Some(b.created_ms),
             ends_at_ms: Some(b.ends_ms),
             live_processes: preset.as_ref().is_none_or(|p| p.live_processes),
+            billed_per_call: preset.as_ref().is_some_and(|p| p.billed_per_call),
             fuse: preset.as_ref().and_then(|p| p.fuse),
             ptrace_scope: preset.as_ref().and_then(|p| p.ptrace_scope),
             gpu: b.spec.gpu.clone(),

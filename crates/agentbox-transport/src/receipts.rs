@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agentbox_core::{
-    Clock, Ctx, Endpoint, Error, ExecOptions, Facts, Files, Labels, Process, Provider, Result, Sandbox, SandboxId,
-    Spec, Status, SystemClock,
+    Clock, Ctx, Endpoint, Error, ErrorCode, ExecOptions, Facts, Files, Labels, Process, Provider, Result, Sandbox,
+    SandboxId, Spec, Status, SystemClock,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -54,6 +54,8 @@ struct Entry {
     provider: String,
     kind: String,
     from_ms: u64,
+    /// Billed by the call ([`Facts::billed_per_call`]): only a per-call price applies.
+    per_call: bool,
     calls: AtomicU64,
     done: AtomicBool,
 }
@@ -130,8 +132,22 @@ impl Receipts {
         })
     }
 
-    fn price(&self, provider: &str, kind: &str) -> Option<&Price> {
-        self.prices.iter().find(|p| p.provider == provider && p.kind == kind)
+    /// The price of a box of `provider` and `kind` billed the way it is: a per-call price for a
+    /// box billed per call, a per-second price for any other. A price that bills it the other
+    /// way is passed over, loudly, so a box's cost stays unknown rather than wrong.
+    fn price(&self, provider: &str, kind: &str, per_call: bool) -> Option<&Price> {
+        let mut found = self.prices.iter().filter(|p| p.provider == provider && p.kind == kind);
+        let price = found.clone().find(|p| p.usd_per_call.is_some() == per_call);
+        if price.is_none() && found.next().is_some() {
+            tracing::warn!(
+                provider,
+                kind,
+                "receipts: the only price given bills {} but the box is billed {}: no receipt",
+                if per_call { "by the second" } else { "by the call" },
+                if per_call { "by the call" } else { "by the second" },
+            );
+        }
+        price
     }
 
     fn register(&self, b: &dyn Sandbox, provider: &str) -> Arc<Entry> {
@@ -140,6 +156,7 @@ impl Receipts {
             provider: provider.to_string(),
             kind: kind_of(b.facts()),
             from_ms: b.facts().started_at_ms.unwrap_or_else(|| self.clock.now_ms()),
+            per_call: b.facts().billed_per_call,
             calls: AtomicU64::new(0),
             done: AtomicBool::new(false),
         });
@@ -153,7 +170,7 @@ impl Receipts {
             return Ok(());
         }
         self.boxes.lock().unwrap().remove(id);
-        let Some(price) = self.price(&entry.provider, &entry.kind) else {
+        let Some(price) = self.price(&entry.provider, &entry.kind, entry.per_call) else {
             return Ok(());
         };
         let to = self.clock.now_ms().max(entry.from_ms);
@@ -306,10 +323,16 @@ impl Sandbox for ReceiptSandbox {
         self.inner.labels()
     }
     async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
-        // A call refused before it is made is not counted; one made and then given up on is.
+        // A call refused before it is made (malformed, not supported, or the box ended) is not
+        // counted; one made and then given up on is.
         opts.validate(argv)?;
-        self.entry.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.exec(argv, opts, ctx).await
+        let r = self.inner.exec(argv, opts, ctx).await;
+        let refused =
+            matches!(&r, Err(e) if matches!(e.code(), ErrorCode::Invalid | ErrorCode::Unsupported | ErrorCode::Gone));
+        if !refused {
+            self.entry.calls.fetch_add(1, Ordering::SeqCst);
+        }
+        r
     }
     async fn status(&self, ctx: &Ctx) -> Result<Status> {
         let s = self.inner.status(ctx).await?;

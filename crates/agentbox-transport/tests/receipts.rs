@@ -35,15 +35,15 @@ async fn each_box_gets_one_receipt_when_it_ends() {
     let path = dir.path().join("receipts.jsonl");
     let clock = FakeClock::manual(1_796_000_000_000);
     let modal = FakeProvider::with("modal", clock.clone(), Some(Preset::modal_like()));
-    let daytona = FakeProvider::with("daytona", clock.clone(), Some(Preset::daytona_like()));
+    let archil = FakeProvider::with("archil", clock.clone(), Some(Preset::archil_like()));
     let prices = vec![
         price("modal", "vm", Some(0.0001), None),
-        price("daytona", "container", None, Some(0.002)),
+        price("archil", "vm", None, Some(0.002)),
     ];
     let receipts = Receipts::open_with_clock(&path, prices, clock.clone()).unwrap();
     let m = receipts.wrap(Arc::new(modal.clone()));
-    let d = receipts.wrap(Arc::new(daytona.clone()));
-    daytona.program("true", |_| async { ProgramOutput::default() });
+    let d = receipts.wrap(Arc::new(archil.clone()));
+    archil.program("true", |_| async { ProgramOutput::default() });
     let ctx = Ctx::background();
 
     // Destroyed through the ledger after 90 s: 90 × 0.0001.
@@ -116,6 +116,53 @@ async fn each_box_gets_one_receipt_when_it_ends() {
     let modal_vm = t.iter().find(|t| t.provider == "modal").unwrap();
     assert_eq!((modal_vm.boxes, modal_vm.seconds), (4, 141.0));
     let _ = clock.now_ms();
+}
+
+/// A box billed per call (an Archil exec box) never gets a per-second price, nor a box billed
+/// by the second a per-call one: its cost stays unknown rather than wrong.
+#[tokio::test]
+async fn a_price_that_bills_the_other_way_is_never_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("receipts.jsonl");
+    let clock = FakeClock::manual(1_796_000_000_000);
+    let archil = FakeProvider::with("archil", clock.clone(), Some(Preset::archil_like()));
+    let modal = FakeProvider::with("modal", clock.clone(), Some(Preset::modal_like()));
+    let prices = vec![
+        price("archil", "vm", Some(0.5), None),
+        price("modal", "vm", None, Some(0.5)),
+    ];
+    let receipts = Receipts::open_with_clock(&path, prices, clock.clone()).unwrap();
+    let ctx = Ctx::background();
+    for p in [receipts.wrap(Arc::new(archil)), receipts.wrap(Arc::new(modal))] {
+        let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+        clock.advance(Duration::from_secs(10));
+        b.destroy(&ctx).await.unwrap();
+    }
+    assert!(lines(&path).is_empty(), "{:#?}", lines(&path));
+    // With both prices given, each box takes the one that bills it its way.
+    let prices = vec![
+        price("archil", "vm", Some(0.5), None),
+        price("archil", "vm", None, Some(0.25)),
+    ];
+    let receipts = Receipts::open_with_clock(&path, prices, clock.clone()).unwrap();
+    let archil = FakeProvider::with("archil", clock.clone(), Some(Preset::archil_like()));
+    archil.program("true", |_| async { ProgramOutput::default() });
+    let a = receipts.wrap(Arc::new(archil));
+    let b = a.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+    let p = b
+        .exec(&["true".to_string()], &ExecOptions::default(), &ctx)
+        .await
+        .unwrap();
+    finish(p, FinishOptions::default()).await.unwrap();
+    clock.advance(Duration::from_secs(30));
+    b.destroy(&ctx).await.unwrap();
+    let got = lines(&path);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0]["calls"].as_u64(), got[0]["usd_per_call"].as_f64()),
+        (Some(1), Some(0.25))
+    );
+    assert!(got[0].get("usd_per_second").is_none(), "{:#?}", got[0]);
 }
 
 #[test]
