@@ -8,6 +8,7 @@
 //! | docker | [`docker`] | a container per box | the container's first process, `agentbox-runner init` (or `sleep <lifetime>`) |
 //! | kube | [`kube`] | a pod per box (optionally gVisor or Kata by runtime class) | the pod's first process, and `activeDeadlineSeconds` as the cluster's backstop |
 //! | daytona | [`daytona`] | a Daytona sandbox per box (a container, or a VM from a linux-vm snapshot) | Daytona, by the sandbox's time to live (`ttlMinutes`) |
+//! | archil | [`archil`] | one VM container per command, over a directory of an Archil disk | nobody: checked by every call that looks at the box, never by a timer |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
 //! [`pool`] wraps any of them in a warm pool: boxes of one spec made ahead and handed out at
@@ -18,6 +19,8 @@
 //!
 //! This crate knows nothing of hands, tools, transport or runs.
 
+#[cfg(feature = "archil")]
+pub mod archil;
 #[cfg(any(feature = "local", feature = "namespace"))]
 pub(crate) mod boxdir;
 #[cfg(feature = "daytona")]
@@ -40,6 +43,8 @@ pub mod runner;
 pub(crate) mod shim;
 pub mod transfer;
 pub(crate) mod util;
+#[cfg(any(feature = "daytona", feature = "archil"))]
+pub mod vendor;
 
 #[cfg(feature = "local")]
 pub use local::{LocalOptions, LocalProvider};

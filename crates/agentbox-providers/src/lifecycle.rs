@@ -20,6 +20,16 @@ use async_trait::async_trait;
 ///
 /// For example `dev` with no labels is `dev-` and twelve hex digits, the same from every
 /// process (the unit test below holds it).
+#[cfg_attr(
+    not(any(
+        feature = "local",
+        feature = "namespace",
+        feature = "docker",
+        feature = "kube",
+        feature = "daytona"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn name_key(name: &str, labels: &Labels) -> Result<String> {
     validate_name("name", name)?;
     // FNV-1a over the labels with separators no key or value holds (labels are validated to

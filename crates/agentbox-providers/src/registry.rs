@@ -295,6 +295,15 @@ static ENTRIES: &[Entry] = &[
         takes: &[],
         make: DAYTONA,
     },
+    Entry {
+        name: "archil",
+        description: "a directory of an Archil disk per box (ARCHIL_API_KEY, ARCHIL_REGION, ARCHIL_DISK), each command \
+                      one exec call of at most 300 s with no stdin and no env; its lifetime checked by every call",
+        feature: "archil",
+        compiled: cfg!(feature = "archil"),
+        takes: &[],
+        make: ARCHIL,
+    },
 ];
 
 /// Every provider this source knows, compiled in or not, in a fixed order.
@@ -511,6 +520,32 @@ fn make_daytona<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a,
     })
 }
 
+#[cfg(feature = "archil")]
+const ARCHIL: Option<Make> = Some(make_archil);
+#[cfg(not(feature = "archil"))]
+const ARCHIL: Option<Make> = None;
+
+/// The archil provider from what the `archil` SDK reads (`ARCHIL_API_KEY`, `ARCHIL_REGION`,
+/// `ARCHIL_S3_BASE_URL`), the control plane's `ARCHIL_BASE_URL` and the disk (`ARCHIL_DISK`).
+#[cfg(feature = "archil")]
+fn make_archil<'a>(_options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+    Box::pin(async move {
+        for k in crate::archil::VARIABLES {
+            if env.var(k).is_some_and(|v| v.to_str().is_none()) {
+                return Err(Error::invalid(format!("{k}: not UTF-8")));
+            }
+        }
+        let o = crate::archil::ArchilOptions::from_vars(|k| {
+            env.var(k)
+                .and_then(|v| v.to_str())
+                .filter(|v| !v.is_empty())
+                .map(String::from)
+        })?;
+        let provider = crate::archil::ArchilProvider::new(o)?;
+        Ok(Arc::new(provider) as Arc<dyn Provider>)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,6 +579,7 @@ mod tests {
             ("docker", cfg!(feature = "docker")),
             ("kube", cfg!(feature = "kube")),
             ("daytona", cfg!(feature = "daytona")),
+            ("archil", cfg!(feature = "archil")),
         ];
         assert_eq!(on.len(), entries().len(), "every entry's feature is checked here");
         for (feature, compiled) in on {

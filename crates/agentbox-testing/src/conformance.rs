@@ -338,7 +338,7 @@ pub static CASES: &[Case] = &[
     case!(host_environment_invisible_spec_env_visible, Gate::Needs(&[Need::Env])),
     case!(labels_and_list),
     case!(attach_from_a_fresh_provider),
-    case!(concurrent_execs),
+    case!(concurrent_execs, LIVE),
     case!(abort_and_deadline_through_ctx, LIVE),
     case!(kill_ends_the_program, LIVE),
     case!(destroy_ends_every_program, LIVE),
@@ -1199,7 +1199,7 @@ async fn attach_from_a_fresh_provider(cx: &Cx) -> CaseResult {
 /// Eight execs run in one box at once. No clock tells: each marks that it started, then waits
 /// in the box until all eight marks are there, so each waits for a mark only a later exec
 /// makes. Execs run one after another never get there; the deadline only bounds how long
-/// such a provider is waited for.
+/// such a provider is waited for. It needs live processes: eight programs alive together.
 async fn concurrent_execs(cx: &Cx) -> CaseResult {
     const N: usize = 8;
     const WAIT: Duration = Duration::from_secs(30);

@@ -5,12 +5,14 @@
 //! Daytona's own message, never the key.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, ErrorCode, Result};
+use agentbox_core::{Ctx, Error, Result};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+
+pub use crate::vendor::ApiKey;
+use crate::vendor::{MAX_MESSAGE, code_of_status, cut, retry_after};
 
 /// How many times a throttled or briefly unavailable request is tried.
 const TRIES: u32 = 6;
@@ -18,29 +20,8 @@ const TRIES: u32 = 6;
 const MAX_PAUSE: Duration = Duration::from_secs(10);
 /// The most of an answer's body read for JSON; more is a malformed answer.
 pub(crate) const MAX_JSON: usize = 16 << 20;
-/// The most of an error's message kept.
-const MAX_MESSAGE: usize = 600;
-
-/// The API key: never printed, never in an error.
-#[derive(Clone)]
-pub struct ApiKey(Arc<str>);
-
-impl ApiKey {
-    /// A key as given.
-    pub fn new(key: impl Into<String>) -> Self {
-        ApiKey(Arc::from(key.into()))
-    }
-
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(<withheld>)")
-    }
-}
+/// The vendor, as errors name it.
+const VENDOR: &str = "Daytona";
 
 /// The HTTP client and the key, shared by the control plane and every toolbox.
 #[derive(Clone)]
@@ -124,7 +105,7 @@ struct ErrorBody {
 /// An answer's status and text as one of our errors: `what` was being done, Daytona's words.
 pub(crate) fn status_error(status: u16, body: &[u8], what: &str) -> Error {
     let b: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
-    let mut said = match &b.message {
+    let said = match &b.message {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(serde_json::Value::Array(a)) => a
             .iter()
@@ -137,74 +118,23 @@ pub(crate) fn status_error(status: u16, body: &[u8], what: &str) -> Error {
             .clone()
             .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(MAX_MESSAGE)]).into_owned()),
     };
-    if said.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE;
-        while !said.is_char_boundary(end) {
-            end -= 1;
-        }
-        said.truncate(end);
-        said.push('…');
-    }
+    let said = cut(said);
     let code_said = b.code.map(|c| format!(", {c}")).unwrap_or_default();
     let msg = format!("{what}: Daytona answered {status}{code_said}: {}", said.trim());
-    let code = match status {
-        400 | 422 => ErrorCode::Invalid,
-        401 | 403 => ErrorCode::PermissionDenied,
-        404 => ErrorCode::NotFound,
-        408 | 504 => ErrorCode::Timeout,
-        409 | 429 => ErrorCode::Refused,
-        410 => ErrorCode::Gone,
-        413 => ErrorCode::TooLarge,
-        _ => ErrorCode::Unknown,
-    };
-    Error::new(code, msg)
+    Error::new(code_of_status(status), msg)
 }
 
 /// A transport failure (no answer) as one of ours.
 pub(crate) fn transport_error(e: &reqwest::Error, what: &str, timeout: Duration) -> Error {
-    if e.is_timeout() {
-        Error::timeout(format!(
-            "{what}: Daytona did not answer within {}s",
-            timeout.as_secs_f64()
-        ))
-    } else if e.is_connect() {
-        Error::transfer_failed(format!("{what}: no connection to Daytona: {}", chain(e)))
-    } else {
-        Error::transfer_failed(format!("{what}: {}", chain(e)))
-    }
-}
-
-/// An error and its causes on one line (reqwest's top line alone says little).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut c = e.source();
-    while let Some(x) = c {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        c = x.source();
-    }
-    s
-}
-
-/// `Retry-After` in seconds (the API sends whole seconds), else `None`.
-fn retry_after(r: &reqwest::Response) -> Option<Duration> {
-    let v = r.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+    crate::vendor::transport_error(e, VENDOR, what, timeout)
 }
 
 impl Api {
     /// A client of the API at `base` (`https://app.daytona.io/api`).
     pub(crate) fn new(base: &str, key: ApiKey, connect_timeout: Duration, request_timeout: Duration) -> Result<Self> {
-        let base = base.trim_end_matches('/').to_string();
-        let url = reqwest::Url::parse(&base)
-            .map_err(|e| Error::invalid(format!("the Daytona API URL {base:?} is not a URL: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(Error::invalid(format!(
-                "the Daytona API URL {base:?}: only http and https are spoken"
-            )));
-        }
+        let base = crate::vendor::base_url(base, VENDOR, "the Daytona API URL")?;
         Ok(Api {
-            http: client(connect_timeout)?,
+            http: crate::vendor::client(VENDOR, connect_timeout)?,
             base,
             key,
             request_timeout,
@@ -326,54 +256,14 @@ pub(crate) async fn decode<T: DeserializeOwned>(r: reqwest::Response, what: &str
 }
 
 /// At most `cap` bytes of an answer's body; a longer one is `too_large`.
-pub(crate) async fn read_capped(mut r: reqwest::Response, cap: usize, what: &str) -> Result<Vec<u8>> {
-    if r.content_length().is_some_and(|n| n > cap as u64) {
-        return Err(Error::too_large(format!(
-            "{what}: Daytona's answer is over {cap} bytes"
-        )));
-    }
-    let mut out = Vec::new();
-    loop {
-        match r.chunk().await {
-            Ok(Some(c)) => {
-                if out.len() + c.len() > cap {
-                    return Err(Error::too_large(format!(
-                        "{what}: Daytona's answer is over {cap} bytes"
-                    )));
-                }
-                out.extend_from_slice(&c);
-            }
-            Ok(None) => return Ok(out),
-            Err(e) => return Err(transport_error(&e, what, Duration::ZERO)),
-        }
-    }
-}
-
-/// The HTTP client: HTTP/1.1 (the preview URL's WebSocket is an upgrade), rustls with ring and
-/// the system's roots, the connect deadline, no proxy from the environment (the key must not
-/// go to a proxy the user did not name for Daytona).
-fn client(connect_timeout: Duration) -> Result<reqwest::Client> {
-    use rustls_platform_verifier::BuilderVerifierExt;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::unknown(format!("TLS for Daytona: {e}")))?
-        .with_platform_verifier()
-        .map_err(|e| Error::unknown(format!("TLS for Daytona: the system's roots: {e}")))?
-        .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .http1_only()
-        .no_proxy()
-        .connect_timeout(connect_timeout)
-        .user_agent(concat!("agentbox/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| Error::unknown(format!("the HTTP client for Daytona: {}", chain(&e))))
+pub(crate) async fn read_capped(r: reqwest::Response, cap: usize, what: &str) -> Result<Vec<u8>> {
+    crate::vendor::read_capped(r, cap, VENDOR, what).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentbox_core::ErrorCode;
 
     #[test]
     fn errors_carry_daytonas_words_and_a_typed_code() {
@@ -403,12 +293,6 @@ mod tests {
         let e = status_error(502, &long, "x");
         assert_eq!(e.code(), ErrorCode::Unknown);
         assert!(e.message().len() < 800, "{}", e.message().len());
-    }
-
-    #[test]
-    fn the_key_is_never_printed() {
-        let k = ApiKey::new("dtn_secret_value");
-        assert!(!format!("{k:?}").contains("secret"));
     }
 
     #[test]

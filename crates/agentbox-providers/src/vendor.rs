@@ -1,0 +1,186 @@
+//! What every provider that speaks a vendor's HTTP API shares: the key that is never printed,
+//! one HTTP client setup (rustls with ring and the system's roots, no proxy from the
+//! environment), answers read with a cap, and failures turned into our typed errors naming the
+//! vendor. Each vendor's own error body and retry rules stay in its module.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Error, ErrorCode, Result};
+
+/// The most of a vendor's error message kept in one of ours.
+pub(crate) const MAX_MESSAGE: usize = 600;
+
+/// An API key: never printed, never in an error, never given to a box.
+///
+/// ```
+/// let k = agentbox_providers::vendor::ApiKey::new("secret-value");
+/// assert!(!format!("{k:?}").contains("secret"));
+/// ```
+#[derive(Clone)]
+pub struct ApiKey(Arc<str>);
+
+impl ApiKey {
+    /// A key as given.
+    pub fn new(key: impl Into<String>) -> Self {
+        ApiKey(Arc::from(key.into()))
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<withheld>)")
+    }
+}
+
+/// The error code an HTTP status stands for, where the vendor says no more.
+pub(crate) fn code_of_status(status: u16) -> ErrorCode {
+    match status {
+        400 | 422 => ErrorCode::Invalid,
+        401 | 403 => ErrorCode::PermissionDenied,
+        404 => ErrorCode::NotFound,
+        408 | 504 => ErrorCode::Timeout,
+        409 | 429 => ErrorCode::Refused,
+        410 => ErrorCode::Gone,
+        413 => ErrorCode::TooLarge,
+        _ => ErrorCode::Unknown,
+    }
+}
+
+/// `s` cut to at most [`MAX_MESSAGE`] bytes at a character boundary, marked where cut.
+pub(crate) fn cut(mut s: String) -> String {
+    if s.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+/// A transport failure (no answer) as one of ours.
+pub(crate) fn transport_error(e: &reqwest::Error, vendor: &str, what: &str, timeout: Duration) -> Error {
+    if e.is_timeout() {
+        Error::timeout(format!(
+            "{what}: {vendor} did not answer within {}s",
+            timeout.as_secs_f64()
+        ))
+    } else if e.is_connect() {
+        Error::transfer_failed(format!("{what}: no connection to {vendor}: {}", chain(e)))
+    } else {
+        Error::transfer_failed(format!("{what}: {}", chain(e)))
+    }
+}
+
+/// An error and its causes on one line (reqwest's top line alone says little).
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut c = e.source();
+    while let Some(x) = c {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        c = x.source();
+    }
+    s
+}
+
+/// `Retry-After` in whole seconds, else `None`.
+pub(crate) fn retry_after(r: &reqwest::Response) -> Option<Duration> {
+    let v = r.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// At most `cap` bytes of an answer's body; a longer one is `too_large`, refused before it is
+/// read where the answer states its length.
+pub(crate) async fn read_capped(mut r: reqwest::Response, cap: usize, vendor: &str, what: &str) -> Result<Vec<u8>> {
+    let over = || Error::too_large(format!("{what}: {vendor}'s answer is over {cap} bytes"));
+    if r.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(over());
+    }
+    let mut out = Vec::new();
+    loop {
+        match r.chunk().await {
+            Ok(Some(c)) => {
+                if out.len() + c.len() > cap {
+                    return Err(over());
+                }
+                out.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(out),
+            Err(e) => return Err(transport_error(&e, vendor, what, Duration::ZERO)),
+        }
+    }
+}
+
+/// The HTTP client for `vendor`: HTTP/1.1 (a WebSocket is an upgrade of it), rustls with ring
+/// and the system's roots, the connect deadline, and no proxy from the environment (the key
+/// must not go to a proxy the user did not name for this vendor).
+pub(crate) fn client(vendor: &str, connect_timeout: Duration) -> Result<reqwest::Client> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::unknown(format!("TLS for {vendor}: {e}")))?
+        .with_platform_verifier()
+        .map_err(|e| Error::unknown(format!("TLS for {vendor}: the system's roots: {e}")))?
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .http1_only()
+        .no_proxy()
+        .connect_timeout(connect_timeout)
+        .user_agent(concat!("agentbox/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| Error::unknown(format!("the HTTP client for {vendor}: {}", chain(&e))))
+}
+
+/// A vendor's base URL checked: parsed, http or https, with no trailing slash.
+pub(crate) fn base_url(url: &str, vendor: &str, what: &str) -> Result<String> {
+    let base = url.trim_end_matches('/').to_string();
+    let parsed =
+        reqwest::Url::parse(&base).map_err(|e| Error::invalid(format!("{what} {base:?} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(Error::invalid(format!(
+            "{what} {base:?}: only http and https are spoken to {vendor}"
+        )));
+    }
+    Ok(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_typed_codes() {
+        assert_eq!(code_of_status(401), ErrorCode::PermissionDenied);
+        assert_eq!(code_of_status(429), ErrorCode::Refused);
+        assert_eq!(code_of_status(504), ErrorCode::Timeout);
+        assert_eq!(code_of_status(502), ErrorCode::Unknown);
+    }
+
+    #[test]
+    fn long_messages_are_cut_on_a_character() {
+        let s = cut("é".repeat(MAX_MESSAGE));
+        assert!(s.len() <= MAX_MESSAGE + '…'.len_utf8());
+        assert!(s.ends_with('…'));
+    }
+
+    #[test]
+    fn base_urls_must_be_http() {
+        assert_eq!(base_url("http://a:1/api/", "V", "the URL").unwrap(), "http://a:1/api");
+        assert!(
+            base_url("ftp://a", "V", "the URL")
+                .unwrap_err()
+                .message()
+                .contains("http")
+        );
+        assert!(base_url("not a url", "V", "the URL").is_err());
+    }
+}
