@@ -101,8 +101,9 @@ pub struct ExecError {
     pub code: ExecCode,
     /// What failed and why.
     pub message: String,
-    /// The kill of a stopped command was not confirmed: it may still run, and the environment
-    /// still tracks it so `cleanup` ends it.
+    /// The kill of a stopped command was not confirmed: it may still run. Where the
+    /// environment can reach it, it still tracks it so `cleanup` ends it; on a box without live
+    /// processes nothing reaches a running command, and the message says until when it runs.
     pub kill_unconfirmed: bool,
     /// The provider's error underneath, when a box failed.
     pub cause: Option<agentbox_core::Error>,

@@ -108,7 +108,7 @@ pub(crate) fn info_of(path: &str, m: &std::fs::Metadata) -> FileInfo {
 
 /// Six random letters and digits from the kernel (`getrandom`), for a temporary's name; the
 /// kernel's failure is an error naming the path, never a predictable name.
-fn random_suffix(path: &str) -> Result<String, FsError> {
+pub(crate) fn random_suffix(path: &str) -> Result<String, FsError> {
     let mut b = [0u8; 6];
     getrandom::fill(&mut b).map_err(|e| {
         FsError::new(

@@ -1,6 +1,11 @@
 //! HostEnv and BoxEnv give the same values and error codes for the same operations: random
 //! sequences run against both, on local, namespace, Docker and Daytona boxes (the last in the
-//! repository's fake Daytona), each with and without its runner.
+//! repository's fake Daytona), each with and without its runner, and on a local box made a box
+//! without live processes (`agentbox_testing::one_call::OneCall`, as Archil's are).
+//!
+//! Such a box takes no variables for one command, so on it (and on the host it is held to) a
+//! command's locale is set in the command's own text rather than as a per-call variable; every
+//! operation applies to it, none is left out.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -117,7 +122,15 @@ fn info(i: FileInfo, cwd: &str) -> Got {
     Got::Info(i.path.replace(cwd, "<cwd>"), i.kind, size)
 }
 
-async fn apply(env: &dyn ExecutionEnv, op: &Op) -> Got {
+/// How a command gets the locale both sides share: as a per-call variable, or (for a box that
+/// takes none) in its own text.
+#[derive(Clone, Copy)]
+enum Vars {
+    PerCall,
+    InCommand,
+}
+
+async fn apply(env: &dyn ExecutionEnv, op: &Op, vars: Vars) -> Got {
     let ctx = Ctx::background();
     let cwd = env.cwd();
     let r = |x: Result<Got, FsError>| x.unwrap_or_else(|e| Got::Err(e.code));
@@ -165,16 +178,16 @@ async fn apply(env: &dyn ExecutionEnv, op: &Op) -> Got {
         })),
         Op::Symlink(t, p) => {
             let argv = vec!["ln".to_string(), "-s".into(), t.clone(), p.clone()];
-            exec(env, Command::Argv(argv)).await
+            exec(env, Command::Argv(argv), vars).await
         }
-        Op::Shell(s) => exec(env, Command::Shell(s.clone())).await,
+        Op::Shell(s) => exec(env, Command::Shell(s.clone()), vars).await,
         Op::Concurrent(n) => {
             let c = |i: u8| {
                 Command::Shell(format!(
                     "for j in 1 2 3; do echo {n}-{i}-$j >> conc-{i}; done; cat conc-{i}; exit {i}"
                 ))
             };
-            let (a, b, d) = tokio::join!(exec(env, c(0)), exec(env, c(1)), exec(env, c(2)));
+            let (a, b, d) = tokio::join!(exec(env, c(0), vars), exec(env, c(1), vars), exec(env, c(2), vars));
             Got::Lines(vec![format!("{a:?}"), format!("{b:?}"), format!("{d:?}")])
         }
     }
@@ -186,12 +199,23 @@ async fn canon_cwd(env: &dyn ExecutionEnv) -> String {
         .unwrap_or_else(|_| env.cwd())
 }
 
-async fn exec(env: &dyn ExecutionEnv, cmd: Command) -> Got {
+async fn exec(env: &dyn ExecutionEnv, cmd: Command, vars: Vars) -> Got {
     let out = Arc::new(Mutex::new(String::new()));
     let sink = out.clone();
     // The host's own variables are the host's: give both the same locale.
+    let (cmd, env_vars) = match (vars, cmd) {
+        (Vars::PerCall, cmd) => (cmd, [("LANG".to_string(), "C.UTF-8".to_string())].into()),
+        (Vars::InCommand, Command::Shell(s)) => {
+            (Command::Shell(format!("export LANG=C.UTF-8\n{s}")), Default::default())
+        }
+        (Vars::InCommand, Command::Argv(a)) => {
+            let mut argv = vec!["env".to_string(), "LANG=C.UTF-8".into()];
+            argv.extend(a);
+            (Command::Argv(argv), Default::default())
+        }
+    };
     let opts = ExecOptions {
-        env: [("LANG".to_string(), "C.UTF-8".to_string())].into(),
+        env: env_vars,
         // A command that hangs is a failure naming its op, never a hung suite.
         timeout: Some(60.0),
         on_output: Some(Arc::new(move |t: &str, _| {
@@ -221,10 +245,40 @@ struct Boxes {
     docker_runner: Option<Arc<dyn Sandbox>>,
     namespace: Arc<dyn Sandbox>,
     namespace_runner: Arc<dyn Sandbox>,
+    one_call: Arc<dyn Sandbox>,
     daytona: Option<Arc<dyn Sandbox>>,
     daytona_runner: Option<Arc<dyn Sandbox>>,
     _daytona: Option<agentbox_fakes::daytona::FakeDaytona>,
+    archil: Option<Arc<dyn Sandbox>>,
+    _archil: Option<agentbox_fakes::archil::FakeArchil>,
     _home: tempfile::TempDir,
+}
+
+/// A fake Archil with a work disk and a box on it; `None` (loudly, or a panic under CI) where
+/// this machine has no box rootfs.
+async fn archil(spec: &Spec) -> Option<(agentbox_fakes::archil::FakeArchil, Arc<dyn Sandbox>)> {
+    use agentbox_providers::archil::{ApiKey, ArchilOptions, ArchilProvider};
+    let rootfs = agentbox_testing::services::rootfs("differential tests on an Archil box")?;
+    let key = "archil-differential-fake-key";
+    let fake = agentbox_fakes::archil::FakeArchil::start(agentbox_fakes::archil::FakeArchilOptions {
+        rootfs: Some(rootfs.into()),
+        api_key: key.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake Archil starts");
+    let disk = fake.create_disk("differential").expect("the fake makes a disk");
+    let p = ArchilProvider::new(ArchilOptions {
+        base_url: fake.base_url(),
+        s3_base_url: fake.s3_base_url(),
+        api_key: Some(ApiKey::new(key)),
+        disk: Some(disk),
+        ..Default::default()
+    })
+    .unwrap();
+    let b = p.create(spec, &Ctx::background()).await.unwrap();
+    assert!(!b.facts().live_processes);
+    Some((fake, b))
 }
 
 /// A fake Daytona and two boxes in it, without and with the runner; `None` (loudly, or a
@@ -320,6 +374,19 @@ fn boxes() -> &'static Boxes {
                 daytona,
             )
         });
+        // A box without live processes (as Archil's): each command one call that answers once it
+        // ended, files by upload and download.
+        let one_call: Arc<dyn Sandbox> = rt.block_on(async {
+            let lp = LocalProvider::new(LocalOptions::at(home.path()).unwrap()).unwrap();
+            let spec = Spec::new(Duration::from_secs(600));
+            let b = lp.create(&spec, &Ctx::background()).await.unwrap();
+            Arc::new(agentbox_testing::one_call::OneCall::new(b).unwrap())
+        });
+        let spec = Spec::new(Duration::from_secs(600));
+        let (fake_archil, archil) = match rt.block_on(archil(&spec)) {
+            Some((f, b)) => (Some(f), Some(b)),
+            None => (None, None),
+        };
         Boxes {
             rt,
             local,
@@ -328,9 +395,12 @@ fn boxes() -> &'static Boxes {
             docker_runner,
             namespace,
             namespace_runner,
+            one_call,
             daytona: daytona.as_ref().map(|d| d.1.clone()),
             daytona_runner: daytona.as_ref().map(|d| d.2.clone()),
             _daytona: daytona.map(|d| d.0),
+            archil,
+            _archil: fake_archil,
             _home: home,
         }
     })
@@ -350,11 +420,16 @@ fn same(b: &Arc<dyn Sandbox>, ops: &[Op]) -> Result<(), TestCaseError> {
         let dir = format!("{}/case-{n}", base.cwd());
         base.create_dir(&dir, true, &Ctx::background()).await.unwrap();
         let boxed = BoxEnv::new(b.clone()).with_cwd(&dir);
+        let vars = if b.facts().live_processes {
+            Vars::PerCall
+        } else {
+            Vars::InCommand
+        };
         for (i, op) in ops.iter().enumerate() {
             let limit = Duration::from_secs(180);
-            let h = tokio::time::timeout(limit, apply(&host, op)).await;
+            let h = tokio::time::timeout(limit, apply(&host, op, vars)).await;
             prop_assert!(h.is_ok(), "op {} ({:?}) hung on the host", i, op);
-            let x = tokio::time::timeout(limit, apply(&boxed, op)).await;
+            let x = tokio::time::timeout(limit, apply(&boxed, op, vars)).await;
             prop_assert!(x.is_ok(), "op {} ({:?}) hung in the box", i, op);
             let (h, x) = (h.unwrap(), x.unwrap());
             prop_assert_eq!(&h, &x, "op {} of {:?}: {:?}", i, ops, op);
@@ -419,6 +494,45 @@ proptest! {
     #[test]
     fn host_and_a_namespace_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..14)) {
         same(&boxes().namespace_runner, &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_and_a_box_without_live_processes_agree(ops in prop::collection::vec(op(), 1..14)) {
+        same(&boxes().one_call, &ops)?;
+    }
+}
+
+/// A rename onto the directory a link to it stands for: rename(2) does not follow the link, so
+/// the two are not the same file (a script that compared them with `-ef` answered Ok here).
+#[test]
+fn a_rename_onto_the_target_of_a_link_is_not_of_the_same_file() {
+    let ops = vec![
+        Op::Symlink(".".into(), "dir".into()),
+        Op::Rename("dir".into(), ".".into()),
+    ];
+    let b = boxes();
+    for one in [&b.local, &b.namespace, &b.one_call]
+        .into_iter()
+        .chain(b.archil.as_ref())
+    {
+        same(one, &ops).unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    /// An Archil exec box of the fake Archil: each command one exec call in a fresh namespace
+    /// box over the disk's directory, files through the object API.
+    #[test]
+    fn host_and_an_archil_box_agree(ops in prop::collection::vec(op(), 1..14)) {
+        if let Some(b) = &boxes().archil {
+            same(b, &ops)?;
+        }
     }
 }
 

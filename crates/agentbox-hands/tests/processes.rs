@@ -241,6 +241,9 @@ fn fake(runner: bool) -> (BoxEnv, Arc<Mutex<Kept>>) {
         facts: Facts {
             provider: "fake".into(),
             workspace: Some("/work".into()),
+            // Programs live between calls, runner or not: a box without live processes is
+            // served another way (tests/one_call.rs).
+            live_processes: true,
             ..Default::default()
         },
         labels: BTreeMap::new(),

@@ -10,13 +10,16 @@
 //! of its own, written down in `$TMPDIR/.agentbox-hands/<pgid>` with the leader's start time,
 //! and a stop is [`scripts::KILL_GROUP`] in a second exec, which confirms that no live process
 //! of the group is left (tried again at 1, 2 and 4 s, 10 s in all).
+//!
+//! On a box without live processes, a command is one call run to its end, with nothing to
+//! track or kill (`one_call.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, ErrorCode, ExecOptions as BoxExecOptions, FileType, FinishOptions, Killer, Process, SIGKILL, SIGTERM, Sandbox,
-    finish,
+    ByteReader, Ctx, ErrorCode, ExecOptions as BoxExecOptions, FileType, FinishOptions, Killer, Process, SIGKILL,
+    SIGTERM, Sandbox, finish,
 };
 use tokio::io::AsyncReadExt;
 
@@ -59,7 +62,9 @@ impl BoxEnv {
             return Err(ExecError::new(ExecCode::SpawnError, "Empty argv: no program to run"));
         }
         let cwd = absolute(&self.cwd, opts.cwd.as_deref().unwrap_or("."));
-        if self.sandbox.files().is_some() {
+        if self.one_call() {
+            self.run_one_call(command, cwd, opts, ctx).await
+        } else if self.sandbox.files().is_some() {
             self.run_by_runner(command, cwd, opts, ctx).await
         } else {
             self.run_by_script(command, cwd, opts, ctx).await
@@ -389,18 +394,7 @@ impl BoxEnv {
             .stdout
             .take()
             .ok_or_else(|| ExecError::new(ExecCode::Unknown, "no stdout"))?;
-        let mut header = Vec::new();
-        let read_header = async {
-            let mut b = [0u8; 1];
-            while header.len() < 64 {
-                match stdout.read(&mut b).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if b[0] == b'\n' => break,
-                    Ok(_) => header.push(b[0]),
-                }
-            }
-        };
-        if start_ctx.run(read_header).await.is_err() {
+        let Ok(header) = start_ctx.run(read_header(&mut stdout)).await else {
             let _ = p.kill().await;
             let why = self.mark_lost(format!(
                 "box {} stopped answering: a command did not start within {}s",
@@ -415,7 +409,7 @@ impl BoxEnv {
                 },
                 why,
             ));
-        }
+        };
         let line = String::from_utf8_lossy(&header).into_owned();
         let pgid: u32 = match line.strip_prefix("\0agentbox-cmd ") {
             Some("nocwd") => {
@@ -571,6 +565,21 @@ async fn stop_by_runner(killer: &Killer, p: &mut Process) -> bool {
         Ok(r) => ended(r),
         Err(_) => false,
     }
+}
+
+/// A command's header line (up to its newline, 64 bytes at most), which [`scripts::COMMAND`]
+/// and [`scripts::ONE_CALL`] write before the command's own output.
+pub(super) async fn read_header(stdout: &mut ByteReader) -> Vec<u8> {
+    let mut header = Vec::new();
+    let mut b = [0u8; 1];
+    while header.len() < 64 {
+        match stdout.read(&mut b).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) if b[0] == b'\n' => break,
+            Ok(_) => header.push(b[0]),
+        }
+    }
+    header
 }
 
 /// Kill every command group a host that died left running in `sandbox`; the host that takes

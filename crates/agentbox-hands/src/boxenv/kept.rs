@@ -25,8 +25,14 @@ impl Kept {
     }
 }
 
-/// Why a box keeps no processes.
+/// Why a box keeps no processes: it has no runner, or no program lives between its calls.
 pub(super) fn no_runner(b: &dyn Sandbox) -> Error {
+    if !b.facts().live_processes {
+        return Error::unsupported(format!(
+            "box {} runs each command as one call that answers once the command ended (its facts say live_processes: false), so it keeps no processes: nothing runs between its calls, and nothing takes input",
+            b.id()
+        ));
+    }
     Error::unsupported(format!(
         "box {} has no runner, so it keeps no processes: a command lives only as long as the call that started it",
         b.id()

@@ -8,9 +8,15 @@
 //! started by the scripts where not. Every operation has a deadline, and so has the start of a
 //! command. A box that ended or stopped answering is an error on that call and on every later
 //! one.
+//!
+//! A box without live processes (`facts().live_processes` false: each exec one call that
+//! answers once its command ended, with no stdin and no variables) is served another way
+//! (`one_call.rs`): bytes by upload and download, commands run to their end with nothing to
+//! track or kill, temporaries under the workspace.
 
 mod exec;
 mod kept;
+mod one_call;
 mod runner;
 mod script;
 pub(crate) mod scripts;
@@ -26,9 +32,10 @@ use crate::env::*;
 use crate::watch::Watcher;
 
 pub use exec::end_left_commands;
-use runner::{FAST_WRITE, found, info_of_meta, open_reader};
+pub use one_call::WORKSPACE_TEMP_DIR;
+use runner::{FAST_WRITE, Op, found, info_of_meta, open_reader};
 pub use script::code_of;
-use script::{kind_of_letter, parse_info, parse_records, seconds_to_ms, text};
+use script::{kind_of_letter, parse_info, parse_records, refused_link, seconds_to_ms, text};
 
 /// How long one file operation may take unless set otherwise.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -133,6 +140,17 @@ impl BoxEnv {
             ErrorCode::Timeout if ctx.err().is_some() => {
                 FsError::new(FsCode::Aborted, path, "the operation's deadline passed")
             }
+            // A box that runs one call at a time may be running a command it could not stop
+            // before this one: waiting past the deadline is no sign it is lost.
+            ErrorCode::Timeout if self.one_call() => FsError::new(
+                FsCode::Unknown,
+                path,
+                format!(
+                    "box {} did not answer within {}s: it runs one call at a time, and a command before this one may still run to its own deadline; the operation was given up",
+                    self.sandbox.id(),
+                    self.op_timeout.as_secs()
+                ),
+            ),
             ErrorCode::Timeout => {
                 let why = self.mark_lost(format!(
                     "box {} stopped answering: an operation took over {}s",
@@ -151,9 +169,13 @@ impl BoxEnv {
         }
     }
 
-    /// A whole file's bytes.
-    async fn read_whole(&self, path: &str, ctx: &Ctx) -> Result<Vec<u8>, FsError> {
+    /// A whole file's bytes; `text_ok`: the caller takes them as text, which a box without
+    /// live processes can give of a file outside its workspace.
+    async fn read_whole(&self, path: &str, text_ok: bool, ctx: &Ctx) -> Result<Vec<u8>, FsError> {
         let op = self.op(path, ctx)?;
+        if self.one_call() {
+            return self.read_one_call(&op, text_ok).await;
+        }
         self.one(
             &op,
             |f| f.read(&op.path, &op.ctx),
@@ -166,6 +188,9 @@ impl BoxEnv {
     /// Write or append, creating parent directories: by a message up to [`FAST_WRITE`] bytes.
     async fn put(&self, path: &str, data: &[u8], append: bool, ctx: &Ctx) -> Result<(), FsError> {
         let op = self.op(path, ctx)?;
+        if self.one_call() {
+            return self.put_one_call(&op, data, append).await;
+        }
         let script = if append { scripts::APPEND } else { scripts::WRITE };
         let by_script = async { self.ok(script, &[&op.path], data.to_vec(), ctx).await.map(drop) };
         if data.len() > FAST_WRITE {
@@ -173,6 +198,22 @@ impl BoxEnv {
         }
         self.one(&op, |f| f.write(&op.path, data, append, &op.ctx), Ok, by_script)
             .await
+    }
+
+    /// A binary reader by [`scripts::OPEN_READER`]: the checks and the bytes in one exec.
+    async fn reader_by_script(&self, op: &Op, no_follow: bool, ctx: &Ctx) -> Result<BinaryReader, FsError> {
+        let p = op.path.as_str();
+        let (max, nf) = (self.max_reader_bytes.to_string(), if no_follow { "1" } else { "0" });
+        let out = self
+            .ok(scripts::OPEN_READER, &[p, &max, nf], vec![], ctx)
+            .await
+            .map_err(|e| refused_link(e, p, no_follow))?;
+        let nl = out
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| FsError::new(FsCode::Unknown, p, "no stat line"))?;
+        let info = parse_info(p, &String::from_utf8_lossy(&out[..nl]))?;
+        Ok(BinaryReader::new(info, out[nl + 1..].to_vec()))
     }
 
     fn remember_temp(&self, out: Vec<u8>) -> String {
@@ -194,11 +235,15 @@ impl ExecutionEnv for BoxEnv {
     }
 
     async fn read_text_file(&self, path: &str, ctx: &Ctx) -> Result<String, FsError> {
-        Ok(text(self.read_whole(path, ctx).await?))
+        Ok(text(self.read_whole(path, true, ctx).await?))
     }
 
     async fn read_text_lines(&self, path: &str, max_lines: Option<usize>, ctx: &Ctx) -> Result<Vec<String>, FsError> {
         let op = self.op(path, ctx)?;
+        if self.one_call() && self.in_workspace(&op.path).is_some() {
+            let bytes = self.read_one_call(&op, true).await?;
+            return Ok(crate::path_lines(&text(bytes), max_lines));
+        }
         let by_script = async {
             match max_lines {
                 Some(n) => {
@@ -215,11 +260,28 @@ impl ExecutionEnv for BoxEnv {
     }
 
     async fn read_binary_file(&self, path: &str, ctx: &Ctx) -> Result<Vec<u8>, FsError> {
-        self.read_whole(path, ctx).await
+        self.read_whole(path, false, ctx).await
+    }
+
+    /// As the default, but a box without live processes reads a file outside its workspace
+    /// as text through a script's output, which a binary reader there may not.
+    async fn open_text_line_reader(&self, path: &str, ctx: &Ctx) -> Result<TextLineReader, FsError> {
+        let op = self.op(path, ctx)?;
+        let r = if self.one_call() && self.in_workspace(&op.path).is_none() {
+            self.reader_by_script(&op, false, ctx).await?
+        } else {
+            self.open_binary_reader(path, false, ctx).await?
+        };
+        Ok(TextLineReader::new(
+            String::from_utf8_lossy(r.read(0, usize::MAX)).into_owned(),
+        ))
     }
 
     async fn open_binary_reader(&self, path: &str, no_follow: bool, ctx: &Ctx) -> Result<BinaryReader, FsError> {
         let op = self.op(path, ctx)?;
+        if self.one_call() {
+            return self.reader_one_call(&op, no_follow).await;
+        }
         let p = op.path.as_str();
         let max = self.max_reader_bytes;
         let refused_link = || FsError::new(FsCode::Invalid, p, format!("Refusing to follow a symbolic link: {p}"));
@@ -240,24 +302,7 @@ impl ExecutionEnv for BoxEnv {
             }
             Ok(BinaryReader::new(info_of_meta(p, &o.link), found(p, o.bytes)?))
         };
-        let by_script = async {
-            let (max, nf) = (max.to_string(), if no_follow { "1" } else { "0" });
-            let out = self
-                .ok(scripts::OPEN_READER, &[p, &max, nf], vec![], ctx)
-                .await
-                .map_err(|mut e| {
-                    if e.code == FsCode::Invalid && no_follow {
-                        e.message = format!("Refusing to follow a symbolic link: {p}");
-                    }
-                    e
-                })?;
-            let nl = out
-                .iter()
-                .position(|&b| b == b'\n')
-                .ok_or_else(|| FsError::new(FsCode::Unknown, p, "no stat line"))?;
-            let info = parse_info(p, &String::from_utf8_lossy(&out[..nl]))?;
-            Ok(BinaryReader::new(info, out[nl + 1..].to_vec()))
-        };
+        let by_script = self.reader_by_script(&op, no_follow, ctx);
         self.one(&op, |f| open_reader(f, &op, no_follow, max), by_messages, by_script)
             .await
     }
@@ -392,12 +437,21 @@ impl ExecutionEnv for BoxEnv {
     }
 
     async fn create_temp_dir(&self, prefix: &str, ctx: &Ctx) -> Result<String, FsError> {
-        let out = self.ok(scripts::TEMP_DIR, &[prefix], vec![], ctx).await?;
+        let out = match self.temp_base() {
+            Some(base) => self.ok(scripts::TEMP_DIR_IN, &[&base, prefix], vec![], ctx).await?,
+            None => self.ok(scripts::TEMP_DIR, &[prefix], vec![], ctx).await?,
+        };
         Ok(self.remember_temp(out))
     }
 
     async fn create_temp_file(&self, prefix: &str, suffix: &str, ctx: &Ctx) -> Result<String, FsError> {
-        let out = self.ok(scripts::TEMP_FILE, &[prefix, suffix], vec![], ctx).await?;
+        let out = match self.temp_base() {
+            Some(base) => {
+                self.ok(scripts::TEMP_FILE_IN, &[&base, prefix, suffix], vec![], ctx)
+                    .await?
+            }
+            None => self.ok(scripts::TEMP_FILE, &[prefix, suffix], vec![], ctx).await?,
+        };
         Ok(self.remember_temp(out))
     }
 

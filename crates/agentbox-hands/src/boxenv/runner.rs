@@ -27,7 +27,7 @@ pub(super) struct Op {
     /// The caller's context with the operation's own deadline: what a message waits under.
     pub ctx: Ctx,
     /// The caller's own context: whether a deadline that passed was the caller's.
-    caller: Ctx,
+    pub caller: Ctx,
 }
 
 impl BoxEnv {

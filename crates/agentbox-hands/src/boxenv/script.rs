@@ -29,13 +29,34 @@ impl BoxEnv {
         if let Some(why) = self.lost() {
             return Err(FsError::new(FsCode::Unknown, path, why));
         }
-        let mut argv = vec!["sh".to_string(), "-c".into(), script.into(), "agentbox-hands".into()];
-        argv.extend(args.iter().map(|a| a.to_string()));
-        let opts = BoxExecOptions {
-            env: BTreeMap::from([("LC_ALL".to_string(), "C".to_string())]),
-            ..Default::default()
-        };
         let op = ctx.with_timeout(self.op_timeout);
+        let (script, opts) = if self.one_call() {
+            if !stdin.is_empty() {
+                return Err(FsError::new(
+                    FsCode::NotSupported,
+                    path,
+                    format!(
+                        "box {} takes no input: it runs each command as one call, so bytes go by upload",
+                        self.sandbox.id()
+                    ),
+                ));
+            }
+            // Such a box carries no variables: the locale is the script's own first line. The
+            // call's own deadline is the operation's, so nothing of it runs on past it.
+            let opts = BoxExecOptions {
+                timeout: self.own_deadline(None, &op),
+                ..Default::default()
+            };
+            (format!("export LC_ALL=C\n{script}"), opts)
+        } else {
+            let opts = BoxExecOptions {
+                env: BTreeMap::from([("LC_ALL".to_string(), "C".to_string())]),
+                ..Default::default()
+            };
+            (script.to_string(), opts)
+        };
+        let mut argv = vec!["sh".to_string(), "-c".into(), script, "agentbox-hands".into()];
+        argv.extend(args.iter().map(|a| a.to_string()));
         let r = match self.sandbox.exec(&argv, &opts, &op).await {
             Ok(p) => {
                 finish(
@@ -93,6 +114,14 @@ impl BoxEnv {
         }
         Some(seen)
     }
+}
+
+/// A reader's refusal of a link it was told not to follow, in the host's words.
+pub(super) fn refused_link(mut e: FsError, path: &str, no_follow: bool) -> FsError {
+    if e.code == FsCode::Invalid && no_follow {
+        e.message = format!("Refusing to follow a symbolic link: {path}");
+    }
+    e
 }
 
 /// A failure's code from the text GNU tools print under `LC_ALL=C`.

@@ -12,15 +12,27 @@ pub(crate) const READ: &str = r#"exec cat -- "$1""#;
 pub(crate) const READ_LINES: &str = r#"[ -d "$1" ] && { echo "head: $1: Is a directory" >&2; exit 1; }
 exec head -n "$2" -- "$1""#;
 
-/// The lstat line, then the bytes; refused before a byte moves when a link (with no_follow)
-/// or over the bound.
-pub(crate) const OPEN_READER: &str = r#"info=$(stat -c '%F|%s|%.3Y' -- "$1") || exit 1
+/// A reader's checks, as the host's reader makes them: the lstat line, refused when a link
+/// (with no_follow `$3` = 1), a directory or over the bound `$2`. One text for both scripts
+/// below, so the reader of a box without live processes checks exactly what the others do.
+macro_rules! reader_checks {
+    () => {
+        r#"info=$(stat -c '%F|%s|%.3Y' -- "$1") || exit 1
 case $info in "symbolic link|"*) [ "$3" = 1 ] && { echo "agentbox:symlink" >&2; exit 3; } ;; esac
 size=$(stat -L -c '%s' -- "$1") || exit 1
 [ -d "$1" ] && { echo "cat: $1: Is a directory" >&2; exit 1; }
 [ "$size" -le "$2" ] || { echo "agentbox:too_large $size" >&2; exit 4; }
-printf '%s\n' "$info"
-exec cat -- "$1""#;
+printf '%s\n' "$info""#
+    };
+}
+
+/// The lstat line, then the bytes; refused before a byte moves when a link (with no_follow)
+/// or over the bound.
+pub(crate) const OPEN_READER: &str = concat!(reader_checks!(), "\n", r#"exec cat -- "$1""#);
+
+/// [`OPEN_READER`]'s checks and lstat line alone: a box without live processes moves the
+/// bytes by download, which its output (text) could not carry exactly.
+pub(crate) const READER_CHECKS: &str = reader_checks!();
 
 pub(crate) const WRITE: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; exec tee -- "$1" >/dev/null"#;
 
@@ -33,8 +45,9 @@ pub(crate) const FLUSH: &str = r#"exec sync -- "$1""#;
 /// rename(2), failing the way the kernel fails it where `mv -T` would refuse in its own
 /// words: a source that is an ancestor of the target is EINVAL, a target that is an ancestor
 /// of the source ENOTEMPTY, a non-directory onto a directory EISDIR. The same file is no
-/// error. Paths arrive absolute and folded; their parents are resolved as the kernel would.
-pub(crate) const RENAME: &str = r#"[ "$1" -ef "$2" ] && exit 0
+/// error: the same inode as lstat(2) reads it (a link to the target is not the target, as
+/// rename(2) sees it). Paths arrive absolute and folded; their parents are resolved as the kernel would.
+pub(crate) const RENAME: &str = r#"a=$(stat -c %d:%i -- "$1" 2>/dev/null) && [ "$a" = "$(stat -c %d:%i -- "$2" 2>/dev/null)" ] && exit 0
 stat -L -c '' -- "${1%/*}/" >/dev/null || exit 1
 stat -L -c '' -- "${2%/*}/" >/dev/null || exit 1
 if [ -e "$1" ] || [ -L "$1" ]; then
@@ -185,3 +198,60 @@ unset p names keep n l
 exec "$@""#;
 
 pub(crate) const REMOVE_ALL: &str = r#"exec rm -rf -- "$@""#;
+
+// What a box without live processes runs (`one_call.rs`): each is one call that answers once
+// it ended, takes no input and no variables, so bytes go by upload and download and these
+// carry only paths.
+
+/// A temporary directory under `$1` (made first), named `$2XXXXXX`: under the workspace, the
+/// one place an upload reaches.
+pub(crate) const TEMP_DIR_IN: &str = r#"mkdir -p -- "$1" || exit 1; exec mktemp -d -p "$1" "$2XXXXXX""#;
+
+/// A temporary file under `$1` (made first), named `$2XXXXXX$3`.
+pub(crate) const TEMP_FILE_IN: &str = r#"mkdir -p -- "$1" || exit 1; exec mktemp -p "$1" --suffix="$3" "$2XXXXXX""#;
+
+/// Append the file `$2` (the bytes, uploaded to a file of their own) to `$1`, creating `$1`
+/// and its parents, then remove `$2` whatever happened. One command, so a command the box runs
+/// before or after it keeps its own change to `$1`; `tee` opens `$1`, so a failure is in GNU's
+/// words.
+pub(crate) const APPEND_FROM: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null
+tee -a -- "$1" < "$2" >/dev/null; s=$?
+rm -f -- "$2"
+exit $s"#;
+
+/// Why a download of `$1` failed, in the words a read's own open gives (a directory, no such
+/// file, a file on the way, no permission): opens it and reads nothing. Exit 0 when it can be
+/// read now, so the download's own error stands.
+pub(crate) const WHY_NOT_READ: &str = r#"[ -d "$1" ] && { echo "cat: $1: Is a directory" >&2; exit 1; }
+exec head -c 0 -- "$1""#;
+
+/// Why an upload to `$1` failed, in the words a write's own open gives: makes the parents as a
+/// write does, then opens `$1` for append and writes nothing. A file that was not there is
+/// removed again, so a write that failed leaves none. Exit 0 when it can be written now.
+pub(crate) const WHY_NOT_WRITTEN: &str = r#"mkdir -p -- "$(dirname -- "$1")" 2>/dev/null
+if [ -e "$1" ] || [ -L "$1" ]; then exec tee -a -- "$1" </dev/null >/dev/null; fi
+tee -a -- "$1" </dev/null >/dev/null || exit 1
+exec rm -f -- "$1""#;
+
+/// Runs a command in a box without live processes, as one call: no session, nothing written
+/// down, nothing to kill (nothing reaches a running call; the call's own deadline ends it).
+/// Writes a header line on stdout first: `\0agentbox-cmd run`, or `nocwd`, `noprog`,
+/// `noshell`, then `exec`s the command. `$1` is `shell` or `argv`, `$2` the working
+/// directory, `$3` `clean` (none of the box's variables, a default PATH: `inherit_env` false)
+/// or `keep`, the rest the command. The caller's variables never arrive: such a box takes none.
+pub(crate) const ONE_CALL: &str = r#"mode=$1; cwd=$2; vars=$3; shift 3
+shbin=$(command -v bash || command -v sh)
+[ -n "$shbin" ] || { printf '\000agentbox-cmd noshell\n'; exit 127; }
+cd -- "$cwd" 2>/dev/null || { printf '\000agentbox-cmd nocwd\n'; exit 126; }
+if [ "$vars" = clean ]; then
+  names=$(export -p | while IFS= read -r l; do
+    case $l in "export "*|"declare -x "*) n=${l#export }; n=${n#declare -x }; n=${n%%=*}
+      case $n in ""|*[!A-Za-z0-9_]*) ;; *) echo "$n" ;; esac ;; esac; done)
+  for n in $names; do unset "$n" 2>/dev/null; done
+  PATH=/usr/local/bin:/usr/bin:/bin; export PATH
+fi
+if [ "$mode" = argv ]; then
+  command -v -- "$1" >/dev/null 2>&1 || { printf '\000agentbox-cmd noprog\n'; exit 127; }
+fi
+printf '\000agentbox-cmd run\n'
+if [ "$mode" = shell ]; then exec "$shbin" -c "$1"; else exec "$@"; fi"#;
