@@ -122,8 +122,12 @@ async fn hands_over_an_archil_box_move_bytes_exactly_and_refuse_what_they_cannot
         timeout: Some(1.0),
         ..Default::default()
     };
+    let started = std::time::Instant::now();
     let e = sh(&env, "echo before; sleep 20", opts).await.unwrap_err();
     assert_eq!(e.code, ExecCode::Timeout, "{}", e.message);
+    // Ended in the box by its own deadline, not given up on by the caller.
+    assert!(!e.kill_unconfirmed, "{}", e.message);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     let (code, out) = sh(&env, "echo after", ExecOptions::default()).await.unwrap();
     assert_eq!(
         (code, out.as_str()),

@@ -254,10 +254,19 @@ async fn the_limit_the_own_deadline_and_exit_124_are_timeouts() {
         ..Default::default()
     };
     let p2 = b.exec(&argv(&["sleep", "20"]), &one, &ctx()).await.unwrap();
-    assert_eq!(
-        finish(p2, FinishOptions::default()).await.unwrap_err().code(),
-        ErrorCode::Timeout
+    let e = finish(p2, FinishOptions::default()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Timeout);
+    assert!(
+        e.message().contains("deadline of 1.0s"),
+        "the exec's own timeout was not its deadline: {e}"
     );
+    // A command that ignores TERM is killed 2 s after it, and that is a timeout too.
+    let p3 = b
+        .exec(&argv(&["sh", "-c", "trap '' TERM; sleep 30"]), &one, &ctx())
+        .await
+        .unwrap();
+    let e = finish(p3, FinishOptions::default()).await.unwrap_err();
+    assert!(e.code() == ErrorCode::Timeout && e.message().contains("137"), "{e}");
     // Exit 124 is read as a timeout too, as the seed says.
     assert_eq!(
         sh(&*b, "exit 124", &ctx()).await.unwrap_err().code(),
@@ -400,6 +409,36 @@ async fn one_command_at_a_time_per_box_across_processes() {
     assert_eq!(lines.len(), 4, "{log}");
     let first = &lines[0][6..];
     assert_eq!(lines[1], format!("end-{first}"), "the two commands overlapped: {log}");
+    // A caller's context is the command's deadline, counted from when its turn came: a wait
+    // behind another command comes off it.
+    let hold = sh(&*b, "sleep 3", ctx());
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sh(&*b, "sleep 31", Ctx::background().with_timeout(Duration::from_secs(5))).await
+    };
+    let (held, late) = tokio::join!(hold, late);
+    held.unwrap();
+    assert_eq!(late.unwrap_err().code(), ErrorCode::Timeout);
+    let sent = fake.requests();
+    let body = &sent
+        .iter()
+        .rev()
+        .find(|r| r.body.contains("sleep 31"))
+        .expect("the late call was sent")
+        .body;
+    let secs: f64 = body
+        .split("timeout -k 2 ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        secs < 4.0,
+        "the command was given {secs}s though its caller had waited 3 s for its turn"
+    );
     // The queue is bounded: a process that waits past it is refused, naming why.
     let short = provider(ArchilOptions {
         queue: Duration::from_millis(500),
@@ -523,6 +562,18 @@ async fn destroy_ends_the_box_for_every_client_and_a_list_sweeps_what_is_left() 
         !boxdir.exists() && !orphan.exists(),
         "a list left a directory with no record"
     );
+    // What is not a box's directory by its name is never taken for one: a name a command made
+    // to be read by a shell, or a user's own directory.
+    for other in ["*", "not-a-box", "0123456789ABCDEF"] {
+        std::fs::create_dir_all(dir.join("boxes").join(other).join("keep")).unwrap();
+    }
+    assert!(p.list(&Labels::new(), &ctx()).await.unwrap().is_empty());
+    for other in ["*", "not-a-box", "0123456789ABCDEF"] {
+        assert!(
+            dir.join("boxes").join(other).join("keep").is_dir(),
+            "a list swept {other:?}"
+        );
+    }
     // Destroying again is no error; attach finds nothing.
     b.destroy(&ctx()).await.unwrap();
     assert!(p.attach(b.id(), &ctx()).await.unwrap().is_none());
@@ -543,13 +594,13 @@ async fn a_lifetime_is_checked_by_every_call_that_looks_at_the_box() {
     for look in ["status", "exec", "upload", "download", "attach", "list"] {
         let s = Spec {
             labels: labels.clone(),
-            ..Spec::new(Duration::from_secs(2))
+            ..Spec::new(Duration::from_secs(4))
         };
         let b = p.create(&s, &ctx()).await.unwrap();
         b.upload("f", b"x", &ctx()).await.unwrap();
         let boxdir = dir.join("boxes").join(b.id().name());
         assert!(boxdir.join("f").is_file());
-        tokio::time::sleep(Duration::from_millis(2200)).await;
+        tokio::time::sleep(Duration::from_millis(4200)).await;
         // Nothing ended it meanwhile: Archil has no timer.
         assert!(boxdir.is_dir(), "{look}: the directory went with no call");
         match look {

@@ -43,6 +43,42 @@ impl Control {
     }
 }
 
+/// Deletes the suite's disk when dropped, so a panic anywhere after it was made (a case, an
+/// assertion, a factory) leaves no paid disk behind.
+struct DiskGuard {
+    base: String,
+    key: String,
+    disk: String,
+}
+
+impl Drop for DiskGuard {
+    fn drop(&mut self) {
+        let (base, key, disk) = (self.base.clone(), self.key.clone(), self.disk.clone());
+        // A thread of its own with its own runtime: drop may run inside the test's runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let answer = rt.block_on(async {
+                reqwest::Client::builder()
+                    .no_proxy()
+                    .build()
+                    .unwrap()
+                    .delete(format!("{base}/api/disks/{disk}"))
+                    .header("Authorization", format!("key-{}", key.trim_start_matches("key-")))
+                    .timeout(Duration::from_secs(60))
+                    .send()
+                    .await
+                    .map(|r| r.status().to_string())
+                    .unwrap_or_else(|e| e.to_string())
+            });
+            eprintln!("archil live suite: deleting disk {disk}: {answer}");
+        })
+        .join();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archil_boxes_on_the_real_archil_pass_the_conformance_suite() {
     let Ok(key) = std::env::var("ARCHIL_API_KEY") else {
@@ -72,6 +108,11 @@ async fn archil_boxes_on_the_real_archil_pass_the_conformance_suite() {
         )
         .await;
     let disk = made["data"]["diskId"].as_str().expect("a disk id").to_string();
+    let guard = DiskGuard {
+        base: control.base.clone(),
+        key: key.clone(),
+        disk: disk.clone(),
+    };
     // A new disk takes a while to be available.
     let t = std::time::Instant::now();
     loop {
@@ -108,9 +149,7 @@ async fn archil_boxes_on_the_real_archil_pass_the_conformance_suite() {
     )
     .await;
     // Whatever the report, delete the disk and check that it is gone.
-    control
-        .call(reqwest::Method::DELETE, &format!("/api/disks/{disk}"), None)
-        .await;
+    drop(guard);
     let listed = control
         .call(reqwest::Method::GET, &format!("/api/disks?name={name}"), None)
         .await;

@@ -64,6 +64,19 @@ async fn each_box_gets_one_receipt_when_it_ends() {
         b.exec(&[], &ExecOptions::default(), &ctx).await.is_err(),
         "refused before it is made: not counted"
     );
+    // Refused by the box itself before the call is made (an option it cannot give): not
+    // counted either.
+    archil.on(
+        agentbox_testing::fake::Match::op(agentbox_testing::fake::Op::Exec),
+        agentbox_testing::fake::Outcome::Fail(agentbox_core::ErrorCode::Unsupported, "exec tty: no".into()),
+        Some(1),
+    );
+    let e = b
+        .exec(&["true".to_string()], &ExecOptions::default(), &ctx)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), agentbox_core::ErrorCode::Unsupported, "{e}");
     clock.advance(Duration::from_secs(10));
     b.destroy(&ctx).await.unwrap();
     // Found ended by status: its lifetime ran out on the clock.

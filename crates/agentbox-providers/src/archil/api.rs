@@ -120,7 +120,7 @@ fn vendor_error(status: u16, code: Option<&str>, said: &str, what: &str) -> Erro
         // client's hold, not a malformed request. So is S3's conflicting operation.
         Some("checkout_timeout" | "OperationAborted") => ErrorCode::Refused,
         Some("no_capacity" | "runtime_retryable") => ErrorCode::Refused,
-        Some("EntityTooLarge") => ErrorCode::TooLarge,
+        Some("EntityTooLarge" | "output_too_large") => ErrorCode::TooLarge,
         _ => code_of_status(status),
     };
     Error::new(ours, msg)
@@ -196,10 +196,14 @@ impl Api {
         })
     }
 
-    /// Archil's header: one `key-` prefix, as the `archil` SDK writes it.
-    fn authorization(&self) -> String {
+    /// Archil's header: one `key-` prefix, as the `archil` SDK writes it, marked sensitive so
+    /// no layer below prints it.
+    fn authorization(&self) -> Result<reqwest::header::HeaderValue> {
         let k = self.key.expose();
-        format!("key-{}", k.strip_prefix("key-").unwrap_or(k))
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("key-{}", k.strip_prefix("key-").unwrap_or(k)))
+            .map_err(|_| Error::invalid("ARCHIL_API_KEY: not a value an HTTP header can carry"))?;
+        v.set_sensitive(true);
+        Ok(v)
     }
 
     /// Send what `build` makes, authorized, with `timeout`; again on 429 (refused before any
@@ -216,10 +220,11 @@ impl Api {
         F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
     {
         let mut pause = Duration::from_millis(250);
+        let authorization = self.authorization()?;
         for n in 1..=TRIES {
             ctx.check()?;
             let req = build(&self.http)
-                .header(reqwest::header::AUTHORIZATION, self.authorization())
+                .header(reqwest::header::AUTHORIZATION, authorization.clone())
                 .timeout(timeout);
             let r = match ctx.run(req.send()).await? {
                 Ok(r) => r,
@@ -431,9 +436,16 @@ impl Api {
             }
             let truncated = xml_values(&text, "IsTruncated").first().is_some_and(|t| t == "true");
             let next = xml_values(&text, "NextContinuationToken").into_iter().next();
-            match next {
-                Some(n) if truncated && token.as_ref() != Some(&n) => token = Some(n),
-                _ => break,
+            match (truncated, next) {
+                (false, _) => break,
+                (true, Some(n)) if token.as_ref() != Some(&n) => token = Some(n),
+                // A listing known to be partial is never read as whole: a list would sweep
+                // the boxes on the pages it did not get.
+                (true, _) => {
+                    return Err(Error::unknown(format!(
+                        "{what}: Archil's answer is cut short with no new continuation token"
+                    )));
+                }
             }
         }
         out.prefixes.sort();

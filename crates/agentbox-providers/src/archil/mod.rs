@@ -232,6 +232,12 @@ pub fn s3_url_of(control: &str) -> String {
     }
 }
 
+/// Whether `name` is what this provider names a box: 16 lowercase hex digits. Nothing else on
+/// the disk is ever taken for a box, swept, or put in a command.
+pub(crate) fn is_box_name(name: &str) -> bool {
+    name.len() == 16 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Archil exec boxes. See the [module documentation](self).
 pub struct ArchilProvider {
     shared: Arc<Shared>,
@@ -323,7 +329,7 @@ impl ArchilProvider {
             return Err(Error::invalid(format!("{id} is not an archil box")));
         }
         let name = id.name();
-        if name.len() != 16 || !name.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        if !is_box_name(name) {
             return Err(Error::invalid(format!(
                 "{id}: an archil box's id is 16 lowercase hex digits"
             )));
@@ -385,7 +391,12 @@ impl Provider for ArchilProvider {
         // The record first, then the directory: a list reads directories before records, so
         // it never sweeps the directory of a box being made.
         async {
-            self.shared.write_record(ctx, &disk, &record).await?;
+            if let Err(e) = self.shared.write_record(ctx, &disk, &record).await {
+                // The write may have landed with its answer lost: take it back.
+                let quick = Ctx::background().with_timeout(Duration::from_secs(30));
+                let _ = self.shared.api.delete_object(&quick, &disk, &Record::key(&name)).await;
+                return Err(e);
+            }
             if let Err(e) = self
                 .shared
                 .api
@@ -449,7 +460,7 @@ impl Provider for ArchilProvider {
                 Ok(Some(r)) => r,
                 Ok(None) => continue,
                 Err(e) if e.code() == agentbox_core::ErrorCode::Invalid => {
-                    tracing::warn!(box_id = %id, "archil: a record that does not read is passed over: {e}");
+                    tracing::warn!(box_id = %id, key = %key, "archil: a record that does not read is passed over (its directory is kept): {e}");
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -470,7 +481,7 @@ impl Provider for ArchilProvider {
             else {
                 continue;
             };
-            if recorded.contains(name) {
+            if recorded.contains(name) || !is_box_name(name) {
                 continue;
             }
             tracing::info!(disk = %disk, dir = %prefix, "archil: sweeping a box directory with no record");

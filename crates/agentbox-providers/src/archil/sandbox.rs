@@ -65,6 +65,11 @@ impl Shared {
     /// the box's directory checked out, so it waits [`ArchilOptions::destroy_wait`] for a
     /// command that holds it, and no longer.
     pub(crate) async fn remove_dir(&self, ctx: &Ctx, disk: &str, name: &str) -> Result<()> {
+        if !super::is_box_name(name) {
+            return Err(Error::invalid(format!(
+                "{name:?} is not a box's directory (16 lowercase hex digits): left as it is"
+            )));
+        }
         let body = json!({
             "disks": { "boxes": {
                 "disk": disk,
@@ -72,7 +77,11 @@ impl Shared {
                 "checkoutPaths": [name],
                 "queueMs": self.opts.destroy_wait.as_millis() as u64,
             }},
-            "command": format!("timeout {} rm -rf -- /mnt/archil/boxes/{name}", REMOVE_DEADLINE.as_secs()),
+            "command": format!(
+                "timeout {} rm -rf -- {}",
+                REMOVE_DEADLINE.as_secs(),
+                quote(&format!("/mnt/archil/boxes/{name}"))
+            ),
         });
         let timeout = self.opts.destroy_wait + REMOVE_DEADLINE + CALL_SLACK;
         let ctx = ctx.child();
@@ -170,7 +179,7 @@ impl ArchilSandbox {
             tracing::warn!(box_id = %self.id, "archil: the record of an ended box was not deleted: {e}");
             return;
         }
-        if let Err(e) = self.shared.remove_dir(&Ctx::background(), &self.disk, &self.name).await {
+        if let Err(e) = self.shared.remove_dir(&ctx, &self.disk, &self.name).await {
             tracing::warn!(box_id = %self.id, "archil: the directory of an ended box is left to the next list: {e}");
         }
     }
@@ -198,8 +207,9 @@ impl ArchilSandbox {
         Ok(())
     }
 
-    /// The object key of `path` (relative to the workspace, or absolute within it): files move
-    /// only within the box's directory.
+    /// The object key of `path` (relative to the workspace, or absolute within it). The key is
+    /// under the box's directory; a link a command made there is followed by the object API,
+    /// within the disk, as the shared disk allows (see the module documentation).
     fn key_of(&self, path: &str) -> Result<String> {
         let rel = relative_to_workspace(path)?;
         Ok(format!("{BOXES}/{}/{rel}", self.name))
@@ -222,11 +232,33 @@ impl ArchilSandbox {
     /// answer when it ends or when `ctx` does. The call itself runs on (holding the queue) to
     /// its end: nothing can stop a running command, so the next call waits for it; a call
     /// whose caller gave up before its turn is never sent.
-    async fn call(&self, ctx: &Ctx, body: serde_json::Value, deadline: Duration) -> Result<ExecAnswer> {
+    ///
+    /// The command's own deadline is worked out once its turn came (a wait behind another
+    /// command comes off the caller's time), and `command` makes the command line from it.
+    /// Archil's queue waits no longer than the caller would.
+    async fn call(
+        &self,
+        ctx: &Ctx,
+        asked: Option<Duration>,
+        command: impl FnOnce(Duration) -> String,
+    ) -> Result<(ExecAnswer, Duration)> {
         let turn = ctx.run(self.queue.clone().lock_owned()).await?;
         self.check(ctx).await?;
         ctx.check()?;
-        let timeout = self.shared.opts.queue + deadline + CALL_SLACK;
+        let deadline = self.deadline(asked, ctx);
+        let mut queue = self.shared.opts.queue;
+        if let Some(left) = ctx.remaining() {
+            queue = queue.min(left);
+        }
+        let body = json!({
+            "disks": { "box": {
+                "disk": self.disk,
+                "subdirectory": format!("{BOXES}/{}", self.name),
+                "queueMs": queue.as_millis() as u64,
+            }},
+            "command": command(deadline),
+        });
+        let timeout = queue + deadline + CALL_SLACK;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let api = self.shared.api.clone();
         let id = self.id.clone();
@@ -248,7 +280,9 @@ impl ArchilSandbox {
             let _ = tx.send(r);
         });
         tokio::select! {
-            r = rx => r.unwrap_or_else(|_| Err(Error::unknown("the exec call's task ended without an answer"))),
+            r = rx => r
+                .unwrap_or_else(|_| Err(Error::unknown("the exec call's task ended without an answer")))
+                .map(|a| (a, deadline)),
             e = ctx.done() => Err(Error::new(e.code(), format!(
                 "{}: the command cannot be stopped in Archil and runs on to its own deadline of {:.1}s; \
                  the box's next call waits for it",
@@ -272,8 +306,8 @@ fn relative_to_workspace(path: &str) -> Result<String> {
             Some(r) if r.is_empty() || r.starts_with('/') => r,
             _ => {
                 return Err(Error::unsupported(format!(
-                    "path {path:?}: outside the box's workspace {WORKSPACE}: an archil box moves files only within \
-                     its own directory of the disk"
+                    "path {path:?}: outside the box's workspace {WORKSPACE}: an archil box moves files only by paths \
+                     within its own directory of the disk"
                 )));
             }
         }
@@ -328,12 +362,23 @@ fn command_line(argv: &[String], cwd: Option<&str>, deadline: Duration, mark: &s
 
 /// How an answered exec ended, as the contract reads it.
 fn outcome(a: &ExecAnswer, deadline: Duration) -> Result<ExitStatus> {
+    let ran_ms = a.timing.as_ref().map(|t| t.execute_ms);
     match a.exit_code {
         124 => Err(Error::timeout(format!(
             "the command passed its deadline of {:.1}s in the box (exit 124, as `timeout` ends it)",
             deadline.as_secs_f64()
         ))),
-        n if n < 0 => Ok(ExitStatus::signaled(-n)),
+        // `timeout` kills a command that ignored its TERM, and then exits 137: a deadline
+        // only where the call ran that long.
+        137 if ran_ms.is_some_and(|ms| ms >= deadline.as_millis() as u64) => Err(Error::timeout(format!(
+            "the command passed its deadline of {:.1}s in the box and was killed {KILL_AFTER_S}s after \
+             its TERM (exit 137)",
+            deadline.as_secs_f64()
+        ))),
+        n if n < 0 => match n.checked_neg() {
+            Some(sig) => Ok(ExitStatus::signaled(sig)),
+            None => Err(Error::unknown(format!("Archil answered the exit code {n}"))),
+        },
         n => Ok(ExitStatus::exited(n)),
     }
 }
@@ -422,24 +467,15 @@ impl Sandbox for ArchilSandbox {
             )));
         }
         ctx.check()?;
-        let deadline = self.deadline(opts.timeout, ctx);
         let mark = format!("agentbox-no-cwd-{}", crate::util::random_hex(8)?);
-        let command = command_line(argv, opts.cwd.as_deref(), deadline, &mark);
-        let body = json!({
-            "disks": { "box": {
-                "disk": self.disk,
-                "subdirectory": format!("{BOXES}/{}", self.name),
-                "queueMs": self.shared.opts.queue.as_millis() as u64,
-            }},
-            "command": command,
-        });
+        let cwd = opts.cwd.as_deref();
         let span = tracing::debug_span!("archil exec", box_id = %self.id, program = %argv[0]);
-        let a = match self.call(ctx, body, deadline).instrument(span).await {
-            Err(e) if e.code() == ErrorCode::Refused => {
+        let made = |deadline| command_line(argv, cwd, deadline, &mark);
+        let (a, deadline) = match self.call(ctx, opts.timeout, made).instrument(span).await {
+            Err(e) if e.message().contains("checkout_timeout") => {
                 return Err(e.context(format!(
-                    "another process held archil box {} past the queue's {}s",
-                    self.id,
-                    self.shared.opts.queue.as_secs()
+                    "another process held archil box {} past the queue's wait",
+                    self.id
                 )));
             }
             r => r?,
@@ -580,5 +616,16 @@ mod tests {
         assert_eq!(outcome(&a(124), d).unwrap_err().code(), ErrorCode::Timeout);
         assert_eq!(outcome(&a(3), d).unwrap().code, 3);
         assert_eq!(outcome(&a(-9), d).unwrap(), ExitStatus::signaled(9));
+        assert_eq!(outcome(&a(i32::MIN), d).unwrap_err().code(), ErrorCode::Unknown);
+        // 137: the deadline's kill only where the call ran past the deadline.
+        assert_eq!(outcome(&a(137), d).unwrap().code, 137);
+        let killed = ExecAnswer {
+            timing: Some(super::super::api::Timing {
+                queue_ms: 0,
+                execute_ms: 7000,
+            }),
+            ..a(137)
+        };
+        assert_eq!(outcome(&killed, d).unwrap_err().code(), ErrorCode::Timeout);
     }
 }
