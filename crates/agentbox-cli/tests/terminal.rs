@@ -267,8 +267,22 @@ fn exec_it_gives_bash_a_terminal_of_its_own_and_gives_this_one_back() {
     }
 
     // Ctrl-C is the program's (a byte to the box's terminal), not this process's signal.
-    t.type_line("sleep 30");
-    std::thread::sleep(Duration::from_millis(300));
+    // The key goes once `sleep` runs (a local box's programs are this machine's): typed
+    // earlier, it would reach bash between its fork and the child's taking the terminal, and
+    // under load that window is wide.
+    t.type_line("sleep 31.25");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !Command::new("pgrep")
+        .args(["-f", "^sleep 31.25$"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "sleep 31.25 did not start in the box within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     t.tmux(&["send-keys", "-t", "t", "C-c"]);
     // bash's own variable: the outer sh (had agentbox ended) prints no "yes".
     t.type_line("printf 'ALIVE=%s\\n' \"${BASH_VERSION:+yes}\"");
