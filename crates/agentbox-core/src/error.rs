@@ -131,6 +131,18 @@ impl fmt::Display for ErrorCode {
     }
 }
 
+/// The mark of [`Error::not_made`].
+#[derive(Debug)]
+struct NotMade;
+
+impl fmt::Display for NotMade {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the call was never made")
+    }
+}
+
+impl std::error::Error for NotMade {}
+
 /// A failure the caller is expected to handle.
 ///
 /// ```
@@ -176,6 +188,27 @@ impl Error {
     pub fn context(mut self, context: impl fmt::Display) -> Self {
         self.message = format!("{context}: {}", self.message);
         self
+    }
+
+    /// The same error, marked as one of a call that was never made: refused or given up on
+    /// before it reached the box's platform (a call queued behind another whose caller gave up
+    /// before its turn). A ledger that counts calls ([`Error::is_not_made`]) leaves it out.
+    ///
+    /// ```
+    /// use agentbox_core::Error;
+    /// let e = Error::aborted("the caller gave up before its turn").not_made();
+    /// assert!(e.is_not_made());
+    /// assert!(!Error::aborted("the caller gave up while it ran").is_not_made());
+    /// ```
+    pub fn not_made(self) -> Self {
+        self.with_source(NotMade)
+    }
+
+    /// Whether [`Error::not_made`] marked the error.
+    pub fn is_not_made(&self) -> bool {
+        self.source
+            .as_deref()
+            .is_some_and(|s| s.downcast_ref::<NotMade>().is_some())
     }
 
     /// An I/O failure while doing `what` (which should name the path), with the code the

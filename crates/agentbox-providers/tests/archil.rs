@@ -499,6 +499,7 @@ async fn a_caller_that_gives_up_is_answered_at_once_and_the_next_call_waits() {
     let e = sh(&*b, "sleep 2; echo done > f", gives_up(500)).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::Aborted, "{e}");
     assert!(e.message().contains("runs on"), "{e}");
+    assert!(!e.is_not_made(), "a call sent and given up on was made: {e}");
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "the caller was kept {:?}",
@@ -507,6 +508,10 @@ async fn a_caller_that_gives_up_is_answered_at_once_and_the_next_call_waits() {
     // A call asked while it runs, whose caller gives up before its turn, is never sent.
     let e = sh(&*b, "echo never > g", gives_up(300)).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::Aborted, "{e}");
+    assert!(
+        e.is_not_made(),
+        "a call never sent is marked so (receipts do not count it): {e}"
+    );
     // The next call waits for the first command, and sees what it wrote.
     assert_eq!(sh(&*b, "cat f; ls", &ctx()).await.unwrap().stdout_text(), "done\nf\n");
     assert_eq!(

@@ -197,6 +197,9 @@ impl Match {
 pub enum Outcome {
     /// Fail with this code and message.
     Fail(ErrorCode, String),
+    /// Fail with this code and message, as a call never made (`Error::not_made`): one a
+    /// provider's queue let go before it was sent.
+    NotMade(ErrorCode, String),
     /// Answer after this long on the clock, then as usual.
     Delay(Duration),
     /// Never answer: the call ends when its context does.
@@ -503,6 +506,7 @@ impl FakeProvider {
     async fn common(&self, outcome: &Option<Outcome>, ctx: &Ctx) -> Result<()> {
         match outcome {
             Some(Outcome::Fail(code, msg)) => Err(Error::new(*code, msg.clone())),
+            Some(Outcome::NotMade(code, msg)) => Err(Error::new(*code, msg.clone()).not_made()),
             Some(Outcome::Refuse(why)) => Err(Error::refused(why.clone())),
             Some(Outcome::Delay(d)) => {
                 let at = self.s.clock.now_ms() + d.as_millis() as u64;

@@ -323,12 +323,13 @@ impl Sandbox for ReceiptSandbox {
         self.inner.labels()
     }
     async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
-        // A call refused before it is made (malformed, not supported, or the box ended) is not
-        // counted; one made and then given up on is.
+        // A call refused before it is made (malformed, not supported, the box ended, or given
+        // up on before its turn: `Error::is_not_made`) is not counted; one made and then given
+        // up on is.
         opts.validate(argv)?;
         let r = self.inner.exec(argv, opts, ctx).await;
-        let refused =
-            matches!(&r, Err(e) if matches!(e.code(), ErrorCode::Invalid | ErrorCode::Unsupported | ErrorCode::Gone));
+        let refused = matches!(&r, Err(e) if e.is_not_made()
+            || matches!(e.code(), ErrorCode::Invalid | ErrorCode::Unsupported | ErrorCode::Gone));
         if !refused {
             self.entry.calls.fetch_add(1, Ordering::SeqCst);
         }

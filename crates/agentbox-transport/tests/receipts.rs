@@ -77,6 +77,29 @@ async fn each_box_gets_one_receipt_when_it_ends() {
         .err()
         .unwrap();
     assert_eq!(e.code(), agentbox_core::ErrorCode::Unsupported, "{e}");
+    // Given up on in the box's queue before it was sent: never made, not counted. Given up on
+    // once made: counted (the fourth call).
+    use agentbox_testing::fake::{Match, Op, Outcome};
+    archil.on(
+        Match::op(Op::Exec),
+        Outcome::NotMade(agentbox_core::ErrorCode::Aborted, "before its turn".into()),
+        Some(1),
+    );
+    assert!(
+        b.exec(&["true".to_string()], &ExecOptions::default(), &ctx)
+            .await
+            .is_err()
+    );
+    archil.on(
+        Match::op(Op::Exec),
+        Outcome::Fail(agentbox_core::ErrorCode::Aborted, "while it ran".into()),
+        Some(1),
+    );
+    assert!(
+        b.exec(&["true".to_string()], &ExecOptions::default(), &ctx)
+            .await
+            .is_err()
+    );
     clock.advance(Duration::from_secs(10));
     b.destroy(&ctx).await.unwrap();
     // Found ended by status: its lifetime ran out on the clock.
@@ -101,10 +124,10 @@ async fn each_box_gets_one_receipt_when_it_ends() {
     assert_eq!(got[0]["from"], "2026-11-30T00:53:20.000Z");
     assert_eq!(got[0]["source"], "https://example.invalid/pricing");
     assert_eq!(got[1]["box"], "box-2");
-    assert_eq!(got[1]["calls"], 3);
+    assert_eq!(got[1]["calls"], 4);
     assert_eq!(got[1]["usd_per_call"], 0.002);
     assert!(got[1].get("usd_per_second").is_none(), "absent, never 0");
-    assert_eq!(got[1]["cost_usd"], 0.006);
+    assert_eq!(got[1]["cost_usd"], 0.008);
     assert_eq!(got[2]["box"], "box-3");
     assert_eq!(got[2]["seconds"], 45.0);
     assert_eq!(got[3]["box"], "box-4");

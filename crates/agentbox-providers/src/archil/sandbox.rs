@@ -242,9 +242,13 @@ impl ArchilSandbox {
         asked: Option<Duration>,
         command: impl FnOnce(Duration) -> String,
     ) -> Result<(ExecAnswer, Duration)> {
-        let turn = ctx.run(self.queue.clone().lock_owned()).await?;
-        self.check(ctx).await?;
-        ctx.check()?;
+        // Until the call is sent, a failure is of a call never made (receipts do not count it).
+        let turn = ctx
+            .run(self.queue.clone().lock_owned())
+            .await
+            .map_err(Error::not_made)?;
+        self.check(ctx).await.map_err(Error::not_made)?;
+        ctx.check().map_err(Error::not_made)?;
         let deadline = self.deadline(asked, ctx);
         let mut queue = self.shared.opts.queue;
         if let Some(left) = ctx.remaining() {
