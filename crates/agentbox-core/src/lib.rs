@@ -26,8 +26,8 @@ pub use files::{FileError, FileMeta, FileType, Files};
 pub use id::SandboxId;
 pub use lifecycle::{MAX_FORK, Snapshot, check_deadline, check_fork, check_fork_count, refuse, validate_name};
 pub use process::{
-    ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, MAX_TTY, OutputGap, Process,
-    ProcessControl, SIGKILL, SIGNALS, SIGTERM, Stdin, Tty, finish, read_bounded,
+    ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, MAX_TTY, NoInput, OutputGap,
+    Process, ProcessControl, SIGKILL, SIGNALS, SIGTERM, Stdin, Tty, finish, read_bounded,
 };
 pub use processes::{MAX_READ, MAX_READ_WAIT, OutputChunk, OutputRead, ProcessInfo, ProcessState, Processes, Stream};
 pub use sandbox::{Endpoint, Provider, Sandbox, Status};

@@ -295,6 +295,36 @@ impl AsyncWrite for Stdin {
     }
 }
 
+/// The stdin of a program that takes no input (a box whose each exec is one call carrying only
+/// the command): every write fails [`std::io::ErrorKind::Unsupported`] with `why`, and closing
+/// it is no error, so [`finish`] with no input works.
+///
+/// ```
+/// # tokio_test_block_on(async {
+/// use tokio::io::AsyncWriteExt;
+/// let mut w = agentbox_core::NoInput("stdin: this box's programs take no input");
+/// assert_eq!(w.write_all(b"x").await.unwrap_err().kind(), std::io::ErrorKind::Unsupported);
+/// assert!(w.shutdown().await.is_ok());
+/// # });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct NoInput(pub &'static str);
+
+impl AsyncWrite for NoInput {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, _buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::Unsupported, self.0)))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
 type Outcome = Option<Result<ExitStatus>>;
 
 /// A program started by [`crate::Sandbox::exec`].

@@ -34,18 +34,16 @@
 //! ```
 
 use std::io::Cursor;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agentbox_core::{
-    ByteReader, Ctx, Endpoint, Error, ErrorCode, ExecOptions, ExitStatus, Facts, Labels, Process, ProcessControl,
-    Result, Sandbox, SandboxId, Status,
+    ByteReader, Ctx, Endpoint, Error, ErrorCode, ExecOptions, ExitStatus, Facts, Labels, NoInput, Process,
+    ProcessControl, Result, Sandbox, SandboxId, Status,
 };
 use async_trait::async_trait;
-use tokio::io::{AsyncReadExt, AsyncWrite};
+use tokio::io::AsyncReadExt;
 
 /// The bound on one exec call unless set otherwise: Archil's.
 pub const MAX_EXEC: Duration = Duration::from_secs(300);
@@ -263,23 +261,8 @@ impl ProcessControl for Ended {
     }
 }
 
-/// A stdin that refuses every write: the call carries only the command.
-struct NoStdin;
-
-impl AsyncWrite for NoStdin {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, _buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Poll::Ready(Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "stdin: a one-call box's program takes no input (its call carries only the command)",
-        )))
-    }
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
+/// What a write to a one-call box's stdin answers.
+const NO_STDIN: NoInput = NoInput("stdin: a one-call box's program takes no input (its call carries only the command)");
 
 #[async_trait]
 impl Sandbox for OneCall {
@@ -345,7 +328,7 @@ impl Sandbox for OneCall {
             ))),
         };
         Ok(Process::new(
-            Some(Box::pin(NoStdin)),
+            Some(Box::pin(NO_STDIN)),
             Some(as_text(out)),
             Some(as_text(err)),
             Arc::new(Ended(status)),
@@ -391,7 +374,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(async {
             use tokio::io::AsyncWriteExt;
-            let mut w = NoStdin;
+            let mut w = NO_STDIN;
             let e = w.write_all(b"x").await.unwrap_err();
             assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
             assert!(w.shutdown().await.is_ok());

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Endpoint, Error, ErrorCode, ExecOptions, ExitStatus, Facts, Labels, Process, ProcessControl, Result, Sandbox,
-    SandboxId, Status,
+    Ctx, Endpoint, Error, ErrorCode, ExecOptions, ExitStatus, Facts, Labels, NoInput, Process, ProcessControl, Result,
+    Sandbox, SandboxId, Status,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -402,33 +402,10 @@ impl ProcessControl for Ended {
 }
 
 /// The stdin of a program in an archil box: every write is refused `unsupported`.
-struct NoStdin;
-
-impl tokio::io::AsyncWrite for NoStdin {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-        _buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::task::Poll::Ready(Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "stdin: an archil box's program takes no input (Archil's exec carries only the command); \
-             upload a file and name it instead",
-        )))
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
+const NO_STDIN: NoInput = NoInput(
+    "stdin: an archil box's program takes no input (Archil's exec carries only the command); upload a file and \
+     name it instead",
+);
 
 #[async_trait]
 impl Sandbox for ArchilSandbox {
@@ -495,7 +472,7 @@ impl Sandbox for ArchilSandbox {
         let stdout: agentbox_core::ByteReader = Box::pin(std::io::Cursor::new(a.stdout.into_bytes()));
         let stderr: agentbox_core::ByteReader = Box::pin(std::io::Cursor::new(a.stderr.into_bytes()));
         Ok(Process::new(
-            Some(Box::pin(NoStdin)),
+            Some(Box::pin(NO_STDIN)),
             Some(stdout),
             Some(stderr),
             Arc::new(Ended(status)),
