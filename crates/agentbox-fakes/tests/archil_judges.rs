@@ -8,11 +8,12 @@
 //! not name (`tests/archil_judge.py`). `scripts/archil-clients` installs them; `scripts/test`
 //! exports the venv's python as `AGENTBOX_TEST_ARCHIL_PYTHON`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+#[path = "common/judge.rs"]
+mod judge;
 
 const VAR: &str = "AGENTBOX_TEST_ARCHIL_PYTHON";
 /// The judge's whole run, bounded.
@@ -20,24 +21,12 @@ const JUDGE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The fake's exec limit for the judge (its 504 step waits it out once).
 const EXEC_LIMIT: Duration = Duration::from_secs(5);
 
-/// The SDK's python, or `None` after the loud notice (a failure under CI).
-fn python(test: &str) -> Option<PathBuf> {
-    if let Ok(p) = std::env::var(VAR)
-        && !p.is_empty()
-    {
-        return Some(PathBuf::from(p));
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: CI needs {VAR} (scripts/test runs scripts/archil-clients)");
-    }
-    eprintln!("\n!!!! {test}: {VAR} UNSET: this test did NOT run. Run scripts/archil-clients and export it. !!!!\n");
-    None
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_judges_the_fake() {
     let test = "the_python_sdk_judges_the_fake";
-    let Some(py) = python(test) else { return };
+    let Some(py) = judge::python(VAR, "scripts/archil-clients", test) else {
+        return;
+    };
     agentbox_testing::runner::ensure();
     let key = "judge-key-0123456789";
     let fake = FakeArchil::start(FakeArchilOptions {
@@ -50,7 +39,8 @@ async fn the_python_sdk_judges_the_fake() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join("archil_judge.py");
-    let mut child = tokio::process::Command::new(&py)
+    let mut command = tokio::process::Command::new(&py);
+    command
         .arg(&script)
         .env("ARCHIL_BASE_URL", fake.base_url())
         .env("ARCHIL_S3_BASE_URL", fake.s3_base_url())
@@ -60,57 +50,30 @@ async fn the_python_sdk_judges_the_fake() {
         .env_remove("ARCHIL_REGION")
         .env_remove("HTTP_PROXY")
         .env_remove("HTTPS_PROXY")
-        .env_remove("ALL_PROXY")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the judge starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut err = child.stderr.take().expect("stderr");
-    let errs = tokio::spawn(async move {
-        let mut s = String::new();
-        let _ = tokio::io::AsyncReadExt::read_to_string(&mut err, &mut s).await;
-        s
-    });
-    let mut said = String::new();
-    let talk = async {
-        while let Some(line) = lines.next_line().await.expect("reading the judge") {
-            println!("{line}");
-            said.push_str(&line);
-            said.push('\n');
-            if let Some(disk) = line.strip_prefix("WAIT faults ") {
-                // Two 503s the SDK's S3 transport retries past, and one control-plane 500.
-                fake.fail_next(
-                    "GET",
-                    &format!("/s3/{disk}/who"),
-                    503,
-                    "SlowDown",
-                    "scripted slow down",
-                    2,
-                );
-                fake.fail_next(
-                    "GET",
-                    &format!("/api/disks/{disk}"),
-                    500,
-                    "scripted_fault",
-                    "scripted",
-                    1,
-                );
-                stdin.write_all(b"go\n").await.expect("answering the judge");
-                stdin.flush().await.expect("answering the judge");
-            }
+        .env_remove("ALL_PROXY");
+    let judged = judge::run(command, JUDGE_TIMEOUT, |line| {
+        if let Some(disk) = line.strip_prefix("WAIT faults ") {
+            // Two 503s the SDK's S3 transport retries past, and one control-plane 500.
+            fake.fail_next(
+                "GET",
+                &format!("/s3/{disk}/who"),
+                503,
+                "SlowDown",
+                "scripted slow down",
+                2,
+            );
+            fake.fail_next(
+                "GET",
+                &format!("/api/disks/{disk}"),
+                500,
+                "scripted_fault",
+                "scripted",
+                1,
+            );
         }
-    };
-    tokio::time::timeout(JUDGE_TIMEOUT, talk)
-        .await
-        .expect("the judge ends within its time");
-    let status = child.wait().await.expect("the judge's exit");
-    let errs = errs.await.unwrap_or_default();
-    assert!(status.success(), "the Python SDK judge failed:\n{said}\n{errs}");
-    for step in [
+    })
+    .await;
+    judged.assert_steps(&[
         "create",
         "list",
         "get",
@@ -130,12 +93,7 @@ async fn the_python_sdk_judges_the_fake() {
         "p-exec",
         "p-errors",
         "p-delete",
-    ] {
-        assert!(
-            said.lines().any(|l| l == format!("OK {step}")),
-            "no `OK {step}` in:\n{said}\n{errs}"
-        );
-    }
+    ]);
     let log = fake.requests();
     // The SDK's requests as sent: its key in the header alone, its keys percent-encoded.
     assert!(
