@@ -96,6 +96,61 @@ pub(crate) fn retry_after(r: &reqwest::Response) -> Option<Duration> {
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
+/// How many times a throttled request is tried.
+const TRIES: u32 = 6;
+/// The longest pause between tries when the answer names none.
+const MAX_PAUSE: Duration = Duration::from_secs(10);
+
+/// How [`send`] ended.
+pub(crate) enum Sent {
+    /// The answer, whatever its status.
+    Answer(reqwest::Response),
+    /// A throttled answer whose `Retry-After` (or the next pause) is past the caller's deadline:
+    /// not waited out.
+    PastDeadline(reqwest::Response, Duration),
+}
+
+/// Send what `build` makes (`authorize` adds the vendor's credentials) with `timeout`; again
+/// on 429 (refused before any work) and, where the request is `idempotent`, on 503, after what
+/// `Retry-After` says or a pause doubling to [`MAX_PAUSE`], while `ctx` allows, at most
+/// [`TRIES`] times. The one retry policy of every vendor's client.
+pub(crate) async fn send(
+    ctx: &agentbox_core::Ctx,
+    vendor: &str,
+    what: &str,
+    timeout: Duration,
+    idempotent: bool,
+    build: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<Sent> {
+    let mut pause = Duration::from_millis(250);
+    for n in 1..=TRIES {
+        ctx.check()?;
+        let r = match ctx.run(build().timeout(timeout).send()).await? {
+            Ok(r) => r,
+            Err(e) => return Err(transport_error(&e, vendor, what, timeout)),
+        };
+        let status = r.status().as_u16();
+        if (status == 429 || (status == 503 && idempotent)) && n < TRIES {
+            let wait = retry_after(&r).unwrap_or(pause).min(Duration::from_secs(60));
+            if ctx.remaining().is_some_and(|left| left < wait) {
+                return Ok(Sent::PastDeadline(r, wait));
+            }
+            tracing::debug!(
+                status,
+                attempt = n,
+                wait_ms = wait.as_millis() as u64,
+                what,
+                "{vendor} asked to retry"
+            );
+            ctx.run(tokio::time::sleep(wait)).await?;
+            pause = (pause * 2).min(MAX_PAUSE);
+            continue;
+        }
+        return Ok(Sent::Answer(r));
+    }
+    unreachable!("the last try returns")
+}
+
 /// At most `cap` bytes of an answer's body; a longer one is `too_large`, refused before it is
 /// read where the answer states its length.
 pub(crate) async fn read_capped(mut r: reqwest::Response, cap: usize, vendor: &str, what: &str) -> Result<Vec<u8>> {

@@ -12,14 +12,10 @@ use agentbox_core::{Ctx, Error, ErrorCode, Result};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::vendor::{ApiKey, code_of_status, cut, read_capped, retry_after, transport_error};
+use crate::vendor::{ApiKey, Sent, code_of_status, cut, read_capped};
 
 /// The vendor, as errors name it.
 const VENDOR: &str = "Archil";
-/// How many times a throttled request is tried.
-const TRIES: u32 = 6;
-/// The longest pause between tries when the answer names none.
-const MAX_PAUSE: Duration = Duration::from_secs(10);
 /// The most of a control-plane answer read (an exec's is bounded apart).
 const MAX_JSON: usize = 16 << 20;
 /// The most of an exec's answer read: both streams of a command that printed 64 MiB each, as
@@ -219,37 +215,20 @@ impl Api {
     where
         F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
     {
-        let mut pause = Duration::from_millis(250);
         let authorization = self.authorization()?;
-        for n in 1..=TRIES {
-            ctx.check()?;
-            let req = build(&self.http)
-                .header(reqwest::header::AUTHORIZATION, authorization.clone())
-                .timeout(timeout);
-            let r = match ctx.run(req.send()).await? {
-                Ok(r) => r,
-                Err(e) => return Err(transport_error(&e, VENDOR, what, timeout)),
-            };
-            let status = r.status().as_u16();
-            if (status == 429 || (status == 503 && idempotent)) && n < TRIES {
-                let wait = retry_after(&r).unwrap_or(pause).min(Duration::from_secs(60));
-                if ctx.remaining().is_some_and(|left| left < wait) {
-                    return Ok(r);
-                }
+        let build = || build(&self.http).header(reqwest::header::AUTHORIZATION, authorization.clone());
+        match crate::vendor::send(ctx, VENDOR, what, timeout, idempotent, build).await? {
+            Sent::Answer(r) => Ok(r),
+            // Its error is the answer's own, read by the caller.
+            Sent::PastDeadline(r, wait) => {
                 tracing::debug!(
-                    status,
-                    attempt = n,
-                    wait_ms = wait.as_millis() as u64,
                     what,
-                    "Archil asked to retry"
+                    wait_ms = wait.as_millis() as u64,
+                    "Archil asked to wait past this call's deadline"
                 );
-                ctx.run(tokio::time::sleep(wait)).await?;
-                pause = (pause * 2).min(MAX_PAUSE);
-                continue;
+                Ok(r)
             }
-            return Ok(r);
         }
-        unreachable!("the last try returns")
     }
 
     /// The `data` of a control-plane answer, checked: a 2xx whose envelope does not say

@@ -12,12 +12,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 pub use crate::vendor::ApiKey;
-use crate::vendor::{MAX_MESSAGE, code_of_status, cut, retry_after};
+use crate::vendor::{MAX_MESSAGE, Sent, code_of_status, cut};
 
-/// How many times a throttled or briefly unavailable request is tried.
-const TRIES: u32 = 6;
-/// The longest pause between tries when the answer names none.
-const MAX_PAUSE: Duration = Duration::from_secs(10);
 /// The most of an answer's body read for JSON; more is a malformed answer.
 pub(crate) const MAX_JSON: usize = 16 << 20;
 /// The vendor, as errors name it.
@@ -124,11 +120,6 @@ pub(crate) fn status_error(status: u16, body: &[u8], what: &str) -> Error {
     Error::new(code_of_status(status), msg)
 }
 
-/// A transport failure (no answer) as one of ours.
-pub(crate) fn transport_error(e: &reqwest::Error, what: &str, timeout: Duration) -> Error {
-    crate::vendor::transport_error(e, VENDOR, what, timeout)
-}
-
 impl Api {
     /// A client of the API at `base` (`https://app.daytona.io/api`).
     pub(crate) fn new(base: &str, key: ApiKey, connect_timeout: Duration, request_timeout: Duration) -> Result<Self> {
@@ -182,41 +173,22 @@ impl Api {
     where
         F: Fn(&reqwest::Client) -> reqwest::RequestBuilder,
     {
-        let mut pause = Duration::from_millis(250);
-        for n in 1..=TRIES {
-            ctx.check()?;
-            let req = build(&self.http)
+        let build = || {
+            build(&self.http)
                 .bearer_auth(self.key.expose())
                 .header("X-Daytona-Source", "agentbox")
-                .timeout(timeout);
-            let r = match ctx.run(req.send()).await? {
-                Ok(r) => r,
-                Err(e) => return Err(transport_error(&e, what, timeout)),
-            };
-            let status = r.status().as_u16();
-            if (status == 429 || (status == 503 && idempotent)) && n < TRIES {
-                let wait = retry_after(&r).unwrap_or(pause).min(Duration::from_secs(60));
-                if ctx.remaining().is_some_and(|left| left < wait) {
-                    let body = read_capped(r, 64 << 10, what).await.unwrap_or_default();
-                    return Err(status_error(status, &body, what).context(format!(
-                        "Daytona asked to wait {}s, past this call's deadline",
-                        wait.as_secs()
-                    )));
-                }
-                tracing::debug!(
-                    status,
-                    attempt = n,
-                    wait_ms = wait.as_millis() as u64,
-                    what,
-                    "Daytona asked to retry"
-                );
-                ctx.run(tokio::time::sleep(wait)).await?;
-                pause = (pause * 2).min(MAX_PAUSE);
-                continue;
+        };
+        match crate::vendor::send(ctx, VENDOR, what, timeout, idempotent, build).await? {
+            Sent::Answer(r) => Ok(r),
+            Sent::PastDeadline(r, wait) => {
+                let status = r.status().as_u16();
+                let body = read_capped(r, 64 << 10, what).await.unwrap_or_default();
+                Err(status_error(status, &body, what).context(format!(
+                    "Daytona asked to wait {}s, past this call's deadline",
+                    wait.as_secs()
+                )))
             }
-            return Ok(r);
         }
-        unreachable!("the last try returns")
     }
 
     /// A JSON answer of a 2xx, else the answer's error.
