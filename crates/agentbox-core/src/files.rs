@@ -85,3 +85,55 @@ pub trait Files: Send + Sync {
     /// rename(2).
     async fn rename(&self, from: &str, to: &str, ctx: &Ctx) -> Result<(), FileError>;
 }
+
+/// `path` as a path relative to `workspace`, normalized, for a box whose file calls reach only
+/// its workspace: a relative path is taken from it, an absolute one must lie within it (else
+/// `unsupported`, with `why`), `..` may not climb out of it and the workspace itself is no file
+/// (`invalid`).
+///
+/// ```
+/// use agentbox_core::{ErrorCode, within_workspace};
+/// assert_eq!(within_workspace("a/./b/../c", "/w", "").unwrap(), "a/c");
+/// assert_eq!(within_workspace("/w/x", "/w", "").unwrap(), "x");
+/// assert_eq!(within_workspace("/etc/x", "/w", "").unwrap_err().code(), ErrorCode::Unsupported);
+/// assert_eq!(within_workspace("../x", "/w", "").unwrap_err().code(), ErrorCode::Invalid);
+/// ```
+pub fn within_workspace(path: &str, workspace: &str, why: &str) -> crate::Result<String> {
+    if path.is_empty() || path.contains('\0') {
+        return Err(Error::invalid(format!(
+            "path {path:?}: must be a non-empty path with no NUL"
+        )));
+    }
+    let rel = if path.starts_with('/') {
+        match path.strip_prefix(workspace) {
+            Some(r) if r.is_empty() || r.starts_with('/') => r,
+            _ => {
+                return Err(Error::unsupported(format!(
+                    "path {path:?}: outside the box's workspace {workspace}{why}"
+                )));
+            }
+        }
+    } else {
+        path
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for p in rel.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(Error::invalid(format!(
+                        "path {path:?}: climbs out of the box's workspace"
+                    )));
+                }
+            }
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        return Err(Error::invalid(format!(
+            "path {path:?}: names the workspace itself, not a file"
+        )));
+    }
+    Ok(parts.join("/"))
+}

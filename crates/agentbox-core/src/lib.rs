@@ -22,7 +22,7 @@ mod time;
 pub use ctx::Ctx;
 pub use error::{Error, ErrorCode, Result};
 pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock};
-pub use files::{FileError, FileMeta, FileType, Files};
+pub use files::{FileError, FileMeta, FileType, Files, within_workspace};
 pub use id::SandboxId;
 pub use lifecycle::{MAX_FORK, Snapshot, check_deadline, check_fork, check_fork_count, refuse, validate_name};
 pub use process::{

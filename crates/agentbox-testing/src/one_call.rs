@@ -145,42 +145,7 @@ impl OneCall {
 
     /// `path` relative to the workspace, as such a box's file API takes it.
     fn relative(&self, path: &str) -> Result<String> {
-        if path.is_empty() || path.contains('\0') {
-            return Err(Error::invalid(format!("path {path:?}: must be non-empty with no NUL")));
-        }
-        let rel = if path.starts_with('/') {
-            match path.strip_prefix(self.workspace.as_str()) {
-                Some(r) if r.is_empty() || r.starts_with('/') => r,
-                _ => {
-                    return Err(Error::unsupported(format!(
-                        "path {path:?}: outside the box's workspace {}: a one-call box moves files only within it",
-                        self.workspace
-                    )));
-                }
-            }
-        } else {
-            path
-        };
-        let mut parts: Vec<&str> = Vec::new();
-        for p in rel.split('/') {
-            match p {
-                "" | "." => {}
-                ".." => {
-                    if parts.pop().is_none() {
-                        return Err(Error::invalid(format!(
-                            "path {path:?}: climbs out of the box's workspace"
-                        )));
-                    }
-                }
-                p => parts.push(p),
-            }
-        }
-        if parts.is_empty() {
-            return Err(Error::invalid(format!(
-                "path {path:?}: names the workspace itself, not a file"
-            )));
-        }
-        Ok(parts.join("/"))
+        agentbox_core::within_workspace(path, &self.workspace, ": a one-call box moves files only within it")
     }
 
     /// The command's own deadline: the exec's timeout, else the bound less [`ANSWER_ROOM`], no

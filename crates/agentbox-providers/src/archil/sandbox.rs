@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Endpoint, Error, ErrorCode, ExecOptions, ExitStatus, Facts, Labels, NoInput, Process, ProcessControl, Result,
-    Sandbox, SandboxId, Status,
+    Sandbox, SandboxId, Status, within_workspace,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -297,47 +297,13 @@ impl ArchilSandbox {
     }
 }
 
-/// `path` as a path under the workspace, normalized: `..` may not climb out, and an absolute
-/// path must lie within [`WORKSPACE`].
+/// `path` as a path under the workspace ([`within_workspace`]).
 fn relative_to_workspace(path: &str) -> Result<String> {
-    if path.is_empty() || path.contains('\0') {
-        return Err(Error::invalid(format!(
-            "path {path:?}: must be a non-empty path with no NUL"
-        )));
-    }
-    let rel = if path.starts_with('/') {
-        match path.strip_prefix(WORKSPACE) {
-            Some(r) if r.is_empty() || r.starts_with('/') => r,
-            _ => {
-                return Err(Error::unsupported(format!(
-                    "path {path:?}: outside the box's workspace {WORKSPACE}: an archil box moves files only by paths \
-                     within its own directory of the disk"
-                )));
-            }
-        }
-    } else {
-        path
-    };
-    let mut parts: Vec<&str> = Vec::new();
-    for p in rel.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return Err(Error::invalid(format!(
-                        "path {path:?}: climbs out of the box's workspace"
-                    )));
-                }
-            }
-            p => parts.push(p),
-        }
-    }
-    if parts.is_empty() {
-        return Err(Error::invalid(format!(
-            "path {path:?}: names the workspace itself, not a file"
-        )));
-    }
-    Ok(parts.join("/"))
+    within_workspace(
+        path,
+        WORKSPACE,
+        ": an archil box moves files only by paths within its own directory of the disk",
+    )
 }
 
 /// A word for `sh`, in single quotes.
