@@ -5,7 +5,7 @@
 //! command's deadline the caller's timeout. The differential test holds the rest to the host's
 //! answers (`host_and_an_archil_box_agree`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{Ctx, Provider, Sandbox, Spec};
@@ -42,14 +42,13 @@ async fn archil_box(test: &str) -> Option<(FakeArchil, String, Arc<dyn Sandbox>)
     Some((fake, disk, b))
 }
 
+#[path = "common/sink.rs"]
+mod common_sink;
+
 async fn sh(env: &dyn ExecutionEnv, script: &str, opts: ExecOptions) -> Result<(i32, String), ExecError> {
-    let out = Arc::new(Mutex::new(String::new()));
-    let o = out.clone();
+    let (out, collect) = common_sink::sink();
     let opts = ExecOptions {
-        on_output: Some(Arc::new(move |t: &str, _| {
-            o.lock().unwrap().push_str(t);
-            Ok(())
-        })),
+        on_output: collect.on_output,
         ..opts
     };
     let r = env

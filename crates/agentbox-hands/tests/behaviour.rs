@@ -85,18 +85,9 @@ impl Drop for Envs {
     }
 }
 
-fn sink() -> (Arc<Mutex<String>>, ExecOptions) {
-    let out = Arc::new(Mutex::new(String::new()));
-    let o = out.clone();
-    let opts = ExecOptions {
-        on_output: Some(Arc::new(move |t: &str, _| {
-            o.lock().unwrap().push_str(t);
-            Ok(())
-        })),
-        ..Default::default()
-    };
-    (out, opts)
-}
+#[path = "common/sink.rs"]
+mod common_sink;
+use common_sink::sink;
 
 async fn sh(env: &dyn ExecutionEnv, script: &str) -> (i32, String) {
     let (out, opts) = sink();

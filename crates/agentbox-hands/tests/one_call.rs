@@ -4,7 +4,7 @@
 //! every byte exact; commands run to their end under their own deadline; what cannot be done is
 //! refused saying why.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentbox_core::{Ctx, Provider, Sandbox, Spec};
@@ -75,18 +75,9 @@ fn since(before: Calls, now: Calls) -> Calls {
     }
 }
 
-fn sink() -> (Arc<Mutex<String>>, ExecOptions) {
-    let out = Arc::new(Mutex::new(String::new()));
-    let o = out.clone();
-    let opts = ExecOptions {
-        on_output: Some(Arc::new(move |t: &str, _| {
-            o.lock().unwrap().push_str(t);
-            Ok(())
-        })),
-        ..Default::default()
-    };
-    (out, opts)
-}
+#[path = "common/sink.rs"]
+mod common_sink;
+use common_sink::sink;
 
 async fn sh(env: &dyn ExecutionEnv, script: &str) -> (i32, String) {
     let (out, opts) = sink();
