@@ -60,10 +60,18 @@ impl Outside for ClusterView {
             let ap = kube::api::AttachParams::default().stderr(false);
             let mut p = match self.pods.exec(&name, ["sh", "-c", &script], &ap).await {
                 Ok(p) => p,
-                // A pod that ended meanwhile runs nothing; any other failure is the view's, and
-                // must not read as "not alive".
-                Err(_) if self.ended(id).await => return false,
-                Err(e) => panic!("outside: an exec in pod {name} to read /proc/{pid}/stat failed: {e}"),
+                // A pod that ended meanwhile runs nothing (its container can be gone a moment
+                // before its phase says so: the phase is given five seconds to); any other
+                // failure is the view's, and must not read as "not alive".
+                Err(e) => {
+                    for _ in 0..20 {
+                        if self.ended(id).await {
+                            return false;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                    }
+                    panic!("outside: an exec in pod {name} to read /proc/{pid}/stat failed: {e}")
+                }
             };
             let mut out = String::new();
             if let Some(mut o) = p.stdout() {
