@@ -234,7 +234,8 @@ async fn without_relabel_a_ready_box_serves_only_the_pool_specs_labels() {
 async fn a_ready_box_that_fails_its_hand_out_is_destroyed_and_the_next_tried() {
     let (fake, pool) = warm_fake(|_| {}, 3, 60).await;
     let ready = fake.list(&Labels::new(), &ctx()).await.unwrap();
-    // One ended behind the pool's back, one refuses its extend: the third is handed out.
+    assert_eq!(ready.len(), 3);
+    // One ended behind the pool's back, one refuses its extend.
     fake.end_box(ready[0].id()).await;
     fake.on(
         Match {
@@ -245,9 +246,23 @@ async fn a_ready_box_that_fails_its_hand_out_is_destroyed_and_the_next_tried() {
         Outcome::Fail(ErrorCode::Unknown, "engine hiccup".into()),
         None,
     );
-    let b = pool.create(&Spec::new(Duration::from_secs(60)), &ctx()).await.unwrap();
-    assert_eq!(b.id(), ready[2].id());
-    assert!(b.labels().is_empty());
+    // The pool tries its ready boxes in the order their makes finished, not the list's, and
+    // each create stops at the first that serves: two creates try all three (refills queue
+    // behind them), and neither hands out a bad one.
+    let mut handed = Vec::new();
+    for _ in 0..2 {
+        let b = pool.create(&Spec::new(Duration::from_secs(60)), &ctx()).await.unwrap();
+        assert!(b.labels().is_empty());
+        handed.push(b.id().clone());
+    }
+    assert!(
+        handed.contains(ready[2].id()),
+        "the good ready box is handed out: {handed:?}"
+    );
+    assert!(
+        !handed.contains(ready[0].id()) && !handed.contains(ready[1].id()),
+        "{handed:?}"
+    );
     until(Duration::from_secs(10), "the failed boxes destroyed", async || {
         fake.ended(ready[0].id()) && fake.ended(ready[1].id())
     })
