@@ -1,12 +1,11 @@
-//! Modal's gRPC API, compiled from the vendor's own protocol files.
+//! Modal's gRPC API, compiled from the vendor's own protocol.
 //!
-//! `proto/modal_proto/api.proto` (the client service, `modal.client.ModalClient`) and
-//! `proto/modal_proto/task_command_router.proto` (the in-sandbox command router,
-//! `modal.task_command_router.TaskCommandRouter`) are copied unchanged from the
-//! modal-labs/modal-client repository (Apache-2.0; see `proto/README.md`). Nothing here is
-//! written by hand: the build compiles them with protox and tonic-prost-build, so the
-//! provider and the fake in agentbox's tests speak the same messages the `modal` Python
-//! package does.
+//! `proto/modal-1.6.4.binpb` holds the compiled `api.proto` (the client service,
+//! `modal.client.ModalClient`) and `task_command_router.proto` (each sandbox's command router,
+//! `modal.task_command_router.TaskCommandRouter`) exactly as the `modal` 1.6.4 package on PyPI
+//! ships them (Apache-2.0; see `proto/README.md`). Nothing here is written by hand: the build
+//! compiles them with prost and tonic, so the provider and the fake in agentbox's tests speak
+//! the messages the `modal` Python package speaks.
 
 #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 
