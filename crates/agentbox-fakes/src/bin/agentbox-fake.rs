@@ -10,6 +10,9 @@
 //!
 //! agentbox-fake archil --listen 127.0.0.1:0 [--api-key KEY] [--region R] [--root DIR]
 //!                    [--rootfs DIR] [--exec-limit-ms N] [--disk NAME]...
+//!
+//! agentbox-fake modal --listen 127.0.0.1:0 [--token-id ID] [--rootfs DIR] [--root DIR]
+//!                    [--gpu TYPE=NAME[,NAME]...]... [--fuse] [--list-page N]
 //! ```
 //!
 //! `kube` prints `listening https://ADDR` (`http://` with `--no-tls`), `daytona` prints
@@ -17,7 +20,9 @@
 //! control plane at `/api`, its object API at `/s3`) and then `disk NAME=ID` for each
 //! `--disk`, once it serves; each runs until SIGTERM or SIGINT, which end every box before it
 //! exits. Daytona's key is `--api-key`, else `$DAYTONA_API_KEY`, and Archil's `--api-key`,
-//! else `$ARCHIL_API_KEY` (which keeps it out of argv).
+//! else `$ARCHIL_API_KEY` (which keeps it out of argv). `modal` prints `listening http://ADDR`
+//! (its `MODAL_SERVER_URL`, and its command router's url); its token id is `--token-id`, else
+//! `$MODAL_TOKEN_ID`, and its token secret `$MODAL_TOKEN_SECRET` alone.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -28,6 +33,7 @@ use std::time::Duration;
 use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
 use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions, FakeSnapshot};
 use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
+use agentbox_fakes::modal::{FakeModal, FakeModalOptions};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -128,6 +134,31 @@ enum Vendor {
         /// A disk to make at start (repeatable); its id is printed as `disk NAME=ID`.
         #[arg(long = "disk")]
         disks: Vec<String>,
+    },
+    /// Modal's client API and task command router (gRPC, plain HTTP/2), whose sandboxes run
+    /// as namespace boxes.
+    Modal {
+        /// Address to listen on (port 0: any free one); loopback, for the SDK's plain-http router.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// The token id calls must show (else $MODAL_TOKEN_ID); the secret is $MODAL_TOKEN_SECRET.
+        #[arg(long)]
+        token_id: Option<String>,
+        /// Root file system of every sandbox (default: this machine's /, read only).
+        #[arg(long)]
+        rootfs: Option<PathBuf>,
+        /// Where boxes and snapshots live (default: a directory of the fake's own).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// The GPUs a sandbox asking TYPE sees, TYPE=NAME[,NAME]... (repeatable).
+        #[arg(long = "gpu", value_parser = gpu)]
+        gpus: Vec<(String, Vec<String>)>,
+        /// Give sandboxes of runtime `vm` this machine's /dev/fuse.
+        #[arg(long)]
+        fuse: bool,
+        /// The most sandboxes one SandboxList page holds.
+        #[arg(long, default_value_t = 100)]
+        list_page: usize,
     },
 }
 
@@ -338,9 +369,64 @@ fn main() {
                 a.shutdown().await;
                 0
             }
+            Vendor::Modal {
+                listen,
+                token_id,
+                rootfs,
+                root,
+                gpus,
+                fuse,
+                list_page,
+            } => {
+                let token_id = token_id.or_else(|| std::env::var("MODAL_TOKEN_ID").ok());
+                let token_secret = std::env::var("MODAL_TOKEN_SECRET").ok();
+                let (Some(token_id), Some(token_secret)) = (
+                    token_id.filter(|t| !t.is_empty()),
+                    token_secret.filter(|t| !t.is_empty()),
+                ) else {
+                    eprintln!(
+                        "agentbox-fake modal: no token: give --token-id (or MODAL_TOKEN_ID) and set MODAL_TOKEN_SECRET"
+                    );
+                    return 2;
+                };
+                let opts = FakeModalOptions {
+                    listen,
+                    token_id,
+                    token_secret,
+                    rootfs,
+                    root,
+                    gpus,
+                    fuse,
+                    list_page,
+                    ..Default::default()
+                };
+                let m = match FakeModal::start(opts).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        eprintln!("agentbox-fake modal: {e}");
+                        return 1;
+                    }
+                };
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "listening {}", m.url());
+                let _ = out.flush();
+                wait_for_signal().await;
+                m.shutdown().await;
+                0
+            }
         }
     });
     std::process::exit(code);
+}
+
+/// `TYPE=NAME[,NAME]...`: the GPU names a sandbox asking TYPE sees (`TYPE=` for none).
+fn gpu(s: &str) -> Result<(String, Vec<String>), String> {
+    let (t, names) = s.split_once('=').ok_or_else(|| format!("{s:?}: TYPE=NAME[,NAME]..."))?;
+    if t.is_empty() {
+        return Err(format!("{s:?}: no GPU type"));
+    }
+    let names = names.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect();
+    Ok((t.to_string(), names))
 }
 
 async fn wait_for_signal() {
