@@ -8,6 +8,7 @@
 //! | docker | [`docker`] | a container per box | the container's first process, `agentbox-runner init` (or `sleep <lifetime>`) |
 //! | kube | [`kube`] | a pod per box (optionally gVisor or Kata by runtime class) | the pod's first process, and `activeDeadlineSeconds` as the cluster's backstop |
 //! | daytona | [`daytona`] | a Daytona sandbox per box (a container, or a VM from a linux-vm snapshot) | Daytona, by the sandbox's time to live (`ttlMinutes`) |
+//! | modal | [`modal`] | a Modal sandbox per box (gVisor, or a VM) | Modal, by the sandbox's timeout (at most 24 h) |
 //! | archil | [`archil`] | one VM container per command, over a directory of an Archil disk | nobody: checked by every call that looks at the box, never by a timer |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
@@ -34,16 +35,18 @@ pub mod kube;
 pub mod lifecycle;
 #[cfg(feature = "local")]
 pub mod local;
+#[cfg(feature = "modal")]
+pub mod modal;
 #[cfg(all(feature = "namespace", target_os = "linux"))]
 pub mod namespace;
 pub mod pool;
 pub mod registry;
 pub mod runner;
-#[cfg(any(feature = "docker", feature = "kube", feature = "daytona"))]
+#[cfg(any(feature = "docker", feature = "kube", feature = "daytona", feature = "modal"))]
 pub(crate) mod shim;
 pub mod transfer;
 pub(crate) mod util;
-#[cfg(any(feature = "daytona", feature = "archil"))]
+#[cfg(any(feature = "daytona", feature = "archil", feature = "modal"))]
 pub mod vendor;
 
 #[cfg(feature = "local")]

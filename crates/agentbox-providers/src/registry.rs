@@ -304,6 +304,15 @@ static ENTRIES: &[Entry] = &[
         takes: &[],
         make: ARCHIL,
     },
+    Entry {
+        name: "modal",
+        description: "a Modal sandbox per box (MODAL_TOKEN_ID, MODAL_TOKEN_SECRET), gVisor or a VM, with GPUs, FUSE, \
+                      network allowlists and ports; ended by Modal at its lifetime (at most 24 h)",
+        feature: "modal",
+        compiled: cfg!(feature = "modal"),
+        takes: &[],
+        make: MODAL,
+    },
 ];
 
 /// Every provider this source knows, compiled in or not, in a fixed order.
@@ -546,6 +555,32 @@ fn make_archil<'a>(_options: &'a Options, env: &'a Environment) -> BoxFuture<'a,
     })
 }
 
+#[cfg(feature = "modal")]
+const MODAL: Option<Make> = Some(make_modal);
+#[cfg(not(feature = "modal"))]
+const MODAL: Option<Make> = None;
+
+/// The modal provider from what the `modal` client reads (`MODAL_SERVER_URL`, `MODAL_TOKEN_ID`,
+/// `MODAL_TOKEN_SECRET`, `MODAL_ENVIRONMENT`) and the app's name (`AGENTBOX_MODAL_APP`).
+#[cfg(feature = "modal")]
+fn make_modal<'a>(_options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+    Box::pin(async move {
+        for k in crate::modal::VARIABLES {
+            if env.var(k).is_some_and(|v| v.to_str().is_none()) {
+                return Err(Error::invalid(format!("{k}: not UTF-8")));
+            }
+        }
+        let o = crate::modal::ModalOptions::from_vars(|k| {
+            env.var(k)
+                .and_then(|v| v.to_str())
+                .filter(|v| !v.is_empty())
+                .map(String::from)
+        })?;
+        let provider = crate::modal::ModalProvider::new(o)?;
+        Ok(Arc::new(provider) as Arc<dyn Provider>)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,6 +615,7 @@ mod tests {
             ("kube", cfg!(feature = "kube")),
             ("daytona", cfg!(feature = "daytona")),
             ("archil", cfg!(feature = "archil")),
+            ("modal", cfg!(feature = "modal")),
         ];
         assert_eq!(on.len(), entries().len(), "every entry's feature is checked here");
         for (feature, compiled) in on {

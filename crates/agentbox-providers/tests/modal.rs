@@ -1,0 +1,736 @@
+//! Modal boxes against the repository's fake Modal (`agentbox-fakes`), whose sandboxes really
+//! run their programs in namespace boxes and whose API the `modal` Python SDK judges (the
+//! fake's own tests): the conformance suite, and each of the seed's Modal rules: the
+//! refusals, the lifetime as Modal's timeout, GPU and FUSE read in the box, network and ports,
+//! stdin's end and its chunks, output resumed from its offset, attach that never fails a live
+//! sandbox, labels as tags, snapshots, and the token kept out of the box.
+
+#![cfg(feature = "modal")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{
+    Ctx, ErrorCode, ExecOptions, FinishOptions, Finished, Labels, Network, NetworkFact, PortFact, PortKind, PortSpec,
+    Provider, Sandbox, Spec, Status, finish,
+};
+use agentbox_fakes::modal::{FakeModal, FakeModalOptions};
+use agentbox_providers::modal::{ApiKey, ModalOptions, ModalProvider};
+use agentbox_testing::conformance::{self, Options};
+use agentbox_testing::services::rootfs;
+
+#[path = "common/modal_view.rs"]
+mod modal_view;
+use modal_view::View;
+
+/// The fake's token. Not a secret: the fake's own.
+const TOKEN_ID: &str = "ak-agentbox-tests";
+const TOKEN_SECRET: &str = "as-fake-secret-for-tests-0123456789";
+/// The app the tests' boxes belong to.
+const APP: &str = "agentbox-tests";
+
+fn ctx() -> Ctx {
+    Ctx::background().with_timeout(Duration::from_secs(120))
+}
+
+/// The fake Modal, its sandboxes on the test rootfs, set up by `setup`; `None` (after a loud
+/// notice, or a panic under CI) where this machine has no rootfs.
+async fn fake(test: &str, setup: impl FnOnce(&mut FakeModalOptions)) -> Option<FakeModal> {
+    let rootfs = rootfs(test)?;
+    let mut o = FakeModalOptions {
+        rootfs: Some(rootfs.into()),
+        token_id: TOKEN_ID.into(),
+        token_secret: TOKEN_SECRET.into(),
+        ..Default::default()
+    };
+    setup(&mut o);
+    Some(FakeModal::start(o).await.expect("the fake Modal starts"))
+}
+
+fn options(fake: &FakeModal) -> ModalOptions {
+    ModalOptions {
+        server_url: fake.url(),
+        token_id: Some(TOKEN_ID.into()),
+        token_secret: Some(ApiKey::new(TOKEN_SECRET)),
+        app: APP.into(),
+        attach_pause: Duration::from_millis(50),
+        ..Default::default()
+    }
+}
+
+fn provider(fake: &FakeModal) -> Arc<dyn Provider> {
+    Arc::new(ModalProvider::new(options(fake)).expect("the options are whole"))
+}
+
+fn view(fake: &FakeModal) -> View {
+    View::new(&fake.url(), TOKEN_ID, TOKEN_SECRET)
+}
+
+fn spec() -> Spec {
+    Spec::new(Duration::from_secs(600))
+}
+
+fn argv(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+async fn sh(b: &dyn Sandbox, script: &str) -> agentbox_core::Result<Finished> {
+    let p = b
+        .exec(&argv(&["sh", "-c", script]), &ExecOptions::default(), &ctx())
+        .await?;
+    finish(p, FinishOptions::default()).await
+}
+
+fn calls(fake: &FakeModal, method: &str) -> usize {
+    fake.requests().iter().filter(|c| c.method == method).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modal_boxes_pass_the_conformance_suite() {
+    let Some(fake) = fake("modal_boxes_pass_the_conformance_suite", |_| {}).await else {
+        return;
+    };
+    let o = options(&fake);
+    let outside = Arc::new(view(&fake));
+    let report = conformance::run(
+        conformance::factory(move || {
+            let o = o.clone();
+            async move { Arc::new(ModalProvider::new(o).unwrap()) as Arc<dyn Provider> }
+        }),
+        Options::new("modal", Duration::from_secs(4), Duration::from_secs(10), outside),
+    )
+    .await;
+    report.assert_all_passed();
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_refusals_name_the_field_and_make_nothing() {
+    let Some(fake) = fake("the_seeds_refusals_name_the_field_and_make_nothing", |_| {}).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let with = |f: &dyn Fn(&mut Spec)| {
+        let mut s = spec();
+        f(&mut s);
+        s
+    };
+    let cases: Vec<(&str, Spec, ErrorCode, &str)> = vec![
+        (
+            "isolation kata",
+            with(&|s| s.isolation = Some("kata".into())),
+            ErrorCode::Unsupported,
+            "spec.isolation",
+        ),
+        (
+            "gpu with vm",
+            with(&|s| {
+                s.gpu = Some("T4".into());
+                s.isolation = Some("vm".into());
+            }),
+            ErrorCode::Invalid,
+            "spec.gpu",
+        ),
+        (
+            "fuse with gvisor",
+            with(&|s| {
+                s.capabilities = vec!["fuse".into()];
+                s.isolation = Some("gvisor".into());
+            }),
+            ErrorCode::Unsupported,
+            "spec.capabilities",
+        ),
+        (
+            "fuse with a gpu",
+            with(&|s| {
+                s.capabilities = vec!["fuse".into()];
+                s.gpu = Some("T4".into());
+            }),
+            ErrorCode::Invalid,
+            "spec.gpu",
+        ),
+        (
+            "a bad gpu count",
+            with(&|s| s.gpu = Some("T4:x".into())),
+            ErrorCode::Invalid,
+            "spec.gpu",
+        ),
+        (
+            "an empty allowlist",
+            with(&|s| s.network = Some(Network::Allow(vec![]))),
+            ErrorCode::Invalid,
+            "spec.network",
+        ),
+        (
+            "a malformed entry",
+            with(&|s| s.network = Some(Network::Allow(vec!["not a host".into()]))),
+            ErrorCode::Invalid,
+            "spec.network",
+        ),
+        (
+            "ports with network none",
+            with(&|s| {
+                s.network = Some(Network::None);
+                s.ports = vec![PortSpec {
+                    port: 8080,
+                    kind: PortKind::Https,
+                }];
+            }),
+            ErrorCode::Invalid,
+            "spec.ports",
+        ),
+        (
+            "the providers' namespace",
+            with(&|s| {
+                s.labels.insert("agentbox.x".into(), "1".into());
+            }),
+            ErrorCode::Invalid,
+            "spec.labels",
+        ),
+        (
+            "a label Modal cannot tag",
+            with(&|s| {
+                s.labels.insert("team".into(), "a b".into());
+            }),
+            ErrorCode::Invalid,
+            "spec.labels.team",
+        ),
+        (
+            "mounts",
+            with(&|s| {
+                s.mounts = vec![agentbox_core::Mount {
+                    source: "/tmp".into(),
+                    target: "/m".into(),
+                    read_only: true,
+                }]
+            }),
+            ErrorCode::Unsupported,
+            "spec.mounts",
+        ),
+        (
+            "a relative workspace",
+            with(&|s| s.workspace = Some("ws".into())),
+            ErrorCode::Invalid,
+            "spec.workspace",
+        ),
+    ];
+    for (what, s, code, field) in cases {
+        let e = p
+            .create(&s, &ctx())
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{what}: made"));
+        assert_eq!(e.code(), code, "{what}: {e}");
+        assert!(e.message().contains(field), "{what}: {e} names {field}");
+    }
+    assert_eq!(calls(&fake, "SandboxCreate"), 0, "nothing was made");
+    let e = p
+        .create(&with(&|s| s.snapshot = Some("nope".into())), &ctx())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    assert_eq!(calls(&fake, "SandboxCreate"), 0);
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lifetime_is_modals_timeout_rounded_up_and_capped_at_a_day() {
+    let Some(fake) = fake("the_lifetime_is_modals_timeout", |_| {}).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let v = view(&fake);
+    let short = p
+        .create(&Spec::new(Duration::from_millis(2_500)), &ctx())
+        .await
+        .unwrap();
+    let long = p
+        .create(&Spec::new(Duration::from_secs(3 * 24 * 3600)), &ctx())
+        .await
+        .unwrap();
+    let app = v.app_id(APP).await;
+    let timeout = |id: &str| {
+        let (v, app, id) = (&v, &app, id.to_string());
+        async move { v.info(app, &id).await.expect("listed").timeout_secs }
+    };
+    assert_eq!(timeout(short.id().name()).await, 3, "2.5 s is 3 whole seconds");
+    assert_eq!(timeout(long.id().name()).await, 24 * 3600, "capped at 24 hours");
+    let f = long.facts();
+    let (start, end) = (f.started_at_ms.unwrap(), f.ends_at_ms.unwrap());
+    assert_eq!(end - start, 24 * 3600 * 1000, "the facts say the capped end");
+    // Modal ends it with no call from the host.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while v.result(short.id().name()).await.is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the fake Modal did not end the box at its timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(short.status(&ctx()).await.unwrap(), Status::Ended);
+    assert!(p.attach(short.id(), &ctx()).await.unwrap().is_none());
+    long.destroy(&ctx()).await.unwrap();
+    assert!(v.result(long.id().name()).await.is_some());
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpus_are_named_as_nvidia_smi_names_them_and_a_box_served_none_is_ended() {
+    let Some(fake) = fake("gpus_are_named_as_nvidia_smi_names_them", |o| {
+        o.gpus = vec![
+            ("T4".into(), vec!["Tesla T4".into(), "Tesla T4".into()]),
+            (
+                "H100".into(),
+                vec!["NVIDIA H200".into(), "NVIDIA A100".into(), "NVIDIA H200".into()],
+            ),
+        ];
+    })
+    .await
+    else {
+        return;
+    };
+    let p = provider(&fake);
+    let gpu = |g: &str| Spec {
+        gpu: Some(g.into()),
+        ..spec()
+    };
+    let t4 = p.create(&gpu("T4:2"), &ctx()).await.unwrap();
+    assert_eq!(
+        t4.facts().gpu.as_deref(),
+        Some("Tesla T4"),
+        "identical cards are one name"
+    );
+    let mixed = p.create(&gpu("h100"), &ctx()).await.unwrap();
+    assert_eq!(
+        mixed.facts().gpu.as_deref(),
+        Some("NVIDIA H200 + NVIDIA A100"),
+        "each model in the order first seen"
+    );
+    let e = p.create(&gpu("A10G"), &ctx()).await.err().unwrap();
+    assert!(e.message().contains("no GPU"), "{e}");
+    let made = fake.sandboxes();
+    assert_eq!(made.len(), 3);
+    assert!(made[2].1, "the box served no GPU was ended");
+    // Attach reads it again.
+    let again = p.attach(mixed.id(), &ctx()).await.unwrap().unwrap();
+    assert_eq!(again.facts().gpu, mixed.facts().gpu);
+    let plain = p.create(&spec(), &ctx()).await.unwrap();
+    assert_eq!(plain.facts().gpu, None);
+    for b in [t4, mixed, plain] {
+        b.destroy(&ctx()).await.unwrap();
+    }
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fuse_means_a_vm_whose_dev_fuse_root_opens_and_a_box_without_it_is_ended() {
+    let Some(fake) = fake("fuse_means_a_vm", |o| o.fuse = true).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let fuse = Spec {
+        capabilities: vec!["fuse".into()],
+        ..spec()
+    };
+    let b = p.create(&fuse, &ctx()).await.unwrap();
+    assert_eq!(b.facts().isolation, "vm", "fuse implies a VM");
+    assert_eq!(b.facts().fuse, Some(true));
+    let plain = p.create(&spec(), &ctx()).await.unwrap();
+    assert_eq!(plain.facts().fuse, Some(false), "gVisor has no /dev/fuse");
+    assert_eq!(plain.facts().isolation, "gvisor");
+    b.destroy(&ctx()).await.unwrap();
+    plain.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+
+    let Some(fake) = fake_without_fuse().await else {
+        return;
+    };
+    let p = provider(&fake);
+    let e = p.create(&fuse, &ctx()).await.err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+    assert!(e.message().contains("/dev/fuse"), "{e}");
+    assert!(fake.sandboxes()[0].1, "the box that failed the check was ended");
+    fake.shutdown().await;
+}
+
+async fn fake_without_fuse() -> Option<FakeModal> {
+    fake("fuse_means_a_vm_without", |o| o.fuse = false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn facts_read_in_the_box_name_the_network_ports_disk_ptrace_and_start() {
+    let Some(fake) = fake("facts_read_in_the_box", |_| {}).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let asked_at = agentbox_now_ms();
+    let allow = vec![
+        "api.example.com".to_string(),
+        "*.example.org".into(),
+        "10.0.0.0/8".into(),
+    ];
+    // The fake gives an allowlisted box no network at all (it cannot enforce a list), so the
+    // ports are a box of their own.
+    let listed = p
+        .create(
+            &Spec {
+                network: Some(Network::Allow(allow.clone())),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.facts().network, Some(NetworkFact::Allowlist(allow)));
+    listed.destroy(&ctx()).await.unwrap();
+    let s = Spec {
+        ports: vec![
+            PortSpec {
+                port: 8080,
+                kind: PortKind::Https,
+            },
+            PortSpec {
+                port: 5432,
+                kind: PortKind::Tcp,
+            },
+        ],
+        cpus: Some(0.5),
+        memory_mb: Some(1024),
+        ..spec()
+    };
+    let b = p.create(&s, &ctx()).await.unwrap();
+    let f = b.facts().clone();
+    assert_eq!(f.network, Some(NetworkFact::Open));
+    assert_eq!(
+        f.ports,
+        Some(vec![
+            PortFact {
+                port: 8080,
+                kind: PortKind::Https
+            },
+            PortFact {
+                port: 5432,
+                kind: PortKind::Tcp
+            }
+        ])
+    );
+    assert_eq!((f.cpus, f.memory_mb), (Some(0.5), Some(1024)));
+    assert!(f.disk_gb.is_some(), "the workspace's size: {f:?}");
+    assert!(f.ptrace_scope.is_some(), "{f:?}");
+    assert!(f.started_at_ms.unwrap() >= asked_at && f.started_at_ms.unwrap() <= agentbox_now_ms());
+    assert_eq!(f.secrets_via.as_deref(), Some("fd"));
+    assert!(f.live_processes);
+    assert_eq!(f.workspace.as_deref(), Some("/workspace"));
+    // Endpoints are Modal's tunnels: https for a bare port, a raw address for tcp.
+    let https = b.endpoint(8080, &ctx()).await.unwrap();
+    assert!(
+        https.url.as_deref().is_some_and(|u| u.starts_with("https://")),
+        "{https:?}"
+    );
+    let tcp = b.endpoint(5432, &ctx()).await.unwrap();
+    assert_eq!(tcp.url, None);
+    assert!(tcp.port > 0);
+    let e = b.endpoint(9999, &ctx()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    assert!(
+        !format!("{https:?}{tcp:?}").contains(b.id().name()),
+        "never the sandbox's id"
+    );
+
+    let none = p
+        .create(
+            &Spec {
+                network: Some(Network::None),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(none.facts().network, Some(NetworkFact::None));
+    assert_eq!(none.facts().ports, Some(vec![]));
+    b.destroy(&ctx()).await.unwrap();
+    none.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+fn agentbox_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_goes_in_512_kib_chunks_and_ends_explicitly_and_output_resumes_from_its_offset() {
+    let Some(fake) = fake("stdin_goes_in_512_kib_chunks", |_| {}).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let b = p.create(&spec(), &ctx()).await.unwrap();
+    let data: Vec<u8> = (0..(1536 * 1024 + 7)).map(|i| (i * 7 % 256) as u8).collect();
+    let before = calls(&fake, "TaskExecStdinWrite");
+    let pr = b.exec(&argv(&["cat"]), &ExecOptions::default(), &ctx()).await.unwrap();
+    let out = finish(
+        pr,
+        FinishOptions {
+            stdin: data.clone(),
+            max_output: 8 << 20,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.stdout, data, "every byte value, through stdin and back");
+    // 1.5 MiB and 7 bytes: four chunks, then the end on its own.
+    assert_eq!(calls(&fake, "TaskExecStdinWrite") - before, 5);
+    // An end with no byte written.
+    let pr = b
+        .exec(&argv(&["wc", "-c"]), &ExecOptions::default(), &ctx())
+        .await
+        .unwrap();
+    let out = finish(pr, FinishOptions::default()).await.unwrap();
+    assert_eq!(out.stdout_text().trim(), "0");
+
+    // Streams that break part way: the output is read again from its offset, whole.
+    fake.cut_stdio_after(100_000, 6);
+    let out = sh(
+        b.as_ref(),
+        "head -c 1000000 /dev/zero | tr '\\0' x; head -c 300000 /dev/zero | tr '\\0' y >&2",
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.stdout.len(), 1_000_000);
+    assert!(out.stdout.iter().all(|&c| c == b'x'));
+    assert_eq!(out.stderr.len(), 300_000);
+    assert!(calls(&fake, "TaskExecStdioRead") >= 8, "the streams were opened again");
+    b.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_hands_back_every_live_sandbox_falling_back_only_on_hardware() {
+    let Some(fake) = fake("attach_hands_back_every_live_sandbox", |o| {
+        o.gpus = vec![("T4".into(), vec!["Tesla T4".into()])];
+    })
+    .await
+    else {
+        return;
+    };
+    let p = provider(&fake);
+    let b = p
+        .create(
+            &Spec {
+                gpu: Some("T4".into()),
+                network: Some(Network::None),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    sh(b.as_ref(), "echo kept > /workspace/f").await.unwrap();
+    // A fresh provider finds it, its facts read again.
+    let p2 = provider(&fake);
+    let a = p2.attach(b.id(), &ctx()).await.unwrap().unwrap();
+    assert_eq!(a.facts().gpu.as_deref(), Some("Tesla T4"));
+    assert_eq!(a.facts().network, Some(NetworkFact::None));
+    assert!(a.facts().ptrace_scope.is_some());
+    assert_eq!(
+        sh(a.as_ref(), "cat /workspace/f").await.unwrap().stdout_text(),
+        "kept\n"
+    );
+
+    // Every read fails: the hardware kept in the tags stands in, the security facts are
+    // unknown, and the box is handed back all the same.
+    fake.fail_next("TaskExecStart", tonic::Code::Internal, "scripted", 3);
+    let a = p2
+        .attach(b.id(), &ctx())
+        .await
+        .unwrap()
+        .expect("a live sandbox is handed back");
+    assert_eq!(a.facts().gpu.as_deref(), Some("Tesla T4"), "from the tag");
+    assert_eq!(a.facts().fuse, Some(false));
+    assert!(a.facts().disk_gb.is_some());
+    assert_eq!(a.facts().ptrace_scope, None, "never from a tag");
+    assert_eq!(a.facts().network, None, "never from a tag");
+    assert_eq!(a.facts().ports, None, "never from a tag");
+    // The workspace setup failing as well: an error, and the box runs on.
+    fake.fail_next("TaskExecStart", tonic::Code::Internal, "scripted", 4);
+    let e = p2
+        .attach(b.id(), &ctx())
+        .await
+        .expect_err("no handle on a box whose workspace may be missing");
+    assert!(e.message().contains("workspace"), "{e}");
+    assert_eq!(
+        b.status(&ctx()).await.unwrap(),
+        Status::Running,
+        "attach never ends a box"
+    );
+
+    // A box ended behind the provider's back is `None`, and so is one that is not agentbox's.
+    fake.end_sandbox(b.id().name());
+    assert!(p2.attach(b.id(), &ctx()).await.unwrap().is_none());
+    let e = p2.attach(&"docker:x".parse().unwrap(), &ctx()).await.err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Invalid);
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_are_tags_found_by_list_across_pages_and_replaced_by_relabel() {
+    let Some(fake) = fake("labels_are_tags", |o| o.list_page = 2).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let s = Spec {
+            labels: Labels::from([("team".into(), if i % 2 == 0 { "a" } else { "b" }.into())]),
+            ..spec()
+        };
+        ids.push(p.create(&s, &ctx()).await.unwrap());
+    }
+    let a = p
+        .list(&Labels::from([("team".into(), "a".into())]), &ctx())
+        .await
+        .unwrap();
+    let mut got: Vec<_> = a.iter().map(|b| b.id().clone()).collect();
+    got.sort();
+    let mut want: Vec<_> = ids.iter().step_by(2).map(|b| b.id().clone()).collect();
+    want.sort();
+    assert_eq!(got, want, "three boxes over pages of two");
+    assert_eq!(p.list(&Labels::new(), &ctx()).await.unwrap().len(), 5);
+    for b in &a {
+        assert_eq!(
+            b.labels(),
+            &Labels::from([("team".into(), "a".into())]),
+            "the provider's tags are not labels"
+        );
+    }
+    let moved = p
+        .relabel(ids[1].id(), &Labels::from([("team".into(), "a".into())]), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(moved.labels().get("team").map(String::as_str), Some("a"));
+    assert_eq!(
+        p.list(&Labels::from([("team".into(), "a".into())]), &ctx())
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+    let e = p
+        .relabel(ids[1].id(), &Labels::from([("agentbox".into(), "2".into())]), &ctx())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
+    ids[0].destroy(&ctx()).await.unwrap();
+    assert_eq!(
+        p.list(&Labels::new(), &ctx()).await.unwrap().len(),
+        4,
+        "an ended box is not listed"
+    );
+    for b in &ids[1..] {
+        b.destroy(&ctx()).await.unwrap();
+    }
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_modal_filesystem_snapshots_named_in_the_app() {
+    let Some(fake) = fake("snapshots_are_modal_filesystem_snapshots", |_| {}).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let b = p.create(&spec(), &ctx()).await.unwrap();
+    sh(b.as_ref(), "echo base > /workspace/w").await.unwrap();
+    let s = p.snapshot(b.id(), "base", &ctx()).await.unwrap();
+    assert!(!s.memory);
+    let e = p.snapshot(b.id(), "base", &ctx()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Refused, "{e}");
+    sh(b.as_ref(), "echo later >> /workspace/w").await.unwrap();
+    // Another provider (another host) finds it by name.
+    let p2 = provider(&fake);
+    assert_eq!(
+        p2.snapshots(&ctx())
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>(),
+        ["base"]
+    );
+    let c = p2
+        .create(
+            &Spec {
+                snapshot: Some("base".into()),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(c.facts().snapshot.as_deref(), Some("base"));
+    assert_eq!(
+        sh(c.as_ref(), "cat /workspace/w").await.unwrap().stdout_text(),
+        "base\n"
+    );
+    assert!(p2.delete_snapshot("base", &ctx()).await.unwrap());
+    assert!(!p2.delete_snapshot("base", &ctx()).await.unwrap());
+    assert!(p.snapshots(&ctx()).await.unwrap().is_empty());
+    assert_eq!(
+        sh(c.as_ref(), "cat /workspace/w").await.unwrap().stdout_text(),
+        "base\n",
+        "its boxes are not touched"
+    );
+    b.destroy(&ctx()).await.unwrap();
+    c.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_stays_on_this_host() {
+    let Some(fake) = fake("the_token_stays_on_this_host", |_| {}).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let b = p
+        .create(
+            &Spec {
+                env: [("VISIBLE".to_string(), "yes".to_string())].into(),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    let out = sh(b.as_ref(), "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'; grep -rsl -- as-fake /workspace /root /tmp /etc 2>/dev/null | head -1")
+        .await
+        .unwrap();
+    let seen = out.stdout_text() + &out.stderr_text();
+    assert!(seen.contains("VISIBLE=yes"), "the spec's env reaches the box: {seen}");
+    assert!(!seen.contains(TOKEN_SECRET) && !seen.contains(TOKEN_ID), "{seen}");
+    assert!(!format!("{:?}", b.facts()).contains(TOKEN_SECRET));
+    // A wrong secret: the error names the variable's kind of failure, never the secret.
+    let mut o = options(&fake);
+    o.token_secret = Some(ApiKey::new("as-wrong-secret-0123"));
+    let wrong = ModalProvider::new(o).unwrap();
+    let e = wrong.create(&spec(), &ctx()).await.err().unwrap();
+    assert_eq!(e.code(), ErrorCode::PermissionDenied, "{e}");
+    assert!(
+        !e.message().contains("as-wrong-secret") && !format!("{wrong:?}").contains("as-wrong-secret"),
+        "{e}"
+    );
+    b.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+#[test]
+fn a_provider_without_a_token_is_refused_naming_the_variables() {
+    let e = ModalProvider::new(ModalOptions::default()).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Invalid);
+    assert!(
+        e.message().contains("MODAL_TOKEN_ID") && e.message().contains("MODAL_TOKEN_SECRET"),
+        "{e}"
+    );
+}
