@@ -75,6 +75,13 @@ check(p.stdout.read() == "from-env", "the sandbox's env")
 p.wait()
 ok("env")
 
+# An exec's own variables (the SDK sends them as a secret source of their own), over the
+# sandbox's.
+p = sb.exec("sh", "-c", 'printf "%s %s" "$JUDGE_VAR" "$EXEC_VAR"', env={"EXEC_VAR": "mine", "JUDGE_VAR": "over"})
+check(p.stdout.read() == "over mine", "the exec's env over the sandbox's")
+p.wait()
+ok("exec-env")
+
 p = sb.exec("cat")
 p.stdin.write(b"hello ")
 p.stdin.write(b"stdin")

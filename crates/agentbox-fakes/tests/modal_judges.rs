@@ -77,6 +77,7 @@ async fn the_python_sdk_judges_the_fake() {
         "create",
         "exec",
         "env",
+        "exec-env",
         "stdin",
         "large-output",
         "stdio-resume",

@@ -251,6 +251,8 @@ struct Boxes {
     _daytona: Option<agentbox_fakes::daytona::FakeDaytona>,
     archil: Option<Arc<dyn Sandbox>>,
     _archil: Option<agentbox_fakes::archil::FakeArchil>,
+    modal: Option<Arc<dyn Sandbox>>,
+    _modal: Option<agentbox_fakes::modal::FakeModal>,
     _home: tempfile::TempDir,
 }
 
@@ -278,6 +280,32 @@ async fn archil(spec: &Spec) -> Option<(agentbox_fakes::archil::FakeArchil, Arc<
     .unwrap();
     let b = p.create(spec, &Ctx::background()).await.unwrap();
     assert!(!b.facts().live_processes);
+    Some((fake, b))
+}
+
+/// A fake Modal and a box in it; `None` (loudly, or a panic under CI) where this machine has
+/// no box rootfs.
+async fn modal(spec: &Spec) -> Option<(agentbox_fakes::modal::FakeModal, Arc<dyn Sandbox>)> {
+    use agentbox_providers::modal::{ApiKey, ModalOptions, ModalProvider};
+    let rootfs = agentbox_testing::services::rootfs("differential tests on a Modal box")?;
+    let (id, secret) = ("ak-differential", "as-differential-fake-secret");
+    let fake = agentbox_fakes::modal::FakeModal::start(agentbox_fakes::modal::FakeModalOptions {
+        rootfs: Some(rootfs.into()),
+        token_id: id.into(),
+        token_secret: secret.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake Modal starts");
+    let p = ModalProvider::new(ModalOptions {
+        server_url: fake.url(),
+        token_id: Some(id.into()),
+        token_secret: Some(ApiKey::new(secret)),
+        ..Default::default()
+    })
+    .unwrap();
+    let b = p.create(spec, &Ctx::background()).await.unwrap();
+    assert!(b.facts().live_processes && b.files().is_none());
     Some((fake, b))
 }
 
@@ -387,6 +415,10 @@ fn boxes() -> &'static Boxes {
             Some((f, b)) => (Some(f), Some(b)),
             None => (None, None),
         };
+        let (fake_modal, modal) = match rt.block_on(modal(&spec)) {
+            Some((f, b)) => (Some(f), Some(b)),
+            None => (None, None),
+        };
         Boxes {
             rt,
             local,
@@ -401,6 +433,8 @@ fn boxes() -> &'static Boxes {
             _daytona: daytona.map(|d| d.0),
             archil,
             _archil: fake_archil,
+            modal,
+            _modal: fake_modal,
             _home: home,
         }
     })
@@ -518,6 +552,7 @@ fn a_rename_onto_the_target_of_a_link_is_not_of_the_same_file() {
     for one in [&b.local, &b.namespace, &b.one_call]
         .into_iter()
         .chain(b.archil.as_ref())
+        .chain(b.modal.as_ref())
     {
         same(one, &ops).unwrap();
     }
@@ -531,6 +566,18 @@ proptest! {
     #[test]
     fn host_and_an_archil_box_agree(ops in prop::collection::vec(op(), 1..14)) {
         if let Some(b) = &boxes().archil {
+            same(b, &ops)?;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    /// A sandbox of the fake Modal: each operation a program through its command router.
+    #[test]
+    fn host_and_a_modal_box_agree(ops in prop::collection::vec(op(), 1..12)) {
+        if let Some(b) = &boxes().modal {
             same(b, &ops)?;
         }
     }

@@ -8,7 +8,7 @@
 //! plausibly would, and says so here. `docs/fakes.md` is the overview.
 //!
 //! One loopback port serves Modal's two gRPC services over plain HTTP/2 (h2c), compiled from
-//! Modal's own protocol files (`agentbox-modal-proto`):
+//! the protocol the `modal` 1.6.4 package ships (`agentbox-modal-proto`):
 //! - `modal.client.ModalClient` (`client`): ClientHello, EnvironmentGetOrCreate,
 //!   AppGetOrCreate, AppGetTags/AppSetTags, SecretGetOrCreate (the SDK makes a sandbox's `env`
 //!   a secret), ImageGetOrCreate, ImageJoinStreaming, ImageFromId, ImageDelete, SandboxCreate,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{Ctx, ErrorCode, ExecOptions};
+use agentbox_modal_proto::client as api;
 use agentbox_modal_proto::task_command_router as pb;
 use agentbox_modal_proto::task_command_router::task_command_router_server::TaskCommandRouter;
 use tokio::io::AsyncWriteExt;
@@ -138,6 +139,22 @@ impl TaskCommandRouter for Router {
                     .get(id)
                     .ok_or_else(|| Status::not_found(format!("Secret {id} not found")))?;
                 env.extend(s.clone());
+            }
+        }
+        // What the `modal` client sends (1.6): each source in order, a stored secret by id or
+        // the exec's own variables.
+        for src in &q.secret_sources {
+            match &src.source {
+                Some(api::secret_source::Source::SecretId(id)) => {
+                    let rec = lock(&self.0.records);
+                    let s = rec
+                        .secrets
+                        .get(id)
+                        .ok_or_else(|| Status::not_found(format!("Secret {id} not found")))?;
+                    env.extend(s.clone());
+                }
+                Some(api::secret_source::Source::Env(m)) => env.extend(m.contents.clone()),
+                None => {}
             }
         }
         env.extend(q.env.clone());

@@ -96,7 +96,16 @@ impl Task {
             stdout_config: tcr::TaskExecStdoutConfig::Pipe as i32,
             stderr_config: tcr::TaskExecStderrConfig::Pipe as i32,
             timeout_secs,
-            env,
+            // The exec's own variables as the `modal` client sends them: a source of their own.
+            secret_sources: if env.is_empty() {
+                Vec::new()
+            } else {
+                vec![pb::SecretSource {
+                    source: Some(pb::secret_source::Source::Env(pb::StringMap {
+                        contents: env.into_iter().collect(),
+                    })),
+                }]
+            },
             ..Default::default()
         };
         // The same exec id every try: a start whose answer was lost starts nothing again.

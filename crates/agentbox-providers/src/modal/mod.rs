@@ -38,7 +38,8 @@
 //!   takes them); the providers' namespace `agentbox` is refused `invalid`, and every box
 //!   carries the tag `agentbox=1`. `list` asks Modal for the tags; `relabel` replaces them.
 //! - **Snapshots** are Modal's filesystem snapshots (an image), named in the app's tags; a
-//!   spec's `snapshot` starts a box from one. Memory snapshots are not taken.
+//!   spec's `snapshot` starts a box from one, and a fork's boxes start from one taken for it.
+//!   Memory snapshots are not taken.
 //!
 //! The token (`MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET`, read as the `modal` client reads them)
 //! stays on this host: the secret is a sensitive header, never logged, never in an error,
@@ -368,10 +369,31 @@ impl ModalProvider {
         Ok(r.image_id)
     }
 
+    /// The spec's env as the `modal` client carries a sandbox's env: a secret of the app's own
+    /// (`Secret.from_dict`), which the sandbox names.
+    async fn env_secret(&self, spec: &Spec, app_id: &str, ctx: &Ctx) -> Result<String> {
+        let r = call(ctx, "SecretGetOrCreate", CALL_TIMEOUT, true, || {
+            let mut c = self.api.client();
+            let req = pb::SecretGetOrCreateRequest {
+                object_creation_type: pb::ObjectCreationType::AnonymousOwnedByApp as i32,
+                env_dict: spec.env.clone().into_iter().collect(),
+                app_id: app_id.to_string(),
+                environment_name: self.environment(),
+                ..Default::default()
+            };
+            async move { c.secret_get_or_create(req).await }
+        })
+        .await?;
+        Ok(r.secret_id)
+    }
+
     /// Make the sandbox and wait for its task.
-    async fn make(&self, spec: &Spec, ctx: &Ctx) -> Result<ModalSandbox> {
+    async fn make(&self, spec: &Spec, image: Option<&str>, ctx: &Ctx) -> Result<ModalSandbox> {
         let app_id = self.app(ctx).await?;
-        let image_id = self.image(spec, &app_id, ctx).await?;
+        let image_id = match image {
+            Some(i) => i.to_string(),
+            None => self.image(spec, &app_id, ctx).await?,
+        };
         let fuse = spec.capabilities.iter().any(|c| c == "fuse");
         let isolation = if fuse {
             "vm".to_string()
@@ -408,7 +430,10 @@ impl ModalProvider {
             t.insert(TAG_SNAPSHOT.into(), s.clone());
         }
 
-        let definition = definition(spec, image_id, secs as u32, &isolation);
+        let mut definition = definition(spec, image_id, secs as u32, &isolation);
+        if !spec.env.is_empty() {
+            definition.secret_ids.push(self.env_secret(spec, &app_id, ctx).await?);
+        }
         let created = call(ctx, "SandboxCreate", CALL_TIMEOUT, false, || {
             let mut c = self.api.client();
             let req = pb::SandboxCreateRequest {
@@ -599,6 +624,30 @@ impl ModalProvider {
         Ok((app_id, r.tags.into_iter().collect()))
     }
 
+    /// Modal's filesystem snapshot of a box: an image of its files as they are now.
+    async fn snapshot_fs(&self, id: &SandboxId, what: &str, ctx: &Ctx) -> Result<String> {
+        let r = call(ctx, "SandboxSnapshotFs", Duration::from_secs(300), false, || {
+            let mut c = self.api.client();
+            let req = pb::SandboxSnapshotFsRequest {
+                sandbox_id: id.name().to_string(),
+                timeout: 290.0,
+            };
+            async move { c.sandbox_snapshot_fs(req).await }
+        })
+        .await?;
+        let ok = r
+            .result
+            .as_ref()
+            .is_some_and(|r| r.status == pb::generic_result::GenericStatus::Success as i32);
+        if !ok || r.image_id.is_empty() {
+            return Err(Error::unknown(format!(
+                "{what}: Modal could not snapshot box {id}: {}",
+                crate::vendor::cut(r.result.map(|r| r.exception).unwrap_or_default())
+            )));
+        }
+        Ok(r.image_id)
+    }
+
     async fn snapshot_image(&self, name: &str, ctx: &Ctx) -> Result<Option<String>> {
         let (_, t) = self.snapshot_tags(ctx).await?;
         Ok(t.get(&format!("{APP_TAG_SNAPSHOT}{name}")).cloned())
@@ -716,9 +765,6 @@ fn definition(spec: &Spec, image_id: String, timeout_secs: u32, isolation: &str)
         open_ports_oneof: (!ports.is_empty())
             .then_some(pb::sandbox::OpenPortsOneof::OpenPorts(pb::PortSpecs { ports })),
         runtime: Some(isolation.to_string()),
-        environment_variables: (!spec.env.is_empty()).then(|| pb::StringMap {
-            contents: spec.env.clone().into_iter().collect(),
-        }),
         ..Default::default()
     }
 }
@@ -842,6 +888,7 @@ impl Provider for ModalProvider {
             live_processes: true,
             relabel: true,
             snapshots: true,
+            fork: true,
             ..Default::default()
         }
     }
@@ -850,7 +897,7 @@ impl Provider for ModalProvider {
         check_spec(spec, &self.honours(), NAME)?;
         self.refuse(spec)?;
         let ctx = ctx.with_timeout(self.o.create_timeout);
-        let b = self.make(spec, &ctx).await?;
+        let b = self.make(spec, None, &ctx).await?;
         Ok(Arc::new(b))
     }
 
@@ -994,34 +1041,16 @@ impl Provider for ModalProvider {
         if self.snapshot_image(name, ctx).await?.is_some() {
             return Err(Error::refused(format!("snapshot: there is one named {name:?} already")));
         }
-        let r = call(ctx, "SandboxSnapshotFs", Duration::from_secs(300), false, || {
-            let mut c = self.api.client();
-            let req = pb::SandboxSnapshotFsRequest {
-                sandbox_id: id.name().to_string(),
-                timeout: 290.0,
-            };
-            async move { c.sandbox_snapshot_fs(req).await }
-        })
-        .await?;
-        let ok = r
-            .result
-            .as_ref()
-            .is_some_and(|r| r.status == pb::generic_result::GenericStatus::Success as i32);
-        if !ok || r.image_id.is_empty() {
-            return Err(Error::unknown(format!(
-                "snapshot: Modal could not snapshot box {id}: {}",
-                crate::vendor::cut(r.result.map(|r| r.exception).unwrap_or_default())
-            )));
-        }
+        let image_id = self.snapshot_fs(id, "snapshot", ctx).await?;
         let now = crate::util::now_ms();
         // Named in the app's tags (AppSetTags replaces the whole set: read, add, write).
         let (app_id, mut t) = self.snapshot_tags(ctx).await?;
         if t.contains_key(&key) {
             return Err(Error::refused(format!("snapshot: there is one named {name:?} already")));
         }
-        t.insert(key, r.image_id.clone());
+        t.insert(key, image_id.clone());
         self.set_app_tags(&app_id, t, ctx).await?;
-        tracing::info!(box_id = %id, snapshot = name, image = %r.image_id, "modal: snapshot taken");
+        tracing::info!(box_id = %id, snapshot = name, image = %image_id, "modal: snapshot taken");
         Ok(Snapshot {
             name: name.to_string(),
             provider: NAME.into(),
@@ -1068,6 +1097,36 @@ impl Provider for ModalProvider {
             Err(e) => tracing::warn!(snapshot = name, "modal: deleting the snapshot's image: {e}"),
         }
         Ok(true)
+    }
+
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        id.expect_provider(NAME)?;
+        agentbox_core::check_fork(n, spec)?;
+        check_spec(spec, &self.honours(), NAME)?;
+        self.refuse(spec)?;
+        let ctx = ctx.with_timeout(self.o.create_timeout);
+        // The box's files as they are now, an image each new box starts from.
+        let image = self.snapshot_fs(id, "fork", &ctx).await?;
+        let made = futures_util::future::join_all((0..n).map(|_| self.make(spec, Some(&image), &ctx))).await;
+        let mut boxes = Vec::new();
+        let mut first_error = None;
+        for m in made {
+            match m {
+                Ok(b) => boxes.push(b),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            // All or none.
+            for b in &boxes {
+                let _ = b.destroy(&Ctx::background().with_timeout(CALL_TIMEOUT)).await;
+            }
+            return Err(Error::new(e.code(), format!("fork: {}", e.message())));
+        }
+        tracing::info!(box_id = %id, n, image = %image, "modal: forked");
+        Ok(boxes.into_iter().map(|b| Arc::new(b) as Arc<dyn Sandbox>).collect())
     }
 }
 

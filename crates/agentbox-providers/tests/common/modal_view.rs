@@ -67,6 +67,7 @@ impl View {
         }
     }
 
+    #[allow(dead_code)] // Only the fake's suite reads a sandbox's listing.
     /// The sandbox as Modal lists it (its timeout, tags…), if it is in `app_id`.
     pub(crate) async fn info(&self, app_id: &str, sandbox_id: &str) -> Option<pb::SandboxInfo> {
         let r = self
@@ -82,6 +83,7 @@ impl View {
         r.sandboxes.into_iter().find(|s| s.id == sandbox_id)
     }
 
+    #[allow(dead_code)] // Only the fake's suite reads a sandbox's listing.
     /// The app's id by name (looked up, never made).
     pub(crate) async fn app_id(&self, name: &str) -> String {
         self.client()
