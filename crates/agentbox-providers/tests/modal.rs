@@ -208,6 +208,16 @@ async fn the_seeds_refusals_name_the_field_and_make_nothing() {
             "spec.mounts",
         ),
         (
+            "an allowlist longer than the tags keep",
+            with(&|s| {
+                s.network = Some(Network::Allow(
+                    (0..60).map(|i| format!("host{i}.example.com")).collect(),
+                ))
+            }),
+            ErrorCode::Invalid,
+            "spec.network.allow",
+        ),
+        (
             "a relative workspace",
             with(&|s| s.workspace = Some("ws".into())),
             ErrorCode::Invalid,
@@ -347,10 +357,23 @@ async fn fuse_means_a_vm_whose_dev_fuse_root_opens_and_a_box_without_it_is_ended
         return;
     };
     let p = provider(&fake);
+    // A VM asked for without FUSE: a VM whose FUSE reads false.
+    let vm = p
+        .create(
+            &Spec {
+                isolation: Some("vm".into()),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((vm.facts().isolation.as_str(), vm.facts().fuse), ("vm", Some(false)));
+    vm.destroy(&ctx()).await.unwrap();
     let e = p.create(&fuse, &ctx()).await.err().unwrap();
     assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
     assert!(e.message().contains("/dev/fuse"), "{e}");
-    assert!(fake.sandboxes()[0].1, "the box that failed the check was ended");
+    assert!(fake.sandboxes()[1].1, "the box that failed the check was ended");
     fake.shutdown().await;
 }
 
@@ -568,6 +591,20 @@ async fn attach_hands_back_every_live_sandbox_falling_back_only_on_hardware() {
         "attach never ends a box"
     );
 
+    // A box whose make kept no hardware (made before the tag existed): every read failing
+    // is an error, never a guess; the box runs on.
+    let v = view(&fake);
+    let mut t = v.tags(b.id().name()).await;
+    t.retain(|k, _| !k.starts_with("agentbox.hw"));
+    v.set_tags(b.id().name(), &t).await;
+    fake.fail_next("TaskExecStart", tonic::Code::Internal, "scripted", 3);
+    let e = p2
+        .attach(b.id(), &ctx())
+        .await
+        .expect_err("nothing measured to fall back on");
+    assert!(e.message().contains("could not be read"), "{e}");
+    assert_eq!(b.status(&ctx()).await.unwrap(), Status::Running);
+
     // A box ended behind the provider's back is `None`, and so is one that is not agentbox's.
     fake.end_sandbox(b.id().name());
     assert!(p2.attach(b.id(), &ctx()).await.unwrap().is_none());
@@ -689,6 +726,33 @@ async fn snapshots_are_modal_filesystem_snapshots_named_in_the_app() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdin_end_that_fails_is_what_wait_answers_while_the_program_runs() {
+    let Some(fake) = fake("a_stdin_end_that_fails", |_| {}).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let b = p.create(&spec(), &ctx()).await.unwrap();
+    // `cat` waits for the end that does not arrive: wait says so rather than hang.
+    let mut pr = b.exec(&argv(&["cat"]), &ExecOptions::default(), &ctx()).await.unwrap();
+    fake.fail_next("TaskExecStdinWrite", tonic::Code::Internal, "scripted", 1);
+    pr.stdin.take().unwrap().close().await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(30), pr.wait())
+        .await
+        .expect("wait answers")
+        .unwrap_err();
+    assert!(e.message().contains("closing the program's stdin"), "{e}");
+    // A program that already exited: the failed end is nothing.
+    let mut pr = b.exec(&argv(&["true"]), &ExecOptions::default(), &ctx()).await.unwrap();
+    // (`true` ends at once; a second is long past its end.)
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    fake.fail_next("TaskExecStdinWrite", tonic::Code::Internal, "scripted", 1);
+    pr.stdin.take().unwrap().close().await.unwrap();
+    assert_eq!(pr.wait().await.unwrap().code, 0);
+    b.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_stays_on_this_host() {
     let Some(fake) = fake("the_token_stays_on_this_host", |_| {}).await else {
         return;
@@ -704,10 +768,14 @@ async fn the_token_stays_on_this_host() {
         )
         .await
         .unwrap();
-    let out = sh(b.as_ref(), "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'; grep -rsl -- as-fake /workspace /root /tmp /etc 2>/dev/null | head -1")
+    let out = sh(b.as_ref(), "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'")
         .await
         .unwrap();
     let seen = out.stdout_text() + &out.stderr_text();
+    // Nor in a file the box can read: grep names any file that holds either.
+    let script = format!("grep -rslF -e {TOKEN_SECRET} -e {TOKEN_ID} /workspace /root /tmp /etc 2>/dev/null; true");
+    let files = sh(b.as_ref(), &script).await.unwrap();
+    assert_eq!(files.stdout_text(), "", "files holding the token");
     assert!(seen.contains("VISIBLE=yes"), "the spec's env reaches the box: {seen}");
     assert!(!seen.contains(TOKEN_SECRET) && !seen.contains(TOKEN_ID), "{seen}");
     assert!(!format!("{:?}", b.facts()).contains(TOKEN_SECRET));

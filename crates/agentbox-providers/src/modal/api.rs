@@ -154,6 +154,13 @@ fn channel(url: &str, connect_timeout: Duration, what: &str) -> Result<Channel> 
             "{what} {url:?}: must be an http:// or https:// URL"
         )));
     }
+    // A token goes over cleartext to nothing but this machine (a fake Modal on loopback), as
+    // the `modal` client allows.
+    if !https && !loopback(url) {
+        return Err(Error::invalid(format!(
+            "{what} {url:?}: plain http:// is taken only for a server on loopback; use https://"
+        )));
+    }
     let mut e = Endpoint::from_shared(url.to_string())
         .map_err(|e| Error::invalid(format!("{what} {url:?} is not a URL: {e}")))?
         .connect_timeout(connect_timeout)
@@ -166,6 +173,17 @@ fn channel(url: &str, connect_timeout: Duration, what: &str) -> Result<Channel> 
             .map_err(|e| Error::invalid(format!("{what} {url:?}: TLS: {e}")))?;
     }
     Ok(e.connect_lazy())
+}
+
+/// Whether `url`'s host is this machine's loopback (`localhost`, `127.0.0.0/8`, `::1`).
+fn loopback(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback())
 }
 
 /// Make the call `f` builds, within `timeout` and the caller's context; again (while both
@@ -229,3 +247,33 @@ pub(crate) fn tags(labels: impl IntoIterator<Item = (String, String)>) -> Vec<pb
 
 /// Shared between a provider and its boxes.
 pub(crate) type Shared = Arc<Api>;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn plain_http_is_for_loopback_alone() {
+        for ok in [
+            "http://127.0.0.1:9000",
+            "http://localhost",
+            "http://[::1]:80/x",
+            "http://127.9.0.1",
+        ] {
+            assert!(super::loopback(ok), "{ok}");
+        }
+        for no in [
+            "http://api.modal.com",
+            "http://10.0.0.1:80",
+            "http://127.0.0.1.evil.com",
+            "http://[::2]",
+        ] {
+            assert!(!super::loopback(no), "{no}");
+        }
+        let e = super::channel(
+            "http://api.modal.com",
+            std::time::Duration::from_secs(1),
+            "MODAL_SERVER_URL",
+        )
+        .unwrap_err();
+        assert!(e.message().contains("loopback"), "{e}");
+    }
+}

@@ -84,6 +84,9 @@ impl Task {
         ctx: &Ctx,
     ) -> Result<Process> {
         let exec_id = crate::util::random_hex(16)?;
+        // Modal's clock for the program's deadline starts when the start arrives, not when it
+        // is answered.
+        let began = Instant::now();
         let mut command_args = ["sh", "-c", shim::SHIM, "agentbox-exec", cwd]
             .map(String::from)
             .to_vec();
@@ -128,7 +131,6 @@ impl Task {
             return Err(e);
         }
         tracing::debug!(sandbox = %self.sandbox_id, exec_id, "modal: exec started");
-        let started = Instant::now();
         let failed = Arc::new(Failure::default());
         let (header_tx, header_rx) = oneshot::channel();
         let stdout = self.reader(
@@ -163,7 +165,7 @@ impl Task {
             pid,
             ended: Arc::new(AtomicBool::new(false)),
             failed,
-            timeout: timeout.map(|t| (started, t)),
+            timeout: timeout.map(|t| (began, t)),
         });
         Ok(Process::new(Some(stdin), Some(stdout), Some(stderr), control, ctx))
     }
@@ -499,7 +501,17 @@ impl ProcessControl for Control {
             return Ok(());
         }
         // Modal has no call to signal an exec: a second exec sends it, by the shim's pid.
-        let argv = ["kill", "-s", &signal.to_string(), &self.pid.to_string()].map(String::from);
+        // `kill` as the shell's builtin (an image need not have /bin/kill); a program already
+        // gone is no error.
+        let argv = [
+            "sh",
+            "-c",
+            r#"kill -s "$1" "$2" 2>/dev/null || ! kill -0 "$2" 2>/dev/null"#,
+            "agentbox-kill",
+            &signal.to_string(),
+            &self.pid.to_string(),
+        ]
+        .map(String::from);
         let ctx = Ctx::background().with_timeout(crate::transfer::CONTROL_TIMEOUT);
         let mut p = match self.task.exec(&argv, "/", Default::default(), None, &ctx).await {
             Ok(p) => p,
@@ -510,7 +522,11 @@ impl ProcessControl for Control {
             let _ = i.close().await;
         }
         match p.wait().await {
-            Ok(_) => Ok(()),
+            Ok(s) if s.code == 0 => Ok(()),
+            Ok(s) => Err(Error::unknown(format!(
+                "signal {signal} to pid {} in sandbox {}: kill exited {}",
+                self.pid, self.task.sandbox_id, s.code
+            ))),
             Err(e) if e.code() == ErrorCode::Gone => Ok(()),
             Err(e) => Err(e),
         }

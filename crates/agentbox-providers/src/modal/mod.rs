@@ -288,6 +288,24 @@ impl ModalProvider {
         if let Some(g) = &spec.gpu {
             gpu_config(g)?;
         }
+        // What the tags must keep of the spec fits them (checked before any call).
+        let mut scratch = BTreeMap::new();
+        if let Some(Network::Allow(list)) = &spec.network {
+            tags::put(&mut scratch, TAG_ALLOW, &list.join(",")).map_err(|_| {
+                Error::invalid(format!(
+                    "spec.network.allow: {} entries are more than a Modal box can keep in its tags (at most about \
+                     {} bytes, escaped)",
+                    list.len(),
+                    tags::MAX * tags::MAX_PARTS / 3
+                ))
+            })?;
+        }
+        tags::put(&mut scratch, TAG_PORTS, &ports_tag(spec)).map_err(|_| {
+            Error::invalid(format!(
+                "spec.ports: {} ports are more than a Modal box can keep",
+                spec.ports.len()
+            ))
+        })?;
         if let Some(w) = &spec.workspace
             && !w.starts_with('/')
         {
@@ -358,6 +376,12 @@ impl ModalProvider {
                     break;
                 }
             }
+            if result
+                .as_ref()
+                .is_none_or(|r| r.status == pb::generic_result::GenericStatus::Unspecified as i32)
+            {
+                ctx.run(tokio::time::sleep(Duration::from_millis(500))).await?;
+            }
         }
         let result = result.unwrap_or_default();
         if result.status != pb::generic_result::GenericStatus::Success as i32 {
@@ -424,7 +448,7 @@ impl ModalProvider {
                 t.insert(TAG_NETWORK.into(), "allow".into())
             }
         };
-        t.insert(TAG_PORTS.into(), ports_tag(spec));
+        tags::put(&mut t, TAG_PORTS, &ports_tag(spec))?;
         tags::put(&mut t, TAG_WORKSPACE, &workspace)?;
         if let Some(s) = &spec.snapshot {
             t.insert(TAG_SNAPSHOT.into(), s.clone());
@@ -517,7 +541,8 @@ impl ModalProvider {
                     crate::vendor::cut(res.exception.clone())
                 )));
             }
-            ctx.check()?;
+            // Not scheduled yet: ask again after a pause, as the `modal` client does.
+            ctx.run(tokio::time::sleep(Duration::from_millis(500))).await?;
         }
     }
 
@@ -601,7 +626,9 @@ impl ModalProvider {
         Ok(Some(ModalSandbox {
             id: SandboxId::new(NAME, sandbox_id)?,
             workspace: facts.workspace.clone().unwrap_or_else(|| WORKSPACE.into()),
-            ports: parse_ports(t.get(TAG_PORTS).map(String::as_str).unwrap_or_default()),
+            ports: tags::get(t, TAG_PORTS)
+                .and_then(|p| parse_ports(&p))
+                .unwrap_or_default(),
             facts,
             labels: tags::labels_of(t),
             task: Task {
@@ -781,17 +808,18 @@ fn ports_tag(spec: &Spec) -> String {
         .join(".")
 }
 
-fn parse_ports(s: &str) -> Vec<(u16, PortKind)> {
+/// The ports [`ports_tag`] wrote; `None` for a tag that is not one it wrote (a tag changed by
+/// hand reads as unknown, never as "no ports").
+fn parse_ports(s: &str) -> Option<Vec<(u16, PortKind)>> {
     if s == "none" {
-        return Vec::new();
+        return Some(Vec::new());
     }
     s.split('.')
-        .filter_map(|p| {
-            let (n, k) = p.split_at(p.len().checked_sub(1)?);
-            let kind = match k {
-                "s" => PortKind::Https,
-                "t" => PortKind::Tcp,
-                _ => return None,
+        .map(|p| {
+            let (n, kind) = if let Some(n) = p.strip_suffix('s') {
+                (n, PortKind::Https)
+            } else {
+                (p.strip_suffix('t')?, PortKind::Tcp)
             };
             Some((n.parse().ok()?, kind))
         })
@@ -849,12 +877,9 @@ fn facts_of(t: &BTreeMap<String, String>, probed: Option<&Probed>) -> Option<Fac
                 }
                 _ => None,
             };
-            f.ports = t.get(TAG_PORTS).map(|p| {
-                parse_ports(p)
-                    .into_iter()
-                    .map(|(port, kind)| PortFact { port, kind })
-                    .collect()
-            });
+            f.ports = tags::get(t, TAG_PORTS)
+                .and_then(|p| parse_ports(&p))
+                .map(|ports| ports.into_iter().map(|(port, kind)| PortFact { port, kind }).collect());
         }
         None => {
             f.gpu = tags::get(t, TAG_HW_GPU);
@@ -1162,8 +1187,14 @@ mod tests {
         let t = ports_tag(&spec);
         assert_eq!(t, "8080s.5432t");
         assert!(tags::fits(&t));
-        assert_eq!(parse_ports(&t), vec![(8080, PortKind::Https), (5432, PortKind::Tcp)]);
-        assert!(parse_ports("none").is_empty());
+        assert_eq!(
+            parse_ports(&t),
+            Some(vec![(8080, PortKind::Https), (5432, PortKind::Tcp)])
+        );
+        assert_eq!(parse_ports("none"), Some(vec![]));
+        for bad in ["", "80", "80x", "ü", "80s.x"] {
+            assert_eq!(parse_ports(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

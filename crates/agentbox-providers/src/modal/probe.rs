@@ -41,7 +41,12 @@ pub(crate) struct Probed {
 /// Run the probe in `b`, its workspace `workspace`.
 pub(crate) async fn probe(b: &dyn Sandbox, workspace: &str, ctx: &Ctx) -> Result<Probed> {
     let argv = ["sh", "-c", PROBE, "agentbox-probe", workspace].map(String::from);
-    let p = b.exec(&argv, &ExecOptions::default(), ctx).await?;
+    // From `/`: a workspace that is gone fails its own fact (disk), not the whole reading.
+    let opts = ExecOptions {
+        cwd: Some("/".into()),
+        ..Default::default()
+    };
+    let p = b.exec(&argv, &opts, ctx).await?;
     let out = finish(
         p,
         FinishOptions {

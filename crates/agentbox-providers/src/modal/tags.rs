@@ -3,7 +3,8 @@
 //! network, ports and workspace; the hardware the create measured).
 //!
 //! Tags are set through Modal's API, so nothing inside the box can write them. Modal takes a
-//! tag's key and value as at most 63 of `[A-Za-z0-9._-]` (the `modal` client checks the same):
+//! tag's key and value as at most 63 of `[A-Za-z0-9._-]` (the rule the `modal` client checks of
+//! an app's tags, kept here for a sandbox's too):
 //! the host's labels must fit as they are (a label that does not is refused `invalid`), and
 //! the provider's own values are escaped (`_XX` for any other byte) and cut into numbered
 //! parts (`key`, `key.1`, …) where long.
@@ -19,7 +20,7 @@ const OWN: &str = "agentbox.";
 /// The longest key or value Modal takes.
 pub(crate) const MAX: usize = 63;
 /// At most this many parts for one long value.
-const MAX_PARTS: usize = 8;
+pub(crate) const MAX_PARTS: usize = 8;
 
 /// Whether `s` is a tag key or value as Modal takes it.
 pub(crate) fn fits(s: &str) -> bool {

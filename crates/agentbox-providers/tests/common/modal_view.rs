@@ -67,6 +67,41 @@ impl View {
         }
     }
 
+    /// The sandbox's tags.
+    #[allow(dead_code)] // Only the fake's suite changes a box's tags behind the provider.
+    pub(crate) async fn tags(&self, sandbox_id: &str) -> std::collections::BTreeMap<String, String> {
+        let r = self
+            .client()
+            .sandbox_tags_get(self.req(pb::SandboxTagsGetRequest {
+                sandbox_id: sandbox_id.into(),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        r.tags.into_iter().map(|t| (t.tag_name, t.tag_value)).collect()
+    }
+
+    /// Replace the sandbox's tags.
+    #[allow(dead_code)] // Only the fake's suite changes a box's tags behind the provider.
+    pub(crate) async fn set_tags(&self, sandbox_id: &str, tags: &std::collections::BTreeMap<String, String>) {
+        self.client()
+            .sandbox_tags_set(
+                self.req(pb::SandboxTagsSetRequest {
+                    sandbox_id: sandbox_id.into(),
+                    tags: tags
+                        .iter()
+                        .map(|(k, v)| pb::SandboxTag {
+                            tag_name: k.clone(),
+                            tag_value: v.clone(),
+                        })
+                        .collect(),
+                    ..Default::default()
+                }),
+            )
+            .await
+            .unwrap();
+    }
+
     #[allow(dead_code)] // Only the fake's suite reads a sandbox's listing.
     /// The sandbox as Modal lists it (its timeout, tags…), if it is in `app_id`.
     pub(crate) async fn info(&self, app_id: &str, sandbox_id: &str) -> Option<pb::SandboxInfo> {
