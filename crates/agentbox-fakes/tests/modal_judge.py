@@ -167,6 +167,26 @@ p.wait()
 sb3.terminate()
 ok("snapshot-legacy")
 
+# A memory snapshot (SandboxSnapshot, SandboxSnapshotWait, SandboxRestore): only of a sandbox
+# made with them enabled; the restored one has the files (the fake keeps no memory).
+msb = modal.Sandbox.create("sleep", "infinity", app=app, image=image, timeout=60, _experimental_enable_snapshot=True)
+p = msb.exec("sh", "-c", "echo in-memory > /root/mem-file")
+check(p.wait() == 0, "wrote the file")
+msnap = msb._experimental_snapshot()
+rsb = modal.Sandbox._experimental_from_snapshot(msnap)
+check(rsb.object_id != msb.object_id, "a new sandbox")
+p = rsb.exec("cat", "/root/mem-file")
+check(p.stdout.read() == "in-memory\n", "the restored sandbox's file")
+p.wait()
+rsb.terminate()
+msb.terminate()
+try:
+    sb._experimental_snapshot()
+    check(False, "a sandbox made without memory snapshots took one")
+except Exception as e:
+    check("memory snapshots" in str(e) or "snapshot" in str(e).lower(), f"refused: {e}")
+ok("snapshot-memory")
+
 tsb = modal.Sandbox.create(
     "sleep", "infinity", app=app, image=image, timeout=60, encrypted_ports=[8443], unencrypted_ports=[8080]
 )

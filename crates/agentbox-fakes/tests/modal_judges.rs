@@ -89,6 +89,7 @@ async fn the_python_sdk_judges_the_fake() {
         "list-paging",
         "snapshot-sdk",
         "snapshot-legacy",
+        "snapshot-memory",
         "tunnels",
         "gpu",
         "fuse",

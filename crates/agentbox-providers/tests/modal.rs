@@ -753,6 +753,99 @@ async fn a_stdin_end_that_fails_is_what_wait_answers_while_the_program_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_snapshots_restore_the_box_as_it_was_made_and_refuse_what_it_cannot_change() {
+    let Some(fake) = fake("memory_snapshots_restore_the_box", |_| {}).await else {
+        return;
+    };
+    let p: Arc<dyn Provider> = Arc::new(
+        ModalProvider::new(ModalOptions {
+            memory_snapshots: true,
+            ..options(&fake)
+        })
+        .unwrap(),
+    );
+    let b = p
+        .create(
+            &Spec {
+                isolation: Some("vm".into()),
+                network: Some(Network::None),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    sh(b.as_ref(), "echo in-memory > /workspace/m").await.unwrap();
+    let s = p.snapshot(b.id(), "warm", &ctx()).await.unwrap();
+    assert!(s.memory, "a memory snapshot");
+    assert!(calls(&fake, "SandboxSnapshot") == 1 && calls(&fake, "SandboxSnapshotFs") == 0);
+    assert!(
+        p.snapshots(&ctx())
+            .await
+            .unwrap()
+            .iter()
+            .any(|s| s.name == "warm" && s.memory)
+    );
+    // It keeps its lifetime and what it was made with: ask anything else and it is refused.
+    let e = p
+        .create(
+            &Spec {
+                snapshot: Some("warm".into()),
+                ..Spec::new(Duration::from_secs(60))
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
+    assert!(e.message().starts_with("spec.max_lifetime"), "{e}");
+    let e = p
+        .create(
+            &Spec {
+                snapshot: Some("warm".into()),
+                cpus: Some(1.0),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+    assert_eq!(calls(&fake, "SandboxRestore"), 0);
+    let r = p
+        .create(
+            &Spec {
+                snapshot: Some("warm".into()),
+                labels: Labels::from([("team".into(), "a".into())]),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(calls(&fake, "SandboxRestore"), 1);
+    assert_ne!(r.id(), b.id());
+    assert_eq!(r.facts().snapshot.as_deref(), Some("warm"));
+    assert_eq!(r.facts().isolation, "vm");
+    assert_eq!(r.facts().network, None, "not kept with the snapshot: unknown");
+    assert_eq!(r.labels().get("team").map(String::as_str), Some("a"));
+    assert_eq!(
+        sh(r.as_ref(), "cat /workspace/m").await.unwrap().stdout_text(),
+        "in-memory\n"
+    );
+    assert!(p.delete_snapshot("warm", &ctx()).await.unwrap());
+    assert!(p.snapshots(&ctx()).await.unwrap().is_empty());
+    // A box made without them cannot take one: Modal refuses, and so does the provider.
+    let plain = provider(&fake).create(&spec(), &ctx()).await.unwrap();
+    let e = p.snapshot(plain.id(), "cold", &ctx()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Refused, "{e}");
+    for x in [b, r, plain] {
+        x.destroy(&ctx()).await.unwrap();
+    }
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_stays_on_this_host() {
     let Some(fake) = fake("the_token_stays_on_this_host", |_| {}).await else {
         return;

@@ -242,6 +242,7 @@ impl Client {
             boxed: std::sync::Mutex::new(Some(b.clone())),
             result: tokio::sync::watch::channel(None).0,
             execs: Default::default(),
+            definition: d.clone(),
         });
         {
             let mut r = lock(&s.records);
@@ -698,6 +699,63 @@ impl ModalClient for Client {
                 image_builder_version: Some(BUILDER_VERSION.into()),
                 ..Default::default()
             }),
+        }))
+    }
+
+    /// A memory snapshot, of a sandbox made with `enable_snapshot`. The fake keeps its files
+    /// and its definition, not its memory: a restore starts the entrypoint afresh.
+    async fn sandbox_snapshot(&self, r: Request<pb::SandboxSnapshotRequest>) -> R<pb::SandboxSnapshotResponse> {
+        let q = r.into_inner();
+        self.0.enter("SandboxSnapshot", Some(&q.sandbox_id), None, None)?;
+        let x = self.0.sandbox(&q.sandbox_id)?;
+        if !x.definition.enable_snapshot {
+            return Err(Status::failed_precondition(format!(
+                "Sandbox {} was not created with memory snapshots enabled",
+                x.id
+            )));
+        }
+        let image_id = self.snapshot(&x).await?;
+        let id = modal_id("sn-");
+        let mut d = x.definition.clone();
+        d.image_id = image_id;
+        lock(&self.0.records)
+            .memory_snapshots
+            .insert(id.clone(), (x.app_id.clone(), d));
+        Ok(Response::new(pb::SandboxSnapshotResponse { snapshot_id: id }))
+    }
+
+    async fn sandbox_snapshot_wait(
+        &self,
+        r: Request<pb::SandboxSnapshotWaitRequest>,
+    ) -> R<pb::SandboxSnapshotWaitResponse> {
+        let q = r.into_inner();
+        self.0.enter("SandboxSnapshotWait", None, None, None)?;
+        if !lock(&self.0.records).memory_snapshots.contains_key(&q.snapshot_id) {
+            return Err(Status::not_found(format!("Snapshot {} not found", q.snapshot_id)));
+        }
+        // Taken whole by SandboxSnapshot: done.
+        Ok(Response::new(pb::SandboxSnapshotWaitResponse {
+            result: Some(result(GenericStatus::Success, 0, "")),
+        }))
+    }
+
+    async fn sandbox_restore(&self, r: Request<pb::SandboxRestoreRequest>) -> R<pb::SandboxRestoreResponse> {
+        let q = r.into_inner();
+        self.0.enter("SandboxRestore", None, None, None)?;
+        let (app_id, definition) = lock(&self.0.records)
+            .memory_snapshots
+            .get(&q.snapshot_id)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("Snapshot {} not found", q.snapshot_id)))?;
+        let x = self
+            .create(pb::SandboxCreateRequest {
+                app_id,
+                definition: Some(definition),
+                ..Default::default()
+            })
+            .await?;
+        Ok(Response::new(pb::SandboxRestoreResponse {
+            sandbox_id: x.id.clone(),
         }))
     }
 

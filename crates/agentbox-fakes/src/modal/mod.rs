@@ -58,7 +58,8 @@
 //! `ALLOWLIST` cannot be enforced here, so it is none too (fail closed); a tunnel is the box's
 //! own port on 127.0.0.1 (an open-network box shares this machine's network), encrypted or not
 //! alike; no logs (SandboxGetLogs), no sandbox stdin/stdout of the entrypoint, no PTYs, no
-//! volumes, mounts, memory snapshots, names lookup, V2 sandboxes or sidecars; a `runtime` is
+//! volumes, mounts, memory (a memory snapshot, SandboxSnapshot and SandboxRestore, keeps the files and the
+//! definition; a restore starts the entrypoint afresh), names lookup, V2 sandboxes or sidecars; a `runtime` is
 //! recorded and only `vm` means anything (FUSE, below).
 //!
 //! Scripted hardware: a sandbox with a `gpu_config` gets an `nvidia-smi` on its PATH (at

@@ -98,6 +98,9 @@ pub(crate) struct Records {
     pub(crate) sandboxes: BTreeMap<String, Arc<Sbx>>,
     /// Task id to sandbox id.
     pub(crate) tasks: BTreeMap<String, String>,
+    /// Memory snapshots: id to (the app, the sandbox's definition with its image the files
+    /// kept).
+    pub(crate) memory_snapshots: BTreeMap<String, (String, agentbox_modal_proto::client::Sandbox)>,
     /// The newest sandbox's `created_at`: each is later than the one before (listings page by it).
     pub(crate) last_created: f64,
 }
@@ -213,6 +216,8 @@ pub(crate) struct Sbx {
     pub(crate) boxed: Mutex<Option<Arc<dyn Sandbox>>>,
     pub(crate) result: watch::Sender<Option<GenericResult>>,
     pub(crate) execs: Mutex<HashMap<String, Arc<Exec>>>,
+    /// What it was made from: a memory snapshot of it restores a sandbox of the same.
+    pub(crate) definition: agentbox_modal_proto::client::Sandbox,
 }
 
 impl Sbx {

@@ -209,7 +209,7 @@ impl Task {
                     .await;
                 let mut stream = match opened {
                     Ok(s) => s,
-                    Err(e) if e.code() == ErrorCode::Unknown && reopens < MAX_REOPENS => {
+                    Err(e) if matches!(e.code(), ErrorCode::Unknown | ErrorCode::Timeout) && reopens < MAX_REOPENS => {
                         reopens += 1;
                         tokio::time::sleep(Duration::from_millis(100 << reopens.min(5))).await;
                         continue;
@@ -251,7 +251,9 @@ impl Task {
                         Ok(None) => break 'read Ok(()),
                         Err(s) => {
                             let e = api::status_error("TaskExecStdioRead", &s);
-                            if matches!(e.code(), ErrorCode::Unknown | ErrorCode::Aborted) && reopens < MAX_REOPENS {
+                            if matches!(e.code(), ErrorCode::Unknown | ErrorCode::Aborted | ErrorCode::Timeout)
+                                && reopens < MAX_REOPENS
+                            {
                                 reopens += 1;
                                 tracing::debug!(
                                     stream = name,

@@ -39,7 +39,9 @@
 //!   carries the tag `agentbox=1`. `list` asks Modal for the tags; `relabel` replaces them.
 //! - **Snapshots** are Modal's filesystem snapshots (an image), named in the app's tags; a
 //!   spec's `snapshot` starts a box from one, and a fork's boxes start from one taken for it.
-//!   Memory snapshots are not taken.
+//!   With [`ModalOptions::memory_snapshots`], boxes are made able to take memory snapshots and
+//!   a snapshot is of the memory too (`SandboxSnapshot`); a box made from one is restored
+//!   (`SandboxRestore`), keeping the lifetime and isolation it was made with.
 //!
 //! The token (`MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET`, read as the `modal` client reads them)
 //! stays on this host: the secret is a sensitive header, never logged, never in an error,
@@ -89,12 +91,13 @@ pub const NAME: &str = "modal";
 
 /// The variables [`ModalOptions::from_env`] reads: the `modal` client's own, and the app's
 /// name.
-pub const VARIABLES: [&str; 5] = [
+pub const VARIABLES: [&str; 6] = [
     "MODAL_SERVER_URL",
     "MODAL_TOKEN_ID",
     "MODAL_TOKEN_SECRET",
     "MODAL_ENVIRONMENT",
     "AGENTBOX_MODAL_APP",
+    "AGENTBOX_MODAL_MEMORY_SNAPSHOTS",
 ];
 
 /// Modal's API, where `MODAL_SERVER_URL` names no other.
@@ -151,6 +154,10 @@ pub struct ModalOptions {
     pub attach_tries: u32,
     /// The pause between two of those tries.
     pub attach_pause: Duration,
+    /// Boxes are made able to take memory snapshots, and a snapshot is of the box's memory too
+    /// (Modal's `SandboxSnapshot`): a box made from it resumes its programs where they were
+    /// (`AGENTBOX_MODAL_MEMORY_SNAPSHOTS=1`). Off, a snapshot is of the files alone.
+    pub memory_snapshots: bool,
 }
 
 impl Default for ModalOptions {
@@ -166,6 +173,7 @@ impl Default for ModalOptions {
             create_timeout: Duration::from_secs(300),
             attach_tries: 3,
             attach_pause: Duration::from_secs(1),
+            memory_snapshots: false,
         }
     }
 }
@@ -194,6 +202,7 @@ impl ModalOptions {
             token_secret: var("MODAL_TOKEN_SECRET").map(ApiKey::new),
             environment: var("MODAL_ENVIRONMENT"),
             app: var("AGENTBOX_MODAL_APP").unwrap_or(d.app.clone()),
+            memory_snapshots: var("AGENTBOX_MODAL_MEMORY_SNAPSHOTS").is_some_and(|v| v == "1" || v == "true"),
             ..d
         })
     }
@@ -319,10 +328,15 @@ impl ModalProvider {
     /// The image of `spec`: a snapshot's, or one built from a registry reference.
     async fn image(&self, spec: &Spec, app_id: &str, ctx: &Ctx) -> Result<String> {
         if let Some(name) = &spec.snapshot {
-            return self
-                .snapshot_image(name, ctx)
-                .await?
-                .ok_or_else(|| Error::not_found(format!("spec.snapshot: there is no snapshot {name:?}")));
+            return match self.snapshot_kept(name, ctx).await? {
+                Some(Kept::Files(image)) => Ok(image),
+                Some(Kept::Memory { .. }) => Err(Error::unknown(format!(
+                    "spec.snapshot {name:?}: a memory snapshot, restored rather than built on"
+                ))),
+                None => Err(Error::not_found(format!(
+                    "spec.snapshot: there is no snapshot {name:?}"
+                ))),
+            };
         }
         let reference = spec.image.clone().unwrap_or_else(|| self.o.default_image.clone());
         let r = call(ctx, "ImageGetOrCreate", CALL_TIMEOUT, true, || {
@@ -454,7 +468,7 @@ impl ModalProvider {
             t.insert(TAG_SNAPSHOT.into(), s.clone());
         }
 
-        let mut definition = definition(spec, image_id, secs as u32, &isolation);
+        let mut definition = definition(spec, image_id, secs as u32, &isolation, self.o.memory_snapshots);
         if !spec.env.is_empty() {
             definition.secret_ids.push(self.env_secret(spec, &app_id, ctx).await?);
         }
@@ -675,9 +689,151 @@ impl ModalProvider {
         Ok(r.image_id)
     }
 
-    async fn snapshot_image(&self, name: &str, ctx: &Ctx) -> Result<Option<String>> {
+    async fn snapshot_kept(&self, name: &str, ctx: &Ctx) -> Result<Option<Kept>> {
         let (_, t) = self.snapshot_tags(ctx).await?;
-        Ok(t.get(&format!("{APP_TAG_SNAPSHOT}{name}")).cloned())
+        Ok(t.get(&format!("{APP_TAG_SNAPSHOT}{name}")).and_then(|v| Kept::parse(v)))
+    }
+
+    /// A memory snapshot of the box: Modal's `SandboxSnapshot`, waited for.
+    async fn snapshot_memory(&self, id: &SandboxId, ctx: &Ctx) -> Result<Kept> {
+        let t = self.get_tags(id.name(), ctx).await?;
+        let num = |k: &str| t.get(k).and_then(|v| v.parse::<u64>().ok());
+        let (Some(start), Some(end)) = (num(TAG_STARTED), num(TAG_ENDS)) else {
+            return Err(Error::not_found(format!("snapshot: box {id} is not one of agentbox's")));
+        };
+        if tags::get(&t, TAG_WORKSPACE).as_deref() != Some(WORKSPACE) {
+            return Err(Error::unsupported(format!(
+                "snapshot: a memory snapshot keeps boxes of the default workspace {WORKSPACE} alone"
+            )));
+        }
+        let isolation = t.get(TAG_ISOLATION).cloned().unwrap_or_else(|| "gvisor".into());
+        let r = call(ctx, "SandboxSnapshot", CALL_TIMEOUT, false, || {
+            let mut c = self.api.client();
+            let req = pb::SandboxSnapshotRequest {
+                sandbox_id: id.name().to_string(),
+            };
+            async move { c.sandbox_snapshot(req).await }
+        })
+        .await?;
+        let until = tokio::time::Instant::now() + Duration::from_secs(300);
+        loop {
+            let w = call(ctx, "SandboxSnapshotWait", CALL_TIMEOUT, true, || {
+                let mut c = self.api.client();
+                let req = pb::SandboxSnapshotWaitRequest {
+                    snapshot_id: r.snapshot_id.clone(),
+                    timeout: 55.0,
+                };
+                async move { c.sandbox_snapshot_wait(req).await }
+            })
+            .await?;
+            match w.result {
+                Some(res) if res.status == pb::generic_result::GenericStatus::Success as i32 => break,
+                Some(res)
+                    if res.status != pb::generic_result::GenericStatus::Unspecified as i32
+                        && res.status != pb::generic_result::GenericStatus::Timeout as i32 =>
+                {
+                    return Err(Error::unknown(format!(
+                        "snapshot: Modal could not snapshot box {id}'s memory: {}",
+                        crate::vendor::cut(res.exception)
+                    )));
+                }
+                _ if tokio::time::Instant::now() >= until => {
+                    return Err(Error::timeout(format!(
+                        "snapshot: box {id}'s memory snapshot did not finish within 300 s"
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(Kept::Memory {
+            id: r.snapshot_id,
+            secs: end.saturating_sub(start) / 1000,
+            isolation,
+        })
+    }
+
+    /// A box restored from the memory snapshot `name`: the sandbox as it was, its programs where
+    /// they were. It keeps what it was made with, so a spec may ask only its lifetime (the one
+    /// it was made with) and labels.
+    async fn restore(
+        &self,
+        spec: &Spec,
+        name: &str,
+        id: &str,
+        secs: u64,
+        isolation: &str,
+        ctx: &Ctx,
+    ) -> Result<ModalSandbox> {
+        let asked = Spec {
+            max_lifetime: spec.max_lifetime,
+            labels: spec.labels.clone(),
+            snapshot: spec.snapshot.clone(),
+            ..Default::default()
+        };
+        if &asked != spec {
+            return Err(Error::unsupported(format!(
+                "spec: a box restored from the memory snapshot {name:?} is the box it was taken of; ask only its \
+                 lifetime and labels"
+            )));
+        }
+        let want = spec.max_lifetime.min(MAX_LIFETIME).as_secs_f64().ceil().max(1.0) as u64;
+        if want != secs {
+            return Err(Error::invalid(format!(
+                "spec.max_lifetime: a box restored from the memory snapshot {name:?} keeps the lifetime it was made \
+                 with, {secs} s"
+            )));
+        }
+        let r = call(ctx, "SandboxRestore", CALL_TIMEOUT, false, || {
+            let mut c = self.api.client();
+            let req = pb::SandboxRestoreRequest {
+                snapshot_id: id.to_string(),
+                ..Default::default()
+            };
+            async move { c.sandbox_restore(req).await }
+        })
+        .await?;
+        let sandbox_id = r.sandbox_id;
+        let started_at_ms = crate::util::now_ms();
+        let mut t: BTreeMap<String, String> = spec.labels.clone().into_iter().collect();
+        t.insert(tags::MARK.into(), "1".into());
+        t.insert(TAG_ISOLATION.into(), isolation.to_string());
+        t.insert(TAG_STARTED.into(), started_at_ms.to_string());
+        t.insert(TAG_ENDS.into(), (started_at_ms + secs * 1000).to_string());
+        tags::put(&mut t, TAG_WORKSPACE, WORKSPACE)?;
+        t.insert(TAG_SNAPSHOT.into(), name.to_string());
+        let made = async {
+            let task_id = self.task_of(&sandbox_id, ctx).await?;
+            let mut b = ModalSandbox {
+                id: SandboxId::new(NAME, &sandbox_id)?,
+                facts: Facts::default(),
+                labels: spec.labels.clone(),
+                task: Task {
+                    api: self.api.clone(),
+                    sandbox_id: sandbox_id.clone(),
+                    task_id,
+                },
+                workspace: WORKSPACE.to_string(),
+                ports: Vec::new(),
+            };
+            let probed = probe::probe(&b, WORKSPACE, ctx).await?;
+            hw_tags(&mut t, &probed)?;
+            self.set_tags(&sandbox_id, &t, ctx).await?;
+            // The network and ports it was made with are not kept with the snapshot: unknown.
+            b.facts = facts_of(&t, Some(&probed))
+                .ok_or_else(|| Error::unknown("modal: the tags just set do not read back"))?;
+            Ok(b)
+        }
+        .await;
+        match made {
+            Ok(b) => {
+                tracing::info!(sandbox = %sandbox_id, snapshot = name, "modal: sandbox restored from memory");
+                Ok(b)
+            }
+            Err(e) => {
+                self.terminate(&sandbox_id).await;
+                Err(e)
+            }
+        }
     }
 
     async fn set_app_tags(&self, app_id: &str, t: BTreeMap<String, String>, ctx: &Ctx) -> Result<()> {
@@ -691,6 +847,38 @@ impl ModalProvider {
         })
         .await
         .map(|_| ())
+    }
+}
+
+/// What a snapshot's name stands for, kept as the value of its app tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kept {
+    /// A filesystem snapshot: `fs.IMAGE`.
+    Files(String),
+    /// A memory snapshot: `mem.ID.SECONDS.ISOLATION`, with the lifetime and isolation of the
+    /// box it was taken of, which a box restored from it keeps.
+    Memory { id: String, secs: u64, isolation: String },
+}
+
+impl Kept {
+    fn to_tag(&self) -> String {
+        match self {
+            Kept::Files(image) => format!("fs.{image}"),
+            Kept::Memory { id, secs, isolation } => format!("mem.{id}.{secs}.{isolation}"),
+        }
+    }
+
+    fn parse(v: &str) -> Option<Kept> {
+        if let Some(image) = v.strip_prefix("fs.") {
+            return (!image.is_empty() && !image.contains('.')).then(|| Kept::Files(image.to_string()));
+        }
+        let mut parts = v.strip_prefix("mem.")?.split('.');
+        let (id, secs, isolation) = (parts.next()?, parts.next()?.parse().ok()?, parts.next()?);
+        (parts.next().is_none() && !id.is_empty() && matches!(isolation, "gvisor" | "vm")).then(|| Kept::Memory {
+            id: id.to_string(),
+            secs,
+            isolation: isolation.to_string(),
+        })
     }
 }
 
@@ -740,7 +928,13 @@ fn gpu_config(gpu: &str) -> Result<pb::GpuConfig> {
 }
 
 /// The sandbox Modal is asked for.
-fn definition(spec: &Spec, image_id: String, timeout_secs: u32, isolation: &str) -> pb::Sandbox {
+fn definition(
+    spec: &Spec,
+    image_id: String,
+    timeout_secs: u32,
+    isolation: &str,
+    memory_snapshots: bool,
+) -> pb::Sandbox {
     let network_access = match &spec.network {
         None | Some(Network::Open) => pb::NetworkAccess {
             network_access_type: pb::network_access::NetworkAccessType::Open as i32,
@@ -792,6 +986,7 @@ fn definition(spec: &Spec, image_id: String, timeout_secs: u32, isolation: &str)
         open_ports_oneof: (!ports.is_empty())
             .then_some(pb::sandbox::OpenPortsOneof::OpenPorts(pb::PortSpecs { ports })),
         runtime: Some(isolation.to_string()),
+        enable_snapshot: memory_snapshots,
         ..Default::default()
     }
 }
@@ -922,6 +1117,11 @@ impl Provider for ModalProvider {
         check_spec(spec, &self.honours(), NAME)?;
         self.refuse(spec)?;
         let ctx = ctx.with_timeout(self.o.create_timeout);
+        if let Some(name) = &spec.snapshot
+            && let Some(Kept::Memory { id, secs, isolation }) = self.snapshot_kept(name, &ctx).await?
+        {
+            return Ok(Arc::new(self.restore(spec, name, &id, secs, &isolation, &ctx).await?));
+        }
         let b = self.make(spec, None, &ctx).await?;
         Ok(Arc::new(b))
     }
@@ -1063,50 +1263,59 @@ impl Provider for ModalProvider {
                 tags::MAX - APP_TAG_SNAPSHOT.len()
             )));
         }
-        if self.snapshot_image(name, ctx).await?.is_some() {
+        if self.snapshot_kept(name, ctx).await?.is_some() {
             return Err(Error::refused(format!("snapshot: there is one named {name:?} already")));
         }
-        let image_id = self.snapshot_fs(id, "snapshot", ctx).await?;
+        let kept = if self.o.memory_snapshots {
+            self.snapshot_memory(id, ctx).await?
+        } else {
+            Kept::Files(self.snapshot_fs(id, "snapshot", ctx).await?)
+        };
         let now = crate::util::now_ms();
         // Named in the app's tags (AppSetTags replaces the whole set: read, add, write).
         let (app_id, mut t) = self.snapshot_tags(ctx).await?;
         if t.contains_key(&key) {
             return Err(Error::refused(format!("snapshot: there is one named {name:?} already")));
         }
-        t.insert(key, image_id.clone());
+        let memory = matches!(kept, Kept::Memory { .. });
+        t.insert(key, kept.to_tag());
         self.set_app_tags(&app_id, t, ctx).await?;
-        tracing::info!(box_id = %id, snapshot = name, image = %image_id, "modal: snapshot taken");
+        tracing::info!(box_id = %id, snapshot = name, memory, "modal: snapshot taken");
         Ok(Snapshot {
             name: name.to_string(),
             provider: NAME.into(),
             from: Some(id.clone()),
             created_at_ms: Some(now),
             bytes: None,
-            memory: false,
+            memory,
         })
     }
 
     async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
         let (_, t) = self.snapshot_tags(ctx).await?;
-        Ok(t.keys()
-            .filter_map(|k| k.strip_prefix(APP_TAG_SNAPSHOT))
-            .map(|name| Snapshot {
+        Ok(t.iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(APP_TAG_SNAPSHOT)?, Kept::parse(v)?)))
+            .map(|(name, kept)| Snapshot {
                 name: name.to_string(),
                 provider: NAME.into(),
                 from: None,
                 created_at_ms: None,
                 bytes: None,
-                memory: false,
+                memory: matches!(kept, Kept::Memory { .. }),
             })
             .collect())
     }
 
     async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
         let (app_id, mut t) = self.snapshot_tags(ctx).await?;
-        let Some(image_id) = t.remove(&format!("{APP_TAG_SNAPSHOT}{name}")) else {
+        let Some(kept) = t.remove(&format!("{APP_TAG_SNAPSHOT}{name}")) else {
             return Ok(false);
         };
         self.set_app_tags(&app_id, t, ctx).await?;
+        // A memory snapshot has no call to delete it: its name is gone, the rest is Modal's.
+        let Some(Kept::Files(image_id)) = Kept::parse(&kept) else {
+            return Ok(true);
+        };
         let r = call(ctx, "ImageDelete", CALL_TIMEOUT, true, || {
             let mut c = self.api.client();
             let req = pb::ImageDeleteRequest {
@@ -1168,6 +1377,31 @@ mod tests {
             let e = gpu_config(bad).unwrap_err();
             assert_eq!(e.code(), ErrorCode::Invalid, "{bad:?}");
             assert!(e.message().starts_with("spec.gpu "), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_snapshots_tag_reads_back_and_a_changed_one_reads_as_none() {
+        for k in [
+            Kept::Files("im-abc123".into()),
+            Kept::Memory {
+                id: "sn-xyz".into(),
+                secs: 600,
+                isolation: "vm".into(),
+            },
+        ] {
+            assert!(tags::fits(&k.to_tag()), "{k:?}");
+            assert_eq!(Kept::parse(&k.to_tag()), Some(k));
+        }
+        for bad in [
+            "im-abc",
+            "fs.",
+            "mem.x.y.vm",
+            "mem.x.5.kata",
+            "mem.x.5.vm.extra",
+            "fs.a.b",
+        ] {
+            assert_eq!(Kept::parse(bad), None, "{bad}");
         }
     }
 
