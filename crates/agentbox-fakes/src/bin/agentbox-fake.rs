@@ -13,6 +13,9 @@
 //!
 //! agentbox-fake modal --listen 127.0.0.1:0 [--token-id ID] [--rootfs DIR] [--root DIR]
 //!                    [--gpu TYPE=NAME[,NAME]...]... [--fuse] [--list-page N]
+//!
+//! agentbox-fake e2b --listen 127.0.0.1:0 [--api-key KEY] [--rootfs DIR] [--root DIR]
+//!                    [--keepalive-secs N] [--max-timeout-secs N] [--list-page-max N]
 //! ```
 //!
 //! `kube` prints `listening https://ADDR` (`http://` with `--no-tls`), `daytona` prints
@@ -22,7 +25,9 @@
 //! exits. Daytona's key is `--api-key`, else `$DAYTONA_API_KEY`, and Archil's `--api-key`,
 //! else `$ARCHIL_API_KEY` (which keeps it out of argv). `modal` prints `listening http://ADDR`
 //! (its `MODAL_SERVER_URL`, and its command router's url); its token id is `--token-id`, else
-//! `$MODAL_TOKEN_ID`, and its token secret `$MODAL_TOKEN_SECRET` alone.
+//! `$MODAL_TOKEN_ID`, and its token secret `$MODAL_TOKEN_SECRET` alone. `e2b` prints
+//! `listening http://ADDR` (its `E2B_API_URL` and `E2B_SANDBOX_URL` both); its key is
+//! `--api-key`, else `$E2B_API_KEY`.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -32,6 +37,7 @@ use std::time::Duration;
 
 use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
 use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions, FakeSnapshot};
+use agentbox_fakes::e2b::{FakeE2B, FakeE2BOptions};
 use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
 use agentbox_fakes::modal::{FakeModal, FakeModalOptions};
 use clap::{Parser, Subcommand};
@@ -159,6 +165,31 @@ enum Vendor {
         /// The most sandboxes one SandboxList page holds.
         #[arg(long, default_value_t = 100)]
         list_page: usize,
+    },
+    /// E2B's control plane and each sandbox's envd (plain HTTP/1.1, one port), whose
+    /// sandboxes run as namespace boxes.
+    E2b {
+        /// Address to listen on (port 0: any free one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// The key calls must show in X-API-KEY (else $E2B_API_KEY).
+        #[arg(long)]
+        api_key: Option<String>,
+        /// Root file system of every sandbox (default: this machine's /, read only).
+        #[arg(long)]
+        rootfs: Option<PathBuf>,
+        /// Where boxes live (default: a directory of the fake's own).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// A process stream's keepalive interval when the client names none (envd's: 90).
+        #[arg(long, default_value_t = 90)]
+        keepalive_secs: u64,
+        /// The longest sandbox timeout (the plan's: 3600 on E2B's default plan, 86400 on Pro).
+        #[arg(long, default_value_t = 3600)]
+        max_timeout_secs: u64,
+        /// The most sandboxes one listing page holds.
+        #[arg(long, default_value_t = 100)]
+        list_page_max: usize,
     },
 }
 
@@ -412,6 +443,45 @@ fn main() {
                 let _ = out.flush();
                 wait_for_signal().await;
                 m.shutdown().await;
+                0
+            }
+            Vendor::E2b {
+                listen,
+                api_key,
+                rootfs,
+                root,
+                keepalive_secs,
+                max_timeout_secs,
+                list_page_max,
+            } => {
+                let Some(api_key) = api_key
+                    .or_else(|| std::env::var("E2B_API_KEY").ok())
+                    .filter(|k| !k.is_empty())
+                else {
+                    eprintln!("agentbox-fake e2b: no key: give --api-key or set E2B_API_KEY");
+                    return 2;
+                };
+                let opts = FakeE2BOptions {
+                    listen,
+                    api_key,
+                    rootfs,
+                    root,
+                    keepalive: Duration::from_secs(keepalive_secs),
+                    max_timeout: Duration::from_secs(max_timeout_secs),
+                    list_page_max,
+                };
+                let e = match FakeE2B::start(opts).await {
+                    Ok(e) => e,
+                    Err(e) => {
+                        eprintln!("agentbox-fake e2b: {e}");
+                        return 1;
+                    }
+                };
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "listening {}", e.url());
+                let _ = out.flush();
+                wait_for_signal().await;
+                e.shutdown().await;
                 0
             }
         }

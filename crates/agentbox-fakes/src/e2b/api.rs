@@ -1,0 +1,436 @@
+//! The control plane (E2B's `openapi.yml`, and the generated client of the `e2b` SDK where the
+//! two differ: the SDK creates by `POST /v2/sandboxes` and connects by
+//! `POST /v2/sandboxes/{id}/connect`, which the spec snapshot lacks).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use crate::e2b::state::{ENVD_VERSION, Sbx, Shared, St, lock, now_ms, random, rfc3339, supervise};
+use crate::shared::Query;
+
+/// The largest control-plane body.
+const MAX_BODY: usize = 4 << 20;
+/// A sandbox's timeout when the create asks none (the spec's default), in seconds.
+const DEFAULT_TIMEOUT: u64 = 15;
+/// What every sandbox says it has (recorded, not enforced).
+const CPU_COUNT: u64 = 2;
+const MEMORY_MB: u64 = 512;
+const DISK_MB: u64 = 10_240;
+
+pub(crate) fn json_response(status: StatusCode, v: &Value) -> Response {
+    let mut r = Response::new(Body::from(v.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// E2B's error body: `{code, message}`.
+pub(crate) fn error(status: u16, message: impl Into<String>) -> Response {
+    let st = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(st, &json!({"code": status, "message": message.into()}))
+}
+
+fn empty(status: StatusCode) -> Response {
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = status;
+    r
+}
+
+fn not_found(id: &str) -> Response {
+    error(
+        404,
+        format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+    )
+}
+
+pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let segs: Vec<String> = path
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(&crate::shared::percent_decode(p)).into_owned())
+        .collect();
+    let seg: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let named = match seg.as_slice() {
+        ["sandboxes", id, ..] | ["v2", "sandboxes", id, ..] => Some(*id),
+        _ => None,
+    };
+    s.record(method.as_str(), &path, named, None);
+    let key = req
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !crate::shared::same(key, &s.api_key) {
+        return error(401, "Invalid API key");
+    }
+    if let Some((status, message)) = s.fault(method.as_str(), &path) {
+        return error(status, message);
+    }
+    let q = Query::of(&req);
+    let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => return error(400, format!("reading the body: {e}")),
+    };
+    let json: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => return error(400, format!("the body is not JSON: {e}")),
+        }
+    };
+    match (&method, seg.as_slice()) {
+        (&Method::GET, ["health"]) => json_response(StatusCode::OK, &json!({"message": "Health check successful"})),
+        (&Method::POST, ["sandboxes"]) => create(&s, &json, false).await,
+        (&Method::POST, ["v2", "sandboxes"]) => create(&s, &json, true).await,
+        (&Method::GET, ["sandboxes"]) => list_v1(&s, &q),
+        (&Method::GET, ["v2", "sandboxes"]) => list(&s, &q),
+        (&Method::GET, ["sandboxes", id]) => match s.sandbox(id) {
+            Some(x) => json_response(StatusCode::OK, &detail(&x)),
+            None => not_found(id),
+        },
+        (&Method::DELETE, ["sandboxes", id]) => {
+            if s.remove(id) {
+                empty(StatusCode::NO_CONTENT)
+            } else {
+                not_found(id)
+            }
+        }
+        (&Method::POST, ["sandboxes", id, "timeout"]) => set_timeout(&s, id, &json).await,
+        (&Method::POST, ["sandboxes", id, "pause"]) => pause(&s, id).await,
+        (&Method::POST, ["sandboxes", id, "resume"]) => resume(&s, id, &json).await,
+        (&Method::POST, ["sandboxes", id, "connect"]) | (&Method::POST, ["v2", "sandboxes", id, "connect"]) => {
+            connect(&s, id, &json).await
+        }
+        _ => error(404, format!("{method} {path}: no such route in this fake")),
+    }
+}
+
+/// A refusal: its status and message.
+type Refused = (u16, String);
+
+fn refuse((status, message): Refused) -> Response {
+    error(status, message)
+}
+
+fn strings(v: &Value, field: &str) -> Result<BTreeMap<String, String>, Refused> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err((400, format!("{field}.{k}: not a string"))),
+            })
+            .collect(),
+        Some(_) => Err((400, format!("{field}: not an object of strings"))),
+    }
+}
+
+/// A timeout in seconds from `field`, at most the plan's.
+fn timeout_of(s: &Shared, v: &Value, default: u64) -> Result<u64, Refused> {
+    let t = match v.get("timeout") {
+        None | Some(Value::Null) => default,
+        Some(t) => t
+            .as_u64()
+            .ok_or_else(|| (400, format!("timeout {t}: not a whole number of seconds")))?,
+    };
+    let max = s.max_timeout.as_secs();
+    if t > max {
+        let hours = max / 3600;
+        return Err((
+            400,
+            if max.is_multiple_of(3600) {
+                format!("Timeout cannot be greater than {hours} hours")
+            } else {
+                format!("Timeout cannot be greater than {max} seconds")
+            },
+        ));
+    }
+    Ok(t)
+}
+
+async fn create(s: &Arc<Shared>, v: &Value, v2: bool) -> Response {
+    let Some(template) = v.get("templateID").and_then(Value::as_str).filter(|t| !t.is_empty()) else {
+        return error(400, "templateID: required");
+    };
+    let timeout = match timeout_of(s, v, DEFAULT_TIMEOUT) {
+        Ok(t) => t,
+        Err(r) => return refuse(r),
+    };
+    let (metadata, env) = match (strings(v, "metadata"), strings(v, "envVars")) {
+        (Ok(m), Ok(e)) => (m, e),
+        (Err(r), _) | (_, Err(r)) => return refuse(r),
+    };
+    let allow_internet = v.get("allow_internet_access").and_then(Value::as_bool);
+    let network = v.get("network").filter(|n| !n.is_null()).cloned();
+    let lists = network.as_ref().is_some_and(|n| {
+        ["allowOut", "denyOut"]
+            .iter()
+            .any(|k| n.get(k).and_then(Value::as_array).is_some_and(|a| !a.is_empty()))
+    });
+    // Domain and CIDR lists cannot be enforced here: any list is no network (fail closed).
+    let network_none = allow_internet == Some(false) || lists;
+    let auto_pause = v.get("autoPause").and_then(Value::as_bool).unwrap_or(false);
+    // v2 sandboxes are always secure (the SDK no longer sends `secure`).
+    let secure = v2 || v.get("secure").and_then(Value::as_bool).unwrap_or(false);
+    let lifetime = std::time::Duration::from_secs(timeout);
+    let b = match s.make_box(lifetime, network_none, &env).await {
+        Ok(b) => b,
+        Err(e) => return error(500, format!("the sandbox could not be made: {e}")),
+    };
+    let id = random(b"abcdefghijklmnopqrstuvwxyz0123456789", 20);
+    let token = secure.then(|| random(b"0123456789abcdef", 32));
+    let x = Arc::new(Sbx::new(
+        id.clone(),
+        s.seq.fetch_add(1, Ordering::Relaxed),
+        template.to_string(),
+        None,
+        now_ms() + timeout * 1000,
+        metadata,
+        token,
+        allow_internet,
+        network,
+        auto_pause,
+        b,
+    ));
+    lock(&s.sandboxes).insert(id, x.clone());
+    supervise(s.clone(), x.clone());
+    json_response(StatusCode::CREATED, &sandbox(&x))
+}
+
+/// The `Sandbox` answer of a create, resume or connect.
+fn sandbox(x: &Sbx) -> Value {
+    let mut v = json!({
+        "templateID": x.template_id,
+        "sandboxID": x.id,
+        "clientID": x.client_id,
+        "envdVersion": ENVD_VERSION,
+        "domain": null,
+    });
+    if let Some(t) = &x.token {
+        v["envdAccessToken"] = json!(t);
+    }
+    if let Some(a) = &x.alias {
+        v["alias"] = json!(a);
+    }
+    v
+}
+
+fn listed(x: &Sbx) -> Value {
+    let mut v = json!({
+        "templateID": x.template_id,
+        "sandboxID": x.id,
+        "clientID": x.client_id,
+        "startedAt": rfc3339(x.started_ms),
+        "endAt": rfc3339(*x.end_ms.borrow()),
+        "cpuCount": CPU_COUNT,
+        "memoryMB": MEMORY_MB,
+        "diskSizeMB": DISK_MB,
+        "metadata": x.metadata,
+        "state": x.state().name(),
+        "envdVersion": ENVD_VERSION,
+    });
+    if let Some(a) = &x.alias {
+        v["alias"] = json!(a);
+    }
+    v
+}
+
+fn detail(x: &Sbx) -> Value {
+    let mut v = listed(x);
+    v["domain"] = Value::Null;
+    if let Some(t) = &x.token {
+        v["envdAccessToken"] = json!(t);
+    }
+    v["allowInternetAccess"] = json!(x.allow_internet);
+    if let Some(n) = &x.network {
+        v["network"] = n.clone();
+    }
+    v["lifecycle"] = json!({
+        "autoResume": false,
+        "onTimeout": if x.auto_pause { "pause" } else { "kill" },
+    });
+    v
+}
+
+/// `metadata=k=v&k2=v2`, its keys and values escaped once more (as the SDK sends them).
+fn metadata_filter(q: &Query) -> Vec<(String, String)> {
+    let Some(m) = q.get("metadata") else {
+        return Vec::new();
+    };
+    form_urlencoded::parse(m.as_bytes())
+        .map(|(k, v)| {
+            let un = |s: &str| String::from_utf8_lossy(&crate::shared::percent_decode(s)).into_owned();
+            (un(&k), un(&v))
+        })
+        .collect()
+}
+
+fn matching(s: &Shared, q: &Query, states: &[St]) -> Vec<Arc<Sbx>> {
+    let meta = metadata_filter(q);
+    let template = q.get("template").filter(|t| !t.is_empty());
+    lock(&s.sandboxes)
+        .values()
+        .filter(|x| states.contains(&x.state()))
+        .filter(|x| meta.iter().all(|(k, v)| x.metadata.get(k) == Some(v)))
+        .filter(|x| template.is_none_or(|t| x.template_id == t || x.alias.as_deref() == Some(t)))
+        .cloned()
+        .collect()
+}
+
+fn list_v1(s: &Shared, q: &Query) -> Response {
+    let mut all = matching(s, q, &[St::Running]);
+    all.sort_by_key(|x| std::cmp::Reverse(x.seq));
+    json_response(StatusCode::OK, &Value::Array(all.iter().map(|x| listed(x)).collect()))
+}
+
+fn list(s: &Shared, q: &Query) -> Response {
+    let mut states = Vec::new();
+    for st in q
+        .all("state")
+        .iter()
+        .flat_map(|v| v.split(',').map(str::to_string).collect::<Vec<_>>())
+    {
+        match st.as_str() {
+            "running" => states.push(St::Running),
+            "paused" => states.push(St::Paused),
+            "" => {}
+            other => return error(400, format!("state {other:?}: running or paused")),
+        }
+    }
+    if states.is_empty() {
+        states = vec![St::Running, St::Paused];
+    }
+    let asc = match q.get("order") {
+        None | Some("") | Some("desc") => false,
+        Some("asc") => true,
+        Some(o) => return error(400, format!("order {o:?}: asc or desc")),
+    };
+    let limit = match q.get("limit") {
+        None => s.list_page_max,
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=100).contains(&n) => n.min(s.list_page_max),
+            _ => return error(400, format!("limit {l:?}: 1 to 100")),
+        },
+    };
+    let after = match q.get("nextToken").filter(|t| !t.is_empty()) {
+        None => None,
+        Some(t) => match t.strip_prefix("seq-").and_then(|n| n.parse::<u64>().ok()) {
+            Some(n) => Some(n),
+            None => return error(400, format!("nextToken {t:?}: not a token this API gave")),
+        },
+    };
+    let mut all = matching(s, q, &states);
+    let running = all.iter().filter(|x| x.state() == St::Running).count();
+    if asc {
+        all.sort_by_key(|x| x.seq);
+        all.retain(|x| after.is_none_or(|a| x.seq > a));
+    } else {
+        all.sort_by_key(|x| std::cmp::Reverse(x.seq));
+        all.retain(|x| after.is_none_or(|a| x.seq < a));
+    }
+    let more = all.len() > limit;
+    all.truncate(limit);
+    let mut r = json_response(StatusCode::OK, &Value::Array(all.iter().map(|x| listed(x)).collect()));
+    if more
+        && let Some(last) = all.last()
+        && let Ok(v) = HeaderValue::from_str(&format!("seq-{}", last.seq))
+    {
+        r.headers_mut().insert("x-next-token", v);
+    }
+    if states.contains(&St::Running)
+        && let Ok(v) = HeaderValue::from_str(&running.to_string())
+    {
+        r.headers_mut().insert("x-total-running", v);
+    }
+    r
+}
+
+async fn set_timeout(s: &Shared, id: &str, v: &Value) -> Response {
+    let Some(x) = s.sandbox(id) else {
+        return not_found(id);
+    };
+    if v.get("timeout").is_none() {
+        return error(400, "timeout: required");
+    }
+    let t = match timeout_of(s, v, 0) {
+        Ok(t) => t,
+        Err(r) => return refuse(r),
+    };
+    let _held = x.op.lock().await;
+    x.set_end(s, now_ms() + t * 1000).await;
+    empty(StatusCode::NO_CONTENT)
+}
+
+async fn pause(s: &Shared, id: &str) -> Response {
+    let Some(x) = s.sandbox(id) else {
+        return not_found(id);
+    };
+    let _held = x.op.lock().await;
+    match x.state() {
+        St::Paused => return error(409, format!("Sandbox {id} is already paused")),
+        St::Gone => return not_found(id),
+        St::Running => {}
+    }
+    match x.pause(s).await {
+        Ok(_) => empty(StatusCode::NO_CONTENT),
+        Err(e) => error(500, e),
+    }
+}
+
+async fn resume(s: &Shared, id: &str, v: &Value) -> Response {
+    let Some(x) = s.sandbox(id) else {
+        return not_found(id);
+    };
+    let t = match timeout_of(s, v, DEFAULT_TIMEOUT) {
+        Ok(t) => t,
+        Err(r) => return refuse(r),
+    };
+    let _held = x.op.lock().await;
+    match x.state() {
+        St::Running => return error(409, format!("Sandbox {id} is already running")),
+        St::Gone => return not_found(id),
+        St::Paused => {}
+    }
+    match x.resume(s, now_ms() + t * 1000).await {
+        Ok(()) => json_response(StatusCode::CREATED, &sandbox(&x)),
+        Err(e) => error(500, e),
+    }
+}
+
+async fn connect(s: &Shared, id: &str, v: &Value) -> Response {
+    let Some(x) = s.sandbox(id) else {
+        return not_found(id);
+    };
+    let t = match timeout_of(s, v, 300) {
+        Ok(t) => t,
+        Err(r) => return refuse(r),
+    };
+    let _held = x.op.lock().await;
+    let end = now_ms() + t * 1000;
+    match x.state() {
+        St::Gone => not_found(id),
+        St::Running => {
+            // The TTL is only extended.
+            if end > *x.end_ms.borrow() {
+                x.set_end(s, end).await;
+            }
+            json_response(StatusCode::OK, &sandbox(&x))
+        }
+        St::Paused => match x.resume(s, end).await {
+            Ok(()) => json_response(StatusCode::CREATED, &sandbox(&x)),
+            Err(e) => error(500, e),
+        },
+    }
+}

@@ -1,0 +1,819 @@
+//! envd, each running sandbox's own server (`spec/envd/envd.yaml`, `process.proto`,
+//! `filesystem.proto`): Connect RPC with JSON over HTTP/1.1, and the HTTP file API.
+//!
+//! Connect: a unary call is `POST /pkg.Service/Method` with `Content-Type: application/json`,
+//! its answer a JSON body (200) or an error `{code, message}` (`code` Connect's name, as
+//! `not_found`) with the code's HTTP status. A server stream's request and answer are
+//! `application/connect+json`: each message a 5-byte envelope (a flags byte, a big-endian
+//! length) and its JSON; the answer is 200 and ends with an envelope of flags 2 holding `{}`
+//! or `{"error": {code, message}}`. Messages are protobuf's JSON: fields in lowerCamelCase,
+//! bytes as base64, enums by name, int64 as strings.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use agentbox_core::{Ctx, FileError, FileMeta, FileType, Sandbox};
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Multipart, Request};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::e2b::api::{error, json_response};
+use crate::e2b::state::{Ev, Proc, Sbx, Shared, St, lock, rfc3339, start_proc};
+use crate::shared::Query;
+
+/// The largest RPC request.
+const MAX_RPC: usize = 16 << 20;
+/// The largest upload.
+const MAX_UPLOAD: usize = 512 << 20;
+/// Where relative paths start (the box's home), whoever asks.
+const HOME: &str = "/root";
+/// How long a file operation may take.
+const FILE_TIMEOUT: Duration = Duration::from_secs(60);
+
+type Frames = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// A Connect error: its code's name and a message.
+struct RpcError(&'static str, String);
+
+impl RpcError {
+    fn status(&self) -> u16 {
+        match self.0 {
+            "canceled" => 499,
+            "invalid_argument" | "failed_precondition" | "out_of_range" => 400,
+            "deadline_exceeded" => 504,
+            "not_found" => 404,
+            "already_exists" | "aborted" => 409,
+            "permission_denied" => 403,
+            "resource_exhausted" => 429,
+            "unimplemented" => 501,
+            "unavailable" => 503,
+            "unauthenticated" => 401,
+            _ => 500,
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({"code": self.0, "message": self.1})
+    }
+
+    fn unary(&self) -> Response {
+        json_response(
+            StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            &self.json(),
+        )
+    }
+}
+
+fn invalid(m: impl Into<String>) -> RpcError {
+    RpcError("invalid_argument", m.into())
+}
+
+fn file_error(e: FileError, path: &str) -> RpcError {
+    match e {
+        FileError::Os(2) => RpcError("not_found", format!("path '{path}' does not exist")),
+        FileError::Os(17) => RpcError("already_exists", format!("path '{path}' already exists")),
+        FileError::Os(20) => invalid(format!("path '{path}' is not a directory")),
+        FileError::Os(21) => invalid(format!("path '{path}' is a directory")),
+        FileError::Os(1 | 13) => RpcError("permission_denied", format!("path '{path}': permission denied")),
+        FileError::Os(39) => invalid(format!("path '{path}': directory not empty")),
+        e @ FileError::Os(_) => RpcError("internal", format!("path '{path}': {e}")),
+        FileError::Box(e) => RpcError("unavailable", format!("the sandbox: {e}")),
+    }
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+pub(crate) fn b64_encode(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for c in b.chunks(3) {
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        out.push(B64[(n >> 18) as usize & 63] as char);
+        out.push(B64[(n >> 12) as usize & 63] as char);
+        out.push(if c.len() > 1 {
+            B64[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if c.len() > 2 { B64[n as usize & 63] as char } else { '=' });
+    }
+    out
+}
+
+/// Standard or URL-safe base64, padded or not.
+pub(crate) fn b64_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for ch in s.bytes() {
+        let v = match ch {
+            b'A'..=b'Z' => ch - b'A',
+            b'a'..=b'z' => ch - b'a' + 26,
+            b'0'..=b'9' => ch - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            b'=' => break,
+            b'\r' | b'\n' => continue,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
+}
+
+/// The user a request asks for (`Authorization: Basic base64(user:)`).
+fn user_of(h: &HeaderMap) -> Option<String> {
+    let v = h.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let raw = b64_decode(v.strip_prefix("Basic ")?.trim())?;
+    let s = String::from_utf8(raw).ok()?;
+    Some(s.split(':').next().unwrap_or("").to_string()).filter(|u| !u.is_empty())
+}
+
+/// A path as envd takes it: relative ones from the home.
+fn resolve(path: &str) -> String {
+    if path.starts_with('/') {
+        path.to_string()
+    } else if path.is_empty() || path == "~" {
+        HOME.to_string()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        format!("{HOME}/{rest}")
+    } else {
+        format!("{HOME}/{path}")
+    }
+}
+
+fn parent(path: &str) -> Option<&str> {
+    let p = path.trim_end_matches('/');
+    let i = p.rfind('/')?;
+    Some(if i == 0 { "/" } else { &p[..i] })
+}
+
+/// 502 as E2B's proxy answers for a sandbox it does not find running.
+fn gone(id: &str) -> Response {
+    json_response(
+        StatusCode::BAD_GATEWAY,
+        &json!({"code": 502, "message": format!("The sandbox {id} was not found"), "sandboxId": id}),
+    )
+}
+
+pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let user = user_of(req.headers());
+    s.record(method.as_str(), &path, Some(&id), user.as_deref());
+    if let Some((status, message)) = s.fault(method.as_str(), &path) {
+        return error(status, message);
+    }
+    let Some(x) = s.sandbox(&id) else {
+        return gone(&id);
+    };
+    let Some(b) = x.running_box() else {
+        return gone(&id);
+    };
+    if let Some(t) = &x.token {
+        let shown = req
+            .headers()
+            .get("x-access-token")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !crate::shared::same(shown, t) {
+            let msg = "unauthorized access, please provide a valid access token or method signing if supported";
+            return if path.starts_with("/files") || path == "/health" {
+                error(401, msg)
+            } else {
+                RpcError("unauthenticated", msg.into()).unary()
+            };
+        }
+    }
+    match (&method, path.as_str()) {
+        (&Method::GET, "/health") => {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            r
+        }
+        (&Method::GET, "/files") => download(b, Query::of(&req)).await,
+        (&Method::POST, "/files") => upload(b, req).await,
+        (&Method::POST, p) if p.starts_with("/process.Process/") || p.starts_with("/filesystem.Filesystem/") => {
+            rpc(s, x, b, &p[1..], req).await
+        }
+        _ => error(404, format!("{method} {path}: no such route in envd")),
+    }
+}
+
+async fn download(b: Arc<dyn Sandbox>, q: Query) -> Response {
+    let Some(path) = q.get("path").map(resolve) else {
+        return error(400, "path: required");
+    };
+    let Some(f) = b.files() else {
+        return error(500, "the box serves no files");
+    };
+    let ctx = Ctx::background().with_timeout(FILE_TIMEOUT);
+    match f.read(&path, &ctx).await {
+        Ok(Some(data)) => {
+            let mut r = Response::new(Body::from(data));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            r
+        }
+        Ok(None) => error(404, format!("path '{path}' does not exist")),
+        Err(e) => {
+            let e = file_error(e, &path);
+            error(e.status(), e.1)
+        }
+    }
+}
+
+async fn write_file(b: &Arc<dyn Sandbox>, path: &str, data: &[u8]) -> Result<Value, Response> {
+    let Some(f) = b.files() else {
+        return Err(error(500, "the box serves no files"));
+    };
+    let ctx = Ctx::background().with_timeout(FILE_TIMEOUT);
+    if let Some(dir) = parent(path) {
+        match f.mkdir(dir, true, &ctx).await {
+            Ok(()) | Err(FileError::Os(17)) => {}
+            Err(e) => {
+                let e = file_error(e, dir);
+                return Err(error(e.status(), e.1));
+            }
+        }
+    }
+    if let Err(e) = f.write(path, data, false, &ctx).await {
+        let e = file_error(e, path);
+        return Err(error(e.status(), e.1));
+    }
+    let name = path.rsplit('/').next().unwrap_or("").to_string();
+    Ok(json!({"path": path, "name": name, "type": "file"}))
+}
+
+async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
+    let q = Query::of(&req);
+    let ctype = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|e| !e.eq_ignore_ascii_case("identity"))
+    {
+        return error(400, "Content-Encoding: only identity is served by this fake");
+    }
+    let mut written = Vec::new();
+    if ctype.starts_with("multipart/form-data") {
+        let path = q.get("path").map(str::to_string);
+        let mut m = match Multipart::from_request(req, &()).await {
+            Ok(m) => m,
+            Err(e) => return error(400, format!("the multipart body: {e}")),
+        };
+        let mut parts = Vec::new();
+        loop {
+            match m.next_field().await {
+                Ok(Some(field)) => {
+                    if field.name() != Some("file") {
+                        continue;
+                    }
+                    let name = field.file_name().map(str::to_string);
+                    match field.bytes().await {
+                        Ok(data) => parts.push((name, data)),
+                        Err(e) => return error(400, format!("the multipart body: {e}")),
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return error(400, format!("the multipart body: {e}")),
+            }
+        }
+        if parts.is_empty() {
+            return error(400, "no file in the multipart body");
+        }
+        let single = parts.len() == 1;
+        for (name, data) in parts {
+            let target = match (&path, name) {
+                (Some(p), _) if single => resolve(p),
+                (_, Some(n)) if !n.is_empty() => resolve(&n),
+                _ => return error(400, "path: required (a query parameter, or each file's name)"),
+            };
+            match write_file(&b, &target, &data).await {
+                Ok(v) => written.push(v),
+                Err(r) => return r,
+            }
+        }
+    } else {
+        let Some(path) = q.get("path").map(resolve) else {
+            return error(400, "path: required with an octet-stream body");
+        };
+        let data = match axum::body::to_bytes(req.into_body(), MAX_UPLOAD).await {
+            Ok(d) => d,
+            Err(e) => return error(400, format!("reading the body: {e}")),
+        };
+        match write_file(&b, &path, &data).await {
+            Ok(v) => written.push(v),
+            Err(r) => return r,
+        }
+    }
+    json_response(StatusCode::OK, &Value::Array(written))
+}
+
+/// One Connect call.
+async fn rpc(s: Arc<Shared>, x: Arc<Sbx>, b: Arc<dyn Sandbox>, method: &str, req: Request) -> Response {
+    let streaming = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/connect+"));
+    let keepalive = req
+        .headers()
+        .get("keepalive-ping-interval")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|n| *n > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(s.keepalive);
+    let deadline = req
+        .headers()
+        .get("connect-timeout-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_millis);
+    if method == "process.Process/StreamInput" {
+        return stream_input(x, req).await;
+    }
+    let body = match axum::body::to_bytes(req.into_body(), MAX_RPC).await {
+        Ok(b) => b,
+        Err(e) => return invalid(format!("reading the request: {e}")).unary(),
+    };
+    let payload: &[u8] = if streaming {
+        if body.len() < 5 {
+            return stream_error(invalid("the request has no envelope"));
+        }
+        &body[5..]
+    } else {
+        &body
+    };
+    let v: Value = if payload.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(payload) {
+            Ok(v) => v,
+            Err(e) => {
+                let e = invalid(format!("the request is not JSON: {e}"));
+                return if streaming { stream_error(e) } else { e.unary() };
+            }
+        }
+    };
+    match method {
+        "process.Process/Start" => start(&s, &x, b, &v, keepalive, deadline).await,
+        "process.Process/Connect" => match find(&x, &v) {
+            Ok(p) => {
+                let rx = p.events.subscribe();
+                stream(&s, &x, p.pid, rx, keepalive)
+            }
+            Err(e) => stream_error(e),
+        },
+        "filesystem.Filesystem/WatchDir" => {
+            stream_error(RpcError("unimplemented", "WatchDir is not served by this fake".into()))
+        }
+        _ => match unary(&x, &b, method, &v).await {
+            Ok(v) => json_response(StatusCode::OK, &v),
+            Err(e) => e.unary(),
+        },
+    }
+}
+
+fn frame(flags: u8, v: &Value) -> Bytes {
+    let payload = v.to_string().into_bytes();
+    let mut out = Vec::with_capacity(payload.len() + 5);
+    out.push(flags);
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&payload);
+    Bytes::from(out)
+}
+
+fn stream_response(rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Response {
+    let body = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let mut r = Response::new(Body::from_stream(body));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/connect+json"),
+    );
+    r
+}
+
+/// A stream that ends at once with an error.
+fn stream_error(e: RpcError) -> Response {
+    let (tx, rx) = mpsc::channel(2);
+    let _ = tx.try_send(Ok(frame(2, &json!({"error": e.json()}))));
+    stream_response(rx)
+}
+
+async fn start(
+    s: &Shared,
+    x: &Arc<Sbx>,
+    b: Arc<dyn Sandbox>,
+    v: &Value,
+    keepalive: Duration,
+    deadline: Option<Duration>,
+) -> Response {
+    if v.get("pty").is_some_and(|p| !p.is_null()) {
+        return stream_error(RpcError("unimplemented", "PTYs are not served by this fake".into()));
+    }
+    let p = v.get("process").cloned().unwrap_or(Value::Null);
+    let Some(cmd) = p.get("cmd").and_then(Value::as_str).filter(|c| !c.is_empty()) else {
+        return stream_error(invalid("process.cmd: required"));
+    };
+    let args: Vec<String> = p
+        .get("args")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    let envs: BTreeMap<String, String> = p
+        .get("envs")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let cwd = p
+        .get("cwd")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .map(resolve);
+    let tag = v.get("tag").and_then(Value::as_str).map(str::to_string);
+    let stdin = v.get("stdin").and_then(Value::as_bool).unwrap_or(false);
+    match start_proc(s, x, b, cmd.to_string(), args, envs, cwd, tag, stdin, deadline).await {
+        Ok((p, rx)) => stream(s, x, p.pid, rx, keepalive),
+        Err(e) => stream_error(invalid(format!("error starting process: {e}"))),
+    }
+}
+
+fn event(e: Value) -> Value {
+    json!({"event": e})
+}
+
+/// A process's event stream: `start`, then its `data` and `keepalive`s, then `end`; cut
+/// without an end when the sandbox goes (pause, vanish, kill).
+fn stream(s: &Shared, x: &Sbx, pid: u32, mut rx: broadcast::Receiver<Ev>, keepalive: Duration) -> Response {
+    let (tx, out) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let mut cut = x.cut.subscribe();
+    cut.borrow_and_update();
+    let mut silence = s.silence.subscribe();
+    let gone = x.state() != St::Running;
+    tokio::spawn(async move {
+        let send = |tx: &Frames, v: Value| {
+            let tx = tx.clone();
+            async move { tx.send(Ok(frame(0, &event(v)))).await.is_ok() }
+        };
+        if gone || !send(&tx, json!({"start": {"pid": pid}})).await {
+            let _ = tx.send(Err(std::io::Error::other("the sandbox is gone"))).await;
+            return;
+        }
+        let start = tokio::time::Instant::now() + keepalive;
+        let mut tick = tokio::time::interval_at(start, keepalive);
+        loop {
+            let silent = *silence.borrow_and_update();
+            tokio::select! {
+                _ = cut.changed() => {
+                    let _ = tx.send(Err(std::io::Error::other("the sandbox is gone"))).await;
+                    return;
+                }
+                changed = silence.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = tx.closed() => return,
+                ev = rx.recv(), if !silent => {
+                    let ok = match ev {
+                        Ok(Ev::Stdout(b)) => {
+                            tick.reset();
+                            send(&tx, json!({"data": {"stdout": b64_encode(&b)}})).await
+                        }
+                        Ok(Ev::Stderr(b)) => {
+                            tick.reset();
+                            send(&tx, json!({"data": {"stderr": b64_encode(&b)}})).await
+                        }
+                        Ok(Ev::End(e)) => {
+                            if send(&tx, json!({"end": e})).await {
+                                let _ = tx.send(Ok(frame(2, &json!({})))).await;
+                            }
+                            return;
+                        }
+                        Err(broadcast::error::RecvError::Lagged(_)) => true,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            let _ = tx.send(Ok(frame(2, &json!({"error": {"code": "unknown", "message": "the process's events ended"}})))).await;
+                            return;
+                        }
+                    };
+                    if !ok {
+                        return;
+                    }
+                }
+                _ = tick.tick(), if !silent => {
+                    if !send(&tx, json!({"keepalive": {}})).await {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    stream_response(out)
+}
+
+fn find(x: &Sbx, v: &Value) -> Result<Arc<Proc>, RpcError> {
+    let sel = v.get("process").cloned().unwrap_or(Value::Null);
+    let procs = lock(&x.procs);
+    if let Some(pid) = sel.get("pid").and_then(Value::as_u64) {
+        return procs
+            .get(&(pid as u32))
+            .cloned()
+            .ok_or_else(|| RpcError("not_found", format!("process with pid {pid} not found")));
+    }
+    if let Some(tag) = sel.get("tag").and_then(Value::as_str) {
+        return procs
+            .values()
+            .find(|p| p.tag.as_deref() == Some(tag))
+            .cloned()
+            .ok_or_else(|| RpcError("not_found", format!("process with tag {tag} not found")));
+    }
+    Err(invalid("process: a pid or a tag"))
+}
+
+/// The signal a SendSignal names (by enum name or number).
+fn signal_of(v: &Value) -> Result<i32, RpcError> {
+    match v.get("signal") {
+        Some(Value::String(s)) if s == "SIGNAL_SIGKILL" => Ok(9),
+        Some(Value::String(s)) if s == "SIGNAL_SIGTERM" => Ok(15),
+        Some(Value::Number(n)) if n.as_i64() == Some(9) || n.as_i64() == Some(15) => Ok(n.as_i64().unwrap_or(9) as i32),
+        other => Err(invalid(format!("signal {other:?}: SIGNAL_SIGTERM or SIGNAL_SIGKILL"))),
+    }
+}
+
+async fn write_stdin(p: &Proc, data: &[u8]) -> Result<(), RpcError> {
+    use tokio::io::AsyncWriteExt;
+    let mut w = p.stdin.lock().await;
+    let Some(w) = w.as_mut() else {
+        return Err(RpcError(
+            "failed_precondition",
+            "the process's stdin is not open".into(),
+        ));
+    };
+    w.write_all(data)
+        .await
+        .map_err(|e| RpcError("internal", format!("writing stdin: {e}")))?;
+    w.flush()
+        .await
+        .map_err(|e| RpcError("internal", format!("writing stdin: {e}")))
+}
+
+fn input_of(v: &Value) -> Result<Vec<u8>, RpcError> {
+    let input = v.get("input").cloned().unwrap_or(Value::Null);
+    let s = input
+        .get("stdin")
+        .or_else(|| input.get("pty"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    b64_decode(s).ok_or_else(|| invalid("input: not base64"))
+}
+
+/// Go's `FileMode.String()` of a kind and permission bits.
+fn permissions(kind: FileType, mode: u32) -> String {
+    let mut s = String::from(match kind {
+        FileType::Dir => "d",
+        FileType::Symlink => "L",
+        _ => "-",
+    });
+    for (i, c) in "rwxrwxrwx".chars().enumerate() {
+        s.push(if mode & (1 << (8 - i)) != 0 { c } else { '-' });
+    }
+    s
+}
+
+fn entry(path: &str, m: &FileMeta) -> Value {
+    let kind = match m.kind {
+        FileType::File => "FILE_TYPE_FILE",
+        FileType::Dir => "FILE_TYPE_DIRECTORY",
+        FileType::Symlink => "FILE_TYPE_SYMLINK",
+        FileType::Other => "FILE_TYPE_UNSPECIFIED",
+    };
+    let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or("").to_string();
+    json!({
+        "name": if name.is_empty() { m.name.clone() } else { name },
+        "type": kind,
+        "path": path,
+        "size": m.size.to_string(),
+        "mode": m.mode & 0o777,
+        "permissions": permissions(m.kind, m.mode & 0o777),
+        "owner": "root",
+        "group": "root",
+        "modifiedTime": rfc3339(m.mtime_ms.max(0) as u64),
+    })
+}
+
+fn path_field(v: &Value, field: &str) -> Result<String, RpcError> {
+    v.get(field)
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .map(resolve)
+        .ok_or_else(|| invalid(format!("{field}: required")))
+}
+
+async fn unary(x: &Sbx, b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, RpcError> {
+    match method {
+        "process.Process/List" => {
+            let procs: Vec<Arc<Proc>> = lock(&x.procs).values().cloned().collect();
+            let list: Vec<Value> = procs
+                .iter()
+                .map(|p| {
+                    let mut i = json!({"config": p.config(), "pid": p.pid});
+                    if let Some(t) = &p.tag {
+                        i["tag"] = json!(t);
+                    }
+                    i
+                })
+                .collect();
+            Ok(json!({"processes": list}))
+        }
+        "process.Process/SendInput" => {
+            let p = find(x, v)?;
+            write_stdin(&p, &input_of(v)?).await?;
+            Ok(json!({}))
+        }
+        "process.Process/CloseStdin" => {
+            let p = find(x, v)?;
+            if let Some(mut w) = p.stdin.lock().await.take() {
+                let _ = w.close().await;
+            }
+            Ok(json!({}))
+        }
+        "process.Process/SendSignal" => {
+            let p = find(x, v)?;
+            let sig = signal_of(v)?;
+            p.signalled.store(sig as u32, Ordering::Relaxed);
+            p.killer
+                .signal(sig)
+                .await
+                .map_err(|e| RpcError("internal", format!("error sending signal: {e}")))?;
+            Ok(json!({}))
+        }
+        "process.Process/Update" => {
+            find(x, v)?;
+            Ok(json!({}))
+        }
+        m if m.starts_with("filesystem.Filesystem/") => files(b, &m["filesystem.Filesystem/".len()..], v).await,
+        _ => Err(RpcError(
+            "unimplemented",
+            format!("{method} is not served by this fake"),
+        )),
+    }
+}
+
+async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, RpcError> {
+    let Some(f) = b.files() else {
+        return Err(RpcError("internal", "the box serves no files".into()));
+    };
+    let ctx = Ctx::background().with_timeout(FILE_TIMEOUT);
+    match method {
+        "Stat" => {
+            let path = path_field(v, "path")?;
+            let m = f.stat(&path, false, &ctx).await.map_err(|e| file_error(e, &path))?;
+            Ok(json!({"entry": entry(&path, &m)}))
+        }
+        "ListDir" => {
+            let path = path_field(v, "path")?;
+            let depth = v.get("depth").and_then(Value::as_u64).unwrap_or(1).max(1);
+            let m = f.stat(&path, true, &ctx).await.map_err(|e| file_error(e, &path))?;
+            if m.kind != FileType::Dir {
+                return Err(invalid(format!("path '{path}' is not a directory")));
+            }
+            let mut entries = Vec::new();
+            let mut todo = vec![(path.clone(), 1u64)];
+            while let Some((dir, level)) = todo.pop() {
+                let list = f.list(&dir, &ctx).await.map_err(|e| file_error(e, &dir))?;
+                for m in list {
+                    let p = if dir.ends_with('/') {
+                        format!("{dir}{}", m.name)
+                    } else {
+                        format!("{dir}/{}", m.name)
+                    };
+                    if m.kind == FileType::Dir && level < depth {
+                        todo.push((p.clone(), level + 1));
+                    }
+                    entries.push(entry(&p, &m));
+                }
+            }
+            Ok(json!({"entries": entries}))
+        }
+        "MakeDir" => {
+            let path = path_field(v, "path")?;
+            if f.stat(&path, true, &ctx).await.is_ok() {
+                return Err(RpcError(
+                    "already_exists",
+                    format!("directory at {path} already exists"),
+                ));
+            }
+            f.mkdir(&path, true, &ctx).await.map_err(|e| file_error(e, &path))?;
+            let m = f.stat(&path, false, &ctx).await.map_err(|e| file_error(e, &path))?;
+            Ok(json!({"entry": entry(&path, &m)}))
+        }
+        "Move" => {
+            let from = path_field(v, "source")?;
+            let to = path_field(v, "destination")?;
+            if let Some(dir) = parent(&to) {
+                match f.mkdir(dir, true, &ctx).await {
+                    Ok(()) | Err(FileError::Os(17)) => {}
+                    Err(e) => return Err(file_error(e, dir)),
+                }
+            }
+            f.rename(&from, &to, &ctx).await.map_err(|e| file_error(e, &from))?;
+            let m = f.stat(&to, false, &ctx).await.map_err(|e| file_error(e, &to))?;
+            Ok(json!({"entry": entry(&to, &m)}))
+        }
+        "Remove" => {
+            let path = path_field(v, "path")?;
+            f.remove(&path, true, false, &ctx)
+                .await
+                .map_err(|e| file_error(e, &path))?;
+            Ok(json!({}))
+        }
+        _ => Err(RpcError(
+            "unimplemented",
+            format!("filesystem.Filesystem/{method} is not served by this fake"),
+        )),
+    }
+}
+
+/// StreamInput: a client stream of `start {process}`, `data {input}` and `keepalive`
+/// envelopes, each data written to the process's stdin as it comes.
+async fn stream_input(x: Arc<Sbx>, req: Request) -> Response {
+    let mut body = req.into_body().into_data_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut target: Option<Arc<Proc>> = None;
+    let answer = |e: Option<RpcError>| {
+        let (tx, rx) = mpsc::channel(4);
+        match e {
+            None => {
+                let _ = tx.try_send(Ok(frame(0, &json!({}))));
+                let _ = tx.try_send(Ok(frame(2, &json!({}))));
+            }
+            Some(e) => {
+                let _ = tx.try_send(Ok(frame(2, &json!({"error": e.json()}))));
+            }
+        }
+        stream_response(rx)
+    };
+    loop {
+        while buf.len() >= 5 {
+            let n = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if n > MAX_RPC {
+                return answer(Some(invalid("an input message past 16 MiB")));
+            }
+            if buf.len() < 5 + n {
+                break;
+            }
+            let msg: Value = match serde_json::from_slice(&buf[5..5 + n]) {
+                Ok(v) => v,
+                Err(e) => return answer(Some(invalid(format!("an input message is not JSON: {e}")))),
+            };
+            buf.drain(..5 + n);
+            if let Some(start) = msg.get("start") {
+                match find(&x, start) {
+                    Ok(p) => target = Some(p),
+                    Err(e) => return answer(Some(e)),
+                }
+            } else if let Some(data) = msg.get("data") {
+                let Some(p) = &target else {
+                    return answer(Some(invalid("data before start")));
+                };
+                let bytes = match input_of(data) {
+                    Ok(b) => b,
+                    Err(e) => return answer(Some(e)),
+                };
+                if let Err(e) = write_stdin(p, &bytes).await {
+                    return answer(Some(e));
+                }
+            }
+        }
+        match body.next().await {
+            Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+            Some(Err(e)) => return answer(Some(RpcError("canceled", format!("reading the input: {e}")))),
+            None => break,
+        }
+    }
+    answer(None)
+}

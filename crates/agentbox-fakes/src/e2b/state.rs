@@ -1,0 +1,542 @@
+//! What the control plane and envd share: the sandboxes (their records, their box, their
+//! programs), the scripted faults, the log of requests, and a sandbox's life: its timeout, pause
+//! and resume, kill.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use agentbox_core::{Ctx, Killer, Network, Provider, Sandbox, Spec, Stdin};
+use agentbox_providers::namespace::NamespaceProvider;
+use axum::body::Bytes;
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+
+use crate::e2b::RecordedRequest;
+
+/// How many requests the log keeps (the oldest let go).
+const MAX_RECORDED: usize = 10_000;
+/// How long making, sleeping, waking or ending a box may take.
+pub(crate) const BOX_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long past its end a running sandbox's box may live on its own (the fake ends it at the
+/// end; this bounds a box whose fake died).
+const BOX_MARGIN: Duration = Duration::from_secs(120);
+/// How long a paused sandbox's box (its files) is kept.
+pub(crate) const PAUSED_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// How long an output stream is still read once its program exited (a program it left in
+/// the background may hold the pipe open).
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
+/// How many events a stream may fall behind a program's output before it skips some.
+const EVENTS_BEHIND: usize = 4096;
+/// The envd version sandboxes report: close_stdin (0.5.2) and octet-stream uploads (0.5.7),
+/// not file metadata (0.6.2).
+pub(crate) const ENVD_VERSION: &str = "0.5.7";
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// RFC 3339 in UTC with milliseconds, as E2B's times.
+pub(crate) fn rfc3339(ms: u64) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// `n` random characters of `alphabet`.
+pub(crate) fn random(alphabet: &[u8], n: usize) -> String {
+    let mut b = vec![0u8; n];
+    let _ = getrandom::fill(&mut b);
+    b.iter()
+        .map(|x| alphabet[*x as usize % alphabet.len()] as char)
+        .collect()
+}
+
+/// A fault scripted by [`crate::e2b::FakeE2B::fail_next`].
+pub(crate) struct Fault {
+    pub(crate) method: String,
+    pub(crate) path_prefix: String,
+    pub(crate) status: u16,
+    pub(crate) message: String,
+    pub(crate) left: usize,
+}
+
+pub(crate) struct Shared {
+    pub(crate) api_key: String,
+    pub(crate) rootfs: Option<std::path::PathBuf>,
+    pub(crate) keepalive: Duration,
+    pub(crate) max_timeout: Duration,
+    pub(crate) list_page_max: usize,
+    pub(crate) provider: Arc<NamespaceProvider>,
+    pub(crate) sandboxes: Mutex<BTreeMap<String, Arc<Sbx>>>,
+    pub(crate) seq: AtomicU64,
+    pub(crate) next_pid: AtomicU32,
+    pub(crate) faults: Mutex<Vec<Fault>>,
+    pub(crate) requests: Mutex<VecDeque<RecordedRequest>>,
+    /// `silence_keepalives`: streams send nothing while true.
+    pub(crate) silence: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub(crate) fn record(&self, method: &str, path: &str, sandbox_id: Option<&str>, user: Option<&str>) {
+        let mut r = lock(&self.requests);
+        if r.len() >= MAX_RECORDED {
+            r.pop_front();
+        }
+        r.push_back(RecordedRequest {
+            method: method.to_string(),
+            path: path.to_string(),
+            sandbox_id: sandbox_id.filter(|s| !s.is_empty()).map(str::to_string),
+            user: user.map(str::to_string),
+        });
+    }
+
+    /// The scripted fault this request meets, if any (spending one of its count).
+    pub(crate) fn fault(&self, method: &str, path: &str) -> Option<(u16, String)> {
+        let mut f = lock(&self.faults);
+        let i = f.iter().position(|x| {
+            (x.method == "*" || x.method.eq_ignore_ascii_case(method)) && path.starts_with(&x.path_prefix)
+        })?;
+        let hit = (f[i].status, f[i].message.clone());
+        f[i].left -= 1;
+        if f[i].left == 0 {
+            f.remove(i);
+        }
+        Some(hit)
+    }
+
+    pub(crate) fn sandbox(&self, id: &str) -> Option<Arc<Sbx>> {
+        lock(&self.sandboxes).get(id).cloned()
+    }
+
+    /// Make a box for a sandbox: `network_none` or open, `env` its environment.
+    pub(crate) async fn make_box(
+        &self,
+        lifetime: Duration,
+        network_none: bool,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Arc<dyn Sandbox>, String> {
+        let mut spec = Spec::new(lifetime + BOX_MARGIN);
+        spec.image = self.rootfs.as_ref().map(|r| r.to_string_lossy().into_owned());
+        if network_none {
+            spec.network = Some(Network::None);
+        }
+        spec.env = env.clone();
+        self.provider
+            .create(&spec, &Ctx::background().with_timeout(BOX_TIMEOUT))
+            .await
+            .map_err(|e| e.message().to_string())
+    }
+
+    /// End a sandbox now: out of the records, its streams cut, its box destroyed in the
+    /// background. Whether it was there.
+    pub(crate) fn remove(&self, id: &str) -> bool {
+        let Some(x) = lock(&self.sandboxes).remove(id) else {
+            return false;
+        };
+        x.end_everything(St::Gone);
+        true
+    }
+
+    /// End every sandbox's box (the fake shuts down), and any box of its provider left.
+    pub(crate) async fn end_all(&self) {
+        let all: Vec<Arc<Sbx>> = std::mem::take(&mut *lock(&self.sandboxes)).into_values().collect();
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(10));
+        for x in all {
+            x.set_state(St::Gone);
+            x.cut.send_modify(|n| *n += 1);
+            let b = lock(&x.boxed).take();
+            if let Some(b) = b {
+                let _ = b.destroy(&ctx).await;
+            }
+        }
+        if let Ok(left) = self.provider.list(&Default::default(), &ctx).await {
+            for b in left {
+                let _ = b.destroy(&ctx).await;
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum St {
+    Running,
+    Paused,
+    Gone,
+}
+
+impl St {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            St::Running => "running",
+            St::Paused => "paused",
+            St::Gone => "killed",
+        }
+    }
+}
+
+/// One sandbox.
+pub(crate) struct Sbx {
+    pub(crate) id: String,
+    pub(crate) seq: u64,
+    pub(crate) client_id: String,
+    pub(crate) template_id: String,
+    pub(crate) alias: Option<String>,
+    pub(crate) started_ms: u64,
+    pub(crate) metadata: BTreeMap<String, String>,
+    /// envd's access token (`X-Access-Token`), for a secure sandbox.
+    pub(crate) token: Option<String>,
+    pub(crate) allow_internet: Option<bool>,
+    /// The network config as asked (recorded, answered back).
+    pub(crate) network: Option<Value>,
+    pub(crate) auto_pause: bool,
+    /// When it ends (ms since the epoch); a change wakes its supervisor.
+    pub(crate) end_ms: watch::Sender<u64>,
+    pub(crate) state: Mutex<St>,
+    pub(crate) boxed: Mutex<Option<Arc<dyn Sandbox>>>,
+    /// Lifecycle calls one at a time.
+    pub(crate) op: tokio::sync::Mutex<()>,
+    pub(crate) procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
+    /// Bumped to cut every open stream of it mid-way (pause, vanish, kill).
+    pub(crate) cut: watch::Sender<u64>,
+}
+
+impl Sbx {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: String,
+        seq: u64,
+        template_id: String,
+        alias: Option<String>,
+        end_ms: u64,
+        metadata: BTreeMap<String, String>,
+        token: Option<String>,
+        allow_internet: Option<bool>,
+        network: Option<Value>,
+        auto_pause: bool,
+        b: Arc<dyn Sandbox>,
+    ) -> Sbx {
+        Sbx {
+            id,
+            seq,
+            client_id: random(b"0123456789abcdef", 8),
+            template_id,
+            alias,
+            started_ms: now_ms(),
+            metadata,
+            token,
+            allow_internet,
+            network,
+            auto_pause,
+            end_ms: watch::channel(end_ms).0,
+            state: Mutex::new(St::Running),
+            boxed: Mutex::new(Some(b)),
+            op: tokio::sync::Mutex::new(()),
+            procs: Mutex::new(BTreeMap::new()),
+            cut: watch::channel(0).0,
+        }
+    }
+
+    pub(crate) fn state(&self) -> St {
+        *lock(&self.state)
+    }
+
+    fn set_state(&self, s: St) {
+        *lock(&self.state) = s;
+        // Wakes the supervisor.
+        self.end_ms.send_modify(|_| {});
+    }
+
+    pub(crate) fn running_box(&self) -> Option<Arc<dyn Sandbox>> {
+        if self.state() != St::Running {
+            return None;
+        }
+        lock(&self.boxed).clone()
+    }
+
+    /// Cut its streams, forget its programs, and destroy its box in the background.
+    fn end_everything(&self, st: St) {
+        self.set_state(st);
+        self.cut.send_modify(|n| *n += 1);
+        lock(&self.procs).clear();
+        let b = lock(&self.boxed).take();
+        if let Some(b) = b {
+            let id = self.id.clone();
+            tokio::spawn(async move {
+                if let Err(e) = b.destroy(&Ctx::background().with_timeout(BOX_TIMEOUT)).await {
+                    tracing::warn!(sandbox = %id, error = %e, "ending a sandbox's box");
+                }
+            });
+        }
+    }
+
+    /// Pause: its programs ended (the box sleeps), its files kept, its streams cut. False when
+    /// it was not running.
+    pub(crate) async fn pause(&self, s: &Shared) -> Result<bool, String> {
+        if self.state() != St::Running {
+            return Ok(false);
+        }
+        let Some(b) = lock(&self.boxed).clone() else {
+            return Ok(false);
+        };
+        let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
+        *lock(&self.state) = St::Paused;
+        self.cut.send_modify(|n| *n += 1);
+        lock(&self.procs).clear();
+        s.provider
+            .sleep(b.id(), &ctx)
+            .await
+            .map_err(|e| format!("pausing the sandbox: {}", e.message()))?;
+        let kept = now_ms() + PAUSED_KEPT.as_millis() as u64;
+        if let Err(e) = s.provider.extend(b.id(), kept, &ctx).await {
+            tracing::warn!(sandbox = %self.id, error = %e, "keeping a paused sandbox's box");
+        }
+        self.end_ms.send_modify(|_| {});
+        Ok(true)
+    }
+
+    /// Resume a paused sandbox until `end_ms`: a fresh box over the same files.
+    pub(crate) async fn resume(&self, s: &Shared, end_ms: u64) -> Result<(), String> {
+        let Some(b) = lock(&self.boxed).clone() else {
+            return Err("the sandbox's box is gone".into());
+        };
+        let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
+        let woke = s
+            .provider
+            .wake(b.id(), &ctx)
+            .await
+            .map_err(|e| format!("resuming the sandbox: {}", e.message()))?;
+        let _ = s
+            .provider
+            .extend(b.id(), end_ms + BOX_MARGIN.as_millis() as u64, &ctx)
+            .await;
+        *lock(&self.boxed) = Some(woke);
+        *lock(&self.state) = St::Running;
+        self.end_ms.send_replace(end_ms);
+        Ok(())
+    }
+
+    /// A new end for a running sandbox (its box's own end follows).
+    pub(crate) async fn set_end(&self, s: &Shared, end_ms: u64) {
+        if let Some(b) = self.running_box() {
+            let until = end_ms + BOX_MARGIN.as_millis() as u64;
+            if let Err(e) = s
+                .provider
+                .extend(b.id(), until, &Ctx::background().with_timeout(BOX_TIMEOUT))
+                .await
+            {
+                tracing::warn!(sandbox = %self.id, error = %e, "extending a sandbox's box");
+            }
+        }
+        self.end_ms.send_replace(end_ms);
+    }
+}
+
+/// Watch a sandbox's end: at it, a running sandbox is killed (or paused, with autoPause).
+pub(crate) fn supervise(s: Arc<Shared>, x: Arc<Sbx>) {
+    tokio::spawn(async move {
+        let mut rx = x.end_ms.subscribe();
+        loop {
+            let end = *rx.borrow_and_update();
+            match x.state() {
+                St::Gone => return,
+                St::Paused => {
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                St::Running => {}
+            }
+            let wait = Duration::from_millis(end.saturating_sub(now_ms()));
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep(wait) => {
+                    let _held = x.op.lock().await;
+                    if *x.end_ms.borrow() != end || x.state() != St::Running {
+                        continue;
+                    }
+                    if x.auto_pause {
+                        if let Err(e) = x.pause(&s).await {
+                            tracing::warn!(sandbox = %x.id, error = %e, "auto-pausing at the timeout");
+                            s.remove(&x.id);
+                            return;
+                        }
+                    } else {
+                        tracing::info!(sandbox = %x.id, "timed out");
+                        s.remove(&x.id);
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// One output event of a program, as its streams see it.
+#[derive(Clone, Debug)]
+pub(crate) enum Ev {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    /// Its end event (`exitCode`, `exited`, `status`, `error`).
+    End(Value),
+}
+
+/// One program of a sandbox.
+pub(crate) struct Proc {
+    pub(crate) pid: u32,
+    pub(crate) cmd: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) envs: BTreeMap<String, String>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) tag: Option<String>,
+    pub(crate) events: broadcast::Sender<Ev>,
+    pub(crate) stdin: tokio::sync::Mutex<Option<Stdin>>,
+    pub(crate) killer: Killer,
+    /// The signal sent to it last (to tell a kill from an exit 128+n).
+    pub(crate) signalled: AtomicU32,
+}
+
+impl Proc {
+    pub(crate) fn config(&self) -> Value {
+        let mut c = serde_json::json!({"cmd": self.cmd, "args": self.args, "envs": self.envs});
+        if let Some(cwd) = &self.cwd {
+            c["cwd"] = Value::String(cwd.clone());
+        }
+        c
+    }
+}
+
+/// Start a program in a sandbox's box: its pid and the receiver its start stream reads.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn start_proc(
+    s: &Shared,
+    x: &Arc<Sbx>,
+    b: Arc<dyn Sandbox>,
+    cmd: String,
+    args: Vec<String>,
+    envs: BTreeMap<String, String>,
+    cwd: Option<String>,
+    tag: Option<String>,
+    stdin: bool,
+    deadline: Option<Duration>,
+) -> Result<(Arc<Proc>, broadcast::Receiver<Ev>), String> {
+    let mut argv = vec![cmd.clone()];
+    argv.extend(args.iter().cloned());
+    let opts = agentbox_core::ExecOptions {
+        cwd: cwd.clone(),
+        env: envs.clone(),
+        ..Default::default()
+    };
+    let mut p = b
+        .exec(&argv, &opts, &Ctx::background())
+        .await
+        .map_err(|e| e.message().to_string())?;
+    let mut input = p.stdin.take();
+    if !stdin && let Some(mut i) = input.take() {
+        let _ = i.close().await;
+    }
+    let (events, rx) = broadcast::channel(EVENTS_BEHIND);
+    let pid = s.next_pid.fetch_add(1, Ordering::Relaxed);
+    let proc = Arc::new(Proc {
+        pid,
+        cmd,
+        args,
+        envs,
+        cwd,
+        tag,
+        events,
+        stdin: tokio::sync::Mutex::new(input),
+        killer: p.killer(),
+        signalled: AtomicU32::new(0),
+    });
+    lock(&x.procs).insert(pid, proc.clone());
+    let mut pumps = tokio::task::JoinSet::new();
+    for (r, out) in [(p.stdout.take(), true), (p.stderr.take(), false)] {
+        let Some(mut r) = r else { continue };
+        let tx = proc.events.clone();
+        pumps.spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut chunk = vec![0u8; 32 << 10];
+            loop {
+                match r.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let b = Bytes::copy_from_slice(&chunk[..n]);
+                        let _ = tx.send(if out { Ev::Stdout(b) } else { Ev::Stderr(b) });
+                    }
+                }
+            }
+        });
+    }
+    let me = proc.clone();
+    let sbx = x.clone();
+    tokio::spawn(async move {
+        let deadline = async {
+            match deadline {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline);
+        let mut timed_out = false;
+        let st = loop {
+            tokio::select! {
+                st = p.wait() => break st,
+                _ = &mut deadline, if !timed_out => {
+                    timed_out = true;
+                    me.signalled.store(9, Ordering::Relaxed);
+                    let _ = me.killer.signal(9).await;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(OUTPUT_GRACE, async { while pumps.join_next().await.is_some() {} }).await;
+        pumps.abort_all();
+        let sent = me.signalled.load(Ordering::Relaxed) as i32;
+        let (code, signal) = match &st {
+            Ok(st) => (
+                st.code,
+                st.signal.or((sent != 0 && st.code == 128 + sent).then_some(sent)),
+            ),
+            Err(_) => (137, Some(9)),
+        };
+        let end = match signal {
+            Some(sig) => serde_json::json!({
+                "exitCode": -1,
+                "exited": false,
+                "status": format!("signal: {}", signal_name(sig)),
+            }),
+            None => serde_json::json!({
+                "exitCode": code,
+                "exited": true,
+                "status": format!("exit status {code}"),
+            }),
+        };
+        lock(&sbx.procs).remove(&me.pid);
+        let _ = me.events.send(Ev::End(end));
+    });
+    Ok((proc, rx))
+}
+
+/// Go's name of a signal, as envd's status says it (`signal: killed`).
+fn signal_name(sig: i32) -> String {
+    match sig {
+        1 => "hangup".into(),
+        2 => "interrupt".into(),
+        9 => "killed".into(),
+        15 => "terminated".into(),
+        n => format!("signal {n}"),
+    }
+}

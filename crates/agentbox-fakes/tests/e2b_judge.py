@@ -1,0 +1,209 @@
+"""The judge of agentbox's fake E2B: E2B's own Python SDK (`e2b` 2.x), which nobody here
+wrote, drives the fake and asserts each answer. Run by tests/e2b_judges.rs, which starts the
+fake and sets E2B_API_URL and E2B_SANDBOX_URL (both the fake's one url: envd calls carry
+`E2b-Sandbox-Id`), E2B_API_KEY, E2B_HTTP_VERSION=1.1 and JUDGE_LIST_PAGE (the fake's page).
+
+Each step prints `OK <step>`; `WAIT <what>` asks the Rust side to act on the fake first;
+`VANISH <id>` (printed from a timer, mid-command) asks it to make a sandbox vanish.
+"""
+
+import datetime
+import os
+import threading
+import time
+
+from e2b import (
+    AuthenticationException,
+    CommandExitException,
+    Sandbox,
+    SandboxQuery,
+    SandboxState,
+)
+
+
+def ok(step):
+    print(f"OK {step}", flush=True)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+LIST_PAGE = int(os.environ["JUDGE_LIST_PAGE"])
+TAG = {"judge": "e2b", "run": str(os.getpid())}
+
+sbx = Sandbox.create(
+    template="base",
+    timeout=120,
+    metadata=TAG,
+    envs={"SBX_VAR": "from-sandbox"},
+    allow_internet_access=False,
+)
+check(len(sbx.sandbox_id) == 20, f"sandbox id {sbx.sandbox_id}")
+check(sbx.is_running(), "a new sandbox runs")
+ok("create")
+
+try:
+    sbx.commands.run("echo out; echo err >&2; exit 3")
+    raise AssertionError("exit 3 raised nothing")
+except CommandExitException as e:
+    check(e.exit_code == 3, f"exit code {e.exit_code}")
+    check(e.stdout == "out\n", f"stdout {e.stdout!r}")
+    check(e.stderr == "err\n", f"stderr {e.stderr!r}")
+r = sbx.commands.run("echo fine")
+check(r.exit_code == 0 and r.stdout == "fine\n", f"a fine command: {r}")
+ok("run")
+
+r = sbx.commands.run('printf "%s %s" "$SBX_VAR" "$CMD_VAR"', envs={"CMD_VAR": "mine"})
+check(r.stdout == "from-sandbox mine", f"envs: {r.stdout!r}")
+r = sbx.commands.run("pwd", cwd="/tmp", user="root")
+check(r.stdout == "/tmp\n", f"cwd: {r.stdout!r}")
+ok("envs")
+
+# No network: nothing but loopback.
+r = sbx.commands.run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
+check(r.stdout.split() == ["lo"], f"interfaces: {r.stdout!r}")
+ok("no-internet")
+
+h = sbx.commands.run("sleep 2; echo done", background=True)
+pid = h.pid
+check(pid > 0, f"pid {pid}")
+again = sbx.commands.connect(pid)
+res = again.wait()
+check(res.stdout == "done\n", f"reattached output {res.stdout!r}")
+ok("connect")
+
+h = sbx.commands.run("read line; echo got:$line", background=True, stdin=True)
+sbx.commands.send_stdin(h.pid, "hello\n")
+res = h.wait()
+check(res.stdout == "got:hello\n", f"stdin: {res.stdout!r}")
+h = sbx.commands.run("cat", background=True, stdin=True)
+sbx.commands.send_stdin(h.pid, b"bytes\n")
+sbx.commands.close_stdin(h.pid)
+res = h.wait()
+check(res.stdout == "bytes\n", f"close_stdin: {res.stdout!r}")
+ok("stdin")
+
+h = sbx.commands.run("sleep 60", background=True)
+listed = sbx.commands.list()
+mine = [p for p in listed if p.pid == h.pid]
+check(len(mine) == 1, f"list: {listed}")
+check(mine[0].cmd == "/bin/bash" and mine[0].args[-1] == "sleep 60", f"listed: {mine[0]}")
+ok("list")
+
+check(sbx.commands.kill(h.pid), "kill a running one")
+try:
+    h.wait()
+    raise AssertionError("a killed command exited 0")
+except CommandExitException as e:
+    check(e.exit_code == -1, f"killed: exit {e.exit_code}")
+check(not sbx.commands.kill(h.pid), "kill a gone one")
+ok("kill")
+
+data = bytes(range(256)) * 1024
+sbx.files.write("/tmp/f", data)
+got = sbx.files.read("/tmp/f", format="bytes")
+check(bytes(got) == data, f"read back {len(got)} bytes")
+check(sbx.files.read("/tmp/f.txt" if False else "/tmp/f", format="bytes")[:3] == b"\x00\x01\x02", "bytes")
+info = sbx.files.write("/tmp/deep/er/t.txt", "text")
+check(info.path == "/tmp/deep/er/t.txt", f"write info {info}")
+check(sbx.files.read("/tmp/deep/er/t.txt") == "text", "text read")
+ok("files-rw")
+
+check(sbx.files.make_dir("/tmp/d"), "make_dir")
+check(not sbx.files.make_dir("/tmp/d"), "make_dir again")
+sbx.files.write("/tmp/d/a", b"a")
+entries = sbx.files.list("/tmp/d")
+check([e.name for e in entries] == ["a"], f"list {entries}")
+check(entries[0].size == 1, f"size {entries[0].size}")
+moved = sbx.files.rename("/tmp/d/a", "/tmp/d/b")
+check(moved.path == "/tmp/d/b", f"rename {moved}")
+check(sbx.files.exists("/tmp/d/b") and not sbx.files.exists("/tmp/d/a"), "exists")
+gi = sbx.files.get_info("/tmp/d")
+check(gi.type is not None and gi.type.value == "dir", f"get_info {gi}")
+sbx.files.remove("/tmp/d")
+check(not sbx.files.exists("/tmp/d"), "removed")
+try:
+    sbx.files.read("/tmp/nope")
+    raise AssertionError("a missing file was read")
+except Exception as e:
+    check(type(e).__name__ in ("NotFoundException", "FileNotFoundException"), f"missing: {type(e).__name__}")
+ok("files-ops")
+
+sbx.set_timeout(600)
+end = sbx.get_info().end_at
+left = (end - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+check(570 < left <= 601, f"end after set_timeout: {left}")
+info = Sandbox.get_info(sbx.sandbox_id)
+check(info.state == SandboxState.RUNNING, f"state {info.state}")
+check(info.metadata == TAG, f"metadata {info.metadata}")
+ok("timeout")
+
+try:
+    Sandbox.create(template="base", timeout=7200)
+    raise AssertionError("a timeout past the plan's was taken")
+except Exception as e:
+    check("Timeout cannot be greater" in str(e), f"over the plan: {e}")
+ok("timeout-max")
+
+others = [Sandbox.create(template="base", timeout=60, metadata=TAG) for _ in range(LIST_PAGE + 1)]
+stranger = Sandbox.create(template="base", timeout=60, metadata={"judge": "other"})
+pages = Sandbox.list(query=SandboxQuery(metadata=TAG), limit=LIST_PAGE)
+found = []
+n = 0
+while pages.has_next:
+    items = pages.next_items()
+    check(len(items) <= LIST_PAGE, f"a page of {len(items)}")
+    found += [i.sandbox_id for i in items]
+    n += 1
+want = {sbx.sandbox_id} | {o.sandbox_id for o in others}
+check(set(found) == want and len(found) == len(want), f"listed {found}, want {want}")
+check(n >= 2, f"pages {n}")
+for o in others + [stranger]:
+    o.kill()
+ok("list-paging")
+
+sbx.files.write("/tmp/kept", b"kept across the pause")
+bg = sbx.commands.run("sleep 100", background=True)
+sbx.pause()
+info = Sandbox.get_info(sbx.sandbox_id)
+check(info.state == SandboxState.PAUSED, f"paused state {info.state}")
+paused = Sandbox.list(query=SandboxQuery(metadata=TAG, state=[SandboxState.PAUSED])).next_items()
+check([p.sandbox_id for p in paused] == [sbx.sandbox_id], f"paused list {paused}")
+resumed = Sandbox.connect(sbx.sandbox_id)
+check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "running again")
+check(resumed.files.read("/tmp/kept", format="bytes") == b"kept across the pause", "the file kept")
+check(all(p.pid != bg.pid for p in resumed.commands.list()), "programs ended by the pause")
+check(resumed.commands.run("echo again").stdout == "again\n", "runs after resume")
+ok("pause-resume")
+
+victim = Sandbox.create(template="base", timeout=120)
+threading.Timer(2.0, lambda: print(f"VANISH {victim.sandbox_id}", flush=True)).start()
+t0 = time.monotonic()
+try:
+    victim.commands.run("sleep 30")
+    raise AssertionError("a vanished sandbox's command ended well")
+except Exception as e:
+    took = time.monotonic() - t0
+    print(f"vanish: {type(e).__name__} after {took:.1f}s: {str(e)[:200]}", flush=True)
+    check(took < 20, f"the vanish took {took}s to show")
+    check(type(e).__name__ == "SandboxNotRunningException", f"vanish: {type(e).__name__}")
+check(not Sandbox.kill(victim.sandbox_id), "kill of a vanished one")
+ok("vanish")
+
+check(resumed.kill(), "kill")
+check(not Sandbox.kill(sbx.sandbox_id), "kill again")
+try:
+    Sandbox.get_info(sbx.sandbox_id)
+    raise AssertionError("a killed sandbox has info")
+except Exception as e:
+    check("not found" in str(e).lower(), f"killed info: {e}")
+ok("kill-sandbox")
+
+try:
+    Sandbox.create(template="base", api_key="e2b_wrong")
+    raise AssertionError("a wrong key created a sandbox")
+except AuthenticationException:
+    pass
+ok("bad-key")
