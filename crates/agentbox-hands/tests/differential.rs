@@ -253,6 +253,8 @@ struct Boxes {
     _archil: Option<agentbox_fakes::archil::FakeArchil>,
     modal: Option<Arc<dyn Sandbox>>,
     _modal: Option<agentbox_fakes::modal::FakeModal>,
+    e2b: Option<Arc<dyn Sandbox>>,
+    _e2b: Option<agentbox_fakes::e2b::FakeE2B>,
     _home: tempfile::TempDir,
 }
 
@@ -306,6 +308,31 @@ async fn modal(spec: &Spec) -> Option<(agentbox_fakes::modal::FakeModal, Arc<dyn
     .unwrap();
     let b = p.create(spec, &Ctx::background()).await.unwrap();
     assert!(b.facts().live_processes && b.files().is_none());
+    Some((fake, b))
+}
+
+/// A fake E2B and a box in it; `None` (loudly, or a panic under CI) where this machine has no
+/// box rootfs.
+async fn e2b(spec: &Spec) -> Option<(agentbox_fakes::e2b::FakeE2B, Arc<dyn Sandbox>)> {
+    use agentbox_providers::e2b::{ApiKey, E2bOptions, E2bProvider};
+    let rootfs = agentbox_testing::services::rootfs("differential tests on an E2B box")?;
+    let key = "e2b_differential_fake_key";
+    let fake = agentbox_fakes::e2b::FakeE2B::start(agentbox_fakes::e2b::FakeE2BOptions {
+        rootfs: Some(rootfs.into()),
+        api_key: key.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake E2B starts");
+    let p = E2bProvider::new(E2bOptions {
+        api_url: fake.url(),
+        sandbox_url: Some(fake.url()),
+        api_key: Some(ApiKey::new(key)),
+        workspace: "/workspace".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let b = p.create(spec, &Ctx::background()).await.unwrap();
     Some((fake, b))
 }
 
@@ -419,6 +446,10 @@ fn boxes() -> &'static Boxes {
             Some((f, b)) => (Some(f), Some(b)),
             None => (None, None),
         };
+        let (fake_e2b, e2b) = match rt.block_on(e2b(&spec)) {
+            Some((f, b)) => (Some(f), Some(b)),
+            None => (None, None),
+        };
         Boxes {
             rt,
             local,
@@ -435,6 +466,8 @@ fn boxes() -> &'static Boxes {
             _archil: fake_archil,
             modal,
             _modal: fake_modal,
+            e2b,
+            _e2b: fake_e2b,
             _home: home,
         }
     })
@@ -553,6 +586,7 @@ fn a_rename_onto_the_target_of_a_link_is_not_of_the_same_file() {
         .into_iter()
         .chain(b.archil.as_ref())
         .chain(b.modal.as_ref())
+        .chain(b.e2b.as_ref())
     {
         same(one, &ops).unwrap();
     }
@@ -573,6 +607,14 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
+
+    /// A sandbox of the fake E2B: each operation a program through envd's process stream.
+    #[test]
+    fn host_and_an_e2b_box_agree(ops in prop::collection::vec(op(), 1..12)) {
+        if let Some(b) = &boxes().e2b {
+            same(b, &ops)?;
+        }
+    }
 
     /// A sandbox of the fake Modal: each operation a program through its command router.
     #[test]

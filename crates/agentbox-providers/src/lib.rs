@@ -9,6 +9,7 @@
 //! | kube | [`kube`] | a pod per box (optionally gVisor or Kata by runtime class) | the pod's first process, and `activeDeadlineSeconds` as the cluster's backstop |
 //! | daytona | [`daytona`] | a Daytona sandbox per box (a container, or a VM from a linux-vm snapshot) | Daytona, by the sandbox's time to live (`ttlMinutes`) |
 //! | modal | [`modal`] | a Modal sandbox per box (gVisor, or a VM) | Modal, by the sandbox's timeout (at most 24 h) |
+//! | e2b | [`e2b`] | an E2B sandbox per box (a Firecracker VM) | E2B, by the sandbox's timeout (at most the plan's) |
 //! | archil | [`archil`] | one VM container per command, over a directory of an Archil disk | nobody: checked by every call that looks at the box, never by a timer |
 //! | runner | [`runner`] | the box's under it | the box's under it |
 //!
@@ -28,6 +29,8 @@ pub(crate) mod boxdir;
 pub mod daytona;
 #[cfg(feature = "docker")]
 pub mod docker;
+#[cfg(feature = "e2b")]
+pub mod e2b;
 pub mod helper;
 pub mod home;
 #[cfg(feature = "kube")]
@@ -42,11 +45,17 @@ pub mod namespace;
 pub mod pool;
 pub mod registry;
 pub mod runner;
-#[cfg(any(feature = "docker", feature = "kube", feature = "daytona", feature = "modal"))]
+#[cfg(any(
+    feature = "docker",
+    feature = "kube",
+    feature = "daytona",
+    feature = "modal",
+    feature = "e2b"
+))]
 pub(crate) mod shim;
 pub mod transfer;
 pub(crate) mod util;
-#[cfg(any(feature = "daytona", feature = "archil", feature = "modal"))]
+#[cfg(any(feature = "daytona", feature = "archil", feature = "modal", feature = "e2b"))]
 pub mod vendor;
 
 #[cfg(feature = "local")]

@@ -313,6 +313,15 @@ static ENTRIES: &[Entry] = &[
         takes: &[],
         make: MODAL,
     },
+    Entry {
+        name: "e2b",
+        description: "an E2B sandbox per box (E2B_API_KEY), a Firecracker VM ended by E2B at its lifetime (at most the \
+                      plan's), paused and resumed as sleep and wake",
+        feature: "e2b",
+        compiled: cfg!(feature = "e2b"),
+        takes: &[],
+        make: E2B,
+    },
 ];
 
 /// Every provider this source knows, compiled in or not, in a fixed order.
@@ -581,6 +590,32 @@ fn make_modal<'a>(_options: &'a Options, env: &'a Environment) -> BoxFuture<'a, 
     })
 }
 
+#[cfg(feature = "e2b")]
+const E2B: Option<Make> = Some(make_e2b);
+#[cfg(not(feature = "e2b"))]
+const E2B: Option<Make> = None;
+
+/// The e2b provider from what the `e2b` SDK reads (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`,
+/// `E2B_SANDBOX_URL`) and the template (`AGENTBOX_E2B_TEMPLATE`).
+#[cfg(feature = "e2b")]
+fn make_e2b<'a>(_options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+    Box::pin(async move {
+        for k in crate::e2b::VARIABLES {
+            if env.var(k).is_some_and(|v| v.to_str().is_none()) {
+                return Err(Error::invalid(format!("{k}: not UTF-8")));
+            }
+        }
+        let o = crate::e2b::E2bOptions::from_vars(|k| {
+            env.var(k)
+                .and_then(|v| v.to_str())
+                .filter(|v| !v.is_empty())
+                .map(String::from)
+        })?;
+        let provider = crate::e2b::E2bProvider::new(o)?;
+        Ok(Arc::new(provider) as Arc<dyn Provider>)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,6 +651,7 @@ mod tests {
             ("daytona", cfg!(feature = "daytona")),
             ("archil", cfg!(feature = "archil")),
             ("modal", cfg!(feature = "modal")),
+            ("e2b", cfg!(feature = "e2b")),
         ];
         assert_eq!(on.len(), entries().len(), "every entry's feature is checked here");
         for (feature, compiled) in on {

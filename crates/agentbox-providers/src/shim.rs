@@ -13,7 +13,7 @@ use tokio::sync::{Mutex, oneshot};
 
 /// The shim: `sh -c SHIM agentbox-exec CWD PROGRAM ARGS…` (Docker's and Modal's, whose exec
 /// APIs take the environment; kube's is [`SHIM_ENV`]).
-#[cfg(any(feature = "docker", feature = "modal"))]
+#[cfg(any(feature = "docker", feature = "modal", feature = "e2b"))]
 pub(crate) const SHIM: &str = r#"d=$1; shift
 cd -- "$d" 2>/dev/null || { printf '\000agentbox nocwd\n'; exit 126; }
 command -v -- "$1" >/dev/null 2>&1 || { printf '\000agentbox noprog\n'; exit 127; }

@@ -1,0 +1,556 @@
+//! E2B boxes: a box is an E2B sandbox (a Firecracker VM), made through E2B's REST API and run
+//! through envd, its in-sandbox daemon (Connect RPC with JSON), with reqwest over rustls.
+//!
+//! What the provider promises, and how:
+//! - **Lifetime** is E2B's own timeout: the spec's lifetime in whole seconds, at most the plan's
+//!   maximum ([`E2bOptions::max_lifetime`], 1 hour on E2B's base plan; `facts.ends_at_ms` says
+//!   the end E2B read back). E2B kills the sandbox when it passes, whatever becomes of this
+//!   host. **Extend** is E2B's timeout call (a new end from now).
+//! - **Sleep and wake** are pause and resume: a sleep keeps the files, not the programs
+//!   (`facts.sleep` is `files`: the pause asks for no memory snapshot), and a paused sandbox's
+//!   clock is stopped (`sleep_clock` `paused`): E2B keeps it until it is resumed or killed. A
+//!   wake gives the box its whole lifetime again.
+//! - **Network**: `none` is E2B's internet access off; an allowlist is E2B's `allowOut` with all
+//!   else denied. The facts say what E2B read back about the sandbox, never what was asked.
+//! - **Programs** run through envd's process stream, each behind the `sh` shim; the stream has
+//!   an idle deadline against envd's keepalives, so a sandbox that dies under a program is a
+//!   typed error, never a hang, and a caller that gives up kills the program in the box.
+//! - **Files** move through envd's file API, every byte value; a download reads the size
+//!   first, so nothing over the caller's bound moves.
+//! - **Labels** are E2B's metadata, the providers' namespace refused; every box carries
+//!   `agentbox=1` and the lifetime it was made with.
+//!
+//! The key (`E2B_API_KEY`) stays on this host: never logged, never in an error, never given to
+//! a box (envd's access token, E2B's own per sandbox, goes only to envd).
+//!
+//! ```no_run
+//! # async fn f() -> agentbox_core::Result<()> {
+//! use std::time::Duration;
+//! use agentbox_core::{Ctx, Provider, Spec};
+//! use agentbox_providers::e2b::{E2bOptions, E2bProvider};
+//! // E2B_API_KEY (and E2B_API_URL, E2B_SANDBOX_URL or E2B_DOMAIN for another E2B).
+//! let provider = E2bProvider::new(E2bOptions::from_env()?)?;
+//! let b = provider.create(&Spec::new(Duration::from_secs(600)), &Ctx::background()).await?;
+//! b.upload("notes.txt", b"hello", &Ctx::background()).await?;
+//! b.destroy(&Ctx::background()).await?;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod envd;
+mod exec;
+mod sandbox;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{
+    Ctx, Error, ErrorCode, Facts, Honours, Labels, Network, NetworkFact, Provider, Result, Sandbox, SandboxId, Spec,
+    check_deadline, check_spec,
+};
+use async_trait::async_trait;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+pub use crate::vendor::ApiKey;
+pub use sandbox::E2bSandbox;
+
+use api::Api;
+use envd::Envd;
+
+/// The provider's name and id prefix.
+pub const NAME: &str = "e2b";
+
+/// The variables [`E2bOptions::from_env`] reads: the `e2b` SDK's own, and the template.
+pub const VARIABLES: [&str; 5] = [
+    "E2B_API_KEY",
+    "E2B_DOMAIN",
+    "E2B_API_URL",
+    "E2B_SANDBOX_URL",
+    "AGENTBOX_E2B_TEMPLATE",
+];
+
+/// The longest timeout on E2B's base plan (Pro: 24 hours; set [`E2bOptions::max_lifetime`]).
+pub const PLAN_MAX_LIFETIME: Duration = Duration::from_secs(3600);
+/// Where programs start: the base template's user home.
+pub const WORKSPACE: &str = "/home/user";
+
+const TAG_LIFETIME: &str = "agentbox.lifetime";
+const TAG_WORKSPACE: &str = "agentbox.workspace";
+
+/// How the provider reaches E2B.
+#[derive(Clone, Debug)]
+pub struct E2bOptions {
+    /// E2B's API (`E2B_API_URL`, else `https://api.<domain>`).
+    pub api_url: String,
+    /// envd of every sandbox, where E2B's proxy is not used (`E2B_SANDBOX_URL`).
+    pub sandbox_url: Option<String>,
+    /// E2B's domain (`E2B_DOMAIN`, else `e2b.app`).
+    pub domain: String,
+    /// The API key (`E2B_API_KEY`).
+    pub api_key: Option<ApiKey>,
+    /// The template boxes are made from (`AGENTBOX_E2B_TEMPLATE`, else `base`).
+    pub template: String,
+    /// The plan's longest timeout: a longer lifetime is capped to it (and says so in facts).
+    pub max_lifetime: Duration,
+    /// Where programs start (and relative paths are taken from).
+    pub workspace: String,
+    /// How often envd is asked for a keepalive on a stream; three missed are a dead stream.
+    pub keepalive: Duration,
+    /// How long a connection to E2B may take to open.
+    pub connect_timeout: Duration,
+    /// The deadline of one call that is not a stream.
+    pub request_timeout: Duration,
+}
+
+impl Default for E2bOptions {
+    fn default() -> Self {
+        E2bOptions {
+            api_url: "https://api.e2b.app".into(),
+            sandbox_url: None,
+            domain: "e2b.app".into(),
+            api_key: None,
+            template: "base".into(),
+            max_lifetime: PLAN_MAX_LIFETIME,
+            workspace: WORKSPACE.into(),
+            keepalive: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl E2bOptions {
+    /// The defaults, with what the `e2b` SDK reads (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`,
+    /// `E2B_SANDBOX_URL`) and the template (`AGENTBOX_E2B_TEMPLATE`).
+    pub fn from_env() -> Result<Self> {
+        Self::from_vars(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// [`E2bOptions::from_env`] over `var`.
+    ///
+    /// ```
+    /// use agentbox_providers::e2b::E2bOptions;
+    /// let o = E2bOptions::from_vars(|k| (k == "E2B_DOMAIN").then(|| "e2b.dev".to_string())).unwrap();
+    /// assert_eq!(o.api_url, "https://api.e2b.dev");
+    /// ```
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let d = E2bOptions::default();
+        let domain = var("E2B_DOMAIN").unwrap_or(d.domain.clone());
+        Ok(E2bOptions {
+            api_url: var("E2B_API_URL").unwrap_or_else(|| format!("https://api.{domain}")),
+            sandbox_url: var("E2B_SANDBOX_URL"),
+            api_key: var("E2B_API_KEY").map(ApiKey::new),
+            template: var("AGENTBOX_E2B_TEMPLATE").unwrap_or(d.template.clone()),
+            domain,
+            ..d
+        })
+    }
+}
+
+/// Makes E2B sandboxes.
+pub struct E2bProvider {
+    o: E2bOptions,
+    api: Arc<Api>,
+    http: reqwest::Client,
+}
+
+impl E2bProvider {
+    /// A provider over `o`; a missing key is refused here, naming the variable.
+    pub fn new(o: E2bOptions) -> Result<Self> {
+        let key = o
+            .api_key
+            .clone()
+            .ok_or_else(|| Error::invalid("E2B_API_KEY: an E2B API key is needed (the dashboard's API keys)"))?;
+        let http = crate::vendor::client(api::VENDOR, o.connect_timeout)?;
+        let base = crate::vendor::base_url(&o.api_url, api::VENDOR, "E2B_API_URL")?;
+        if let Some(u) = &o.sandbox_url {
+            crate::vendor::base_url(u, api::VENDOR, "E2B_SANDBOX_URL")?;
+        }
+        Ok(E2bProvider {
+            api: Arc::new(Api {
+                http: http.clone(),
+                base,
+                key,
+                timeout: o.request_timeout,
+            }),
+            http,
+            o,
+        })
+    }
+
+    fn envd(&self, sandbox_id: &str, domain: Option<&str>, token: Option<&str>) -> Envd {
+        let domain = domain.filter(|d| !d.is_empty()).unwrap_or(&self.o.domain);
+        let base = match &self.o.sandbox_url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None if crate::e2b::supported_domain(domain) => format!("https://sandbox.{domain}"),
+            None => format!("https://{}-{sandbox_id}.{domain}", envd::PORT),
+        };
+        Envd {
+            http: self.http.clone(),
+            base,
+            sandbox_id: sandbox_id.to_string(),
+            token: token.filter(|t| !t.is_empty()).map(ApiKey::new),
+            keepalive: self.o.keepalive,
+            timeout: self.o.request_timeout,
+        }
+    }
+
+    /// A handle from a sandbox's detail (GET), `None` for one not this provider's.
+    fn handle(&self, d: &Value) -> Result<Option<E2bSandbox>> {
+        let Some(id) = d.get("sandboxID").and_then(Value::as_str) else {
+            return Ok(None);
+        };
+        let meta: BTreeMap<String, String> = d
+            .get("metadata")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if meta.get("agentbox").map(String::as_str) != Some("1") {
+            return Ok(None);
+        }
+        let workspace = meta
+            .get(TAG_WORKSPACE)
+            .cloned()
+            .unwrap_or_else(|| self.o.workspace.clone());
+        let labels: Labels = meta
+            .iter()
+            .filter(|(k, _)| k.as_str() != "agentbox" && !k.starts_with("agentbox."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let time = |k: &str| {
+            d.get(k)
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .map(|t| t.as_millisecond().max(0) as u64)
+        };
+        let network = match (
+            d.get("allowInternetAccess").and_then(Value::as_bool),
+            d.pointer("/network/allowOut"),
+        ) {
+            (_, Some(Value::Array(a))) if !a.is_empty() => Some(NetworkFact::Allowlist(
+                a.iter().filter_map(Value::as_str).map(String::from).collect(),
+            )),
+            (Some(false), _) => Some(NetworkFact::None),
+            (Some(true), _) => Some(NetworkFact::Open),
+            // Not said: unknown.
+            (None, _) => None,
+        };
+        let facts = Facts {
+            provider: NAME.into(),
+            isolation: "vm".into(),
+            cpus: d.get("cpuCount").and_then(Value::as_f64),
+            memory_mb: d.get("memoryMB").and_then(Value::as_u64),
+            disk_gb: d.get("diskSizeMB").and_then(Value::as_u64).map(|mb| mb / 1024),
+            network,
+            ports: Some(Vec::new()),
+            started_at_ms: time("startedAt"),
+            ends_at_ms: time("endAt"),
+            live_processes: true,
+            secrets_via: Some("fd".into()),
+            workspace: Some(workspace.clone()),
+            sleep: Some("files".into()),
+            sleep_clock: Some("paused".into()),
+            ..Default::default()
+        };
+        Ok(Some(E2bSandbox {
+            id: SandboxId::new(NAME, id)?,
+            facts,
+            labels,
+            api: self.api.clone(),
+            envd: self.envd(
+                id,
+                d.get("domain").and_then(Value::as_str),
+                d.get("envdAccessToken").and_then(Value::as_str),
+            ),
+            workspace,
+        }))
+    }
+
+    /// The box of `sandbox_id` as E2B reads it now; `None` when gone or not this provider's.
+    async fn read(&self, sandbox_id: &str, ctx: &Ctx) -> Result<Option<E2bSandbox>> {
+        match sandbox::state(&self.api, sandbox_id, ctx).await? {
+            None => Ok(None),
+            Some((_, d)) => self.handle(&d),
+        }
+    }
+
+    fn lifetime_secs(&self, lifetime: Duration) -> u64 {
+        lifetime.min(self.o.max_lifetime).as_secs_f64().ceil().max(1.0) as u64
+    }
+}
+
+/// `k=v&…`, each part form-encoded.
+fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut u = reqwest::Url::parse("http://x/").expect("a fixed URL");
+    u.query_pairs_mut().extend_pairs(pairs);
+    u.query().unwrap_or_default().to_string()
+}
+
+/// The domains E2B's SDK reaches through its one sandbox proxy (`sandbox.<domain>`).
+fn supported_domain(d: &str) -> bool {
+    ["e2b.app", "e2b.dev", "e2b.pro"].contains(&d)
+}
+
+#[async_trait]
+impl Provider for E2bProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn honours(&self) -> Honours {
+        Honours {
+            isolation: vec!["vm".into()],
+            network_none: true,
+            network_allowlist: true,
+            env: true,
+            live_processes: true,
+            sleep: true,
+            extend: true,
+            ..Default::default()
+        }
+    }
+
+    async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        check_spec(spec, &self.honours(), NAME)?;
+        let secs = self.lifetime_secs(spec.max_lifetime);
+        let mut metadata: BTreeMap<String, String> = spec.labels.clone().into_iter().collect();
+        metadata.insert("agentbox".into(), "1".into());
+        metadata.insert(TAG_LIFETIME.into(), secs.to_string());
+        metadata.insert(TAG_WORKSPACE.into(), self.o.workspace.clone());
+        let mut body = json!({
+            "templateID": self.o.template,
+            "timeout": secs,
+            "metadata": metadata,
+            "envVars": spec.env,
+            "autoPause": false,
+        });
+        match &spec.network {
+            Some(Network::None) => body["allow_internet_access"] = json!(false),
+            Some(Network::Allow(list)) => {
+                body["network"] = json!({"allowOut": list, "denyOut": ["0.0.0.0/0"]});
+            }
+            _ => {}
+        }
+        let made = self
+            .api
+            .call(
+                ctx,
+                Method::POST,
+                "/v2/sandboxes",
+                Some(&body),
+                false,
+                "POST /v2/sandboxes",
+            )
+            .await?;
+        let id = made
+            .body
+            .get("sandboxID")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::unknown("e2b: POST /v2/sandboxes answered no sandboxID"))?
+            .to_string();
+        tracing::info!(sandbox = %id, lifetime_s = secs, "e2b: sandbox made");
+        let ready = async {
+            let b = self
+                .read(&id, ctx)
+                .await?
+                .ok_or_else(|| Error::gone(format!("e2b: sandbox {id} ended as it was made")))?;
+            // What E2B read back must be what was asked, or the box is not handed out.
+            let want = match &spec.network {
+                Some(Network::None) => Some(NetworkFact::None),
+                Some(Network::Allow(l)) => Some(NetworkFact::Allowlist(l.clone())),
+                _ => None,
+            };
+            if want.is_some() && b.facts.network != want {
+                return Err(Error::unsupported(format!(
+                    "spec.network: E2B read back {:?} for sandbox {id}, not what was asked (the box was killed)",
+                    b.facts.network
+                )));
+            }
+            let mk = ["mkdir", "-p", "--", &self.o.workspace].map(String::from);
+            let p = exec::start(&b.envd, &mk, "/", &Default::default(), ctx).await?;
+            let out = agentbox_core::finish(p, agentbox_core::FinishOptions::default()).await?;
+            if out.status.code != 0 {
+                return Err(Error::unknown(format!(
+                    "making the workspace {}: {}",
+                    self.o.workspace,
+                    out.stderr_text().trim()
+                )));
+            }
+            Ok(b)
+        }
+        .await;
+        match ready {
+            Ok(b) => Ok(Arc::new(b)),
+            Err(e) => {
+                let _ = self
+                    .api
+                    .call(
+                        &Ctx::background().with_timeout(self.o.request_timeout),
+                        Method::DELETE,
+                        &format!("/sandboxes/{id}"),
+                        None,
+                        true,
+                        "DELETE /sandboxes/{id}",
+                    )
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        id.expect_provider(NAME)?;
+        Ok(self
+            .read(id.name(), ctx)
+            .await?
+            .map(|b| Arc::new(b) as Arc<dyn Sandbox>))
+    }
+
+    async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        let mut want: BTreeMap<String, String> = labels.clone().into_iter().collect();
+        want.insert("agentbox".into(), "1".into());
+        // `k=v&k2=v2`, each part encoded, the whole one query value.
+        let query = encode(want.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let mut out: Vec<Arc<dyn Sandbox>> = Vec::new();
+        let mut next: Option<String> = None;
+        for _ in 0..1000 {
+            let mut q = vec![
+                ("metadata", query.as_str()),
+                ("state", "running,paused"),
+                ("limit", "100"),
+            ];
+            if let Some(n) = &next {
+                q.push(("nextToken", n));
+            }
+            let a = self
+                .api
+                .call(
+                    ctx,
+                    Method::GET,
+                    &format!("/v2/sandboxes?{}", encode(q)),
+                    None,
+                    true,
+                    "GET /v2/sandboxes",
+                )
+                .await?;
+            for d in a.body.as_array().into_iter().flatten() {
+                if let Some(b) = self.handle(d)?
+                    && labels.iter().all(|(k, v)| b.labels.get(k) == Some(v))
+                {
+                    out.push(Arc::new(b));
+                }
+            }
+            next = a.next;
+            if next.is_none() {
+                return Ok(out);
+            }
+        }
+        Err(Error::unknown("e2b: GET /v2/sandboxes: more than 1000 pages"))
+    }
+
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        id.expect_provider(NAME)?;
+        let a = self
+            .api
+            .call(
+                ctx,
+                Method::POST,
+                &format!("/sandboxes/{}/pause", id.name()),
+                Some(&json!({"memory": false})),
+                true,
+                "POST /sandboxes/{id}/pause",
+            )
+            .await;
+        match a {
+            Ok(a) if a.status == 404 => Err(Error::gone(format!("sleep: box {id} has ended"))),
+            Ok(_) => Ok(()),
+            // 409: paused already.
+            Err(e) if e.code() == ErrorCode::Refused => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        id.expect_provider(NAME)?;
+        let meta = self.read_metadata(id.name(), ctx).await?;
+        if meta.get("agentbox").map(String::as_str) != Some("1") {
+            return Err(Error::gone(format!("wake: box {id} has ended")));
+        }
+        let secs: u64 = meta
+            .get(TAG_LIFETIME)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| self.lifetime_secs(self.o.max_lifetime));
+        let a = self
+            .api
+            .call(
+                ctx,
+                Method::POST,
+                &format!("/v2/sandboxes/{}/connect", id.name()),
+                Some(&json!({"timeout": secs})),
+                true,
+                "POST /v2/sandboxes/{id}/connect",
+            )
+            .await?;
+        if a.status == 404 {
+            return Err(Error::gone(format!("wake: box {id} has ended")));
+        }
+        let b = self
+            .read(id.name(), ctx)
+            .await?
+            .ok_or_else(|| Error::gone(format!("wake: box {id} ended as it woke")))?;
+        Ok(Arc::new(b))
+    }
+
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        id.expect_provider(NAME)?;
+        let now = crate::util::now_ms();
+        check_deadline(ends_at_ms, now)?;
+        let secs = (ends_at_ms - now).div_ceil(1000);
+        if Duration::from_secs(secs) > self.o.max_lifetime {
+            return Err(Error::invalid(format!(
+                "extend: {secs} s from now is past E2B's longest timeout on this plan, {} s",
+                self.o.max_lifetime.as_secs()
+            )));
+        }
+        let a = self
+            .api
+            .call(
+                ctx,
+                Method::POST,
+                &format!("/sandboxes/{}/timeout", id.name()),
+                Some(&json!({"timeout": secs})),
+                true,
+                "POST /sandboxes/{id}/timeout",
+            )
+            .await?;
+        if a.status == 404 {
+            return Err(Error::gone(format!("extend: box {id} has ended")));
+        }
+        let b = self
+            .read(id.name(), ctx)
+            .await?
+            .ok_or_else(|| Error::gone(format!("extend: box {id} has ended")))?;
+        Ok(Arc::new(b))
+    }
+}
+
+impl E2bProvider {
+    async fn read_metadata(&self, sandbox_id: &str, ctx: &Ctx) -> Result<BTreeMap<String, String>> {
+        Ok(sandbox::state(&self.api, sandbox_id, ctx)
+            .await?
+            .and_then(|(_, d)| {
+                d.get("metadata").and_then(Value::as_object).map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+            })
+            .unwrap_or_default())
+    }
+}
