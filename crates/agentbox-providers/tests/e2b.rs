@@ -183,6 +183,23 @@ async fn network_facts_are_what_e2b_read_back_and_the_lifetime_is_capped_by_the_
     assert_eq!(none.facts().network, Some(NetworkFact::None));
     let open = p.create(&spec(), &ctx()).await.unwrap();
     assert_ne!(open.facts().network, Some(NetworkFact::None));
+    let allow = vec!["api.example.com".to_string(), "10.0.0.0/8".into()];
+    let listed = p
+        .create(
+            &Spec {
+                network: Some(Network::Allow(allow.clone())),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.facts().network,
+        Some(NetworkFact::Allowlist(allow)),
+        "as E2B read it back"
+    );
+    listed.destroy(&ctx()).await.unwrap();
     // Three days asked, the plan's hour given: the facts say E2B's end.
     let long = p
         .create(&Spec::new(Duration::from_secs(3 * 24 * 3600)), &ctx())
@@ -276,5 +293,53 @@ async fn refusals_name_the_field_and_the_key_stays_on_this_host() {
     assert_eq!(e.code(), ErrorCode::PermissionDenied, "{e}");
     assert!(!e.message().contains("e2b_wrong_key"), "{e}");
     b.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_with_any_text_are_found_and_listed_boxes_run_programs() {
+    let Some(fake) = fake("labels_with_any_text_are_found", |o| o.list_page_max = 1).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let odd: agentbox_core::Labels = [("team".to_string(), "a&b=c+% d".to_string())].into();
+    let b = p
+        .create(
+            &Spec {
+                labels: odd.clone(),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    let other = p.create(&spec(), &ctx()).await.unwrap();
+    let found = p.list(&odd, &ctx()).await.unwrap();
+    assert_eq!(
+        found.iter().map(|b| b.id().clone()).collect::<Vec<_>>(),
+        vec![b.id().clone()]
+    );
+    // A listed box is whole: envd's token, the network read back.
+    assert_eq!(
+        sh(found[0].as_ref(), "echo hi", &ctx()).await.unwrap().stdout_text(),
+        "hi\n"
+    );
+    assert!(found[0].facts().network.is_some());
+    assert_eq!(
+        p.list(&agentbox_core::Labels::new(), &ctx()).await.unwrap().len(),
+        2,
+        "over pages of one"
+    );
+    // A sleeping box refuses files as it refuses programs.
+    p.sleep(b.id(), &ctx()).await.unwrap();
+    let e = b.upload("f", b"x", &ctx()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Refused, "{e}");
+    let e = b.download("f", 10, &ctx()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Refused, "{e}");
+    // An empty file moves too.
+    other.upload("empty", b"", &ctx()).await.unwrap();
+    assert_eq!(other.download("empty", 10, &ctx()).await.unwrap(), b"");
+    b.destroy(&ctx()).await.unwrap();
+    other.destroy(&ctx()).await.unwrap();
     fake.shutdown().await;
 }

@@ -28,26 +28,26 @@ async fn e2b_boxes_on_the_real_e2b_pass_the_conformance_suite() {
     let o = E2bOptions::from_env().expect("the E2B variables read");
     let view = View::new(&o.api_url, o.sandbox_url.as_deref(), &o.domain, &key);
     let make = o.clone();
+    // The suite's own label, so the sweep below touches no one else's sandbox.
+    let mine = Labels::from([("live-run".to_string(), std::process::id().to_string())]);
+    let mut options = Options::new(
+        "e2b-live",
+        Duration::from_secs(20),
+        Duration::from_secs(60),
+        Arc::new(view),
+    );
+    options.base.labels = mine.clone();
     let report = conformance::run(
         conformance::factory(move || {
             let o = make.clone();
             async move { Arc::new(E2bProvider::new(o).unwrap()) as Arc<dyn Provider> }
         }),
-        Options::new(
-            "e2b-live",
-            Duration::from_secs(20),
-            Duration::from_secs(60),
-            Arc::new(view),
-        ),
+        options,
     )
     .await;
     let p = E2bProvider::new(o).unwrap();
     let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
-    for b in p
-        .list(&Labels::new(), &ctx)
-        .await
-        .expect("listing agentbox's sandboxes")
-    {
+    for b in p.list(&mine, &ctx).await.expect("listing agentbox's sandboxes") {
         eprintln!("e2b live suite: killing {} left running", b.id());
         let _ = b.destroy(&ctx).await;
     }

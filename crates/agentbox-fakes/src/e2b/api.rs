@@ -264,15 +264,22 @@ fn detail(x: &Sbx) -> Value {
     v
 }
 
-/// `metadata=k=v&k2=v2`, its keys and values escaped once more (as the SDK sends them).
+/// `metadata=k=v&k2=v2`, decoded as E2B's server decodes it: the query value (decoded once
+/// already), unescaped whole, split on `&` and `=`, each part unescaped again (so a client
+/// escapes each key and value before it joins them, as the SDK does).
 fn metadata_filter(q: &Query) -> Vec<(String, String)> {
     let Some(m) = q.get("metadata") else {
         return Vec::new();
     };
-    form_urlencoded::parse(m.as_bytes())
-        .map(|(k, v)| {
-            let un = |s: &str| String::from_utf8_lossy(&crate::shared::percent_decode(s)).into_owned();
-            (un(&k), un(&v))
+    // Go's QueryUnescape: `+` is a space.
+    let un = |s: &str| String::from_utf8_lossy(&crate::shared::percent_decode(&s.replace('+', " "))).into_owned();
+    let whole = un(m);
+    whole
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (un(k), un(v))
         })
         .collect()
 }

@@ -20,6 +20,8 @@ use crate::vendor::{cut, read_capped};
 pub(crate) const PORT: u16 = 49983;
 /// The largest envelope a stream may carry.
 const MAX_ENVELOPE: usize = 16 << 20;
+/// The longest one file may take to move (the caller's context bounds it too).
+const FILE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Envelope flag of the stream's last message (its trailer).
 const END_STREAM: u8 = 0x02;
 
@@ -80,17 +82,23 @@ impl Envd {
         framed.push(0);
         framed.extend_from_slice(&(json.len() as u32).to_be_bytes());
         framed.extend_from_slice(&json);
-        let r = ctx
-            .run(
-                self.request(reqwest::Method::POST, rpc)
-                    .header("Content-Type", "application/connect+json")
-                    .header("Connect-Protocol-Version", "1")
-                    .header("Keepalive-Ping-Interval", self.keepalive.as_secs().max(1).to_string())
-                    .body(framed)
-                    .send(),
-            )
-            .await?
-            .map_err(|e| crate::vendor::transport_error(&e, VENDOR, &what, self.timeout))?;
+        // The answer's head within the call's deadline; the body then under the idle one.
+        let send = self
+            .request(reqwest::Method::POST, rpc)
+            .header("Content-Type", "application/connect+json")
+            .header("Connect-Protocol-Version", "1")
+            .header("Keepalive-Ping-Interval", self.keepalive.as_secs().max(1).to_string())
+            .body(framed)
+            .send();
+        let r = match ctx.run(tokio::time::timeout(self.timeout, send)).await? {
+            Err(_) => {
+                return Err(Error::timeout(format!(
+                    "e2b: {what}: envd did not answer within {} s",
+                    self.timeout.as_secs()
+                )));
+            }
+            Ok(r) => r.map_err(|e| crate::vendor::transport_error(&e, VENDOR, &what, self.timeout))?,
+        };
         let status = r.status().as_u16();
         if status != 200 {
             let bytes = read_capped(r, MAX_ENVELOPE, VENDOR, &what).await?;
@@ -115,13 +123,13 @@ impl Envd {
         let r = ctx
             .run(
                 self.request(reqwest::Method::POST, "/files")
-                    .query(&[("path", path)])
-                    .timeout(self.timeout)
+                    .query(&[("path", path), ("username", "root")])
+                    .timeout(FILE_TIMEOUT)
                     .multipart(form)
                     .send(),
             )
             .await?
-            .map_err(|e| crate::vendor::transport_error(&e, VENDOR, "upload", self.timeout))?;
+            .map_err(|e| crate::vendor::transport_error(&e, VENDOR, "upload", FILE_TIMEOUT))?;
         let status = r.status().as_u16();
         let bytes = read_capped(r, 1 << 20, VENDOR, "upload").await?;
         if (200..300).contains(&status) {
@@ -136,12 +144,12 @@ impl Envd {
         let r = ctx
             .run(
                 self.request(reqwest::Method::GET, "/files")
-                    .query(&[("path", path)])
-                    .timeout(self.timeout)
+                    .query(&[("path", path), ("username", "root")])
+                    .timeout(FILE_TIMEOUT)
                     .send(),
             )
             .await?
-            .map_err(|e| crate::vendor::transport_error(&e, VENDOR, "download", self.timeout))?;
+            .map_err(|e| crate::vendor::transport_error(&e, VENDOR, "download", FILE_TIMEOUT))?;
         let status = r.status().as_u16();
         if status == 200 {
             return read_capped(r, max, VENDOR, &format!("reading {path}")).await;
@@ -164,6 +172,11 @@ pub(crate) fn rpc_error(status: u16, v: &Value, what: &str) -> Error {
         Some("already_exists" | "failed_precondition" | "resource_exhausted") => ErrorCode::Refused,
         Some("unimplemented") => ErrorCode::Unsupported,
         Some("canceled") => ErrorCode::Aborted,
+        _ if message.contains("was not found")
+            && (status == 502 || v.get("code").and_then(Value::as_str) == Some("unavailable")) =>
+        {
+            ErrorCode::Gone
+        }
         _ if status == 502 && message.contains("was not found") => ErrorCode::Gone,
         _ => crate::vendor::code_of_status(status),
     };

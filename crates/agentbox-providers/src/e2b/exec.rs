@@ -138,8 +138,24 @@ pub(crate) async fn start(
         let _ = exit_tx.send(outcome);
     });
     let header = match tokio::time::timeout(START_TIMEOUT, ctx.run(header_rx)).await {
-        Ok(r) => r?.map_err(|_| Error::unknown("e2b: the exec ended before its shim spoke"))??,
-        Err(_) => return Err(Error::timeout("e2b: the program did not start within 30 s")),
+        Ok(Ok(h)) => h.map_err(|_| Error::unknown("e2b: the exec ended before its shim spoke"))?,
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::timeout("e2b: the program did not start within 30 s")),
+    };
+    let header = match header {
+        Ok(h) => h,
+        Err(e) => {
+            // Started in the box, given up on here: it is not left running.
+            let body = json!({"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"});
+            let _ = envd
+                .unary(
+                    &Ctx::background().with_timeout(crate::transfer::CONTROL_TIMEOUT),
+                    "/process.Process/SendSignal",
+                    &body,
+                )
+                .await;
+            return Err(e);
+        }
     };
     match header {
         Header::Pid(_) => {}

@@ -292,9 +292,31 @@ fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     u.query().unwrap_or_default().to_string()
 }
 
+/// `s` percent-encoded but for letters, digits and `-._~/` (Python's `urllib.parse.quote`).
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The domains E2B's SDK reaches through its one sandbox proxy (`sandbox.<domain>`).
 fn supported_domain(d: &str) -> bool {
-    ["e2b.app", "e2b.dev", "e2b.pro"].contains(&d)
+    [
+        "e2b.app",
+        "e2b.dev",
+        "e2b.pro",
+        "e2b-staging.dev",
+        "e2b-tango.dev",
+        "e2b-juliett.dev",
+        "foxtrot-2.e2b.dev",
+    ]
+    .contains(&d)
 }
 
 #[async_trait]
@@ -335,7 +357,8 @@ impl Provider for E2bProvider {
             Some(Network::Allow(list)) => {
                 body["network"] = json!({"allowOut": list, "denyOut": ["0.0.0.0/0"]});
             }
-            _ => {}
+            // Said outright, so E2B's read-back says it too (unsaid reads back as unknown).
+            _ => body["allow_internet_access"] = json!(true),
         }
         let made = self
             .api
@@ -348,6 +371,9 @@ impl Provider for E2bProvider {
                 "POST /v2/sandboxes",
             )
             .await?;
+        if made.status == 404 {
+            return Err(api::error(404, &made.body, "POST /v2/sandboxes (the template)"));
+        }
         let id = made
             .body
             .get("sandboxID")
@@ -416,7 +442,10 @@ impl Provider for E2bProvider {
         let mut want: BTreeMap<String, String> = labels.clone().into_iter().collect();
         want.insert("agentbox".into(), "1".into());
         // `k=v&k2=v2`, each part encoded, the whole one query value.
-        let query = encode(want.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        // As the `e2b` SDK sends it, and E2B's server decodes it three times: each key and
+        // value escaped, the pairs form-encoded, the whole a query value.
+        let quoted: Vec<(String, String)> = want.iter().map(|(k, v)| (quote(k), quote(v))).collect();
+        let query = encode(quoted.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let mut out: Vec<Arc<dyn Sandbox>> = Vec::new();
         let mut next: Option<String> = None;
         for _ in 0..1000 {
@@ -440,8 +469,10 @@ impl Provider for E2bProvider {
                 )
                 .await?;
             for d in a.body.as_array().into_iter().flatten() {
+                // A listing carries no envd token and no network: each match is read whole.
                 if let Some(b) = self.handle(d)?
                     && labels.iter().all(|(k, v)| b.labels.get(k) == Some(v))
+                    && let Some(b) = self.read(b.id.name(), ctx).await?
                 {
                     out.push(Arc::new(b));
                 }
@@ -470,8 +501,8 @@ impl Provider for E2bProvider {
         match a {
             Ok(a) if a.status == 404 => Err(Error::gone(format!("sleep: box {id} has ended"))),
             Ok(_) => Ok(()),
-            // 409: paused already.
-            Err(e) if e.code() == ErrorCode::Refused => Ok(()),
+            // 409 is E2B's "paused already"; a throttled pause is refused as it was.
+            Err(e) if e.code() == ErrorCode::Refused && e.message().ends_with("(HTTP 409)") => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -85,20 +85,8 @@ impl Sandbox for E2bSandbox {
             Some(c) => self.path(c)?,
         };
         // The spec's env is the sandbox's own (E2B's envVars); the exec's rides its start.
-        match super::exec::start(&self.envd, argv, &cwd, &opts.env, ctx).await {
-            Err(e) if e.code() == agentbox_core::ErrorCode::Gone => {
-                // envd answers for a paused sandbox as for one that is gone: E2B says which.
-                let check = Ctx::background().with_timeout(crate::transfer::CONTROL_TIMEOUT);
-                match state(&self.api, self.id.name(), &check).await {
-                    Ok(Some((Status::Sleeping, _))) => Err(Error::refused(format!(
-                        "exec: box {} is asleep (paused); wake it first",
-                        self.id
-                    ))),
-                    _ => Err(Error::gone(format!("box {}: its sandbox has ended", self.id))),
-                }
-            }
-            r => r,
-        }
+        let r = super::exec::start(&self.envd, argv, &cwd, &opts.env, ctx).await;
+        self.why_gone(r).await
     }
 
     async fn status(&self, ctx: &Ctx) -> Result<Status> {
@@ -109,46 +97,13 @@ impl Sandbox for E2bSandbox {
 
     async fn upload(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<()> {
         let p = self.path(path)?;
-        self.envd.upload(ctx, &p, data).await
+        let r = self.envd.upload(ctx, &p, data).await;
+        self.why_gone(r).await
     }
 
     async fn download(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
-        let p = self.path(path)?;
-        // The size first, so nothing over the bound moves.
-        let st = self
-            .envd
-            .unary(ctx, "/filesystem.Filesystem/Stat", &serde_json::json!({"path": p}))
-            .await
-            .map_err(|e| {
-                if e.code() == agentbox_core::ErrorCode::NotFound {
-                    Error::not_found(format!("{path}: no such file in the box"))
-                } else {
-                    e
-                }
-            })?;
-        let entry = st.get("entry").unwrap_or(&Value::Null);
-        if entry.get("type").and_then(Value::as_str) == Some("FILE_TYPE_DIRECTORY") {
-            return Err(Error::invalid(format!("{path}: is a directory")));
-        }
-        let size = match entry.get("size") {
-            Some(Value::String(s)) => s.parse::<u64>().ok(),
-            Some(v) => v.as_u64(),
-            None => None,
-        }
-        .ok_or_else(|| Error::unknown(format!("e2b: Stat of {path} named no size")))?;
-        if size > max_bytes {
-            return Err(Error::too_large(format!(
-                "{path}: {size} bytes, over the {max_bytes}-byte bound"
-            )));
-        }
-        let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-        self.envd.download(ctx, &p, cap).await.map_err(|e| {
-            if e.code() == agentbox_core::ErrorCode::TooLarge {
-                Error::too_large(format!("{path}: grew over the {max_bytes}-byte bound"))
-            } else {
-                e
-            }
-        })
+        let r = self.download_file(path, max_bytes, ctx).await;
+        self.why_gone(r).await
     }
 
     async fn endpoint(&self, port: u16, _ctx: &Ctx) -> Result<Endpoint> {
@@ -172,5 +127,64 @@ impl Sandbox for E2bSandbox {
             .await?;
         tracing::info!(box_id = %self.id, status = a.status, "e2b: sandbox killed");
         Ok(())
+    }
+}
+
+impl E2bSandbox {
+    /// envd answers for a paused sandbox as for one that is gone: E2B says which.
+    async fn why_gone<T>(&self, r: Result<T>) -> Result<T> {
+        match r {
+            Err(e) if e.code() == agentbox_core::ErrorCode::Gone => {
+                let check = Ctx::background().with_timeout(crate::transfer::CONTROL_TIMEOUT);
+                match state(&self.api, self.id.name(), &check).await {
+                    Ok(Some((Status::Sleeping, _))) => Err(Error::refused(format!(
+                        "box {} is asleep (paused); wake it first",
+                        self.id
+                    ))),
+                    _ => Err(Error::gone(format!("box {}: its sandbox has ended", self.id))),
+                }
+            }
+            r => r,
+        }
+    }
+
+    async fn download_file(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
+        let p = self.path(path)?;
+        // The size first, so nothing over the bound moves.
+        let st = self
+            .envd
+            .unary(ctx, "/filesystem.Filesystem/Stat", &serde_json::json!({"path": p}))
+            .await
+            .map_err(|e| {
+                if e.code() == agentbox_core::ErrorCode::NotFound {
+                    Error::not_found(format!("{path}: no such file in the box"))
+                } else {
+                    e
+                }
+            })?;
+        let entry = st.get("entry").unwrap_or(&Value::Null);
+        if entry.get("type").and_then(Value::as_str) == Some("FILE_TYPE_DIRECTORY") {
+            return Err(Error::invalid(format!("{path}: is a directory")));
+        }
+        // Connect's JSON leaves a zero out: no size is an empty file.
+        let size = match entry.get("size") {
+            Some(Value::String(s)) => s.parse::<u64>().ok(),
+            Some(v) => v.as_u64(),
+            None => Some(0),
+        }
+        .ok_or_else(|| Error::unknown(format!("e2b: Stat of {path} named no size")))?;
+        if size > max_bytes {
+            return Err(Error::too_large(format!(
+                "{path}: {size} bytes, over the {max_bytes}-byte bound"
+            )));
+        }
+        let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        self.envd.download(ctx, &p, cap).await.map_err(|e| {
+            if e.code() == agentbox_core::ErrorCode::TooLarge {
+                Error::too_large(format!("{path}: grew over the {max_bytes}-byte bound"))
+            } else {
+                e
+            }
+        })
     }
 }
