@@ -179,3 +179,15 @@ pub(crate) fn upgrade(
     }
     Ok((r, on))
 }
+
+/// End a fake's boxes from its `Drop`, which cannot await: `end` runs on a thread with a
+/// runtime of its own (at most 30 s) and is waited for, so no box outlives the fake.
+pub(crate) fn end_on_own_runtime(end: impl std::future::Future<Output = ()> + Send + 'static) {
+    let ended = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            rt.block_on(async { tokio::time::timeout(std::time::Duration::from_secs(30), end).await })
+                .ok();
+        }
+    });
+    let _ = ended.join();
+}

@@ -389,16 +389,9 @@ impl Drop for FakeDaytona {
         if let Some(s) = self.server.take() {
             s.abort();
         }
-        // Drop cannot await: the boxes are ended on a thread with a runtime of its own, and
-        // waited for, so no box outlives the fake.
+        // Drop cannot await: the boxes are ended on a thread of their own.
         let shared = self.shared.clone();
-        let ended = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), shared.end_all()).await })
-                    .ok();
-            }
-        });
-        let _ = ended.join();
+        crate::shared::end_on_own_runtime(async move { shared.end_all().await });
     }
 }
 
