@@ -701,7 +701,11 @@ async fn read(
                     );
                     continue;
                 };
-                let to = {
+                // The stream's room first (it may wait for the reader), then, under the lock, the
+                // check against the next byte expected and the hand-over at once: a connection
+                // that dropped may still be applying its last frames while the next one replays
+                // them, and only one order of application and delivery keeps the bytes in order.
+                let sink = {
                     let mut sh = shared.lock().unwrap();
                     if let Some(w) = sh.watching.get(&id) {
                         let stream = if stream == STDERR {
@@ -717,12 +721,11 @@ async fn read(
                         continue;
                     }
                     let Some(p) = sh.procs.get_mut(&id) else { continue };
-                    let end = seq + bytes.len() as u64;
                     // Bytes already got (replayed after a resume) are skipped.
-                    if end <= p.last {
+                    if seq + bytes.len() as u64 <= p.last {
                         continue;
                     }
-                    let sink = match stream {
+                    match stream {
                         STDOUT => p.out.clone(),
                         STDERR => p.err.clone(),
                         other => {
@@ -733,35 +736,43 @@ async fn read(
                             );
                             continue;
                         }
-                    };
-                    // A frame past the next byte expected means bytes were lost, though the
-                    // runner did not say so: the reader is told all the same.
-                    let gap = (seq > p.last).then_some(OutputGap {
-                        after: p.last,
-                        from: seq,
-                    });
-                    let skip = p.last.saturating_sub(seq) as usize;
-                    p.last = end;
-                    (sink, p.acks.clone(), gap, skip, end)
+                    }
                 };
-                let (sink, acks, gap, skip, end) = to;
-                let bytes = &bytes[skip..];
                 // Bounded whatever the runner does; under flow control this never waits.
                 let held = bytes.len().clamp(1, HELD_PER_STREAM) as u32;
                 match sink.room.clone().acquire_many_owned(held).await {
                     Ok(p) => p.forget(),
                     Err(_) => continue,
                 }
+                let mut sh = shared.lock().unwrap();
+                let Some(p) = sh.procs.get_mut(&id) else {
+                    sink.room.add_permits(held as usize);
+                    continue;
+                };
+                let end = seq + bytes.len() as u64;
+                if end <= p.last {
+                    // Another connection delivered these while this one waited for room.
+                    sink.room.add_permits(held as usize);
+                    continue;
+                }
+                // A frame past the next byte expected means bytes were lost, though the
+                // runner did not say so: the reader is told all the same.
+                let gap = (seq > p.last).then_some(OutputGap {
+                    after: p.last,
+                    from: seq,
+                });
+                let skip = p.last.saturating_sub(seq) as usize;
+                p.last = end;
                 let chunk = Chunk {
                     end,
-                    bytes: bytes.to_vec(),
+                    bytes: bytes[skip..].to_vec(),
                     held,
                     gap,
                 };
                 // A reader that was dropped is no error: its bytes are let go, and taken as read.
                 if sink.tx.send(chunk).is_err() {
                     sink.room.add_permits(held as usize);
-                    let _ = acks.send((stream, end));
+                    let _ = p.acks.send((stream, end));
                 }
             }
             Message::Text(t) => {
