@@ -96,11 +96,7 @@ impl DockerSandbox {
             "a Docker box without its runner keeps no processes (the engine's exec lives as long as its caller)",
         )?;
         ctx.check()?;
-        let cwd = match opts.cwd.as_deref() {
-            None => self.workspace.clone(),
-            Some(c) if c.starts_with('/') => c.to_string(),
-            Some(c) => format!("{}/{c}", self.workspace.trim_end_matches('/')),
-        };
+        let cwd = crate::util::exec_cwd(&self.workspace, opts.cwd.as_deref());
         let mut cmd = vec![
             "sh".to_string(),
             "-c".into(),

@@ -238,11 +238,7 @@ impl Sandbox for KubeSandbox {
             "a pod's exec lives as long as its stream: without the runner a kube box keeps no processes and has no terminal",
         )?;
         ctx.check()?;
-        let cwd = match opts.cwd.as_deref() {
-            None => self.workspace.clone(),
-            Some(c) if c.starts_with('/') => c.to_string(),
-            Some(c) => format!("{}/{c}", self.workspace.trim_end_matches('/')),
-        };
+        let cwd = crate::util::exec_cwd(&self.workspace, opts.cwd.as_deref());
         let env: Vec<(String, String)> = opts.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         match self.target.exec(argv, &cwd, &env, ctx).await {
             Ok(p) => Ok(p),

@@ -22,16 +22,6 @@ pub struct ModalSandbox {
     pub(crate) ports: Vec<(u16, PortKind)>,
 }
 
-impl ModalSandbox {
-    fn cwd(&self, opts: &ExecOptions) -> String {
-        match opts.cwd.as_deref() {
-            None => self.workspace.clone(),
-            Some(c) if c.starts_with('/') => c.to_string(),
-            Some(c) => format!("{}/{c}", self.workspace.trim_end_matches('/')),
-        }
-    }
-}
-
 #[async_trait]
 impl Sandbox for ModalSandbox {
     fn id(&self) -> &SandboxId {
@@ -58,7 +48,15 @@ impl Sandbox for ModalSandbox {
         )?;
         ctx.check()?;
         let env: HashMap<String, String> = opts.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        self.task.exec(argv, &self.cwd(opts), env, opts.timeout, ctx).await
+        self.task
+            .exec(
+                argv,
+                &crate::util::exec_cwd(&self.workspace, opts.cwd.as_deref()),
+                env,
+                opts.timeout,
+                ctx,
+            )
+            .await
     }
 
     async fn status(&self, ctx: &Ctx) -> Result<Status> {
