@@ -1,6 +1,7 @@
 //! What every fake's server needs alike: the plain-HTTP accept loop, a request's query as the
 //! pairs it holds, a path segment's escapes decoded, a key compared in constant time, the
-//! random ids vendors give their objects, and the answer to a WebSocket upgrade.
+//! random ids vendors give their objects, the answer to a WebSocket upgrade, and a proxy's
+//! forward of one request (upgrades included) to a port of a sandbox.
 
 use std::time::Duration;
 
@@ -190,4 +191,51 @@ pub(crate) fn end_on_own_runtime(end: impl std::future::Future<Output = ()> + Se
         }
     });
     let _ = ended.join();
+}
+
+/// Forward `req` over `tcp` (a connection to a port of a sandbox) as `path` (with its query),
+/// `Host` set to `host` and the headers `strip` (the proxy's own) left out; an upgrade (a
+/// WebSocket) is then copied both ways as raw bytes. `Err` is the reason the port did not
+/// answer, for the vendor's own 502.
+pub(crate) async fn forward(
+    tcp: tokio::net::TcpStream,
+    mut req: Request,
+    path: &str,
+    host: &str,
+    strip: &[&str],
+) -> Result<Response, String> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let upgrading = req.headers().contains_key(header::UPGRADE);
+    let down = upgrading.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    parts.uri = format!("{path}{query}").parse().map_err(|e| format!("the path: {e}"))?;
+    for h in strip {
+        parts.headers.remove(*h);
+    }
+    if let Ok(h) = HeaderValue::from_str(host) {
+        parts.headers.insert(header::HOST, h);
+    }
+    let mut resp = sender
+        .send_request(hyper::Request::from_parts(parts, body))
+        .await
+        .map_err(|e| e.to_string())?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(down) = down
+    {
+        let up = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            if let (Ok(d), Ok(u)) = (down.await, up.await) {
+                let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(d), &mut TokioIo::new(u)).await;
+            }
+        });
+        let (parts, _) = resp.into_parts();
+        return Ok(Response::from_parts(parts, Body::empty()));
+    }
+    Ok(resp.map(Body::new))
 }

@@ -254,6 +254,7 @@ struct Boxes {
     modal: Option<Arc<dyn Sandbox>>,
     _modal: Option<agentbox_fakes::modal::FakeModal>,
     e2b: Option<Arc<dyn Sandbox>>,
+    e2b_runner: Option<Arc<dyn Sandbox>>,
     _e2b: Option<agentbox_fakes::e2b::FakeE2B>,
     _home: tempfile::TempDir,
 }
@@ -311,9 +312,9 @@ async fn modal(spec: &Spec) -> Option<(agentbox_fakes::modal::FakeModal, Arc<dyn
     Some((fake, b))
 }
 
-/// A fake E2B and a box in it; `None` (loudly, or a panic under CI) where this machine has no
-/// box rootfs.
-async fn e2b(spec: &Spec) -> Option<(agentbox_fakes::e2b::FakeE2B, Arc<dyn Sandbox>)> {
+/// A fake E2B and two boxes in it, without and with the runner; `None` (loudly, or a panic
+/// under CI) where this machine has no box rootfs.
+async fn e2b(spec: &Spec) -> Option<(agentbox_fakes::e2b::FakeE2B, Arc<dyn Sandbox>, Arc<dyn Sandbox>)> {
     use agentbox_providers::e2b::{ApiKey, E2bOptions, E2bProvider};
     let rootfs = agentbox_testing::services::rootfs("differential tests on an E2B box")?;
     let key = "e2b_differential_fake_key";
@@ -324,16 +325,23 @@ async fn e2b(spec: &Spec) -> Option<(agentbox_fakes::e2b::FakeE2B, Arc<dyn Sandb
     })
     .await
     .expect("the fake E2B starts");
-    let p = E2bProvider::new(E2bOptions {
+    let opts = E2bOptions {
         api_url: fake.url(),
         sandbox_url: Some(fake.url()),
         api_key: Some(ApiKey::new(key)),
         workspace: "/workspace".into(),
         ..Default::default()
+    };
+    let plain = E2bProvider::new(opts.clone()).unwrap();
+    let with_runner = E2bProvider::new(E2bOptions {
+        runner: Some(agentbox_providers::helper::HelperCommand::discover().unwrap()),
+        ..opts
     })
     .unwrap();
-    let b = p.create(spec, &Ctx::background()).await.unwrap();
-    Some((fake, b))
+    let b = plain.create(spec, &Ctx::background()).await.unwrap();
+    let br = with_runner.create(spec, &Ctx::background()).await.unwrap();
+    assert!(b.files().is_none() && br.files().is_some());
+    Some((fake, b, br))
 }
 
 /// A fake Daytona and two boxes in it, without and with the runner; `None` (loudly, or a
@@ -446,9 +454,9 @@ fn boxes() -> &'static Boxes {
             Some((f, b)) => (Some(f), Some(b)),
             None => (None, None),
         };
-        let (fake_e2b, e2b) = match rt.block_on(e2b(&spec)) {
-            Some((f, b)) => (Some(f), Some(b)),
-            None => (None, None),
+        let (fake_e2b, e2b, e2b_runner) = match rt.block_on(e2b(&spec)) {
+            Some((f, b, br)) => (Some(f), Some(b), Some(br)),
+            None => (None, None, None),
         };
         Boxes {
             rt,
@@ -467,6 +475,7 @@ fn boxes() -> &'static Boxes {
             modal,
             _modal: fake_modal,
             e2b,
+            e2b_runner,
             _e2b: fake_e2b,
             _home: home,
         }
@@ -612,6 +621,14 @@ proptest! {
     #[test]
     fn host_and_an_e2b_box_agree(ops in prop::collection::vec(op(), 1..12)) {
         if let Some(b) = &boxes().e2b {
+            same(b, &ops)?;
+        }
+    }
+
+    /// A sandbox of the fake E2B through its runner, reached by the fake's proxy to its port.
+    #[test]
+    fn host_and_an_e2b_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..12)) {
+        if let Some(b) = &boxes().e2b_runner {
             same(b, &ops)?;
         }
     }

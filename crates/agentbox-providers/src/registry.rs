@@ -598,19 +598,25 @@ const E2B: Option<Make> = None;
 /// The e2b provider from what the `e2b` SDK reads (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`,
 /// `E2B_SANDBOX_URL`) and the template (`AGENTBOX_E2B_TEMPLATE`).
 #[cfg(feature = "e2b")]
-fn make_e2b<'a>(_options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
+fn make_e2b<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
     Box::pin(async move {
         for k in crate::e2b::VARIABLES {
             if env.var(k).is_some_and(|v| v.to_str().is_none()) {
                 return Err(Error::invalid(format!("{k}: not UTF-8")));
             }
         }
-        let o = crate::e2b::E2bOptions::from_vars(|k| {
+        let mut o = crate::e2b::E2bOptions::from_vars(|k| {
             env.var(k)
                 .and_then(|v| v.to_str())
                 .filter(|v| !v.is_empty())
                 .map(String::from)
         })?;
+        if options.runner {
+            match env.runner() {
+                Ok(r) => o.runner = Some(r),
+                Err(e) => tracing::warn!("e2b: boxes get no runner: {}", e.message()),
+            }
+        }
         let provider = crate::e2b::E2bProvider::new(o)?;
         Ok(Arc::new(provider) as Arc<dyn Provider>)
     })

@@ -221,6 +221,72 @@ pub(crate) fn base_url(url: &str, vendor: &str, what: &str) -> Result<String> {
     Ok(base)
 }
 
+#[cfg(any(feature = "daytona", feature = "e2b"))]
+/// The bearer token of the runner in a vendor's sandbox: an HMAC of the sandbox's id under the
+/// vendor's key, so every host holding the key reaches the runner another host started, and
+/// nothing of the token is kept in the box or with the vendor.
+pub(crate) fn runner_token(key: &ApiKey, sandbox: &str) -> String {
+    use hmac::{Hmac, KeyInit, Mac};
+    let mut mac =
+        Hmac::<sha2::Sha256>::new_from_slice(key.expose().as_bytes()).expect("HMAC takes a key of any length");
+    mac.update(b"agentbox-runner:");
+    mac.update(sandbox.as_bytes());
+    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(any(feature = "daytona", feature = "e2b"))]
+/// A WebSocket to the runner in a vendor's sandbox, opened by `request` (the vendor's proxy to a
+/// port of the sandbox, with its own headers) as an HTTP/1.1 upgrade through the vendor's
+/// client: its TLS, its connect deadline. `describe` names the runner in errors. Any answer
+/// but 101 with the right `Sec-WebSocket-Accept` is `transfer_failed`, with the proxy's words.
+pub(crate) async fn runner_websocket(
+    request: reqwest::RequestBuilder,
+    runner_token: &str,
+    describe: &str,
+) -> Result<crate::runner::Link> {
+    use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+    use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    let key = generate_key();
+    let r = request
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "websocket")
+        .header("Sec-WebSocket-Version", "13")
+        .header("Sec-WebSocket-Key", &key)
+        // Not Authorization: a vendor's proxy may take any bearer as its own credential.
+        .header(agentbox_protocol::runner::TOKEN_HEADER, runner_token)
+        .send()
+        .await
+        .map_err(|e| Error::transfer_failed(format!("{describe}: {}", chain(&e))))?;
+    if r.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+        let status = r.status().as_u16();
+        let body = read_capped(r, 64 << 10, "the proxy", "its answer")
+            .await
+            .unwrap_or_default();
+        return Err(Error::transfer_failed(cut(format!(
+            "{describe}: the proxy answered {status}, not a WebSocket: {}",
+            String::from_utf8_lossy(&body).trim()
+        ))));
+    }
+    let accept = r
+        .headers()
+        .get("sec-websocket-accept")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    if accept.as_deref() != Some(derive_accept_key(key.as_bytes()).as_str()) {
+        return Err(Error::transfer_failed(format!(
+            "{describe}: the upgrade's Sec-WebSocket-Accept is wrong"
+        )));
+    }
+    let io = r
+        .upgrade()
+        .await
+        .map_err(|e| Error::transfer_failed(format!("{describe}: {}", chain(&e))))?;
+    let ws =
+        tokio_tungstenite::WebSocketStream::from_raw_socket(io, Role::Client, Some(crate::runner::ws_config())).await;
+    Ok(crate::runner::websocket_link(ws))
+}
+
 #[cfg(all(test, any(feature = "daytona", feature = "archil", feature = "e2b")))]
 mod tests {
     use super::*;

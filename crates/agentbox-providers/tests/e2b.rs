@@ -15,6 +15,7 @@ use agentbox_core::{
 };
 use agentbox_fakes::e2b::{FakeE2B, FakeE2BOptions};
 use agentbox_providers::e2b::{ApiKey, E2bOptions, E2bProvider};
+use agentbox_providers::helper::HelperCommand;
 use agentbox_testing::conformance::{self, Options};
 use agentbox_testing::services::rootfs;
 
@@ -341,5 +342,163 @@ async fn labels_with_any_text_are_found_and_listed_boxes_run_programs() {
     assert_eq!(other.download("empty", 10, &ctx()).await.unwrap(), b"");
     b.destroy(&ctx()).await.unwrap();
     other.destroy(&ctx()).await.unwrap();
+    fake.shutdown().await;
+}
+
+/// The static runner the sandboxes get (`AGENTBOX_RUNNER`, as scripts/test exports it).
+fn runner() -> HelperCommand {
+    HelperCommand {
+        program: std::env::var_os("AGENTBOX_RUNNER")
+            .expect("AGENTBOX_RUNNER names the static runner (scripts/test exports it)")
+            .into(),
+        args: Vec::new(),
+    }
+}
+
+fn with_runner(fake_url: &str) -> E2bOptions {
+    E2bOptions {
+        api_url: fake_url.into(),
+        sandbox_url: Some(fake_url.into()),
+        api_key: Some(ApiKey::new(KEY)),
+        workspace: "/workspace".into(),
+        keepalive: Duration::from_secs(1),
+        runner: Some(runner()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2b_boxes_with_the_runner_pass_the_conformance_suite() {
+    let Some(fake) = fake("e2b_boxes_with_the_runner_pass_the_conformance_suite", |_| {}).await else {
+        return;
+    };
+    let o = with_runner(&fake.url());
+    let report = conformance::run(
+        conformance::factory(move || {
+            let o = o.clone();
+            async move { Arc::new(E2bProvider::new(o).unwrap()) as Arc<dyn Provider> }
+        }),
+        Options::new(
+            "e2b",
+            Duration::from_secs(4),
+            Duration::from_secs(10),
+            Arc::new(view(&fake)),
+        ),
+    )
+    .await;
+    report.assert_all_passed();
+    fake.shutdown().await;
+}
+
+/// The variable that tells the child host process of `outlive_the_host` the fake's address.
+const FAKE_URL_ENV: &str = "AGENTBOX_TEST_E2B_FAKE_URL";
+
+/// Terminals, late readers and processes that outlive the host process that started them (a
+/// second host attaches to them by handle), in E2B boxes through their runner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2b_runner_boxes_keep_their_processes() {
+    let name = "e2b_runner_boxes_keep_their_processes";
+    if agentbox_testing::reexec::part().is_some() {
+        // The child host process: the parent's fake, a provider of its own.
+        let url = std::env::var(FAKE_URL_ENV).expect("the parent names its fake");
+        let p: Arc<dyn Provider> = Arc::new(E2bProvider::new(with_runner(&url)).unwrap());
+        agentbox_testing::processes::outlive_the_host(name, &*p, &[])
+            .await
+            .unwrap();
+        return;
+    }
+    let Some(fake) = fake(name, |_| {}).await else {
+        return;
+    };
+    let p: Arc<dyn Provider> = Arc::new(E2bProvider::new(with_runner(&fake.url())).unwrap());
+    agentbox_testing::processes::terminal(&*p).await.unwrap();
+    agentbox_testing::processes::late_reader_told_the_gap(&*p)
+        .await
+        .unwrap();
+    agentbox_testing::processes::outlive_the_host(name, &*p, &[(FAKE_URL_ENV, fake.url())])
+        .await
+        .unwrap();
+    fake.shutdown().await;
+}
+
+/// The runner's token goes to it on stdin, so neither it nor the key is in any file or program
+/// argument of the box; a second host's attach finds the runner that runs; a wake starts
+/// another (a pause ended it); and a box whose runner cannot be reached (the fake's sandboxes
+/// without internet access have no network its proxy reaches) is still a box, without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_token_stays_out_of_the_box_and_a_box_goes_on_without_its_runner() {
+    let Some(fake) = fake("the_runner_token_stays_out_of_the_box", |_| {}).await else {
+        return;
+    };
+    let p: Arc<dyn Provider> = Arc::new(E2bProvider::new(with_runner(&fake.url())).unwrap());
+    let b = p.create(&spec(), &ctx()).await.unwrap();
+    assert!(
+        b.facts().runner.as_deref().is_some_and(|r| r.contains("E2B's proxy")),
+        "{:?}",
+        b.facts().runner
+    );
+    assert!(b.processes().is_some() && b.files().is_some());
+    let seen = sh(
+        b.as_ref(),
+        "cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' ' '; \
+         grep -rl . /tmp/agentbox /workspace /root 2>/dev/null | grep -v agentbox-runner | xargs cat",
+        &ctx(),
+    )
+    .await
+    .unwrap()
+    .stdout_text();
+    let token = {
+        use hmac::{Hmac, KeyInit, Mac};
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(KEY.as_bytes()).unwrap();
+        mac.update(b"agentbox-runner:");
+        mac.update(b.id().name().as_bytes());
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<String>()
+    };
+    assert!(seen.contains("serve"), "the runner's argv is read: {seen}");
+    assert!(!seen.contains(&token), "the runner's token is in the box");
+    assert!(!seen.contains(KEY), "the key is in the box");
+    // A second host attaches through the runner that runs.
+    let q: Arc<dyn Provider> = Arc::new(E2bProvider::new(with_runner(&fake.url())).unwrap());
+    let again = q.attach(b.id(), &ctx()).await.unwrap().expect("the box runs");
+    assert_eq!(again.facts().runner, b.facts().runner);
+    let runners = |b: Arc<dyn Sandbox>| async move {
+        sh(b.as_ref(), "ls /tmp/agentbox | grep -c '^agentbox-runner-'", &ctx())
+            .await
+            .unwrap()
+            .stdout_text()
+    };
+    assert_eq!(runners(again.clone()).await, "1\n", "the attach started no runner");
+    // A pause ends the runner with every program; the wake starts another.
+    p.sleep(b.id(), &ctx()).await.unwrap();
+    let woke = p.wake(b.id(), &ctx()).await.unwrap();
+    assert_eq!(
+        sh(woke.as_ref(), "echo awake", &ctx()).await.unwrap().stdout_text(),
+        "awake\n"
+    );
+    assert!(woke.processes().is_some());
+    assert_eq!(runners(woke.clone()).await, "2\n", "the wake started a runner");
+    woke.destroy(&ctx()).await.unwrap();
+    // No network the fake's proxy reaches: a box all the same, without a runner.
+    let none = p
+        .create(
+            &Spec {
+                network: Some(Network::None),
+                ..spec()
+            },
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(none.facts().runner, None);
+    assert!(none.processes().is_none());
+    assert_eq!(
+        sh(none.as_ref(), "echo hi", &ctx()).await.unwrap().stdout_text(),
+        "hi\n"
+    );
+    none.destroy(&ctx()).await.unwrap();
     fake.shutdown().await;
 }

@@ -10,18 +10,14 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::Response;
-use hyper_util::rt::TokioIo;
 
 use crate::daytona::error::{DError, DResult, Source};
 use crate::daytona::state::Shared;
 
 pub(crate) const TOKEN_HEADER: &str = "x-daytona-preview-token";
 
-pub(crate) async fn forward(s: &Arc<Shared>, id: &str, port: &str, rest: &str, mut req: Request) -> DResult {
+pub(crate) async fn forward(s: &Arc<Shared>, id: &str, port: &str, rest: &str, req: Request) -> DResult {
     let Some(sbx) = s.get(id) else {
         return Err(DError::new(
             404,
@@ -63,40 +59,15 @@ pub(crate) async fn forward(s: &Arc<Shared>, id: &str, port: &str, rest: &str, m
             Source::Proxy,
         )
     })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| DError::new(502, "BAD_GATEWAY", format!("port {port}: {e}"), Source::Proxy))?;
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
-    let upgrading = req.headers().contains_key(header::UPGRADE);
-    let down = upgrading.then(|| hyper::upgrade::on(&mut req));
-    let (mut parts, body) = req.into_parts();
-    let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    parts.uri = format!("/{rest}{query}")
-        .parse()
-        .map_err(|e| DError::new(400, "BAD_REQUEST", format!("the path: {e}"), Source::Proxy))?;
-    parts.headers.remove(TOKEN_HEADER);
-    if let Ok(h) = HeaderValue::from_str(&format!("127.0.0.1:{port}")) {
-        parts.headers.insert(header::HOST, h);
-    }
-    let mut resp = sender
-        .send_request(hyper::Request::from_parts(parts, body))
-        .await
-        .map_err(|e| DError::new(502, "BAD_GATEWAY", format!("port {port}: {e}"), Source::Proxy))?;
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
-        && let Some(down) = down
-    {
-        let up = hyper::upgrade::on(&mut resp);
-        tokio::spawn(async move {
-            if let (Ok(d), Ok(u)) = (down.await, up.await) {
-                let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(d), &mut TokioIo::new(u)).await;
-            }
-        });
-        let (parts, _) = resp.into_parts();
-        return Ok(Response::from_parts(parts, Body::empty()));
-    }
-    Ok(resp.map(Body::new))
+    crate::shared::forward(
+        tcp,
+        req,
+        &format!("/{rest}"),
+        &format!("127.0.0.1:{port}"),
+        &[TOKEN_HEADER],
+    )
+    .await
+    .map_err(|e| DError::new(502, "BAD_GATEWAY", format!("port {port}: {e}"), Source::Proxy))
 }
 
 /// What the proxy answers for a sandbox that is not started (the fake's choice: the SDK and

@@ -158,6 +158,9 @@ fn parent(path: &str) -> Option<&str> {
     Some(if i == 0 { "/" } else { &p[..i] })
 }
 
+/// envd's port in every sandbox (the SDK's `envd_port`).
+pub(crate) const PORT: u16 = 49983;
+
 /// 502 as E2B's proxy answers for a sandbox it does not find running.
 fn gone(id: &str) -> Response {
     json_response(

@@ -57,6 +57,9 @@
 //! 502 `{"code": 502, "message": "The sandbox ID was not found"}`, which the SDK reads as not
 //! running.
 //!
+//! A request naming another port (`E2b-Sandbox-Port`) goes through E2B's proxy to that port
+//! of the sandbox (see `ports`).
+//!
 //! Simpler than E2B: every template is [`FakeE2BOptions::rootfs`] (or this machine's `/`, read
 //! only) whatever it names; cpu, memory and disk are reported (2, 512 MiB, 10 GiB), not
 //! enforced; relative paths and `~` are from `/root` (the box's home) for every user, and a
@@ -74,6 +77,7 @@
 
 mod api;
 mod envd;
+mod ports;
 mod state;
 
 use std::collections::VecDeque;
@@ -322,15 +326,23 @@ impl Drop for FakeE2B {
     }
 }
 
-/// Every request: envd's when it names a sandbox (`E2b-Sandbox-Id`), else the control plane's.
+/// Every request: envd's when it names a sandbox (`E2b-Sandbox-Id`) and no other port
+/// (`E2b-Sandbox-Port`), a sandbox's port through the proxy when it names another, else the
+/// control plane's.
 async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> Response {
     let sandbox = req
         .headers()
         .get("e2b-sandbox-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    match sandbox {
-        Some(id) => envd::handle(s, id, req).await,
-        None => api::handle(s, req).await,
+    let port = req
+        .headers()
+        .get("e2b-sandbox-port")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|p| p.parse::<u16>().ok());
+    match (sandbox, port) {
+        (Some(id), Some(p)) if p != envd::PORT => ports::forward(s, id, p, req).await,
+        (Some(id), _) => envd::handle(s, id, req).await,
+        (None, _) => api::handle(s, req).await,
     }
 }

@@ -745,15 +745,9 @@ impl DaytonaProvider {
         }
     }
 
-    /// The runner's bearer token for `sandbox`: derived from the key, so every host holding the
-    /// key reaches the runner another host started, and nothing of it is kept in the box.
+    /// The runner's bearer token for `sandbox` (see [`crate::vendor::runner_token`]).
     fn runner_token(&self, sandbox: &str) -> String {
-        use hmac::{Hmac, KeyInit, Mac};
-        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(self.api.key().expose().as_bytes())
-            .expect("HMAC takes a key of any length");
-        mac.update(b"agentbox-runner:");
-        mac.update(sandbox.as_bytes());
-        mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+        crate::vendor::runner_token(self.api.key(), sandbox)
     }
 
     /// Upload this machine's runner into the sandbox, start it on a port of its own, and hand

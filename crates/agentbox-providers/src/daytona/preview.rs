@@ -6,12 +6,9 @@ use std::time::Duration;
 
 use agentbox_core::{Ctx, Error, Result};
 use async_trait::async_trait;
-use tokio_tungstenite::tungstenite::handshake::client::generate_key;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::api::Api;
-use crate::runner::{Dial, Link, websocket_link};
+use crate::runner::{Dial, Link};
 
 /// How long the upgrade may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,7 +35,6 @@ struct Preview {
 #[async_trait]
 impl Dial for PreviewDial {
     async fn dial(&self, ctx: &Ctx) -> Result<Link> {
-        let key = generate_key();
         let open = async {
             let what = format!(
                 "reading the preview URL of port {} of sandbox {}",
@@ -48,51 +44,13 @@ impl Dial for PreviewDial {
                 .api
                 .url(&format!("/sandbox/{}/ports/{}/preview-url", self.sandbox, self.port));
             let p: Preview = self.api.json(ctx, &what, |c| c.get(&url)).await?;
-            let r = self
+            let request = self
                 .api
                 .http()
                 .get(&p.url)
-                .header("Connection", "Upgrade")
-                .header("Upgrade", "websocket")
-                .header("Sec-WebSocket-Version", "13")
-                .header("Sec-WebSocket-Key", &key)
                 .header("X-Daytona-Preview-Token", p.token.as_deref().unwrap_or_default())
-                .header("X-Daytona-Skip-Preview-Warning", "true")
-                // Not Authorization: Daytona's proxy tries every bearer as a Daytona credential.
-                .header(agentbox_protocol::runner::TOKEN_HEADER, &self.runner_token)
-                .send()
-                .await
-                .map_err(|e| Error::transfer_failed(format!("{}: {e}", self.describe())))?;
-            if r.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-                let status = r.status().as_u16();
-                let body = super::api::read_capped(r, 64 << 10, "the preview's answer")
-                    .await
-                    .unwrap_or_default();
-                return Err(Error::transfer_failed(format!(
-                    "{}: the preview URL answered {status}, not a WebSocket: {}",
-                    self.describe(),
-                    String::from_utf8_lossy(&body[..body.len().min(300)]).trim()
-                )));
-            }
-            let accept = r
-                .headers()
-                .get("sec-websocket-accept")
-                .and_then(|v| v.to_str().ok())
-                .map(String::from);
-            if accept.as_deref() != Some(derive_accept_key(key.as_bytes()).as_str()) {
-                return Err(Error::transfer_failed(format!(
-                    "{}: the upgrade's Sec-WebSocket-Accept is wrong",
-                    self.describe()
-                )));
-            }
-            let io = r
-                .upgrade()
-                .await
-                .map_err(|e| Error::transfer_failed(format!("{}: {e}", self.describe())))?;
-            let ws =
-                tokio_tungstenite::WebSocketStream::from_raw_socket(io, Role::Client, Some(crate::runner::ws_config()))
-                    .await;
-            Ok(websocket_link(ws))
+                .header("X-Daytona-Skip-Preview-Warning", "true");
+            crate::vendor::runner_websocket(request, &self.runner_token, &self.describe()).await
         };
         match ctx.run(tokio::time::timeout(OPEN_TIMEOUT, open)).await? {
             Ok(r) => r,

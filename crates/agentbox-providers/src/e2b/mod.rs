@@ -17,6 +17,10 @@
 //!   typed error, never a hang, and a caller that gives up kills the program in the box.
 //! - **Files** move through envd's file API, every byte value; a download reads the size
 //!   first, so nothing over the caller's bound moves.
+//! - **The runner** ([`E2bOptions::runner`], on where the registry finds one): this machine's
+//!   static runner, uploaded and started in each sandbox and reached through E2B's proxy to
+//!   its port (see `runner`). Through it the box keeps its processes, which any host holding
+//!   the key lists, reads and attaches to, and serves files one message per operation.
 //! - **Labels** are E2B's metadata, the providers' namespace refused; every box carries
 //!   `agentbox=1` and the lifetime it was made with.
 //!
@@ -39,6 +43,7 @@
 mod api;
 mod envd;
 mod exec;
+mod runner;
 mod sandbox;
 
 use std::collections::BTreeMap;
@@ -53,6 +58,7 @@ use async_trait::async_trait;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use crate::helper::HelperCommand;
 pub use crate::vendor::ApiKey;
 pub use sandbox::E2bSandbox;
 
@@ -102,6 +108,10 @@ pub struct E2bOptions {
     pub connect_timeout: Duration,
     /// The deadline of one call that is not a stream.
     pub request_timeout: Duration,
+    /// A static `agentbox-runner` of this machine's, uploaded into each sandbox: the box's
+    /// processes then outlive their caller and can be reattached from any host, and its files
+    /// move one message per operation. `None`: every program lives as long as its envd stream.
+    pub runner: Option<HelperCommand>,
 }
 
 impl Default for E2bOptions {
@@ -117,6 +127,7 @@ impl Default for E2bOptions {
             keepalive: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
+            runner: None,
         }
     }
 }
@@ -154,6 +165,19 @@ pub struct E2bProvider {
     o: E2bOptions,
     api: Arc<Api>,
     http: reqwest::Client,
+    /// The runner's bytes, read once.
+    runner_bytes: tokio::sync::OnceCell<Arc<Vec<u8>>>,
+}
+
+/// How a box found is handed out where the provider has a runner.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    /// Through the runner its box names, unchecked, or as it is (a list starts nothing).
+    Lazily,
+    /// Through a runner that answers: the one the box names, else one started now.
+    Checked,
+    /// Through a runner started now (the box has none: just made, or woken).
+    Fresh,
 }
 
 impl E2bProvider {
@@ -177,7 +201,79 @@ impl E2bProvider {
             }),
             http,
             o,
+            runner_bytes: Default::default(),
         })
+    }
+
+    /// E2B's proxy to `port` of a sandbox: `E2B_SANDBOX_URL` where set (the sandbox and port
+    /// then ride in headers), else the port's own host.
+    fn port_url(&self, sandbox_id: &str, domain: Option<&str>, port: u16) -> String {
+        let domain = domain.filter(|d| !d.is_empty()).unwrap_or(&self.o.domain);
+        match &self.o.sandbox_url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None => format!("https://{port}-{sandbox_id}.{domain}"),
+        }
+    }
+
+    /// `b` (read from `d`, its detail) as handed out: through its runner where the provider has
+    /// one and the sandbox runs, else as it is.
+    async fn boxed(&self, b: E2bSandbox, d: &Value, how: Runner, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let Some(helper) = &self.o.runner else {
+            return Ok(Arc::new(b));
+        };
+        if d.get("state").and_then(Value::as_str) == Some("paused") {
+            // Asleep: no program runs, the runner neither; a wake starts one.
+            return Ok(Arc::new(b));
+        }
+        let b = Arc::new(b);
+        let domain = d.get("domain").and_then(Value::as_str);
+        let token = crate::vendor::runner_token(&self.api.key, b.id.name());
+        let dial = |port| runner::ProxyDial {
+            http: self.http.clone(),
+            url: self.port_url(b.id.name(), domain, port),
+            sandbox: b.id.name().to_string(),
+            port,
+            runner_token: token.clone(),
+        };
+        if how != Runner::Fresh
+            && let Some(port) = runner::port_of(&b, ctx).await?
+        {
+            let r = runner::through(b.clone(), dial(port));
+            if how == Runner::Lazily || r.check(ctx).await.is_ok() {
+                return Ok(Arc::new(r));
+            }
+            tracing::info!(sandbox = %b.id.name(), port, "e2b: the box's runner does not answer: starting another");
+        }
+        if how == Runner::Lazily {
+            return Ok(b);
+        }
+        let bytes = self
+            .runner_bytes
+            .get_or_try_init(|| async {
+                tokio::fs::read(&helper.program)
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| Error::io(e, format!("reading the runner {}", helper.program.display())))
+            })
+            .await?
+            .clone();
+        let started = async {
+            let port = runner::install(&b, helper, &bytes, &token, ctx).await?;
+            let r = runner::through(b.clone(), dial(port));
+            r.check(ctx).await?;
+            Ok::<_, Error>(r)
+        };
+        match started.await {
+            Ok(r) => Ok(Arc::new(r)),
+            // A box whose runner cannot start or be reached is still a box: its programs then
+            // live as long as their envd streams (no `processes`, detach refused), and the
+            // facts say it has no runner.
+            Err(e) if ctx.check().is_ok() && e.code() != ErrorCode::Gone => {
+                tracing::warn!(sandbox = %b.id.name(), error = %e, "e2b: the box goes without its runner");
+                Ok(b)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn envd(&self, sandbox_id: &str, domain: Option<&str>, token: Option<&str>) -> Envd {
@@ -272,11 +368,15 @@ impl E2bProvider {
         }))
     }
 
-    /// The box of `sandbox_id` as E2B reads it now; `None` when gone or not this provider's.
-    async fn read(&self, sandbox_id: &str, ctx: &Ctx) -> Result<Option<E2bSandbox>> {
-        match sandbox::state(&self.api, sandbox_id, ctx).await? {
+    /// The box of `sandbox_id` as E2B reads it now, handed out as `how` says; `None` when gone
+    /// or not this provider's.
+    async fn read_boxed(&self, sandbox_id: &str, how: Runner, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        let Some((_, d)) = sandbox::state(&self.api, sandbox_id, ctx).await? else {
+            return Ok(None);
+        };
+        match self.handle(&d)? {
             None => Ok(None),
-            Some((_, d)) => self.handle(&d),
+            Some(b) => Ok(Some(self.boxed(b, &d, how, ctx).await?)),
         }
     }
 
@@ -382,10 +482,9 @@ impl Provider for E2bProvider {
             .to_string();
         tracing::info!(sandbox = %id, lifetime_s = secs, "e2b: sandbox made");
         let ready = async {
-            let b = self
-                .read(&id, ctx)
-                .await?
-                .ok_or_else(|| Error::gone(format!("e2b: sandbox {id} ended as it was made")))?;
+            let gone = || Error::gone(format!("e2b: sandbox {id} ended as it was made"));
+            let (_, detail) = sandbox::state(&self.api, &id, ctx).await?.ok_or_else(gone)?;
+            let b = self.handle(&detail)?.ok_or_else(gone)?;
             // What E2B read back must be what was asked, or the box is not handed out.
             let want = match &spec.network {
                 Some(Network::None) => Some(NetworkFact::None),
@@ -408,11 +507,11 @@ impl Provider for E2bProvider {
                     out.stderr_text().trim()
                 )));
             }
-            Ok(b)
+            self.boxed(b, &detail, Runner::Fresh, ctx).await
         }
         .await;
         match ready {
-            Ok(b) => Ok(Arc::new(b)),
+            Ok(b) => Ok(b),
             Err(e) => {
                 let _ = self
                     .api
@@ -432,10 +531,7 @@ impl Provider for E2bProvider {
 
     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
         id.expect_provider(NAME)?;
-        Ok(self
-            .read(id.name(), ctx)
-            .await?
-            .map(|b| Arc::new(b) as Arc<dyn Sandbox>))
+        self.read_boxed(id.name(), Runner::Checked, ctx).await
     }
 
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
@@ -472,9 +568,9 @@ impl Provider for E2bProvider {
                 // A listing carries no envd token and no network: each match is read whole.
                 if let Some(b) = self.handle(d)?
                     && labels.iter().all(|(k, v)| b.labels.get(k) == Some(v))
-                    && let Some(b) = self.read(b.id.name(), ctx).await?
+                    && let Some(b) = self.read_boxed(b.id.name(), Runner::Lazily, ctx).await?
                 {
-                    out.push(Arc::new(b));
+                    out.push(b);
                 }
             }
             next = a.next;
@@ -531,11 +627,9 @@ impl Provider for E2bProvider {
         if a.status == 404 {
             return Err(Error::gone(format!("wake: box {id} has ended")));
         }
-        let b = self
-            .read(id.name(), ctx)
+        self.read_boxed(id.name(), Runner::Fresh, ctx)
             .await?
-            .ok_or_else(|| Error::gone(format!("wake: box {id} ended as it woke")))?;
-        Ok(Arc::new(b))
+            .ok_or_else(|| Error::gone(format!("wake: box {id} ended as it woke")))
     }
 
     async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
@@ -563,11 +657,9 @@ impl Provider for E2bProvider {
         if a.status == 404 {
             return Err(Error::gone(format!("extend: box {id} has ended")));
         }
-        let b = self
-            .read(id.name(), ctx)
+        self.read_boxed(id.name(), Runner::Lazily, ctx)
             .await?
-            .ok_or_else(|| Error::gone(format!("extend: box {id} has ended")))?;
-        Ok(Arc::new(b))
+            .ok_or_else(|| Error::gone(format!("extend: box {id} has ended")))
     }
 }
 

@@ -1,0 +1,71 @@
+//! E2B's proxy to a port of a sandbox other than envd's (`https://{port}-{id}.{domain}`, or one
+//! URL with `E2b-Sandbox-Id` and `E2b-Sandbox-Port`, as the SDK addresses envd under
+//! `E2B_SANDBOX_URL`). A request is forwarded, upgrades (WebSockets) included, to
+//! `127.0.0.1:{port}`, where a box with the open network (which shares this machine's) listens.
+//!
+//! Nothing listening on the port: 502 with the words of E2B's "Closed Port" page. A sandbox
+//! that is not running: 502 "not found", as for envd. Simpler than E2B: every port is public
+//! (E2B's default; `allowPublicTraffic: false` and its traffic access token are not modelled),
+//! and a sandbox without internet access has no port this proxy reaches: its box has no
+//! network at all (not even a socket of its own to listen on), where E2B's proxy still reaches
+//! it. Such a port is 502, saying so.
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::json;
+
+use crate::e2b::api::json_response;
+use crate::e2b::state::Shared;
+
+/// The headers of the proxy's own, not forwarded.
+const PROXY_HEADERS: [&str; 3] = ["e2b-sandbox-id", "e2b-sandbox-port", "x-access-token"];
+
+pub(crate) async fn forward(s: Arc<Shared>, id: String, port: u16, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    s.record(req.method().as_str(), &path, Some(&id), None);
+    let gone = || {
+        json_response(
+            StatusCode::BAD_GATEWAY,
+            &json!({"code": 502, "message": format!("The sandbox {id} was not found"), "sandboxId": id}),
+        )
+    };
+    let Some(b) = s.sandbox(&id).and_then(|x| x.running_box()) else {
+        return gone();
+    };
+    let closed = |why: String| {
+        tracing::debug!(sandbox = %id, port, why, "fake e2b: a closed port");
+        json_response(
+            StatusCode::BAD_GATEWAY,
+            &json!({
+                "code": 502,
+                "message": format!("The sandbox {id} is running but there's no service running on port {port}."),
+                "sandboxId": id,
+                "port": port,
+            }),
+        )
+    };
+    if b.facts().network == Some(agentbox_core::NetworkFact::None) {
+        return json_response(
+            StatusCode::BAD_GATEWAY,
+            &json!({
+                "code": 502,
+                "message": format!(
+                    "The sandbox {id} has no internet access, and in this fake E2B no network: no port of it is reached."
+                ),
+                "sandboxId": id,
+                "port": port,
+            }),
+        );
+    }
+    let tcp = match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+        Ok(t) => t,
+        Err(e) => return closed(e.to_string()),
+    };
+    match crate::shared::forward(tcp, req, &path, &format!("localhost:{port}"), &PROXY_HEADERS).await {
+        Ok(r) => r,
+        Err(e) => closed(e),
+    }
+}
