@@ -7,6 +7,7 @@
 //! This crate does no I/O of its own and knows no provider. See `ARCHITECTURE.md` at the
 //! repository root for where it sits.
 
+mod allow;
 mod ctx;
 mod error;
 mod facts;
@@ -19,6 +20,7 @@ mod sandbox;
 mod spec;
 mod time;
 
+pub use allow::{AllowEntry, AllowTarget, Allowlist, canonical};
 pub use ctx::Ctx;
 pub use error::{Error, ErrorCode, Result};
 pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock};

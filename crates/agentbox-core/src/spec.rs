@@ -93,7 +93,9 @@ pub enum Network {
     Open,
     /// Nothing.
     None,
-    /// Only these domains (`api.example.com`, `*.example.com`) and IPv4 CIDRs (`10.0.0.0/8`).
+    /// Only these domains (`api.example.com`, `*.example.com`) and IPv4 or IPv6 addresses and
+    /// CIDRs (`10.0.0.0/8`, `2001:db8::/32`), each with an optional port (`example.com:443`,
+    /// `[2001:db8::/32]:443`): see [`crate::Allowlist`].
     Allow(Vec<String>),
 }
 
@@ -194,14 +196,7 @@ impl Spec {
             }
         }
         if let Some(Network::Allow(list)) = &self.network {
-            if list.is_empty() {
-                return Err(Error::invalid(
-                    "spec.network.allow: an empty allowlist; use network none",
-                ));
-            }
-            for entry in list {
-                validate_allow_entry(entry)?;
-            }
+            crate::allow::Allowlist::parse(list)?;
         }
         let mut seen = std::collections::BTreeSet::new();
         for p in &self.ports {
@@ -321,33 +316,6 @@ pub fn is_normal_absolute(p: &str) -> bool {
         }
         None => false,
     }
-}
-
-fn validate_allow_entry(entry: &str) -> Result<()> {
-    let bad = || {
-        Error::invalid(format!(
-            "spec.network.allow: {entry:?} is neither a domain nor an IPv4 CIDR"
-        ))
-    };
-    if let Some((addr, bits)) = entry.split_once('/') {
-        let bits: u8 = bits.parse().map_err(|_| bad())?;
-        if bits > 32 || addr.parse::<std::net::Ipv4Addr>().is_err() {
-            return Err(bad());
-        }
-        return Ok(());
-    }
-    let host = entry.strip_prefix("*.").unwrap_or(entry);
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if host.len() > 253 || !host.contains('.') || !host.split('.').all(label_ok) {
-        return Err(bad());
-    }
-    Ok(())
 }
 
 /// What a provider can honour. [`check_spec`] refuses everything else.

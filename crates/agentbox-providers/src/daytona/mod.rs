@@ -273,6 +273,7 @@ impl DaytonaProvider {
         }
         check_spec(spec, &self.honours(), NAME)?;
         if let Some(Network::Allow(hosts)) = &spec.network {
+            agentbox_core::Allowlist::parse(hosts)?.refuse(false, "Daytona's domain allow list")?;
             domains(hosts)?;
         }
         Ok(())

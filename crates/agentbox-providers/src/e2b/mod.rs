@@ -440,6 +440,9 @@ impl Provider for E2bProvider {
 
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         check_spec(spec, &self.honours(), NAME)?;
+        if let Some(Network::Allow(list)) = &spec.network {
+            agentbox_core::Allowlist::parse(list)?.refuse(true, "E2B's allowOut")?;
+        }
         let secs = self.lifetime_secs(spec.max_lifetime);
         let mut metadata: BTreeMap<String, String> = spec.labels.clone().into_iter().collect();
         metadata.insert("agentbox".into(), "1".into());

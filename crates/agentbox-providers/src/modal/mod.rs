@@ -300,6 +300,7 @@ impl ModalProvider {
         // What the tags must keep of the spec fits them (checked before any call).
         let mut scratch = BTreeMap::new();
         if let Some(Network::Allow(list)) = &spec.network {
+            agentbox_core::Allowlist::parse(list)?.refuse(true, "Modal's CIDR and domain allowlist")?;
             tags::put(&mut scratch, TAG_ALLOW, &list.join(",")).map_err(|_| {
                 Error::invalid(format!(
                     "spec.network.allow: {} entries are more than a Modal box can keep in its tags (at most about \

@@ -1,0 +1,386 @@
+//! The proxy's side of one client connection: its request head read (bounded, within a
+//! deadline), the target checked by the [`Policy`], resolved and checked again, connected to,
+//! and the bytes then copied both ways.
+//!
+//! `CONNECT host:port` is answered `200` and becomes a tunnel. A plain HTTP request in absolute
+//! form (`GET http://host/path`) is sent on in origin form with `Connection: close`: one
+//! request per connection, so a keep-alive connection can never carry a second request to a
+//! host that was not checked. A request in origin form for [`PROBE_PATH`] is answered by the
+//! proxy itself (how a box proves it reaches the proxy); any other is `400`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::policy::{Decision, Policy};
+use crate::refusal::Refusal;
+use crate::resolve::Resolver;
+
+/// Where refusals go (the daemon's log, a test's list).
+pub type Refusals = Arc<dyn Fn(Refusal) + Send + Sync>;
+
+/// The longest request head taken.
+const MAX_HEAD: usize = 16 << 10;
+/// The most headers a request may carry.
+const MAX_HEADERS: usize = 100;
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a name may take to resolve.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connect may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The path a client asks the proxy itself for, in origin form: answered `200`.
+pub const PROBE_PATH: &str = "/.agentbox-egress";
+
+/// The proxy: cheap to clone, one [`Proxy::serve`] per client connection.
+#[derive(Clone)]
+pub struct Proxy {
+    policy: Policy,
+    resolver: Arc<dyn Resolver>,
+    refusals: Refusals,
+}
+
+/// What a request asks to reach.
+struct Target {
+    host: String,
+    port: u16,
+    /// A plain HTTP request: its head as it goes to the origin.
+    forward: Option<Vec<u8>>,
+}
+
+impl Proxy {
+    /// A proxy enforcing `policy`, resolving with `resolver`, telling `refusals` of each refusal.
+    pub fn new(policy: Policy, resolver: Arc<dyn Resolver>, refusals: Refusals) -> Self {
+        Proxy {
+            policy,
+            resolver,
+            refusals,
+        }
+    }
+
+    /// Serve one client connection to its end. `Err` says why it ended early (the client was
+    /// answered where it could be); nothing is refused without a record.
+    pub async fn serve<S>(&self, mut client: S) -> Result<(), String>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let (head, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+            Err(_) => return Err("no request head within 30 s".into()),
+            Ok(Err(e)) => {
+                let _ = answer(&mut client, 400, &e).await;
+                return Err(e);
+            }
+            Ok(Ok(h)) => h,
+        };
+        let target = match parse(&head) {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                answer(&mut client, 200, "agentbox egress proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                return Ok(());
+            }
+            Err((status, why)) => {
+                let _ = answer(&mut client, status, &why).await;
+                return Err(why);
+            }
+        };
+        let upstream = match self.reach(&target.host, target.port).await {
+            Ok(s) => s,
+            Err(Reached::Refused(r)) => {
+                let why = format!("{}:{} refused ({}): {}", r.host, r.port, r.rule, r.why);
+                (self.refusals)(r);
+                let _ = answer(&mut client, 403, &why).await;
+                return Err(why);
+            }
+            Err(Reached::Failed(why)) => {
+                let _ = answer(&mut client, 502, &why).await;
+                return Err(why);
+            }
+        };
+        let mut upstream = upstream;
+        let _ = upstream.set_nodelay(true);
+        match &target.forward {
+            None => client
+                .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .await
+                .map_err(|e| e.to_string())?,
+            Some(h) => upstream.write_all(h).await.map_err(|e| e.to_string())?,
+        }
+        upstream.write_all(&rest).await.map_err(|e| e.to_string())?;
+        tokio::io::copy_bidirectional(&mut client, &mut upstream)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Check `host:port`, resolve it, check what it resolved to, and connect to the first
+    /// address allowed: the very address checked, never resolved again.
+    async fn reach(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream, Reached> {
+        let refuse = |address: Option<IpAddr>, rule: String, why: String| {
+            Reached::Refused(Refusal {
+                at_ms: now_ms(),
+                host: host.to_string(),
+                port,
+                address: address.map(|a| a.to_string()),
+                rule,
+                why,
+            })
+        };
+        let literal = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host)
+            .parse::<IpAddr>()
+            .ok();
+        let (addresses, by_name) = match literal {
+            Some(ip) => (vec![ip], None),
+            None => {
+                let rule = match self.policy.check_name(host, port) {
+                    Decision::Allowed { rule } => rule,
+                    Decision::Refused { rule, why } => return Err(refuse(None, rule, why)),
+                };
+                let resolved = tokio::time::timeout(RESOLVE_TIMEOUT, self.resolver.resolve(host))
+                    .await
+                    .map_err(|_| Reached::Failed(format!("{host} did not resolve within 10 s")))?
+                    .map_err(|e| Reached::Failed(format!("{host} did not resolve: {e}")))?;
+                if resolved.is_empty() {
+                    return Err(Reached::Failed(format!("{host} has no address")));
+                }
+                (resolved, Some(rule))
+            }
+        };
+        let mut first_refusal = None;
+        let mut last_failure = None;
+        for ip in addresses.into_iter().take(16) {
+            match self.policy.check_addr(ip, port, by_name.as_deref()) {
+                Decision::Refused { rule, why } => {
+                    first_refusal.get_or_insert_with(|| refuse(Some(ip), rule, why));
+                }
+                Decision::Allowed { .. } => {
+                    let to = SocketAddr::new(ip, port);
+                    match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(to)).await {
+                        Ok(Ok(s)) => return Ok(s),
+                        Ok(Err(e)) => last_failure = Some(format!("connecting to {to}: {e}")),
+                        Err(_) => last_failure = Some(format!("connecting to {to}: no answer within 10 s")),
+                    }
+                }
+            }
+        }
+        match (last_failure, first_refusal) {
+            (Some(why), _) => Err(Reached::Failed(why)),
+            (None, Some(r)) => Err(r),
+            (None, None) => Err(Reached::Failed(format!("{host}: no address to try"))),
+        }
+    }
+}
+
+enum Reached {
+    Refused(Refusal),
+    Failed(String),
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The request head (through its blank line) and whatever came after it.
+async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = client.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the connection ended before its request head".into());
+        }
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+            let end = from + i + 4;
+            let rest = buf.split_off(end);
+            return Ok((buf, rest));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(format!("a request head over {MAX_HEAD} bytes"));
+        }
+    }
+}
+
+/// What the head asks: a target, `None` for the proxy's own probe, or the status and reason
+/// of a request the proxy does not take.
+fn parse(head: &[u8]) -> Result<Option<Target>, (u16, String)> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err((400, "an incomplete request head".into())),
+        Err(e) => return Err((400, format!("a request head that is not HTTP: {e}"))),
+    }
+    let (method, path) = (req.method.unwrap_or(""), req.path.unwrap_or(""));
+    if method == "CONNECT" {
+        let (host, port) = authority(path).ok_or((400, format!("CONNECT {path:?}: not host:port")))?;
+        return Ok(Some(Target {
+            host,
+            port: port.ok_or((400, format!("CONNECT {path:?}: no port")))?,
+            forward: None,
+        }));
+    }
+    if path == PROBE_PATH {
+        return Ok(None);
+    }
+    let Some(after) = path.strip_prefix("http://") else {
+        let why = if path.starts_with("https://") {
+            "an https URL goes through CONNECT (set HTTPS_PROXY)".to_string()
+        } else {
+            format!("{path:?} is not an absolute http URL: this is a proxy")
+        };
+        return Err((400, why));
+    };
+    let (auth, rest) = match after.find(['/', '?']) {
+        Some(i) => (&after[..i], &after[i..]),
+        None => (after, ""),
+    };
+    if auth.contains('@') {
+        return Err((400, "credentials in a proxied URL are not taken".into()));
+    }
+    let (host, port) = authority(auth).ok_or((400, format!("{auth:?} is not a host")))?;
+    let port = port.unwrap_or(80);
+    let origin_path = match rest {
+        "" => "/".to_string(),
+        r if r.starts_with('?') => format!("/{r}"),
+        r => r.to_string(),
+    };
+    let mut out = format!("{method} {origin_path} HTTP/1.{}\r\n", req.version.unwrap_or(1)).into_bytes();
+    let mut has_host = false;
+    for h in req.headers.iter() {
+        let name = h.name.to_ascii_lowercase();
+        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
+            continue;
+        }
+        has_host |= name == "host";
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !has_host {
+        out.extend_from_slice(format!("Host: {auth}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Some(Target {
+        host,
+        port,
+        forward: Some(out),
+    }))
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`: the host (an IPv6 literal in brackets) and port.
+fn authority(a: &str) -> Option<(String, Option<u16>)> {
+    let (host, port) = if let Some(rest) = a.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        h.parse::<std::net::Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        (format!("[{h}]"), port)
+    } else {
+        match a.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (a.to_string(), None),
+        }
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
+    if !host_ok {
+        return None;
+    }
+    let port = match port {
+        None => None,
+        Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p > 0)?),
+    };
+    Some((host, port))
+}
+
+/// A short answer of the proxy's own, closing the connection.
+async fn answer<S: AsyncWrite + Unpin>(client: &mut S, status: u16, body: &str) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        _ => "Bad Gateway",
+    };
+    let body = format!("agentbox egress: {body}\n");
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nX-Agentbox-Egress: {}\r\nConnection: close\r\n\r\n",
+        body.len(),
+        if status == 403 { "refused" } else { "proxy" }
+    );
+    client.write_all(head.as_bytes()).await?;
+    client.write_all(body.as_bytes()).await?;
+    client.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(head: &str) -> Result<Option<Target>, (u16, String)> {
+        parse(head.as_bytes())
+    }
+
+    #[test]
+    fn connect_and_absolute_requests_name_their_target() {
+        let t = target("CONNECT a.example.com:443 HTTP/1.1\r\nHost: a.example.com:443\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.forward.is_none()),
+            ("a.example.com", 443, true)
+        );
+        let t = target("CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("[2001:db8::1]", 8443));
+        let t = target(
+            "GET http://a.example.com:8080/x?y=1 HTTP/1.1\r\nHost: a.example.com:8080\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: x\r\nAccept: */*\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("a.example.com", 8080));
+        let fwd = String::from_utf8(t.forward.unwrap()).unwrap();
+        assert!(fwd.starts_with("GET /x?y=1 HTTP/1.1\r\n"), "{fwd}");
+        assert!(!fwd.to_ascii_lowercase().contains("proxy-"), "{fwd}");
+        assert!(fwd.ends_with("Accept: */*\r\nConnection: close\r\n\r\n"), "{fwd}");
+        let t = target("GET http://b.example.com HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        let fwd = String::from_utf8(t.forward.unwrap()).unwrap();
+        assert!(fwd.starts_with("GET / HTTP/1.0\r\nHost: b.example.com\r\n"), "{fwd}");
+        assert!(target("GET /.agentbox-egress HTTP/1.1\r\n\r\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn requests_the_proxy_does_not_take_are_bad_requests_saying_why() {
+        for (head, word) in [
+            ("CONNECT a.example.com HTTP/1.1\r\n\r\n", "no port"),
+            ("CONNECT a.example.com:0 HTTP/1.1\r\n\r\n", "not host:port"),
+            ("CONNECT a b:1 HTTP/1.1\r\n\r\n", "not HTTP"),
+            ("GET https://a.example.com/ HTTP/1.1\r\n\r\n", "CONNECT"),
+            ("GET /x HTTP/1.1\r\n\r\n", "not an absolute"),
+            ("GET http://u:p@a.example.com/ HTTP/1.1\r\n\r\n", "credentials"),
+            ("GET http://a%2e.com/ HTTP/1.1\r\n\r\n", "not a host"),
+            ("\u{1}\u{2}\r\n\r\n", "not HTTP"),
+        ] {
+            match target(head) {
+                Err((400, why)) => assert!(why.contains(word), "{head:?}: {why}"),
+                Err((s, why)) => panic!("{head:?}: {s} {why}"),
+                Ok(_) => panic!("{head:?} was taken"),
+            }
+        }
+    }
+}
