@@ -176,7 +176,8 @@ pub(crate) fn copy_tree_within(src: &Path, dst: &Path, budget: Option<u64>) -> R
                 let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
                 if bytes.saturating_add(size) > budget {
                     return Err(Error::too_large(format!(
-                        "copying {}: its files come to more than the {budget} bytes the copy may take                          (what {} has free, less a reserve of {COPY_RESERVE})",
+                        "copying {}: its files come to more than the {budget} bytes the copy may take \
+                         (what {} has free, less a reserve of {COPY_RESERVE})",
                         src.display(),
                         dst.display()
                     )));
