@@ -19,8 +19,10 @@ pub(crate) struct BenchArgs {
     /// number vs `exec tail -c`, on local and Docker boxes) or `sync` (extracting a
     /// 10,000-file tree vs GNU tar).
     /// `kube` (create and exec on Kubernetes boxes against the fake API server, beside bare
-    /// kube-rs calls; needs `agentbox-fake` and `AGENTBOX_TEST_ROOTFS`).
-    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync", "kube"])]
+    /// kube-rs calls; needs `agentbox-fake` and `AGENTBOX_TEST_ROOTFS`). `egress` (a
+    /// namespace box's download and requests through its egress proxy vs a direct loopback
+    /// connection).
+    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync", "kube", "egress"])]
     what: String,
     /// Samples of each side.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
@@ -180,6 +182,9 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     }
     if args.what == "kube" {
         return crate::bench_kube::kube(args).await;
+    }
+    if args.what == "egress" {
+        return crate::bench_egress::egress(args).await;
     }
     // The bare box against its baseline, which starts no runner either (`bench runner`
     // measures the runner).
@@ -397,6 +402,23 @@ pub(crate) fn print_pairs(pairs: &[Pair], notes: &[String], json: bool) -> Resul
         println!("not measured: {note}");
     }
     Ok(())
+}
+
+impl Pair {
+    /// The baseline's median, in ms.
+    pub(crate) fn baseline_median_ms(&self) -> f64 {
+        self.baseline_ms.median
+    }
+
+    /// The subject's median, in ms.
+    pub(crate) fn subject_median_ms(&self) -> f64 {
+        self.subject_ms.median
+    }
+
+    /// Subject median over baseline median.
+    pub(crate) fn ratio(&self) -> f64 {
+        self.ratio
+    }
 }
 
 pub(crate) fn pair(name: &str, baseline: &str, subject: &str, a: Stats, b: Stats) -> Pair {

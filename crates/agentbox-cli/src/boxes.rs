@@ -86,6 +86,18 @@ pub(crate) enum BoxCommand {
         /// The box's id.
         id: SandboxId,
     },
+    /// What a box's egress proxy refused (a box made with `--allow`): time, host, port, the
+    /// address the name resolved to, and the rule, oldest first.
+    Net {
+        /// The box's id.
+        id: SandboxId,
+        /// At most this many, the newest.
+        #[arg(long, default_value_t = 100)]
+        last: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// End boxes and every program in them.
     Rm {
         /// The boxes' ids.
@@ -233,8 +245,13 @@ pub(crate) struct CreateArgs {
     #[arg(long, value_parser = memory_mb)]
     memory: Option<u64>,
     /// `open` or `none`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "allow")]
     network: Option<String>,
+    /// Reach only this (repeatable): a name, `*.name` (any name below it), an IPv4 or IPv6
+    /// address or CIDR, each with an optional `:PORT` (IPv6 in brackets: `[2001:db8::/32]:443`).
+    /// Enforced by agentbox's egress proxy (namespace boxes); `box net ID` shows what it refused.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    allow: Vec<String>,
     /// The isolation asked for.
     #[arg(long)]
     isolation: Option<String>,
@@ -597,6 +614,32 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             );
             Ok(0)
         }
+        BoxCommand::Net { id, last, json } => {
+            let b = attach(&id, &ctx).await?;
+            let refusals = b.net_refusals(last, &ctx).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&refusals).map_err(|e| Error::unknown(e.to_string()))?
+                );
+                return Ok(0);
+            }
+            if refusals.is_empty() {
+                eprintln!("box {id}: nothing refused");
+            }
+            for r in &refusals {
+                let address = r.address.as_deref().map(|a| format!(" ({a})")).unwrap_or_default();
+                println!(
+                    "{}  {}:{}{address}  {}: {}",
+                    agentbox_core::rfc3339(i64::try_from(r.at_ms).unwrap_or(i64::MAX)),
+                    r.host,
+                    r.port,
+                    r.rule,
+                    r.why
+                );
+            }
+            Ok(0)
+        }
         BoxCommand::Rm { ids } => {
             for id in ids {
                 attach(&id, &ctx).await?.destroy(&ctx).await?;
@@ -626,6 +669,16 @@ async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
         Some("none") => Some(Network::None),
         Some(other) => return Err(Error::invalid(format!("--network: {other:?} is not open or none"))),
     };
+    if !a.allow.is_empty() {
+        // Each entry is checked here too, so the flag is named in what is wrong.
+        agentbox_core::Allowlist::parse(&a.allow).map_err(|e| {
+            Error::invalid(format!(
+                "--allow: {}",
+                e.message().trim_start_matches("spec.network.allow: ")
+            ))
+        })?;
+        spec.network = Some(Network::Allow(a.allow));
+    }
     for m in &a.mounts {
         spec.mounts.push(mount(m)?);
     }

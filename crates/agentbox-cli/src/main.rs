@@ -4,6 +4,7 @@
 //! on stderr; `box exec` exits with the program's own code.
 
 mod bench;
+mod bench_egress;
 mod bench_kube;
 mod boxes;
 mod demo;

@@ -1092,3 +1092,79 @@ fn the_namespace_bench_measures_local_and_docker_boxes_beside_it() {
         assert!(p["subject_ms"]["p90"].as_f64().unwrap() >= subject, "{p}");
     }
 }
+
+/// `--allow` makes a namespace box whose egress proxy is the only way out, and `box net` says
+/// what it refused; a bad entry, a local box and `--allow` beside `--network` are refused.
+#[test]
+fn an_allowlisted_box_and_what_its_proxy_refused() {
+    let h = Home::new();
+    one_line_error(
+        &h.run(
+            &["box", "create", "--provider", "namespace", "--allow", "exa mple.com"],
+            b"",
+        ),
+        1,
+        "--allow: \"exa mple.com\" is not an entry",
+    );
+    one_line_error(
+        &h.run(&["box", "create", "--provider", "local", "--allow", "example.com"], b""),
+        1,
+        "a local box cannot enforce an allowlist",
+    );
+    let out = h.run(
+        &[
+            "box",
+            "create",
+            "--provider",
+            "namespace",
+            "--allow",
+            "example.com",
+            "--network",
+            "none",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let id = h
+        .ok(&[
+            "box",
+            "create",
+            "--provider",
+            "namespace",
+            "--lifetime",
+            "2m",
+            "--allow",
+            "example.com:443",
+            "--allow",
+            "*.example.org",
+        ])
+        .trim()
+        .to_string();
+    let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
+    assert_eq!(
+        facts["network"],
+        serde_json::json!({"allowlist": ["example.com:443", "*.example.org"]}),
+        "{facts}"
+    );
+    let err = h.run(&["box", "net", &id], b"");
+    assert!(err.status.success());
+    assert!(String::from_utf8_lossy(&err.stderr).contains("nothing refused"));
+    // A name the list does not hold: refused before it is resolved (no network is needed).
+    let said = h.ok(&[
+        "box",
+        "exec",
+        &id,
+        "--",
+        "bash",
+        "-c",
+        "exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT nowhere.test:443 HTTP/1.1\\r\\n\\r\\n' >&3 && cat <&3",
+    ]);
+    assert!(said.starts_with("HTTP/1.1 403"), "{said}");
+    let net = h.ok(&["box", "net", &id]);
+    assert!(net.contains("nowhere.test:443  no entry: "), "{net}");
+    let json: serde_json::Value = serde_json::from_str(&h.ok(&["box", "net", &id, "--json"])).unwrap();
+    assert_eq!(json[0]["host"], "nowhere.test", "{json}");
+    assert_eq!(json[0]["port"], 443, "{json}");
+    h.ok(&["box", "rm", &id]);
+}

@@ -193,6 +193,24 @@ impl fmt::Display for AllowEntry {
     }
 }
 
+/// One connection an egress proxy refused ([`crate::Sandbox::net_refusals`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NetRefusal {
+    /// When, in ms since the epoch.
+    pub at_ms: u64,
+    /// The host asked for: a name, or an address.
+    pub host: String,
+    /// The port asked for.
+    pub port: u16,
+    /// The address the name resolved to, where the address was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// What refused it: `no entry`, or the never-allowed range the address is in.
+    pub rule: String,
+    /// Why, in words.
+    pub why: String,
+}
+
 /// A whole allowlist: at least one entry, each parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Allowlist(Vec<AllowEntry>);

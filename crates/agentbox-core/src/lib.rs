@@ -20,7 +20,7 @@ mod sandbox;
 mod spec;
 mod time;
 
-pub use allow::{AllowEntry, AllowTarget, Allowlist, canonical};
+pub use allow::{AllowEntry, AllowTarget, Allowlist, NetRefusal, canonical};
 pub use ctx::Ctx;
 pub use error::{Error, ErrorCode, Result};
 pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock};

@@ -172,6 +172,17 @@ pub trait Sandbox: Send + Sync + 'static {
         None
     }
 
+    /// The last `max` connections the box's egress proxy refused, oldest first: where the box's
+    /// allowlist is enforced by agentbox's own proxy (a namespace box with `network: { allow }`).
+    /// Elsewhere `unsupported`, naming the box.
+    async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<crate::NetRefusal>> {
+        let _ = (max, ctx);
+        Err(crate::Error::unsupported(format!(
+            "box {}: no egress proxy of agentbox's guards it, so it records no refusal",
+            self.id()
+        )))
+    }
+
     /// The processes the box keeps, where something in it keeps them (a runner): listed,
     /// read and attached to by any host process. `None` where a program lives only as long as
     /// the exec that started it; such a box refuses `detach` and `timeout` (`unsupported`).

@@ -4,25 +4,8 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-/// One connection the proxy refused.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Refusal {
-    /// When, in ms since the epoch.
-    pub at_ms: u64,
-    /// The host asked for: a name, or an address.
-    pub host: String,
-    /// The port asked for.
-    pub port: u16,
-    /// The address the name resolved to, where the address was refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
-    /// What refused it: `no entry`, or the never-allowed range the address is in.
-    pub rule: String,
-    /// Why, in words.
-    pub why: String,
-}
+/// One connection the proxy refused (the contract's own type: a box answers them).
+pub use agentbox_core::NetRefusal as Refusal;
 
 /// The refusals of one box, appended one JSON line each.
 #[derive(Clone, Debug)]

@@ -1,5 +1,6 @@
-//! The proxy against servers this test starts in a network namespace of its own (the test
-//! re-runs itself under `unshare --user --map-root-user --net`; nothing outside is reached):
+//! The proxy against servers this test starts in a network namespace of its own
+//! (`agentbox_testing::netns`: the test runs again in namespaces it makes; nothing outside is
+//! reached):
 //! `198.51.100.7` stands for the internet, `127.0.0.1` for this machine's inside, and
 //! `169.254.169.254` for a cloud's metadata service. Names resolve through a resolver the
 //! test scripts.
@@ -17,66 +18,24 @@ use agentbox_egress::{Policy, Proxy, Refusal, Resolver};
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const INSIDE_ENV: &str = "AGENTBOX_EGRESS_TEST_NETNS";
 const INTERNET: &str = "198.51.100.7";
 const METADATA: &str = "169.254.169.254";
 
-/// Whether this process is the one in the namespace (go on); else run `test` there, wait for
-/// it, and answer false.
+/// Whether this process is the test's child in namespaces of its own, with the internet's and
+/// the metadata service's addresses on its loopback (go on); else the test ran there and this
+/// answers false.
 fn in_namespace(test: &str) -> bool {
-    if let Ok(parent) = std::env::var(INSIDE_ENV) {
-        // Only in a namespace of its own does the test touch an interface.
-        let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
-        assert!(
-            ns("self").is_some() && ns("self") != ns(&parent),
-            "{INSIDE_ENV} is set but this process shares its parent's network"
-        );
-        for args in [
-            vec!["link", "set", "lo", "up"],
-            vec!["addr", "add", &format!("{INTERNET}/32"), "dev", "lo"],
-            vec!["addr", "add", &format!("{METADATA}/32"), "dev", "lo"],
-        ] {
-            let st = std::process::Command::new("ip")
-                .args(&args)
-                .status()
-                .expect("running ip");
-            assert!(st.success(), "ip {args:?}");
-        }
-        return true;
+    if !agentbox_testing::netns::isolated(test) {
+        return false;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "--net", "--"])
-        .arg(exe)
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-        .env(INSIDE_ENV, std::process::id().to_string())
-        .output();
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => return skip(test, &format!("unshare did not run: {e}")),
-    };
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() && text.contains("unshare failed") {
-        return skip(test, &text);
+    for addr in [INTERNET, METADATA] {
+        let st = std::process::Command::new("ip")
+            .args(["addr", "add", &format!("{addr}/32"), "dev", "lo"])
+            .status()
+            .expect("running ip");
+        assert!(st.success(), "ip addr add {addr}/32 dev lo");
     }
-    assert!(out.status.success(), "{test} in its namespace:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "{test} ran nothing in its namespace:\n{text}"
-    );
-    false
-}
-
-fn skip(test: &str, why: &str) -> bool {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: CI needs a network namespace of the test's own: {why}");
-    }
-    eprintln!("\n!!!! {test}: NO NETWORK NAMESPACE ({why}): this test did NOT run. !!!!\n");
-    false
+    true
 }
 
 /// Names as the test says, each answer list taken in turn (the last kept), every call counted.

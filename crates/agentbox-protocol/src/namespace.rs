@@ -42,6 +42,14 @@ pub const RUN_DIR: &str = "/run/agentbox";
 pub const RUNNER: &str = "/run/agentbox-runner";
 /// The runner's socket's name in [`RUN_DIR`].
 pub const SOCKET: &str = "runner.sock";
+/// The egress proxy's socket's name in [`RUN_DIR`] (and in the box directory's `run/` on the
+/// host, where the proxy binds it).
+pub const EGRESS_SOCKET: &str = "egress.sock";
+/// The egress proxy's refusals, one JSON line each, in the box's directory on the host (not
+/// bound into the box).
+pub const EGRESS_LOG: &str = "egress.log";
+/// What the egress proxy says on its stdout once it listens.
+pub const EGRESS_READY: &str = "egress ready";
 /// The init's control socket in the box's directory on the host (not bound into the box):
 /// one [`crate::supervisor::Request`] a connection, `Deadline`, `Sleep`, `Wake` or `Ping`,
 /// answered [`crate::supervisor::Reply`]. The init takes it only from a peer outside the box's
@@ -67,6 +75,21 @@ pub struct Bind {
     pub target: String,
     /// Bound read-only.
     pub read_only: bool,
+}
+
+/// A box whose only way out is agentbox's egress proxy.
+///
+/// The box gets a net namespace of its own with loopback alone (up, and AF_INET sockets
+/// allowed: they reach nothing but the box itself). Before it unshares, the keeper starts the
+/// proxy (`agentbox-runner egress DIR`) in the host's network, on [`EGRESS_SOCKET`] in the box
+/// directory's `run/`; the init bridges `127.0.0.1:port` in the box to that socket, and the
+/// box's programs are told of it in `HTTP_PROXY` and `HTTPS_PROXY`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Egress {
+    /// The port the bridge listens on in the box (on 127.0.0.1).
+    pub port: u16,
+    /// The allowlist's entries, as the spec gave them.
+    pub allow: Vec<String>,
 }
 
 /// Everything the keeper and the init need to build one box.
@@ -96,6 +119,9 @@ pub struct BoxConfig {
     /// agentbox's home (other boxes' files, local boxes' supervisor sockets), wherever they are.
     #[serde(default)]
     pub masks: Vec<String>,
+    /// Egress through agentbox's proxy alone (with `network_none` false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
 }
 
 /// The descriptors the keeper opens for the init (`O_PATH`, open across exec) and names on
@@ -151,6 +177,14 @@ impl BoxConfig {
         if self.max_processes == Some(0) {
             return Err("max_processes: 0 would let no program start".into());
         }
+        if let Some(e) = &self.egress {
+            if self.network_none {
+                return Err("egress: a box with no network has no egress".into());
+            }
+            if e.port == 0 || e.allow.is_empty() || e.allow.len() > 256 || e.allow.iter().any(|a| a.len() > 300) {
+                return Err("egress: a port, and 1 to 256 entries of at most 300 bytes".into());
+            }
+        }
         Ok(())
     }
 }
@@ -171,6 +205,10 @@ mod tests {
             max_processes: Some(10),
             landlock: true,
             masks: vec!["/srv/agentbox".into()],
+            egress: Some(Egress {
+                port: 3128,
+                allow: vec!["example.com".into()],
+            }),
         }
     }
 
@@ -187,6 +225,8 @@ mod tests {
             assert!(e.contains(field), "{e}");
         };
         bad(|c| c.name = "a b".into(), "name");
+        bad(|c| c.network_none = true, "egress");
+        bad(|c| c.egress.as_mut().unwrap().allow.clear(), "egress");
         bad(|c| c.dir = "rel".into(), "dir");
         bad(|c| c.root = Root::Rootfs("/x/../y".into()), "root");
         bad(

@@ -130,6 +130,11 @@ impl Sandbox for Asleep {
     async fn destroy(&self, ctx: &Ctx) -> Result<()> {
         self.inner.destroy(ctx).await
     }
+
+    async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {
+        // The proxy's log is the host's: readable while the box sleeps.
+        self.inner.net_refusals(max, ctx).await
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! providers, hands or runs, so it stays small enough to copy into any box (a static build needs
 //! nothing there).
 
+pub mod egress;
 pub mod init;
 pub mod namespace;
 pub mod probe;
@@ -59,6 +60,13 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 2
             }
         },
+        Some("egress") => match args.get(1) {
+            Some(dir) if args.len() == 2 && dir.starts_with('/') => egress::run(std::path::Path::new(dir)),
+            _ => {
+                eprintln!("usage: agentbox-runner egress /ABSOLUTE/BOX/DIR");
+                2
+            }
+        },
         Some("probe") => match args.get(1) {
             Some(name) if args.len() == 2 => probe::run(name),
             _ => {
@@ -72,7 +80,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
         Some("--help" | "-h" | "help") => {
             println!(
-                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner init --deadline-file PATH\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner probe io_uring|user-namespace|mount-namespace|ptrace|keyctl|mount|abstract-unix:NAME",
+                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner init --deadline-file PATH\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner egress BOX_DIR\n       agentbox-runner probe io_uring|user-namespace|mount-namespace|ptrace|keyctl|mount|abstract-unix:NAME|egress:PORT",
                 server::USAGE
             );
             0

@@ -27,10 +27,31 @@ pub const PROBES: &[(&str, &str)] = &[
         "abstract-unix:NAME",
         "connect to the abstract unix socket NAME: a socket outside the box's landlock domain",
     ),
+    (
+        "egress:PORT",
+        "ask the egress proxy at 127.0.0.1:PORT to answer, then connect past it to the internet: \
+         `allowed` only when the proxy answers and every direct connect fails",
+    ),
 ];
+
+/// Addresses a direct connect is tried to by the `egress` probe: any of them reached means the
+/// box has a way out that is not the proxy.
+const OUTSIDE: [&str; 3] = ["1.1.1.1:443", "192.0.2.1:80", "[2606:4700:4700::1111]:443"];
 
 /// Run the probe `name`; the exit code as above.
 pub fn run(name: &str) -> i32 {
+    if let Some(port) = name.strip_prefix("egress:") {
+        return match egress(port) {
+            Ok(()) => {
+                println!("allowed");
+                0
+            }
+            Err(why) => {
+                println!("refused: {why}");
+                3
+            }
+        };
+    }
     let result = match name {
         "io_uring" => {
             let mut params = rustix::io_uring::io_uring_params::default();
@@ -101,4 +122,35 @@ fn errno_of<T: Into<i64>>(r: T) -> rustix::io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// The `egress:PORT` probe: the proxy answers its own path, and nothing outside is reached
+/// without it.
+fn egress(port: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let port: u16 = port.parse().map_err(|_| format!("{port:?} is not a port"))?;
+    let mut c =
+        std::net::TcpStream::connect_timeout(&(std::net::Ipv4Addr::LOCALHOST, port).into(), Duration::from_secs(5))
+            .map_err(|e| format!("the proxy at 127.0.0.1:{port}: {e}"))?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    c.write_all(format!("GET {} HTTP/1.1\r\nHost: proxy\r\n\r\n", agentbox_egress::PROBE_PATH).as_bytes())
+        .map_err(|e| format!("asking the proxy: {e}"))?;
+    let mut answer = Vec::new();
+    let _ = c.take(4096).read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    if !answer.starts_with("HTTP/1.1 200") || !answer.contains("agentbox egress proxy") {
+        return Err(format!(
+            "127.0.0.1:{port} is not the egress proxy: {:?}",
+            answer.lines().next().unwrap_or("")
+        ));
+    }
+    for to in OUTSIDE {
+        let addr: std::net::SocketAddr = to.parse().map_err(|e| format!("{to}: {e}"))?;
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
+            return Err(format!("a direct connect to {to} succeeded"));
+        }
+    }
+    Ok(())
 }

@@ -115,8 +115,10 @@ struct RawEnvironment {
     region: Option<String>,
     #[serde(default)]
     isolation: Option<String>,
+    /// `"open"`, `"none"` or `{ allow = [...] }`: any value, checked in [`network`] so that
+    /// a wrong shape's error names the key.
     #[serde(default)]
-    network: Option<String>,
+    network: Option<serde_json::Value>,
     #[serde(default)]
     workspace: Option<String>,
     #[serde(default)]
@@ -284,6 +286,38 @@ fn check_name(name: &str, key: &str) -> Result<()> {
     }
 }
 
+/// An environment's `network`: `"open"`, `"none"`, or `{ allow = ["HOST[:PORT]", ...] }`
+/// (each entry parsed here, so a bad one is refused with the key named).
+fn network(v: serde_json::Value, at: &str) -> Result<Network> {
+    use serde_json::Value;
+    match v {
+        Value::String(s) if s == "open" => Ok(Network::Open),
+        Value::String(s) if s == "none" => Ok(Network::None),
+        Value::Object(mut o) if o.len() == 1 && o.contains_key("allow") => {
+            let Some(Value::Array(items)) = o.remove("allow") else {
+                return Err(Error::invalid(format!("{at}.allow: not a list of strings")));
+            };
+            let list = items
+                .into_iter()
+                .map(|i| match i {
+                    Value::String(s) => Ok(s),
+                    other => Err(Error::invalid(format!("{at}.allow: {other} is not a string"))),
+                })
+                .collect::<Result<Vec<String>>>()?;
+            agentbox_core::Allowlist::parse(&list).map_err(|e| {
+                Error::invalid(format!(
+                    "{at}.allow: {}",
+                    e.message().trim_start_matches("spec.network.allow: ")
+                ))
+            })?;
+            Ok(Network::Allow(list))
+        }
+        other => Err(Error::invalid(format!(
+            "{at}: {other} is neither \"open\", \"none\" nor {{ allow = [...] }}"
+        ))),
+    }
+}
+
 fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
     let at = |field: &str| format!("transport config: environments.{name}.{field}");
     if e.provider.is_empty() {
@@ -315,17 +349,7 @@ fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
     spec.region = e.region;
     spec.isolation = e.isolation;
     spec.workspace = e.workspace;
-    spec.network = match e.network.as_deref() {
-        None => None,
-        Some("open") => Some(Network::Open),
-        Some("none") => Some(Network::None),
-        Some(other) => {
-            return Err(Error::invalid(format!(
-                "{}: {other:?} is neither \"open\" nor \"none\"",
-                at("network")
-            )));
-        }
-    };
+    spec.network = e.network.map(|v| network(v, &at("network"))).transpose()?;
     for (k, v) in &e.env {
         validate_env(k, v).map_err(|err| Error::invalid(format!("{}: {}", at("env"), err.message())))?;
     }
@@ -364,16 +388,22 @@ mod tests {
         let t = TransportConfig::from_toml(
             "scope = \"conversation\"\nhands = { default = \"sandbox\", build = \"gpu\" }\n\
              [environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"6h\"\n\
-             [environments.gpu]\nprovider = \"docker\"\ncpus = 4\nenv = { MODE = \"x\" }\n",
+             [environments.gpu]\nprovider = \"docker\"\ncpus = 4\nenv = { MODE = \"x\" }\n\
+             network = { allow = [\"pypi.org\", \"*.github.com:443\"] }\n",
         )
         .unwrap();
         let j = TransportConfig::from_json(
             r#"{"scope":"conversation","hands":{"default":"sandbox","build":"gpu"},
                "environments":{"sandbox":{"provider":"local","max_lifetime":"6h"},
-                               "gpu":{"provider":"docker","cpus":4,"env":{"MODE":"x"}}}}"#,
+                               "gpu":{"provider":"docker","cpus":4,"env":{"MODE":"x"},
+                                      "network":{"allow":["pypi.org","*.github.com:443"]}}}}"#,
         )
         .unwrap();
         assert_eq!(t, j);
+        assert_eq!(
+            t.environments["gpu"].spec.network,
+            Some(Network::Allow(vec!["pypi.org".into(), "*.github.com:443".into()]))
+        );
         assert_eq!(t.scope, Scope::Conversation);
         assert_eq!(
             t.environments["sandbox"].spec.max_lifetime,
@@ -398,6 +428,21 @@ mod tests {
         assert!(err("hands = \"auto\"\n[environments.auto]\nprovider = \"local\"").contains("auto"));
         assert!(err("expose = [1]").contains("expose"));
         assert!(err("[environments.a]\nprovider = \"local\"\nnetwork = \"some\"").contains("environments.a.network"));
+        assert!(
+            err("[environments.a]\nprovider = \"local\"\nnetwork = { deny = [] }").contains("environments.a.network")
+        );
+        assert!(
+            err("[environments.a]\nprovider = \"local\"\nnetwork = { allow = [] }")
+                .contains("environments.a.network.allow: an empty allowlist")
+        );
+        assert!(
+            err("[environments.a]\nprovider = \"local\"\nnetwork = { allow = [\"x.com:0\"] }")
+                .contains("environments.a.network.allow: \"x.com:0\"")
+        );
+        assert!(
+            err("[environments.a]\nprovider = \"local\"\nnetwork = { allow = [1] }")
+                .contains("environments.a.network.allow: 1 is not a string")
+        );
         assert!(err("[environments.\"a b\"]\nprovider = \"local\"").contains("a name is"));
         assert!(
             err("[environments.a]\nprovider = \"local\"\nlabels = { \"agentbox.x\" = \"1\" }")

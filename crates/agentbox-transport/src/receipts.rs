@@ -358,6 +358,12 @@ impl Sandbox for ReceiptSandbox {
     fn files(&self) -> Option<&dyn Files> {
         self.inner.files()
     }
+    fn processes(&self) -> Option<&dyn agentbox_core::Processes> {
+        self.inner.processes()
+    }
+    async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {
+        self.inner.net_refusals(max, ctx).await
+    }
 }
 
 /// What the receipts of one provider and kind add up to.

@@ -177,13 +177,23 @@ impl LocalProvider {
 
     /// Refuse what a local box cannot be.
     fn check(&self, spec: &Spec) -> Result<()> {
-        check_spec(spec, &self.honours(), NAME)?;
-        if let Some(agentbox_core::Network::Allow(_) | agentbox_core::Network::None) = &spec.network {
-            return Err(Error::unsupported(
-                "spec.network: local boxes have the open network only",
-            ));
+        match &spec.network {
+            Some(agentbox_core::Network::Allow(_)) => {
+                return Err(Error::unsupported(
+                    "spec.network: a local box cannot enforce an allowlist: its programs share this \
+                     machine's network, so a program that ignores HTTP_PROXY would reach anything \
+                     (a namespace box can)",
+                ));
+            }
+            Some(agentbox_core::Network::None) => {
+                return Err(Error::unsupported(
+                    "spec.network: a local box cannot be cut off: its programs share this machine's \
+                     network (a namespace or Docker box can)",
+                ));
+            }
+            _ => {}
         }
-        Ok(())
+        check_spec(spec, &self.honours(), NAME)
     }
 
     /// Make the box `key` (its directory's name and its id's) from `spec`: opened by `name`

@@ -58,7 +58,7 @@ pub(super) fn measure(
     }
     let mut namespaces = std::collections::BTreeMap::new();
     let mut wanted: Vec<&str> = OWN.to_vec();
-    if cfg.network_none {
+    if cfg.network_none || cfg.egress.is_some() {
         wanted.push("net");
     }
     for n in wanted {
@@ -93,14 +93,18 @@ pub(super) fn measure(
         provider: NAME.into(),
         isolation: NAME.into(),
         pids_limit: Some(max_processes),
+        // An allowlist is said only once a probe from inside proved it (the provider's
+        // `prove_egress`); until then, asked and not proven.
         network: Some(if cfg.network_none {
             NetworkFact::None
+        } else if cfg.egress.is_some() {
+            NetworkFact::Requested
         } else {
             NetworkFact::Open
         }),
         // With the host's network, a box's listener is this machine's: not a port the box
         // was given, and not none either.
-        ports: cfg.network_none.then(Vec::new),
+        ports: (cfg.network_none || cfg.egress.is_some()).then(Vec::new),
         started_at_ms: Some(started_at_ms),
         ends_at_ms: Some(ends_at_ms),
         live_processes: true,

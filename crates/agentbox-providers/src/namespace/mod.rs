@@ -78,6 +78,17 @@ pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
 
 /// How long making a box may take before it is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// The port the egress bridge listens on in a box with an allowlist (on its own loopback).
+pub const EGRESS_PORT: u16 = 3128;
+/// The variables a box with an allowlist is told its proxy in.
+const PROXY_VARIABLES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
 
 /// How a [`NamespaceProvider`] is set up.
 #[derive(Clone, Debug)]
@@ -184,12 +195,15 @@ impl NamespaceProvider {
         &self.boxes
     }
 
-    /// The host ids the box's root maps to: this user's own, or for root the configured one.
+    /// The host ids the box's root maps to: this user's own, or for root the configured one
+    /// where this user namespace has it (root of a namespace mapping only itself, as in a
+    /// rootless container, maps its own ids as any user does).
     fn host_ids(&self) -> (u32, u32, bool) {
         let uid = rustix::process::geteuid().as_raw();
         let gid = rustix::process::getegid().as_raw();
-        if uid == 0 {
-            (self.opts.host_id, self.opts.host_id, true)
+        let id = self.opts.host_id;
+        if uid == 0 && mapped("uid_map", id) && mapped("gid_map", id) {
+            (id, id, true)
         } else {
             (uid, gid, false)
         }
@@ -225,9 +239,14 @@ impl NamespaceProvider {
             )));
         }
         if let Some(Network::Allow(_)) = &spec.network {
-            return Err(Error::unsupported(
-                "spec.network: namespace boxes have the open network or none; an allowlist needs the egress proxy",
-            ));
+            for k in PROXY_VARIABLES {
+                if spec.env.contains_key(k) {
+                    return Err(Error::invalid(format!(
+                        "spec.env.{k}: a box with an allowlist is told its egress proxy in this variable; \
+                         it cannot be set too"
+                    )));
+                }
+            }
         }
         if let Some(i) = &spec.isolation
             && i != NAME
@@ -256,6 +275,22 @@ impl NamespaceProvider {
         env.insert("USER".into(), "root".into());
         env.insert("LANG".into(), "C.UTF-8".into());
         env.extend(spec.env.clone());
+        let egress = match &spec.network {
+            Some(Network::Allow(list)) => {
+                let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
+                for k in &PROXY_VARIABLES[..4] {
+                    env.insert(k.to_string(), proxy.clone());
+                }
+                for k in &PROXY_VARIABLES[4..] {
+                    env.insert(k.to_string(), "localhost,127.0.0.1,::1".into());
+                }
+                Some(agentbox_protocol::namespace::Egress {
+                    port: EGRESS_PORT,
+                    allow: list.clone(),
+                })
+            }
+            _ => None,
+        };
         let cfg = BoxConfig {
             name: name.to_string(),
             dir: dir.to_string_lossy().into_owned(),
@@ -275,6 +310,7 @@ impl NamespaceProvider {
             max_processes: Some(self.opts.max_processes),
             landlock: self.opts.landlock,
             masks: self.masks(),
+            egress,
         };
         cfg.validate()
             .map_err(|e| Error::invalid(format!("namespace box: {e}")))?;
@@ -484,6 +520,10 @@ impl NamespaceProvider {
                 asleep: false,
             };
             record.write(&dir)?;
+            let record = match &spec.network {
+                Some(Network::Allow(list)) => self.prove_egress(&dir, record, list, ctx).await?,
+                _ => record,
+            };
             Ok::<_, Error>(record)
         }
         .await;
@@ -500,6 +540,33 @@ impl NamespaceProvider {
         };
         drop(lock);
         r
+    }
+
+    /// A box with an allowlist is said to have it only once a program in it reached the proxy
+    /// and failed to connect past it (`agentbox-runner probe egress:PORT`); a box that fails
+    /// the probe is not handed out.
+    async fn prove_egress(&self, dir: &Path, mut record: Record, list: &[String], ctx: &Ctx) -> Result<Record> {
+        let b = sandbox::open(dir.to_path_buf(), record.clone());
+        let argv = [
+            agentbox_protocol::namespace::RUNNER.to_string(),
+            "probe".into(),
+            format!("egress:{EGRESS_PORT}"),
+        ];
+        let p = b
+            .exec(&argv, &Default::default(), &ctx.with_timeout(Duration::from_secs(30)))
+            .await?;
+        let out = agentbox_core::finish(p, Default::default()).await?;
+        if out.status.code != 0 {
+            return Err(Error::unsupported(format!(
+                "spec.network: the box's allowlist could not be proven from inside it ({}{}); the box was ended",
+                out.stdout_text().trim(),
+                out.stderr_text().trim()
+            )));
+        }
+        record.facts.network = Some(agentbox_core::NetworkFact::Allowlist(list.to_vec()));
+        record.write(dir)?;
+        tracing::info!(box_id = %record.id, entries = list.len(), "the box's allowlist is enforced: its proxy answered and a direct connect failed");
+        Ok(record)
     }
 
     pub(super) fn sandbox(&self, dir: PathBuf, record: Record) -> Arc<dyn Sandbox> {
@@ -530,6 +597,18 @@ impl NamespaceProvider {
     }
 }
 
+/// Whether this process's user namespace has the id `id` (`/proc/self/uid_map` or
+/// `gid_map`: lines of inside, outside and count).
+fn mapped(file: &str, id: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/{file}")) else {
+        return false;
+    };
+    text.lines().any(|l| {
+        let n: Vec<u64> = l.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        matches!(n[..], [inside, _, count] if (inside..inside + count).contains(&u64::from(id)))
+    })
+}
+
 /// Write the keeper's maps from outside: root of the box is `uid`/`gid` of the host's. An
 /// unprivileged host may map only its own ids, and must deny setgroups first.
 fn map_ids(pid: i32, uid: u32, gid: u32, root: bool) -> Result<()> {
@@ -556,6 +635,7 @@ impl Provider for NamespaceProvider {
             image: true,
             isolation: vec![NAME.into()],
             network_none: true,
+            network_allowlist: true,
             mounts: true,
             env: true,
             live_processes: true,

@@ -309,6 +309,10 @@ impl Sandbox for RunnerSandbox {
     fn processes(&self) -> Option<&dyn agentbox_core::Processes> {
         Some(self.client.as_ref())
     }
+
+    async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {
+        self.inner.net_refusals(max, ctx).await
+    }
 }
 
 /// Files up to this size move in one message; larger ones by the box's own upload and download.

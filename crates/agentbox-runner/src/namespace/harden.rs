@@ -144,6 +144,31 @@ pub(super) fn apply(cfg: &BoxConfig) -> Result<String, String> {
     Ok(landlock)
 }
 
+/// Bring the loopback interface of the box's own network up (a new net namespace's is down):
+/// the egress bridge listens on it. Takes CAP_NET_ADMIN, which the init holds until it
+/// hardens.
+pub(super) fn loopback_up() -> Result<(), String> {
+    let sock = std::net::UdpSocket::bind(("0.0.0.0", 0)).map_err(|e| format!("a socket to bring lo up: {e}"))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: `req` is a zeroed ifreq naming "lo", as SIOCGIFFLAGS and SIOCSIFFLAGS read and
+    // write it; the socket is open for the two calls.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) != 0 {
+            return Err(format!("reading lo's flags: {}", std::io::Error::last_os_error()));
+        }
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) != 0 {
+            return Err(format!("bringing lo up: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
 fn landlock(cfg: &BoxConfig) -> String {
     use landlock::{
         ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,

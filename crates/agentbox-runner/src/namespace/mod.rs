@@ -103,9 +103,16 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
         | UnshareFlags::NEWIPC
         | UnshareFlags::NEWUTS
         | UnshareFlags::NEWCGROUP;
-    if cfg.network_none {
+    if cfg.network_none || cfg.egress.is_some() {
         flags |= UnshareFlags::NEWNET;
     }
+    // The egress proxy, started while this process is still in the host's network (and its
+    // user), so it resolves and connects from there. Its stdin is held until this process
+    // exits, which is the box's end; then it ends too.
+    let _proxy = match &cfg.egress {
+        Some(_) => Some(start_egress(dir)?),
+        None => None,
+    };
     // SAFETY: unshare's hazard is CLONE_FILES with other threads holding descriptors; it is not
     // asked for, and this program has started no thread.
     #[allow(unsafe_code)]
@@ -157,6 +164,31 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     // box ended removes it): the init's pivot moved this process's root too (one mount
     // namespace), so the host's path to it is not this process's to reach any more.
     std::process::exit(0)
+}
+
+/// Start `agentbox-runner egress DIR` and wait for it to listen; its stdin, to hold.
+fn start_egress(dir: &Path) -> Result<std::process::ChildStdin, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    let mut proxy = Command::new(&exe)
+        .args(prefix("namespace"))
+        .arg("egress")
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting the egress proxy: {e}"))?;
+    let stdin = proxy.stdin.take().ok_or("the egress proxy has no stdin")?;
+    let stdout = proxy.stdout.take().ok_or("the egress proxy has no stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(|e| format!("waiting for the egress proxy: {e}"))?;
+    if line.trim() != agentbox_protocol::namespace::EGRESS_READY {
+        let _ = proxy.kill();
+        let _ = proxy.wait();
+        return Err(format!("the egress proxy did not start: {}", line.trim()));
+    }
+    Ok(stdin)
 }
 
 fn explain_unshare(e: rustix::io::Errno) -> String {
@@ -214,7 +246,22 @@ fn init_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
         .map_err(|e| format!("binding the control socket: {e}"))?;
     fs::build(&cfg, &fds)?;
     rustix::system::sethostname(cfg.name.as_bytes()).map_err(|e| format!("sethostname: {e}"))?;
+    // The bridge to the egress proxy: loopback up and its port bound while the init still may;
+    // its thread started once the init is hardened, so it runs as hardened as the rest.
+    let bridge = match &cfg.egress {
+        Some(e) => {
+            harden::loopback_up()?;
+            Some(crate::egress::listen(e.port)?)
+        }
+        None => None,
+    };
     let landlock = harden::apply(&cfg)?;
+    if let Some(l) = bridge {
+        std::thread::Builder::new()
+            .name("egress-bridge".into())
+            .spawn(move || crate::egress::bridge(l))
+            .map_err(|e| format!("starting the egress bridge: {e}"))?;
+    }
     let prefix = prefix("namespace-init");
     let runner = start_runner(&cfg, &prefix)?;
     let init = std::sync::Arc::new(Init {

@@ -1,0 +1,274 @@
+//! A namespace box's allowlist, enforced: the box reaches what its list names through the
+//! egress proxy, and nothing else at all.
+//!
+//! The scenario runs in network namespaces the test makes (`agentbox_testing::netns`): the
+//! box's host has `198.51.100.1` on a cable to a peer at `198.51.100.7` (the internet), and its
+//! own `127.0.0.1` (this machine's inside); names resolve through a hosts file of the test's.
+//! No other address is reached. That a name's answer cannot change between the check and the
+//! connect (DNS rebinding) is tested on the proxy itself with a scripted resolver
+//! (`agentbox-egress`'s tests): the proxy resolves once and connects to the address it checked.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentbox_core::{Ctx, ErrorCode, Network, NetworkFact, Provider, Sandbox, Spec};
+use agentbox_providers::helper::HelperCommand;
+use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
+use agentbox_testing::netns::{self, Peer};
+
+const HERE: &str = "198.51.100.1";
+const INTERNET: &str = "198.51.100.7";
+
+fn provider(root: &std::path::Path) -> Arc<dyn Provider> {
+    Arc::new(
+        NamespaceProvider::new(NamespaceOptions {
+            runner: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
+            ..NamespaceOptions::at(root).unwrap()
+        })
+        .unwrap(),
+    )
+}
+
+/// An HTTP server on `listener` answering each request with `name` and its request line;
+/// how many connections it took.
+fn serve(listener: TcpListener, name: &'static str) -> Arc<AtomicUsize> {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&got).lines().next().unwrap_or("").to_string();
+                let body = format!("{name} saw {line}");
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    seen
+}
+
+/// What a program in `b` reads back after writing `request` to the proxy at `HTTP_PROXY`
+/// (bash's `/dev/tcp`: no HTTP client needed in the box), with stderr and the exit code.
+async fn through_proxy(b: &dyn Sandbox, request: &str) -> String {
+    let script = r#"p=${HTTP_PROXY#http://}; p=${p%/}
+exec 3<>"/dev/tcp/${p%:*}/${p##*:}" || exit 7
+printf '%s' "$1" >&3
+timeout 10 cat <&3"#;
+    run(b, &["bash", "-c", script, "_", request]).await
+}
+
+/// A program ignoring the proxy: a direct connect to `host` `port`.
+async fn direct(b: &dyn Sandbox, host: &str, port: u16) -> String {
+    let script = format!("exec 3<>/dev/tcp/{host}/{port} && echo connected");
+    run(b, &["timeout", "10", "bash", "-c", &script]).await
+}
+
+async fn run(b: &dyn Sandbox, argv: &[&str]) -> String {
+    let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let p = b.exec(&argv, &Default::default(), &ctx).await.unwrap();
+    let out = agentbox_core::finish(p, Default::default()).await.unwrap();
+    format!("{}{}[exit {}]", out.stdout_text(), out.stderr_text(), out.status.code)
+}
+
+fn get(host: &str, path: &str) -> String {
+    format!("GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+}
+
+fn connect(host: &str, port: u16, path: &str) -> String {
+    format!(
+        "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n\
+         GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+}
+
+#[test]
+fn a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else() {
+    if !netns::isolated("a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else") {
+        return;
+    }
+    let peer = Peer::new(&format!("{HERE}/24"), &format!("{INTERNET}/24"));
+    let (pkg, other_port) = peer
+        .run(|| {
+            (
+                TcpListener::bind((INTERNET, 80)).unwrap(),
+                TcpListener::bind((INTERNET, 81)).unwrap(),
+            )
+        })
+        .join()
+        .unwrap();
+    let internet = serve(pkg, "pkg");
+    let internet81 = serve(other_port, "81");
+    let inside = serve(TcpListener::bind(("127.0.0.1", 8081)).unwrap(), "inside");
+    let mine = serve(TcpListener::bind((HERE, 8082)).unwrap(), "mine");
+    netns::hosts(&[
+        ("pkg.test", INTERNET),
+        ("other.test", INTERNET),
+        ("inside.test", "127.0.0.1"),
+        ("me.test", HERE),
+        ("meta.test", "169.254.169.254"),
+    ]);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let root = tempfile::tempdir().unwrap();
+        let p = provider(root.path());
+        let ctx = Ctx::background();
+        let list: Vec<String> = ["pkg.test:80", "inside.test", "me.test", "meta.test", "*.example.org"]
+            .map(String::from)
+            .to_vec();
+        let mut spec = Spec::new(Duration::from_secs(120));
+        spec.network = Some(Network::Allow(list.clone()));
+        let b = p.create(&spec, &ctx).await.unwrap();
+        assert_eq!(
+            b.facts().network,
+            Some(NetworkFact::Allowlist(list.clone())),
+            "the facts say allowlist once the probe passed"
+        );
+        let env = run(b.as_ref(), &["sh", "-c", "echo $HTTP_PROXY $https_proxy $NO_PROXY"]).await;
+        assert_eq!(
+            env,
+            "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1\n[exit 0]"
+        );
+
+        // Allowed: plain HTTP and a tunnel, to a listed name on its listed port.
+        let out = through_proxy(b.as_ref(), &get("pkg.test", "/hello")).await;
+        assert!(out.contains("pkg saw GET /hello HTTP/1.1"), "{out}");
+        let out = through_proxy(b.as_ref(), &connect("pkg.test", 80, "/tunnel")).await;
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(out.contains("pkg saw GET /tunnel HTTP/1.1"), "{out}");
+        assert_eq!(internet.load(Ordering::SeqCst), 2);
+
+        // Refused by the list: a name it does not hold, a listed name on another port, an
+        // address (no CIDR is listed).
+        for (req, host) in [
+            (get("other.test", "/"), "other.test"),
+            (connect("pkg.test", 81, "/"), "pkg.test"),
+            (connect(INTERNET, 80, "/"), INTERNET),
+        ] {
+            let out = through_proxy(b.as_ref(), &req).await;
+            assert!(out.starts_with("HTTP/1.1 403"), "{host}: {out}");
+            assert!(out.contains("no entry"), "{host}: {out}");
+        }
+        // Refused after the name resolved: listed names leading inside.
+        for (req, rule) in [
+            (get("inside.test:8081", "/"), "loopback"),
+            (connect("me.test", 8082, "/"), "this machine's address"),
+            (get("meta.test", "/latest/meta-data/"), "the cloud metadata address"),
+        ] {
+            let out = through_proxy(b.as_ref(), &req).await;
+            assert!(out.starts_with("HTTP/1.1 403"), "{rule}: {out}");
+            assert!(out.contains(rule), "{rule}: {out}");
+        }
+        // A program that ignores the proxy reaches nothing: not the internet, not this
+        // machine's services, not the metadata address.
+        for (host, port) in [(INTERNET, 80), (HERE, 8082), ("169.254.169.254", 80), ("10.0.0.1", 80)] {
+            let out = direct(b.as_ref(), host, port).await;
+            assert!(!out.contains("connected"), "{host}:{port} reached directly: {out}");
+        }
+        assert_eq!(internet.load(Ordering::SeqCst), 2, "only the allowed requests arrived");
+        assert_eq!(internet81.load(Ordering::SeqCst), 0);
+        assert_eq!(inside.load(Ordering::SeqCst), 0);
+        assert_eq!(mine.load(Ordering::SeqCst), 0);
+
+        // Every refusal is on record, in order, with its rule.
+        let refusals = b.net_refusals(100, &ctx).await.unwrap();
+        let seen: Vec<(String, u16, String)> = refusals
+            .iter()
+            .map(|r| (r.host.clone(), r.port, r.rule.clone()))
+            .collect();
+        let want = [
+            ("other.test", 80, "no entry"),
+            ("pkg.test", 81, "no entry"),
+            (INTERNET, 80, "no entry"),
+            ("inside.test", 8081, "loopback (127.0.0.0/8)"),
+            ("me.test", 8082, "this machine's address"),
+            ("meta.test", 80, "the cloud metadata address"),
+        ];
+        // The probe's own refusals (its direct connects are refused by the network, not the
+        // proxy) leave no line; the requests above left one each.
+        assert_eq!(
+            seen,
+            want.map(|(h, p, r)| (h.to_string(), p, r.to_string())).to_vec(),
+            "{refusals:#?}"
+        );
+        assert_eq!(refusals[3].address.as_deref(), Some("127.0.0.1"));
+        let one = b.net_refusals(1, &ctx).await.unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].host, "meta.test", "the newest are kept");
+
+        b.destroy(&ctx).await.unwrap();
+    });
+}
+
+/// The error of a create that must fail.
+fn refused(made: agentbox_core::Result<Arc<dyn Sandbox>>, what: &str) -> agentbox_core::Error {
+    match made {
+        Ok(b) => panic!("{what} was taken: box {}", b.id()),
+        Err(e) => e,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowlists_are_refused_where_they_cannot_be_enforced_or_read() {
+    let root = tempfile::tempdir().unwrap();
+    let p = provider(root.path());
+    let ctx = Ctx::background();
+    let with = |list: &[&str]| {
+        let mut spec = Spec::new(Duration::from_secs(60));
+        spec.network = Some(Network::Allow(list.iter().map(|s| s.to_string()).collect()));
+        spec
+    };
+    for (list, names) in [
+        (&[][..], "empty"),
+        (&["exa mple.com"][..], "exa mple.com"),
+        (&["example.com:0"][..], "example.com:0"),
+        (&["example.com:http"][..], "example.com:http"),
+        (&["example.com:"][..], "example.com:"),
+        (&["10.0.0.0/33"][..], "10.0.0.0/33"),
+        (&["*.*.example.com"][..], "*.*.example.com"),
+    ] {
+        let e = refused(p.create(&with(list), &ctx).await, &format!("{list:?}"));
+        assert_eq!(e.code(), ErrorCode::Invalid, "{list:?}: {e}");
+        let text = e.to_string();
+        assert!(text.contains("spec.network"), "{list:?}: {text}");
+        assert!(text.contains(names), "{list:?}: {text}");
+    }
+    // The proxy's variables are the provider's to set.
+    let mut spec = with(&["example.com"]);
+    spec.env.insert("HTTPS_PROXY".into(), "http://elsewhere:8080".into());
+    let e = refused(p.create(&spec, &ctx).await, "HTTPS_PROXY");
+    assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
+    assert!(e.to_string().contains("HTTPS_PROXY"), "{e}");
+    // A local box has no isolation to enforce a list with.
+    let local = agentbox_providers::local::LocalProvider::new(agentbox_providers::local::LocalOptions {
+        supervisor: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
+        ..agentbox_providers::local::LocalOptions::at(root.path().join("local")).unwrap()
+    })
+    .unwrap();
+    let e = refused(local.create(&with(&["example.com"]), &ctx).await, "a local box's list");
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+    assert!(e.to_string().contains("cannot enforce an allowlist"), "{e}");
+    // No box was left by any refusal.
+    assert!(p.list(&Default::default(), &ctx).await.unwrap().is_empty());
+}

@@ -1,0 +1,151 @@
+//! The egress of a namespace box with an allowlist: the proxy on the host, and the bridge to it
+//! in the box.
+//!
+//! `agentbox-runner egress DIR` is the **proxy** (`agentbox_egress`): started by the box's
+//! keeper before it leaves the host's network, so it resolves and connects from there. It binds
+//! [`EGRESS_SOCKET`] in the box directory's `run/` (which the box sees at `/run/agentbox`),
+//! says [`EGRESS_READY`], appends each refusal to [`EGRESS_LOG`] in the box's directory (which
+//! the box does not see), and ends when its stdin does: the keeper holds the other end until the
+//! box ends.
+//!
+//! The **bridge** is a thread of the box's init: it listens on `127.0.0.1:PORT` in the box's own
+//! network (loopback alone) and carries each connection to the proxy's socket, so that what a
+//! program reaches through `HTTP_PROXY` is the proxy, and nothing else is reachable at all.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+
+use agentbox_core::Allowlist;
+use agentbox_egress::{Policy, Proxy, RefusalLog, SystemResolver};
+use agentbox_protocol::namespace::{BoxConfig, CONFIG_FILE, EGRESS_LOG, EGRESS_READY, EGRESS_SOCKET, RUN_DIR};
+
+/// How large the refusal log grows before it is turned over.
+const LOG_MAX: u64 = 1 << 20;
+/// The buffer of each direction of a bridged connection.
+const BRIDGE_BUFFER: usize = 256 << 10;
+
+/// The proxy (see the [module documentation](self)); the exit code.
+pub fn run(dir: &Path) -> i32 {
+    match serve(dir) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("agentbox-runner egress: {e}");
+            let _ = writeln!(std::io::stdout(), "error {e}");
+            1
+        }
+    }
+}
+
+fn serve(dir: &Path) -> Result<(), String> {
+    let path = dir.join(CONFIG_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if bytes.len() > 1 << 20 {
+        return Err(format!("{}: over 1 MiB, not a box config", path.display()));
+    }
+    let cfg: BoxConfig =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a box config: {e}", path.display()))?;
+    cfg.validate()?;
+    let egress = cfg.egress.ok_or("the box's config asks for no egress")?;
+    let allow = Allowlist::parse(&egress.allow).map_err(|e| e.to_string())?;
+    let socket = dir.join("run").join(EGRESS_SOCKET);
+    let _ = std::fs::remove_file(&socket);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the proxy's runtime: {e}"))?;
+    rt.block_on(async move {
+        let listener =
+            tokio::net::UnixListener::bind(&socket).map_err(|e| format!("binding {}: {e}", socket.display()))?;
+        // The box's root is another id of the host's: it must be able to connect.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))
+            .map_err(|e| format!("opening {} to the box: {e}", socket.display()))?;
+        let log = RefusalLog::new(dir.join(EGRESS_LOG), LOG_MAX);
+        let proxy = Proxy::new(
+            Policy::new(allow),
+            Arc::new(SystemResolver),
+            Arc::new(move |r| {
+                let _ = log.append(&r);
+            }),
+        );
+        println!("{EGRESS_READY}");
+        let _ = std::io::stdout().flush();
+        // The keeper's end of stdin closes when the box ends.
+        let mut ended = tokio::task::spawn_blocking(|| {
+            let mut sink = [0u8; 64];
+            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
+        });
+        loop {
+            tokio::select! {
+                _ = &mut ended => return Ok(()),
+                got = listener.accept() => {
+                    let Ok((conn, _)) = got else { continue };
+                    let proxy = proxy.clone();
+                    tokio::spawn(async move {
+                        let _ = proxy.serve(conn).await;
+                    });
+                }
+            }
+        }
+    })
+}
+
+/// The bridge's listener on `127.0.0.1:port`, made while the init may still bind it.
+pub fn listen(port: u16) -> Result<TcpListener, String> {
+    TcpListener::bind(("127.0.0.1", port)).map_err(|e| format!("the egress bridge on 127.0.0.1:{port}: {e}"))
+}
+
+/// Carry each connection to `listener` to the proxy's socket in the box, for ever (a thread of
+/// the init's).
+pub fn bridge(listener: TcpListener) {
+    let socket = format!("{RUN_DIR}/{EGRESS_SOCKET}");
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let socket = socket.clone();
+        let _ = std::thread::Builder::new()
+            .name("egress-bridge".into())
+            .spawn(move || carry(conn, &socket));
+    }
+}
+
+/// One connection both ways, each direction a thread, each end shut down for writing when
+/// its source ends.
+fn carry(conn: TcpStream, socket: &str) {
+    let Ok(up) = UnixStream::connect(socket) else {
+        return;
+    };
+    let _ = conn.set_nodelay(true);
+    let (Ok(conn2), Ok(up2)) = (conn.try_clone(), up.try_clone()) else {
+        return;
+    };
+    let there = std::thread::Builder::new().name("egress-bridge".into()).spawn(move || {
+        pump(conn2, up2, |u| {
+            let _ = u.shutdown(std::net::Shutdown::Write);
+        })
+    });
+    pump(up, conn, |c| {
+        let _ = c.shutdown(std::net::Shutdown::Write);
+    });
+    if let Ok(t) = there {
+        let _ = t.join();
+    }
+}
+
+fn pump<R: Read, W: Write>(mut from: R, mut to: W, done: impl FnOnce(&W)) {
+    let mut buf = vec![0u8; BRIDGE_BUFFER];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    done(&to);
+}
