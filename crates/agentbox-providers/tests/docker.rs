@@ -492,3 +492,55 @@ async fn the_engines_tty_exec_is_a_terminal_and_detach_is_refused() {
         .await
         .unwrap();
 }
+
+/// Open Docker boxes are on agentbox's own network with inter-container traffic off: a box
+/// reaches its own listener by its address, and another box cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boxes_do_not_reach_each_other() {
+    if !docker_available("boxes_do_not_reach_each_other") {
+        return;
+    }
+    let p = provider(DockerOptions::default()).await;
+    let spec = Spec::new(Duration::from_secs(120));
+    let a = p.create(&spec, &ctx()).await.unwrap();
+    let b = p.create(&spec, &ctx()).await.unwrap();
+    for one in [&a, &b] {
+        let name = one.id().to_string();
+        let container = name.split_once(':').map_or(name.as_str(), |(_, c)| c);
+        assert_eq!(
+            docker(&["inspect", "--format", "{{.HostConfig.NetworkMode}}", container]).as_deref(),
+            Some(agentbox_providers::docker::BOX_NETWORK),
+            "{name}"
+        );
+    }
+    let listener = "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \"0.0.0.0\", \
+        LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die \"listen: $!\"; \
+        while ($c = $s->accept) { print $c \"hi\\n\"; close $c }'";
+    let _serving = a
+        .exec(
+            &["sh".into(), "-c".into(), listener.into()],
+            &ExecOptions::default(),
+            &Ctx::background(),
+        )
+        .await
+        .unwrap();
+    let ip = sh(&*a, "hostname -i").await.stdout_text().trim().to_string();
+    assert!(ip.parse::<std::net::Ipv4Addr>().is_ok(), "box a's address: {ip:?}");
+    let fetch = format!(
+        "for i in $(seq 50); do timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/8080 && cat <&3' 2>/dev/null && exit 0; \
+         sleep 0.1; done; exit 1"
+    );
+    // The control: the listener answers on the box's address, from the box itself.
+    let own = sh(&*a, &fetch).await;
+    assert_eq!(own.stdout_text(), "hi\n", "box a reaches itself: {}", own.stderr_text());
+    // Another box, on the same network, does not reach it.
+    let other = sh(
+        &*b,
+        &format!("timeout 5 bash -c 'exec 3<>/dev/tcp/{ip}/8080 && cat <&3'"),
+    )
+    .await;
+    assert_ne!(other.status.code, 0, "box b reached box a: {}", other.stdout_text());
+    assert_eq!(other.stdout_text(), "");
+    a.destroy(&ctx()).await.unwrap();
+    b.destroy(&ctx()).await.unwrap();
+}

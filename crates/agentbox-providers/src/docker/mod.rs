@@ -23,6 +23,7 @@
 pub mod daemon;
 mod key;
 mod lifecycle;
+mod network;
 mod sandbox;
 mod seccomp;
 mod state;
@@ -44,6 +45,7 @@ use bollard::query_parameters::{
 use crate::helper::HelperCommand;
 use crate::runner::{Address, Dial, Relay, RunnerSandbox};
 use crate::util::{now_ms, random_hex};
+pub use network::BOX_NETWORK;
 pub use sandbox::DockerSandbox;
 
 /// The provider's name and id prefix.
@@ -471,7 +473,11 @@ impl DockerProvider {
                 .opts
                 .disk_bytes
                 .map(|d| HashMap::from([("size".to_string(), d.to_string())])),
-            network_mode: (spec.network == Some(Network::None)).then(|| "none".to_string()),
+            network_mode: Some(if spec.network == Some(Network::None) {
+                "none".to_string()
+            } else {
+                network::BOX_NETWORK.to_string()
+            }),
             mounts: (!mounts.is_empty()).then_some(mounts),
             device_requests: spec.gpu.as_ref().map(|_| {
                 // Docker cannot choose a model: any gpu gives every GPU of the host.
@@ -483,6 +489,9 @@ impl DockerProvider {
             }),
             ..Default::default()
         };
+        if spec.network != Some(Network::None) {
+            network::ensure(&self.docker, ctx).await?;
+        }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
             entrypoint: Some(if let Some(helper) = &self.opts.runner {

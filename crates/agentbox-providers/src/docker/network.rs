@@ -1,0 +1,93 @@
+//! The network a Docker box with the open network is on: a bridge of agentbox's own,
+//! [`BOX_NETWORK`], with inter-container traffic off, so that one box cannot reach another's
+//! listeners (Docker's default bridge lets every container reach every other).
+//!
+//! The network is made by the first create that needs it, and every create checks it is
+//! still what agentbox made: a network of that name with inter-container traffic on (made by
+//! hand, say) is refused rather than joined, naming how to fix it.
+
+use std::collections::HashMap;
+
+use agentbox_core::{Ctx, Error, Result};
+use bollard::Docker;
+use bollard::models::NetworkCreateRequest;
+
+/// The name of agentbox's network.
+pub const BOX_NETWORK: &str = "agentbox";
+
+/// The bridge driver's option that lets containers of one network reach each other.
+const ICC: &str = "com.docker.network.bridge.enable_icc";
+
+/// Make sure [`BOX_NETWORK`] exists with inter-container traffic off; made when missing (two
+/// makers at once: the second finds the first's).
+pub(crate) async fn ensure(docker: &Docker, ctx: &Ctx) -> Result<()> {
+    let ctx = &ctx.with_timeout(std::time::Duration::from_secs(30));
+    for _ in 0..2 {
+        match ctx.run(docker.inspect_network(BOX_NETWORK, None)).await? {
+            Ok(n) => return check(n.driver.as_deref(), n.options.as_ref()),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+            Err(e) => {
+                return Err(Error::unknown(format!(
+                    "inspecting the Docker network {BOX_NETWORK}: {e}"
+                )));
+            }
+        }
+        let made = ctx
+            .run(docker.create_network(NetworkCreateRequest {
+                name: BOX_NETWORK.into(),
+                driver: Some("bridge".into()),
+                options: Some(HashMap::from([(ICC.to_string(), "false".to_string())])),
+                labels: Some(HashMap::from([("agentbox.managed".to_string(), "true".to_string())])),
+                ..Default::default()
+            }))
+            .await?;
+        match made {
+            Ok(_) => {
+                tracing::info!(
+                    network = BOX_NETWORK,
+                    "made the Docker boxes' network, inter-container traffic off"
+                );
+                return Ok(());
+            }
+            // Made by another create in between: inspected again.
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => {}
+            Err(e) => return Err(Error::unknown(format!("making the Docker network {BOX_NETWORK}: {e}"))),
+        }
+    }
+    Err(Error::unknown(format!(
+        "the Docker network {BOX_NETWORK} was neither found nor made"
+    )))
+}
+
+/// A network of agentbox's name is joined only when it is a bridge with inter-container
+/// traffic off.
+fn check(driver: Option<&str>, options: Option<&HashMap<String, String>>) -> Result<()> {
+    let icc = options.and_then(|o| o.get(ICC)).map(String::as_str);
+    if driver == Some("bridge") && icc == Some("false") {
+        return Ok(());
+    }
+    Err(Error::unsupported(format!(
+        "the Docker network {BOX_NETWORK} exists as a {} network with {ICC}={}: boxes on it could \
+         reach each other, so none is put on it; remove it (docker network rm {BOX_NETWORK}) and \
+         agentbox makes it again with inter-container traffic off",
+        driver.unwrap_or("(unstated)"),
+        icc.unwrap_or("(unset, on)")
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_bridge_with_inter_container_traffic_off_is_joined() {
+        let off = HashMap::from([(ICC.to_string(), "false".to_string())]);
+        let on = HashMap::from([(ICC.to_string(), "true".to_string())]);
+        assert!(check(Some("bridge"), Some(&off)).is_ok());
+        let e = check(Some("bridge"), Some(&on)).unwrap_err();
+        assert!(e.message().contains("docker network rm agentbox"), "{e}");
+        assert!(check(Some("bridge"), None).is_err());
+        assert!(check(Some("overlay"), Some(&off)).is_err());
+        assert!(check(None, Some(&off)).is_err());
+    }
+}
