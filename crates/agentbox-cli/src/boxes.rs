@@ -249,7 +249,8 @@ pub(crate) struct CreateArgs {
     network: Option<String>,
     /// Reach only this (repeatable): a name, `*.name` (any name below it), an IPv4 or IPv6
     /// address or CIDR, each with an optional `:PORT` (IPv6 in brackets: `[2001:db8::/32]:443`).
-    /// Enforced by agentbox's egress proxy (namespace boxes); `box net ID` shows what it refused.
+    /// Enforced by agentbox's egress proxy (namespace and Docker boxes); `box net ID` shows what
+    /// it refused.
     #[arg(long = "allow", value_name = "HOST[:PORT]")]
     allow: Vec<String>,
     /// The isolation asked for.

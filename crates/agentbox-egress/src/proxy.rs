@@ -93,6 +93,7 @@ impl Proxy {
             Ok(s) => s,
             Err(Reached::Refused(r)) => {
                 let why = format!("{}:{} refused ({}): {}", r.host, r.port, r.rule, r.why);
+                tracing::warn!(host = %r.host, port = r.port, address = r.address.as_deref().unwrap_or(""), rule = %r.rule, "egress refused");
                 (self.refusals)(r);
                 let _ = answer(&mut client, 403, &why).await;
                 return Err(why);

@@ -31,6 +31,8 @@ pub mod daytona;
 pub mod docker;
 #[cfg(feature = "e2b")]
 pub mod e2b;
+#[cfg(any(feature = "docker", all(feature = "namespace", target_os = "linux")))]
+pub(crate) mod egress;
 pub mod helper;
 pub mod home;
 #[cfg(feature = "kube")]

@@ -544,3 +544,37 @@ async fn boxes_do_not_reach_each_other() {
     a.destroy(&ctx()).await.unwrap();
     b.destroy(&ctx()).await.unwrap();
 }
+
+/// An allowlist is enforced through agentbox's init in the box (its bridge to the egress
+/// proxy): a box made without the runner refuses one, naming why; the proxy's variables are
+/// the provider's to set. (The allowlist itself: `tests/egress.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowlist_needs_the_runner_and_owns_the_proxy_variables() {
+    if !docker_available("an_allowlist_needs_the_runner_and_owns_the_proxy_variables") {
+        return;
+    }
+    let mut spec = Spec::new(Duration::from_secs(60));
+    spec.network = Some(Network::Allow(vec!["example.com".into()]));
+    let bare = provider(DockerOptions::default()).await;
+    let e = match bare.create(&spec, &ctx()).await {
+        Ok(b) => panic!("a box without the runner took an allowlist: {}", b.id()),
+        Err(e) => e,
+    };
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+    assert!(e.message().contains("without the runner"), "{e}");
+    let with = provider(DockerOptions {
+        runner: Some(agentbox_providers::helper::HelperCommand::new(
+            agentbox_testing::runner::ensure(),
+            vec![],
+        )),
+        ..DockerOptions::default()
+    })
+    .await;
+    spec.env.insert("http_proxy".into(), "http://elsewhere:1".into());
+    let e = match with.create(&spec, &ctx()).await {
+        Ok(b) => panic!("http_proxy was taken: {}", b.id()),
+        Err(e) => e,
+    };
+    assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
+    assert!(e.message().contains("spec.env.http_proxy"), "{e}");
+}

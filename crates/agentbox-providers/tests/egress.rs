@@ -1,5 +1,5 @@
-//! A namespace box's allowlist, enforced: the box reaches what its list names through the
-//! egress proxy, and nothing else at all.
+//! A box's allowlist, enforced on this machine (namespace and Docker boxes): the box reaches
+//! what its list names through the egress proxy, and nothing else at all.
 //!
 //! The scenario runs in network namespaces the test makes (`agentbox_testing::netns`): the
 //! box's host has `198.51.100.1` on a cable to a peer at `198.51.100.7` (the internet), and its
@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentbox_core::{Ctx, ErrorCode, Network, NetworkFact, Provider, Sandbox, Spec};
+use agentbox_providers::docker::{DockerOptions, DockerProvider};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
 use agentbox_testing::netns::{self, Peer};
@@ -98,11 +99,18 @@ fn connect(host: &str, port: u16, path: &str) -> String {
     )
 }
 
-#[test]
-fn a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else() {
-    if !netns::isolated("a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else") {
-        return;
-    }
+/// The servers of the scenario, started in this test's namespaces: the internet's (port 80,
+/// and 81, not listed) on the peer, this machine's own on loopback and on its address; and
+/// the names the proxy resolves. How many connections each took.
+struct Servers {
+    internet: Arc<AtomicUsize>,
+    internet81: Arc<AtomicUsize>,
+    inside: Arc<AtomicUsize>,
+    mine: Arc<AtomicUsize>,
+    _peer: Peer,
+}
+
+fn servers() -> Servers {
     let peer = Peer::new(&format!("{HERE}/24"), &format!("{INTERNET}/24"));
     let (pkg, other_port) = peer
         .run(|| {
@@ -113,10 +121,6 @@ fn a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else() {
         })
         .join()
         .unwrap();
-    let internet = serve(pkg, "pkg");
-    let internet81 = serve(other_port, "81");
-    let inside = serve(TcpListener::bind(("127.0.0.1", 8081)).unwrap(), "inside");
-    let mine = serve(TcpListener::bind((HERE, 8082)).unwrap(), "mine");
     netns::hosts(&[
         ("pkg.test", INTERNET),
         ("other.test", INTERNET),
@@ -124,100 +128,150 @@ fn a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else() {
         ("me.test", HERE),
         ("meta.test", "169.254.169.254"),
     ]);
+    Servers {
+        internet: serve(pkg, "pkg"),
+        internet81: serve(other_port, "81"),
+        inside: serve(TcpListener::bind(("127.0.0.1", 8081)).unwrap(), "inside"),
+        mine: serve(TcpListener::bind((HERE, 8082)).unwrap(), "mine"),
+        _peer: peer,
+    }
+}
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// The whole scenario against boxes of `p`: what is allowed arrives, what is not is refused
+/// and recorded, and a program ignoring the proxy reaches nothing.
+async fn reaches_what_its_allowlist_names(p: Arc<dyn Provider>, s: &Servers) {
+    let ctx = Ctx::background();
+    let list: Vec<String> = ["pkg.test:80", "inside.test", "me.test", "meta.test", "*.example.org"]
+        .map(String::from)
+        .to_vec();
+    let mut spec = Spec::new(Duration::from_secs(120));
+    spec.network = Some(Network::Allow(list.clone()));
+    let b = p.create(&spec, &ctx).await.unwrap();
+    assert_eq!(
+        b.facts().network,
+        Some(NetworkFact::Allowlist(list.clone())),
+        "the facts say allowlist once the probe passed"
+    );
+    // Its network is loopback alone: no route leads anywhere but through the proxy.
+    let interfaces = run(
+        b.as_ref(),
+        &["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"],
+    )
+    .await;
+    assert_eq!(interfaces, "lo\n[exit 0]");
+    let env = run(b.as_ref(), &["sh", "-c", "echo $HTTP_PROXY $https_proxy $NO_PROXY"]).await;
+    assert_eq!(
+        env,
+        "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1\n[exit 0]"
+    );
+
+    // Allowed: plain HTTP and a tunnel, to a listed name on its listed port.
+    let out = through_proxy(b.as_ref(), &get("pkg.test", "/hello")).await;
+    assert!(out.contains("pkg saw GET /hello HTTP/1.1"), "{out}");
+    let out = through_proxy(b.as_ref(), &connect("pkg.test", 80, "/tunnel")).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.contains("pkg saw GET /tunnel HTTP/1.1"), "{out}");
+    assert_eq!(s.internet.load(Ordering::SeqCst), 2);
+
+    // Refused by the list: a name it does not hold, a listed name on another port, an
+    // address (no CIDR is listed).
+    for (req, host) in [
+        (get("other.test", "/"), "other.test"),
+        (connect("pkg.test", 81, "/"), "pkg.test"),
+        (connect(INTERNET, 80, "/"), INTERNET),
+    ] {
+        let out = through_proxy(b.as_ref(), &req).await;
+        assert!(out.starts_with("HTTP/1.1 403"), "{host}: {out}");
+        assert!(out.contains("no entry"), "{host}: {out}");
+    }
+    // Refused after the name resolved: listed names leading inside.
+    for (req, rule) in [
+        (get("inside.test:8081", "/"), "loopback"),
+        (connect("me.test", 8082, "/"), "this machine's address"),
+        (get("meta.test", "/latest/meta-data/"), "the cloud metadata address"),
+    ] {
+        let out = through_proxy(b.as_ref(), &req).await;
+        assert!(out.starts_with("HTTP/1.1 403"), "{rule}: {out}");
+        assert!(out.contains(rule), "{rule}: {out}");
+    }
+    // A program that ignores the proxy reaches nothing: not the internet, not this
+    // machine's services, not the metadata address.
+    for (host, port) in [(INTERNET, 80), (HERE, 8082), ("169.254.169.254", 80), ("10.0.0.1", 80)] {
+        let out = direct(b.as_ref(), host, port).await;
+        assert!(!out.contains("connected"), "{host}:{port} reached directly: {out}");
+    }
+    assert_eq!(
+        s.internet.load(Ordering::SeqCst),
+        2,
+        "only the allowed requests arrived"
+    );
+    assert_eq!(s.internet81.load(Ordering::SeqCst), 0);
+    assert_eq!(s.inside.load(Ordering::SeqCst), 0);
+    assert_eq!(s.mine.load(Ordering::SeqCst), 0);
+
+    // Every refusal is on record, in order, with its rule.
+    let refusals = b.net_refusals(100, &ctx).await.unwrap();
+    let seen: Vec<(String, u16, String)> = refusals
+        .iter()
+        .map(|r| (r.host.clone(), r.port, r.rule.clone()))
+        .collect();
+    let want = [
+        ("other.test", 80, "no entry"),
+        ("pkg.test", 81, "no entry"),
+        (INTERNET, 80, "no entry"),
+        ("inside.test", 8081, "loopback (127.0.0.0/8)"),
+        ("me.test", 8082, "this machine's address"),
+        ("meta.test", 80, "the cloud metadata address"),
+    ];
+    // The probe's own direct connects are refused by the network, not the proxy: no line.
+    assert_eq!(
+        seen,
+        want.map(|(h, p, r)| (h.to_string(), p, r.to_string())).to_vec(),
+        "{refusals:#?}"
+    );
+    assert_eq!(refusals[3].address.as_deref(), Some("127.0.0.1"));
+    let one = b.net_refusals(1, &ctx).await.unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].host, "meta.test", "the newest are kept");
+
+    b.destroy(&ctx).await.unwrap();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async {
-        let root = tempfile::tempdir().unwrap();
-        let p = provider(root.path());
-        let ctx = Ctx::background();
-        let list: Vec<String> = ["pkg.test:80", "inside.test", "me.test", "meta.test", "*.example.org"]
-            .map(String::from)
-            .to_vec();
-        let mut spec = Spec::new(Duration::from_secs(120));
-        spec.network = Some(Network::Allow(list.clone()));
-        let b = p.create(&spec, &ctx).await.unwrap();
-        assert_eq!(
-            b.facts().network,
-            Some(NetworkFact::Allowlist(list.clone())),
-            "the facts say allowlist once the probe passed"
+        .unwrap()
+}
+
+#[test]
+fn a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else() {
+    if !netns::isolated("a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else") {
+        return;
+    }
+    let s = servers();
+    let root = tempfile::tempdir().unwrap();
+    runtime().block_on(reaches_what_its_allowlist_names(provider(root.path()), &s));
+}
+
+#[test]
+fn a_docker_box_reaches_what_its_allowlist_names_and_nothing_else() {
+    const NAME: &str = "a_docker_box_reaches_what_its_allowlist_names_and_nothing_else";
+    if !agentbox_testing::services::docker_available(NAME) || !netns::isolated(NAME) {
+        return;
+    }
+    let s = servers();
+    runtime().block_on(async {
+        let p: Arc<dyn Provider> = Arc::new(
+            DockerProvider::new(DockerOptions {
+                runner: Some(HelperCommand::new(agentbox_testing::runner::ensure(), vec![])),
+                ..DockerOptions::default()
+            })
+            .await
+            .expect("the Docker daemon answers"),
         );
-        let env = run(b.as_ref(), &["sh", "-c", "echo $HTTP_PROXY $https_proxy $NO_PROXY"]).await;
-        assert_eq!(
-            env,
-            "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1\n[exit 0]"
-        );
-
-        // Allowed: plain HTTP and a tunnel, to a listed name on its listed port.
-        let out = through_proxy(b.as_ref(), &get("pkg.test", "/hello")).await;
-        assert!(out.contains("pkg saw GET /hello HTTP/1.1"), "{out}");
-        let out = through_proxy(b.as_ref(), &connect("pkg.test", 80, "/tunnel")).await;
-        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-        assert!(out.contains("pkg saw GET /tunnel HTTP/1.1"), "{out}");
-        assert_eq!(internet.load(Ordering::SeqCst), 2);
-
-        // Refused by the list: a name it does not hold, a listed name on another port, an
-        // address (no CIDR is listed).
-        for (req, host) in [
-            (get("other.test", "/"), "other.test"),
-            (connect("pkg.test", 81, "/"), "pkg.test"),
-            (connect(INTERNET, 80, "/"), INTERNET),
-        ] {
-            let out = through_proxy(b.as_ref(), &req).await;
-            assert!(out.starts_with("HTTP/1.1 403"), "{host}: {out}");
-            assert!(out.contains("no entry"), "{host}: {out}");
-        }
-        // Refused after the name resolved: listed names leading inside.
-        for (req, rule) in [
-            (get("inside.test:8081", "/"), "loopback"),
-            (connect("me.test", 8082, "/"), "this machine's address"),
-            (get("meta.test", "/latest/meta-data/"), "the cloud metadata address"),
-        ] {
-            let out = through_proxy(b.as_ref(), &req).await;
-            assert!(out.starts_with("HTTP/1.1 403"), "{rule}: {out}");
-            assert!(out.contains(rule), "{rule}: {out}");
-        }
-        // A program that ignores the proxy reaches nothing: not the internet, not this
-        // machine's services, not the metadata address.
-        for (host, port) in [(INTERNET, 80), (HERE, 8082), ("169.254.169.254", 80), ("10.0.0.1", 80)] {
-            let out = direct(b.as_ref(), host, port).await;
-            assert!(!out.contains("connected"), "{host}:{port} reached directly: {out}");
-        }
-        assert_eq!(internet.load(Ordering::SeqCst), 2, "only the allowed requests arrived");
-        assert_eq!(internet81.load(Ordering::SeqCst), 0);
-        assert_eq!(inside.load(Ordering::SeqCst), 0);
-        assert_eq!(mine.load(Ordering::SeqCst), 0);
-
-        // Every refusal is on record, in order, with its rule.
-        let refusals = b.net_refusals(100, &ctx).await.unwrap();
-        let seen: Vec<(String, u16, String)> = refusals
-            .iter()
-            .map(|r| (r.host.clone(), r.port, r.rule.clone()))
-            .collect();
-        let want = [
-            ("other.test", 80, "no entry"),
-            ("pkg.test", 81, "no entry"),
-            (INTERNET, 80, "no entry"),
-            ("inside.test", 8081, "loopback (127.0.0.0/8)"),
-            ("me.test", 8082, "this machine's address"),
-            ("meta.test", 80, "the cloud metadata address"),
-        ];
-        // The probe's own refusals (its direct connects are refused by the network, not the
-        // proxy) leave no line; the requests above left one each.
-        assert_eq!(
-            seen,
-            want.map(|(h, p, r)| (h.to_string(), p, r.to_string())).to_vec(),
-            "{refusals:#?}"
-        );
-        assert_eq!(refusals[3].address.as_deref(), Some("127.0.0.1"));
-        let one = b.net_refusals(1, &ctx).await.unwrap();
-        assert_eq!(one.len(), 1);
-        assert_eq!(one[0].host, "meta.test", "the newest are kept");
-
-        b.destroy(&ctx).await.unwrap();
+        reaches_what_its_allowlist_names(p, &s).await;
     });
 }
 

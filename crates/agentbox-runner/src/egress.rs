@@ -15,7 +15,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentbox_core::Allowlist;
@@ -27,9 +27,22 @@ const LOG_MAX: u64 = 1 << 20;
 /// The buffer of each direction of a bridged connection.
 const BRIDGE_BUFFER: usize = 256 << 10;
 
-/// The proxy (see the [module documentation](self)); the exit code.
+/// The proxy of a namespace box (see the [module documentation](self)); the exit code.
 pub fn run(dir: &Path) -> i32 {
-    match serve(dir) {
+    exit_code(plan_of_box(dir).and_then(serve))
+}
+
+/// The proxy of a container box: `egress --socket PATH --log PATH --deadline-file PATH
+/// --allow ENTRY...`, started detached by the host beside the container. It binds the socket
+/// (in the box's runner directory, which the container sees), appends refusals to the log
+/// (outside it), and ends when the deadline file says the box's time is up or is gone (the
+/// box was destroyed: its files went with it).
+pub fn run_args(args: &[String]) -> i32 {
+    exit_code(plan_of_args(args).and_then(serve))
+}
+
+fn exit_code(r: Result<(), String>) -> i32 {
+    match r {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("agentbox-runner egress: {e}");
@@ -39,7 +52,23 @@ pub fn run(dir: &Path) -> i32 {
     }
 }
 
-fn serve(dir: &Path) -> Result<(), String> {
+/// What one proxy serves, and until when.
+struct Plan {
+    allow: Allowlist,
+    socket: PathBuf,
+    log: PathBuf,
+    until: Until,
+}
+
+enum Until {
+    /// Its stdin ends (the namespace box's keeper holds the other end).
+    StdinEnds,
+    /// The deadline in this file passes, or the file is gone.
+    Deadline(PathBuf),
+}
+
+/// The plan of a namespace box: its config in `dir`.
+fn plan_of_box(dir: &Path) -> Result<Plan, String> {
     let path = dir.join(CONFIG_FILE);
     let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     if bytes.len() > 1 << 20 {
@@ -49,8 +78,54 @@ fn serve(dir: &Path) -> Result<(), String> {
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a box config: {e}", path.display()))?;
     cfg.validate()?;
     let egress = cfg.egress.ok_or("the box's config asks for no egress")?;
-    let allow = Allowlist::parse(&egress.allow).map_err(|e| e.to_string())?;
-    let socket = dir.join("run").join(EGRESS_SOCKET);
+    Ok(Plan {
+        allow: Allowlist::parse(&egress.allow).map_err(|e| e.to_string())?,
+        socket: dir.join("run").join(EGRESS_SOCKET),
+        log: dir.join(EGRESS_LOG),
+        until: Until::StdinEnds,
+    })
+}
+
+/// The plan `--socket PATH --log PATH --deadline-file PATH --allow ENTRY...` gives.
+fn plan_of_args(args: &[String]) -> Result<Plan, String> {
+    const USAGE: &str =
+        "usage: agentbox-runner egress --socket PATH --log PATH --deadline-file PATH --allow ENTRY [--allow ENTRY]...";
+    let (mut socket, mut log, mut deadline, mut allow) = (None, None, None, Vec::new());
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} wants a value; {USAGE}"))?;
+        let path = || {
+            value
+                .starts_with('/')
+                .then(|| PathBuf::from(value))
+                .ok_or_else(|| format!("{flag} {value:?}: not an absolute path"))
+        };
+        match flag.as_str() {
+            "--socket" => socket = Some(path()?),
+            "--log" => log = Some(path()?),
+            "--deadline-file" => deadline = Some(path()?),
+            "--allow" => allow.push(value.clone()),
+            other => return Err(format!("{other}: no such flag; {USAGE}")),
+        }
+    }
+    let (Some(socket), Some(log), Some(deadline)) = (socket, log, deadline) else {
+        return Err(USAGE.into());
+    };
+    Ok(Plan {
+        allow: Allowlist::parse(&allow).map_err(|e| e.to_string())?,
+        socket,
+        log,
+        until: Until::Deadline(deadline),
+    })
+}
+
+fn serve(plan: Plan) -> Result<(), String> {
+    let Plan {
+        allow,
+        socket,
+        log,
+        until,
+    } = plan;
     let _ = std::fs::remove_file(&socket);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -60,28 +135,47 @@ fn serve(dir: &Path) -> Result<(), String> {
     rt.block_on(async move {
         let listener =
             tokio::net::UnixListener::bind(&socket).map_err(|e| format!("binding {}: {e}", socket.display()))?;
-        // The box's root is another id of the host's: it must be able to connect.
+        // The box's user is another id of the host's: it must be able to connect.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))
             .map_err(|e| format!("opening {} to the box: {e}", socket.display()))?;
-        let log = RefusalLog::new(dir.join(EGRESS_LOG), LOG_MAX);
+        let log = RefusalLog::new(log, LOG_MAX);
         let proxy = Proxy::new(
             Policy::new(allow),
             Arc::new(SystemResolver),
             Arc::new(move |r| {
+                // A line on stderr too: the namespace box's log, the Docker box's proxy file.
+                let address = r.address.as_deref().map(|a| format!(" ({a})")).unwrap_or_default();
+                eprintln!(
+                    "agentbox-runner egress: refused {}:{}{address}: {}",
+                    r.host, r.port, r.rule
+                );
                 let _ = log.append(&r);
             }),
         );
         println!("{EGRESS_READY}");
         let _ = std::io::stdout().flush();
-        // The keeper's end of stdin closes when the box ends.
-        let mut ended = tokio::task::spawn_blocking(|| {
-            let mut sink = [0u8; 64];
-            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
-        });
+        let mut ended = match until {
+            Until::StdinEnds => tokio::task::spawn_blocking(|| {
+                let mut sink = [0u8; 64];
+                while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
+            }),
+            Until::Deadline(file) => tokio::spawn(async move {
+                loop {
+                    match crate::init::read_deadline(&file) {
+                        Some(d) if crate::init::now_ms() < d => {}
+                        _ => return,
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }),
+        };
         loop {
             tokio::select! {
-                _ = &mut ended => return Ok(()),
+                _ = &mut ended => {
+                    let _ = std::fs::remove_file(&socket);
+                    return Ok(());
+                }
                 got = listener.accept() => {
                     let Ok((conn, _)) = got else { continue };
                     let proxy = proxy.clone();
@@ -99,10 +193,14 @@ pub fn listen(port: u16) -> Result<TcpListener, String> {
     TcpListener::bind(("127.0.0.1", port)).map_err(|e| format!("the egress bridge on 127.0.0.1:{port}: {e}"))
 }
 
-/// Carry each connection to `listener` to the proxy's socket in the box, for ever (a thread of
-/// the init's).
-pub fn bridge(listener: TcpListener) {
-    let socket = format!("{RUN_DIR}/{EGRESS_SOCKET}");
+/// The proxy's socket as a namespace box sees it.
+pub fn namespace_socket() -> PathBuf {
+    PathBuf::from(format!("{RUN_DIR}/{EGRESS_SOCKET}"))
+}
+
+/// Carry each connection to `listener` to the proxy's `socket` in the box, for ever (a thread
+/// of the init's).
+pub fn bridge(listener: TcpListener, socket: PathBuf) {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let socket = socket.clone();
@@ -114,7 +212,7 @@ pub fn bridge(listener: TcpListener) {
 
 /// One connection both ways, each direction a thread, each end shut down for writing when
 /// its source ends.
-fn carry(conn: TcpStream, socket: &str) {
+fn carry(conn: TcpStream, socket: &Path) {
     let Ok(up) = UnixStream::connect(socket) else {
         return;
     };

@@ -17,22 +17,50 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The longest the init goes without reading its deadline again.
 const POLL: Duration = Duration::from_secs(2);
 
-/// How the init is started: `init --deadline-file PATH`.
+/// How the init is started: `init --deadline-file PATH [--egress-port PORT --egress-socket
+/// PATH]`.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The file that holds the deadline, as decimal milliseconds since the Unix epoch.
     pub deadline_file: PathBuf,
+    /// For a box with an allowlist: the port of the box's loopback its programs are told to
+    /// use as their proxy, and the egress proxy's socket each connection to it is carried to.
+    pub egress: Option<(u16, PathBuf)>,
 }
 
 impl Config {
-    /// Parse `--deadline-file PATH`.
+    /// Parse `--deadline-file PATH [--egress-port PORT --egress-socket PATH]`.
     pub fn from_args(args: &[String]) -> Result<Config, String> {
-        match args {
-            [flag, path] if flag == "--deadline-file" && path.starts_with('/') => Ok(Config {
-                deadline_file: PathBuf::from(path),
-            }),
-            _ => Err("usage: agentbox-runner init --deadline-file /ABSOLUTE/PATH".into()),
+        const USAGE: &str = "usage: agentbox-runner init --deadline-file /ABSOLUTE/PATH \
+                             [--egress-port PORT --egress-socket /ABSOLUTE/PATH]";
+        let (mut deadline, mut port, mut socket) = (None, None, None);
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let value = it.next().ok_or(USAGE)?;
+            match flag.as_str() {
+                "--deadline-file" if value.starts_with('/') => deadline = Some(PathBuf::from(value)),
+                "--egress-socket" if value.starts_with('/') => socket = Some(PathBuf::from(value)),
+                "--egress-port" => {
+                    port = Some(
+                        value
+                            .parse::<u16>()
+                            .ok()
+                            .filter(|p| *p > 0)
+                            .ok_or(format!("--egress-port {value:?}: not a port"))?,
+                    )
+                }
+                _ => return Err(USAGE.into()),
+            }
         }
+        let egress = match (port, socket) {
+            (Some(p), Some(s)) => Some((p, s)),
+            (None, None) => None,
+            _ => return Err(format!("--egress-port and --egress-socket go together; {USAGE}")),
+        };
+        Ok(Config {
+            deadline_file: deadline.ok_or(USAGE)?,
+            egress,
+        })
     }
 }
 
@@ -49,7 +77,7 @@ pub fn read_deadline(path: &Path) -> Option<u64> {
     text.trim().parse().ok()
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -67,6 +95,25 @@ pub fn run(cfg: Config) -> i32 {
         return 1;
     };
     let set = signals();
+    // The bridge to the egress proxy: a thread of pid 1 (the signals it takes stay blocked in
+    // it, so they wait for the loop below), which a sleep does not kill.
+    if let Some((port, socket)) = cfg.egress {
+        match crate::egress::listen(port) {
+            Ok(l) => {
+                if let Err(e) = std::thread::Builder::new()
+                    .name("egress-bridge".into())
+                    .spawn(move || crate::egress::bridge(l, socket))
+                {
+                    eprintln!("agentbox-runner init: starting the egress bridge: {e}: the box ends");
+                    return 1;
+                }
+            }
+            Err(e) => {
+                eprintln!("agentbox-runner init: {e}: the box ends");
+                return 1;
+            }
+        }
+    }
     loop {
         reap();
         let now = now_ms();
@@ -146,6 +193,37 @@ fn reap() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_egress_flags_go_together_and_name_what_is_wrong() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = Config::from_args(&args(&["--deadline-file", "/d"])).unwrap();
+        assert_eq!((c.deadline_file, c.egress), (PathBuf::from("/d"), None));
+        let c = Config::from_args(&args(&[
+            "--deadline-file",
+            "/d",
+            "--egress-port",
+            "3128",
+            "--egress-socket",
+            "/run/agentbox/egress.sock",
+        ]))
+        .unwrap();
+        assert_eq!(c.egress, Some((3128, PathBuf::from("/run/agentbox/egress.sock"))));
+        let e = Config::from_args(&args(&["--deadline-file", "/d", "--egress-port", "3128"])).unwrap_err();
+        assert!(e.contains("go together"), "{e}");
+        let e = Config::from_args(&args(&[
+            "--deadline-file",
+            "/d",
+            "--egress-port",
+            "0",
+            "--egress-socket",
+            "/s",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("not a port"), "{e}");
+        assert!(Config::from_args(&args(&["--egress-port", "3128", "--egress-socket", "/s"])).is_err());
+        assert!(Config::from_args(&args(&["--deadline-file", "relative"])).is_err());
+    }
 
     #[test]
     fn deadlines_are_read_as_written_and_nothing_else() {

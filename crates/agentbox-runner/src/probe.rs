@@ -30,7 +30,8 @@ pub const PROBES: &[(&str, &str)] = &[
     (
         "egress:PORT",
         "ask the egress proxy at 127.0.0.1:PORT to answer, then connect past it to the internet: \
-         `allowed` only when the proxy answers and every direct connect fails",
+         `allowed` only when the proxy answers, the box's network has loopback alone and every \
+         direct connect fails",
     ),
 ];
 
@@ -144,6 +145,21 @@ fn egress(port: &str) -> Result<(), String> {
         return Err(format!(
             "127.0.0.1:{port} is not the egress proxy: {:?}",
             answer.lines().next().unwrap_or("")
+        ));
+    }
+    // The box's network holds loopback alone (so nothing is reached but through the proxy,
+    // whether or not this machine reaches the internet), and a direct connect out fails.
+    let dev = std::fs::read_to_string("/proc/net/dev").map_err(|e| format!("reading /proc/net/dev: {e}"))?;
+    let others: Vec<&str> = dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
+        .filter(|name| *name != "lo")
+        .collect();
+    if !others.is_empty() {
+        return Err(format!(
+            "the box's network has interfaces besides loopback: {}",
+            others.join(", ")
         ));
     }
     for to in OUTSIDE {

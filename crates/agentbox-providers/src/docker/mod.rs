@@ -69,6 +69,8 @@ const LABEL_NAME: &str = "agentbox.name";
 const LABEL_LABELS: &str = "agentbox.labels";
 /// `1`: the first process is `agentbox-runner init`, reading its deadline from a file.
 const LABEL_INIT: &str = "agentbox.init";
+/// The allowlist of a box with one, as JSON: its facts' network, read back by any host.
+const LABEL_ALLOW: &str = "agentbox.allow";
 /// The snapshot a box was made from (empty: none); a snapshot's image carries it too.
 const LABEL_SNAPSHOT: &str = "agentbox.snapshot";
 /// Where the deadline file is mounted for the init.
@@ -313,6 +315,21 @@ impl DockerProvider {
 
     /// Refuse what a Docker box cannot be.
     fn check(&self, spec: &Spec) -> Result<()> {
+        if let Some(Network::Allow(_)) = &spec.network {
+            if self.opts.runner.is_none() {
+                return Err(Error::unsupported(
+                    "spec.network: a Docker box enforces an allowlist through agentbox's init in it \
+                     (its bridge to the egress proxy), and this box is made without the runner",
+                ));
+            }
+            if !daemon::is_local() {
+                return Err(Error::unsupported(
+                    "spec.network: a Docker box's allowlist is enforced by a proxy on this machine, \
+                     and the engine is another machine's",
+                ));
+            }
+            crate::egress::check_env(spec)?;
+        }
         // Asked at every create: a `docker context use` since the provider was made counts.
         check_spec(spec, &self.honours(), NAME)?;
         if let Some(ws) = &spec.workspace
@@ -443,6 +460,16 @@ impl DockerProvider {
             if self.opts.keep_capabilities { "0" } else { "1" }.into(),
         );
         labels.insert(LABEL_WORKSPACE.into(), workspace.clone());
+        let allow = match &spec.network {
+            Some(Network::Allow(list)) => Some(list.clone()),
+            _ => None,
+        };
+        if let Some(list) = &allow {
+            labels.insert(
+                LABEL_ALLOW.into(),
+                serde_json::to_string(list).map_err(|e| Error::unknown(e.to_string()))?,
+            );
+        }
         labels.insert(LABEL_USER.into(), self.opts.user.clone().unwrap_or_default());
         labels.insert(
             LABEL_RUNNER.into(),
@@ -473,10 +500,10 @@ impl DockerProvider {
                 .opts
                 .disk_bytes
                 .map(|d| HashMap::from([("size".to_string(), d.to_string())])),
-            network_mode: Some(if spec.network == Some(Network::None) {
-                "none".to_string()
-            } else {
-                network::BOX_NETWORK.to_string()
+            network_mode: Some(match &spec.network {
+                // An allowlist's box reaches out only through its bridge to the proxy.
+                Some(Network::None | Network::Allow(_)) => "none".to_string(),
+                _ => network::BOX_NETWORK.to_string(),
             }),
             mounts: (!mounts.is_empty()).then_some(mounts),
             device_requests: spec.gpu.as_ref().map(|_| {
@@ -489,8 +516,12 @@ impl DockerProvider {
             }),
             ..Default::default()
         };
-        if spec.network != Some(Network::None) {
+        if !matches!(spec.network, Some(Network::None | Network::Allow(_))) {
             network::ensure(&self.docker, ctx).await?;
+        }
+        let mut env = spec.env.clone();
+        if allow.is_some() {
+            env.extend(crate::egress::proxy_env());
         }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
@@ -500,12 +531,20 @@ impl DockerProvider {
                 let mut argv = vec![RUNNER_IN_BOX.to_string()];
                 argv.extend(helper.args.iter().cloned());
                 argv.extend(["init".into(), "--deadline-file".into(), DEADLINE_IN_BOX.into()]);
+                if allow.is_some() {
+                    argv.extend([
+                        "--egress-port".into(),
+                        crate::egress::EGRESS_PORT.to_string(),
+                        "--egress-socket".into(),
+                        format!("{RUNNER_DIR_IN_BOX}/{}", agentbox_protocol::namespace::EGRESS_SOCKET),
+                    ]);
+                }
                 argv
             } else {
                 vec!["sleep".into(), secs.to_string()]
             }),
             cmd: None,
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(labels.clone()),
             working_dir: Some(workspace.clone()),
             user: self.opts.user.clone(),
@@ -555,6 +594,13 @@ impl DockerProvider {
                 return Err(e.context("giving the workspace to the box's user"));
             }
         }
+        // The proxy before the box: its init's bridge finds the socket from its first moment.
+        if let (Some(list), Some(runner)) = (&allow, &self.opts.runner)
+            && let Err(e) = network::start_proxy(runner, &name, list).await
+        {
+            self.discard_container(&name).await;
+            return Err(e);
+        }
         let started = ctx.run(self.docker.start_container(&name, None)).await;
         let started = match started {
             Ok(Ok(())) => Ok(()),
@@ -592,6 +638,7 @@ impl DockerProvider {
             )));
         };
         let mut facts = facts_of(&host, ends_at, Some(created), &workspace);
+        allowlist_facts(&mut facts, &labels);
         lifecycle::lifecycle_facts(&mut facts, &labels);
         debug_assert_eq!(id.name(), name);
         let b = self.sandbox(name.clone(), facts, spec.labels.clone(), workspace);
@@ -599,7 +646,17 @@ impl DockerProvider {
             tracing::info!(box_id = %id, ms = ms(), "created");
             return Ok(b);
         }
-        match self.through_runner(b, ip, true, ctx).await {
+        let made = match self.through_runner(b, ip, true, ctx).await {
+            Ok(b) if allow.is_some() => match prove_egress(b, ctx).await {
+                Ok(b) => Ok(b),
+                Err(e) => {
+                    self.discard_container(&name).await;
+                    return Err(e);
+                }
+            },
+            other => other,
+        };
+        match made {
             Ok(b) => {
                 tracing::info!(box_id = %id, ms = ms(), runner = b.facts().runner.as_deref().unwrap_or("?"), "created");
                 Ok(b)
@@ -689,6 +746,7 @@ impl DockerProvider {
             .and_then(|s| s.started_at.as_deref())
             .and_then(parse_rfc3339_ms);
         let mut facts = facts_of(&host, ends_at, created_ms, &workspace);
+        allowlist_facts(&mut facts, &all_labels);
         lifecycle::lifecycle_facts(&mut facts, &all_labels);
         let b = self.sandbox(name.to_string(), facts, labels, workspace);
         if kept.asleep {
@@ -821,6 +879,43 @@ fn container_ip(info: &bollard::models::ContainerInspectResponse) -> Option<Stri
         .values()
         .filter_map(|n| n.ip_address.clone())
         .find(|ip| !ip.is_empty())
+}
+
+/// A box with network `none` and an allowlist in its labels has that allowlist: the create
+/// that made it proved it from inside, or ended the box.
+fn allowlist_facts(facts: &mut Facts, labels: &HashMap<String, String>) {
+    if facts.network == Some(NetworkFact::None)
+        && let Some(list) = labels.get(LABEL_ALLOW)
+    {
+        facts.network = match serde_json::from_str::<Vec<String>>(list) {
+            Ok(list) => Some(NetworkFact::Allowlist(list)),
+            // A label that is not a list: what the box may reach is not known.
+            Err(_) => None,
+        };
+    }
+}
+
+/// A box with an allowlist is handed out only once a program in it reached the proxy and
+/// failed to connect past it (`agentbox-runner probe egress:PORT`).
+async fn prove_egress(b: Arc<dyn Sandbox>, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+    let argv = crate::egress::probe_argv(RUNNER_IN_BOX);
+    let p = b
+        .exec(
+            &argv,
+            &Default::default(),
+            &ctx.with_timeout(std::time::Duration::from_secs(30)),
+        )
+        .await?;
+    let out = agentbox_core::finish(p, Default::default()).await?;
+    if out.status.code != 0 {
+        return Err(Error::unsupported(format!(
+            "spec.network: the box's allowlist could not be proven from inside it ({}{}); the box was ended",
+            out.stdout_text().trim(),
+            out.stderr_text().trim()
+        )));
+    }
+    tracing::info!(box_id = %b.id(), "the box's allowlist is enforced: its proxy answered and a direct connect failed");
+    Ok(b)
 }
 
 /// This machine's directory for the runner of box `name`, bind-mounted at [`RUNNER_DIR_IN_BOX`]:
@@ -986,6 +1081,7 @@ impl Provider for DockerProvider {
             gpu: true,
             isolation: vec!["container".into()],
             network_none: true,
+            network_allowlist: self.opts.runner.is_some() && daemon::is_local(),
             mounts: daemon::is_local(),
             workspace: true,
             env: true,
@@ -1114,7 +1210,7 @@ impl DockerProvider {
             let file = e.file_name().to_string_lossy().into_owned();
             // A box's runner directory, or one of its lifecycle's files (`<name>.deadline`...).
             let name = match file.rsplit_once('.') {
-                Some((n, "deadline" | "json" | "lock")) => n.to_string(),
+                Some((n, "deadline" | "json" | "lock" | "refusals" | "proxy")) => n.to_string(),
                 _ => file.clone(),
             };
             let old = e

@@ -1,14 +1,25 @@
-//! The network a Docker box with the open network is on: a bridge of agentbox's own,
+//! The networks of Docker boxes.
+//!
+//! A box with the open network is on a bridge of agentbox's own,
 //! [`BOX_NETWORK`], with inter-container traffic off, so that one box cannot reach another's
 //! listeners (Docker's default bridge lets every container reach every other).
 //!
 //! The network is made by the first create that needs it, and every create checks it is
 //! still what agentbox made: a network of that name with inter-container traffic on (made by
 //! hand, say) is refused rather than joined, naming how to fix it.
+//!
+//! A box with an allowlist has network `none` (loopback alone), and its init bridges
+//! `127.0.0.1:3128` to the egress proxy's socket in its runner directory: the proxy is
+//! `agentbox-runner egress`, a process of this machine's started beside the container
+//! ([`start_proxy`]), which ends when the box's deadline file says the box's time is up or is
+//! gone (destroy removes it).
 
 use std::collections::HashMap;
 
 use agentbox_core::{Ctx, Error, Result};
+use tokio::io::AsyncBufReadExt;
+
+use crate::helper::HelperCommand;
 use bollard::Docker;
 use bollard::models::NetworkCreateRequest;
 
@@ -73,6 +84,66 @@ fn check(driver: Option<&str>, options: Option<&HashMap<String, String>>) -> Res
         driver.unwrap_or("(unstated)"),
         icc.unwrap_or("(unset, on)")
     )))
+}
+
+/// Start the egress proxy of box `name` with `allow`, detached (its own process group, no
+/// environment but PATH, its stderr in `docker/<name>.proxy`), and wait (10 s at most) for it to say it is ready.
+pub(crate) async fn start_proxy(runner: &HelperCommand, name: &str, allow: &[String]) -> Result<()> {
+    let socket = super::runner_dir(name, false)?.join(agentbox_protocol::namespace::EGRESS_SOCKET);
+    let mut cmd = tokio::process::Command::new(&runner.program);
+    cmd.args(&runner.args)
+        .arg("egress")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--log")
+        .arg(super::state::refusals_path(name)?)
+        .arg("--deadline-file")
+        .arg(super::state::deadline_path(name)?);
+    for entry in allow {
+        cmd.arg("--allow").arg(entry);
+    }
+    // Its stderr (what it refused, and why it ended) is kept beside the box's other files.
+    let err_path = super::state::proxy_log_path(name)?;
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&err_path)
+        .map_err(|e| Error::io(e, format!("opening {}", err_path.display())))?;
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(err)
+        .process_group(0)
+        .kill_on_drop(false);
+    let mut child = cmd.spawn().map_err(|e| {
+        Error::io(
+            e,
+            format!("starting the egress proxy ({} egress)", runner.program.display()),
+        )
+    })?;
+    let out = child
+        .stdout
+        .take()
+        .ok_or_else(|| Error::unknown("the egress proxy's stdout"))?;
+    let mut lines = tokio::io::BufReader::new(out).lines();
+    let said = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
+        .await
+        .map_err(|_| Error::timeout(format!("box {name}: its egress proxy did not say it was ready in 10 s")))?
+        .map_err(|e| Error::io(e, "reading the egress proxy's first line"))?;
+    match said.as_deref() {
+        Some(agentbox_protocol::namespace::EGRESS_READY) => {
+            tracing::debug!(container = %name, entries = allow.len(), "egress proxy ready");
+            Ok(())
+        }
+        Some(other) => Err(Error::unknown(format!(
+            "box {name}: its egress proxy did not start: {}",
+            other.strip_prefix("error ").unwrap_or(other)
+        ))),
+        None => Err(Error::unknown(format!(
+            "box {name}: its egress proxy ended before it was ready"
+        ))),
+    }
 }
 
 #[cfg(test)]

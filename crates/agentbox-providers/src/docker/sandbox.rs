@@ -474,6 +474,16 @@ impl Sandbox for DockerSandbox {
         &self.labels
     }
 
+    async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {
+        ctx.check()?;
+        let network = match &self.facts.network {
+            Some(agentbox_core::NetworkFact::Allowlist(list)) => Some(agentbox_core::Network::Allow(list.clone())),
+            _ => None,
+        };
+        let log = super::state::refusals_path(&self.name)?;
+        crate::egress::refusals(network.as_ref(), log, max, self.id.as_str()).await
+    }
+
     async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
         // The program alone: its arguments and environment may hold what a log must not.
         tracing::debug!(box_id = %self.id(), program = argv.first().map(String::as_str).unwrap_or(""), "exec");

@@ -5,6 +5,9 @@
 //! - `docker/<name>.deadline`: the deadline, decimal milliseconds, bind-mounted read-only into
 //!   the box for its init (`agentbox-runner init`), which reads it again when told (SIGHUP).
 //!   Written in place, never renamed over: a bind mount of a file holds its inode.
+//! - `docker/<name>.refusals`: what the egress proxy of a box with an allowlist refused (the
+//!   proxy, a process of this machine's, ends once the deadline file says so or is gone), and
+//!   `docker/<name>.proxy` its stderr.
 //! - `docker/<name>.json`: whether the box sleeps, and its host labels once relabelled.
 //!   Written whole by rename, under `docker/<name>.lock` (held across a whole sleep, wake or
 //!   relabel).
@@ -38,6 +41,17 @@ fn dir() -> Result<PathBuf> {
 /// The deadline file of box `name`.
 pub(super) fn deadline_path(name: &str) -> Result<PathBuf> {
     Ok(dir()?.join(format!("{name}.deadline")))
+}
+
+/// The egress proxy's record of what it refused, for box `name` with an allowlist: outside
+/// the box's runner directory, so nothing in the box can write it.
+pub(super) fn refusals_path(name: &str) -> Result<PathBuf> {
+    Ok(dir()?.join(format!("{name}.refusals")))
+}
+
+/// The egress proxy's stderr, for box `name` with an allowlist.
+pub(super) fn proxy_log_path(name: &str) -> Result<PathBuf> {
+    Ok(dir()?.join(format!("{name}.proxy")))
 }
 
 /// Write the deadline of box `name`, in place (made when `create`, else it must exist).
@@ -129,7 +143,7 @@ pub(super) fn snapshot_lock(name: &str) -> Result<PathBuf> {
 /// Remove every file of box `name` (at its destroy, or a sweep of a box that ended).
 pub(super) fn remove(name: &str) {
     if let Ok(d) = dir() {
-        for ext in ["deadline", "json", "lock"] {
+        for ext in ["deadline", "json", "lock", "refusals", "proxy"] {
             let _ = std::fs::remove_file(d.join(format!("{name}.{ext}")));
         }
     }

@@ -78,17 +78,7 @@ pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
 
 /// How long making a box may take before it is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-/// The port the egress bridge listens on in a box with an allowlist (on its own loopback).
-pub const EGRESS_PORT: u16 = 3128;
-/// The variables a box with an allowlist is told its proxy in.
-const PROXY_VARIABLES: [&str; 6] = [
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "NO_PROXY",
-    "no_proxy",
-];
+pub use crate::egress::EGRESS_PORT;
 
 /// How a [`NamespaceProvider`] is set up.
 #[derive(Clone, Debug)]
@@ -238,16 +228,7 @@ impl NamespaceProvider {
                 facts::cgroup_v2_state()
             )));
         }
-        if let Some(Network::Allow(_)) = &spec.network {
-            for k in PROXY_VARIABLES {
-                if spec.env.contains_key(k) {
-                    return Err(Error::invalid(format!(
-                        "spec.env.{k}: a box with an allowlist is told its egress proxy in this variable; \
-                         it cannot be set too"
-                    )));
-                }
-            }
-        }
+        crate::egress::check_env(spec)?;
         if let Some(i) = &spec.isolation
             && i != NAME
         {
@@ -277,13 +258,7 @@ impl NamespaceProvider {
         env.extend(spec.env.clone());
         let egress = match &spec.network {
             Some(Network::Allow(list)) => {
-                let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
-                for k in &PROXY_VARIABLES[..4] {
-                    env.insert(k.to_string(), proxy.clone());
-                }
-                for k in &PROXY_VARIABLES[4..] {
-                    env.insert(k.to_string(), "localhost,127.0.0.1,::1".into());
-                }
+                env.extend(crate::egress::proxy_env());
                 Some(agentbox_protocol::namespace::Egress {
                     port: EGRESS_PORT,
                     allow: list.clone(),
@@ -547,11 +522,7 @@ impl NamespaceProvider {
     /// the probe is not handed out.
     async fn prove_egress(&self, dir: &Path, mut record: Record, list: &[String], ctx: &Ctx) -> Result<Record> {
         let b = sandbox::open(dir.to_path_buf(), record.clone());
-        let argv = [
-            agentbox_protocol::namespace::RUNNER.to_string(),
-            "probe".into(),
-            format!("egress:{EGRESS_PORT}"),
-        ];
+        let argv = crate::egress::probe_argv(agentbox_protocol::namespace::RUNNER);
         let p = b
             .exec(&argv, &Default::default(), &ctx.with_timeout(Duration::from_secs(30)))
             .await?;

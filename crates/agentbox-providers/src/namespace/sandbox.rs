@@ -251,17 +251,8 @@ impl Sandbox for NamespaceSandbox {
 
     async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {
         ctx.check()?;
-        if !matches!(self.record.spec.network, Some(agentbox_core::Network::Allow(_))) {
-            return Err(Error::unsupported(format!(
-                "box {}: it has no allowlist, so no egress proxy records refusals",
-                self.id()
-            )));
-        }
         let log = self.dir.join(agentbox_protocol::namespace::EGRESS_LOG);
-        tokio::task::spawn_blocking(move || agentbox_egress::read_refusals(&log, max))
-            .await
-            .map_err(|e| Error::unknown(format!("reading the egress log: {e}")))?
-            .map_err(|e| Error::io(e, "reading the box's egress log"))
+        crate::egress::refusals(self.record.spec.network.as_ref(), log, max, self.id().as_str()).await
     }
 
     fn files(&self) -> Option<&dyn Files> {

@@ -259,7 +259,7 @@ fn init_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     if let Some(l) = bridge {
         std::thread::Builder::new()
             .name("egress-bridge".into())
-            .spawn(move || crate::egress::bridge(l))
+            .spawn(move || crate::egress::bridge(l, crate::egress::namespace_socket()))
             .map_err(|e| format!("starting the egress bridge: {e}"))?;
     }
     let prefix = prefix("namespace-init");

@@ -1,0 +1,78 @@
+//! What namespace and Docker boxes share about an allowlist enforced on this machine: the
+//! port the box's programs are told is their proxy, the variables that tell them, and reading
+//! what the proxy refused.
+//!
+//! The proxy itself is `agentbox-runner egress` (crates `agentbox-egress` and
+//! `agentbox-runner`); the bridge from the box's loopback to it is a thread of the box's init.
+
+use std::collections::BTreeMap;
+
+use agentbox_core::{Error, NetRefusal, Network, Result, Spec};
+
+/// The port the egress bridge listens on in a box with an allowlist (on its own loopback).
+pub const EGRESS_PORT: u16 = 3128;
+
+/// The variables a box with an allowlist is told its proxy in: four naming the proxy, two the
+/// names it is not used for.
+const PROXY_VARIABLES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// Refuse a spec with an allowlist whose env sets one of the proxy's variables: they are the
+/// provider's to set.
+pub(crate) fn check_env(spec: &Spec) -> Result<()> {
+    if let Some(Network::Allow(_)) = &spec.network {
+        for k in PROXY_VARIABLES {
+            if spec.env.contains_key(k) {
+                return Err(Error::invalid(format!(
+                    "spec.env.{k}: a box with an allowlist is told its egress proxy in this variable; \
+                     it cannot be set too"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The proxy's variables, for a box with an allowlist.
+pub(crate) fn proxy_env() -> BTreeMap<String, String> {
+    let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
+    let mut env = BTreeMap::new();
+    for k in &PROXY_VARIABLES[..4] {
+        env.insert(k.to_string(), proxy.clone());
+    }
+    for k in &PROXY_VARIABLES[4..] {
+        env.insert(k.to_string(), "localhost,127.0.0.1,::1".into());
+    }
+    env
+}
+
+/// The argv that proves a box's allowlist from inside it, with the runner at `runner` in the
+/// box: it reaches the proxy, and a direct connect fails.
+pub(crate) fn probe_argv(runner: &str) -> Vec<String> {
+    vec![runner.to_string(), "probe".into(), format!("egress:{EGRESS_PORT}")]
+}
+
+/// The newest `max` refusals in the proxy's log at `path` (none when the proxy refused
+/// nothing yet), for box `box_id`, which must have an allowlist (`network`).
+pub(crate) async fn refusals(
+    network: Option<&Network>,
+    path: std::path::PathBuf,
+    max: usize,
+    box_id: &str,
+) -> Result<Vec<NetRefusal>> {
+    if !matches!(network, Some(Network::Allow(_))) {
+        return Err(Error::unsupported(format!(
+            "box {box_id}: it has no allowlist, so no egress proxy records refusals"
+        )));
+    }
+    tokio::task::spawn_blocking(move || agentbox_egress::read_refusals(&path, max))
+        .await
+        .map_err(|e| Error::unknown(format!("box {box_id}: reading its egress proxy's refusals: {e}")))?
+        .map_err(|e| Error::io(e, format!("box {box_id}: reading its egress proxy's refusals")))
+}
