@@ -86,6 +86,14 @@ pub(crate) enum BoxCommand {
         /// The box's id.
         id: SandboxId,
     },
+    /// Where a port of the box is reached from this machine (`--port` at create): host and
+    /// port, or an URL.
+    Endpoint {
+        /// The box's id.
+        id: SandboxId,
+        /// The port in the box.
+        port: u16,
+    },
     /// What a box's egress proxy refused (a box made with `--allow`): time, host, port, the
     /// address the name resolved to, and the rule, oldest first.
     Net {
@@ -253,6 +261,11 @@ pub(crate) struct CreateArgs {
     /// it refused.
     #[arg(long = "allow", value_name = "HOST[:PORT]")]
     allow: Vec<String>,
+    /// Expose a port of the box (repeatable): `5432:tcp` a raw TCP socket on this machine's
+    /// loopback (namespace boxes with `--allow`, Docker boxes), a bare number https (the
+    /// clouds'); `box endpoint ID PORT` says where it is reached.
+    #[arg(long = "port", value_name = "PORT[:tcp|:https]", value_parser = port_spec)]
+    ports: Vec<agentbox_core::PortSpec>,
     /// The isolation asked for.
     #[arg(long)]
     isolation: Option<String>,
@@ -301,6 +314,19 @@ fn mount(s: &str) -> Result<Mount> {
         target: dst.to_string(),
         read_only,
     })
+}
+
+fn port_spec(s: &str) -> std::result::Result<agentbox_core::PortSpec, String> {
+    let (port, kind) = match s.split_once(':') {
+        None => (s, agentbox_core::PortKind::Https),
+        Some((p, "tcp")) => (p, agentbox_core::PortKind::Tcp),
+        Some((p, "https")) => (p, agentbox_core::PortKind::Https),
+        Some((_, k)) => return Err(format!("{s:?}: {k:?} is neither tcp nor https")),
+    };
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 => Ok(agentbox_core::PortSpec { port, kind }),
+        _ => Err(format!("{s:?}: {port:?} is not a port (1 to 65535)")),
+    }
 }
 
 fn key_value(s: &str) -> std::result::Result<(String, String), String> {
@@ -615,6 +641,14 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             );
             Ok(0)
         }
+        BoxCommand::Endpoint { id, port } => {
+            let e = attach(&id, &ctx).await?.endpoint(port, &ctx).await?;
+            match &e.url {
+                Some(url) => println!("{url}"),
+                None => println!("{}:{}", e.host, e.port),
+            }
+            Ok(0)
+        }
         BoxCommand::Net { id, last, json } => {
             let b = attach(&id, &ctx).await?;
             let refusals = b.net_refusals(last, &ctx).await?;
@@ -683,6 +717,7 @@ async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
     for m in &a.mounts {
         spec.mounts.push(mount(m)?);
     }
+    spec.ports = a.ports;
     let env = environment()?;
     let entry = chosen(a.provider.as_deref(), &env).await?;
     let options = Options {

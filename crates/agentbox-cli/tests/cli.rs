@@ -1125,6 +1125,13 @@ fn an_allowlisted_box_and_what_its_proxy_refused() {
         b"",
     );
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    one_line_error(
+        &h.run(&["box", "create", "--provider", "namespace", "--port", "8080:tcp"], b""),
+        1,
+        "shares this machine's network",
+    );
+    let out = h.run(&["box", "create", "--port", "8080:udp"], b"");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 
     let id = h
         .ok(&[
@@ -1138,13 +1145,27 @@ fn an_allowlisted_box_and_what_its_proxy_refused() {
             "example.com:443",
             "--allow",
             "*.example.org",
+            "--port",
+            "8080:tcp",
         ])
         .trim()
         .to_string();
+    let at = h.ok(&["box", "endpoint", &id, "8080"]);
+    assert!(at.starts_with("127.0.0.1:"), "{at}");
+    one_line_error(
+        &h.run(&["box", "endpoint", &id, "8081"], b""),
+        1,
+        "port 8081 was not asked for",
+    );
     let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
     assert_eq!(
         facts["network"],
         serde_json::json!({"allowlist": ["example.com:443", "*.example.org"]}),
+        "{facts}"
+    );
+    assert_eq!(
+        facts["ports"],
+        serde_json::json!([{"port": 8080, "kind": "tcp"}]),
         "{facts}"
     );
     let err = h.run(&["box", "net", &id], b"");

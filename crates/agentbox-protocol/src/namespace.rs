@@ -122,7 +122,18 @@ pub struct BoxConfig {
     /// Egress through agentbox's proxy alone (with `network_none` false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Egress>,
+    /// Ports of the box's own network (a box with `egress`) reached from this machine's
+    /// loopback: the keeper listens on a port of the host's for each, before it leaves the
+    /// host's network, says them ([`PORTS_PREFIX`]), and carries each connection into the box.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
 }
+
+/// The most ports a box exposes.
+pub const MAX_PORTS: usize = 64;
+
+/// The keeper's line naming the host's port for each of the box's: `ports 8080=41234 ...`.
+pub const PORTS_PREFIX: &str = "ports ";
 
 /// The descriptors the keeper opens for the init (`O_PATH`, open across exec) and names on
 /// the init's stdin after the config: the box's directory, the rootfs, each mount's source.
@@ -185,6 +196,18 @@ impl BoxConfig {
                 return Err("egress: a port, and 1 to 256 entries of at most 300 bytes".into());
             }
         }
+        if !self.ports.is_empty() {
+            if self.egress.is_none() {
+                return Err("ports: only a box with a network of its own (an egress) has ports of its own".into());
+            }
+            if self.ports.len() > MAX_PORTS {
+                return Err(format!("ports: {} ports, at most {MAX_PORTS}", self.ports.len()));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(p) = self.ports.iter().find(|p| **p == 0 || !seen.insert(**p)) {
+                return Err(format!("ports: {p} is 0 or named twice"));
+            }
+        }
         Ok(())
     }
 }
@@ -209,6 +232,7 @@ mod tests {
                 port: 3128,
                 allow: vec!["example.com".into()],
             }),
+            ports: vec![8080, 5432],
         }
     }
 
@@ -240,5 +264,9 @@ mod tests {
             "mount target",
         );
         bad(|c| c.max_processes = Some(0), "max_processes");
+        bad(|c| c.ports.push(8080), "ports");
+        bad(|c| c.ports.push(0), "ports");
+        bad(|c| c.ports = (1..=65).collect(), "ports");
+        bad(|c| c.egress = None, "ports");
     }
 }

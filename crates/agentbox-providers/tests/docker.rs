@@ -578,3 +578,70 @@ async fn an_allowlist_needs_the_runner_and_owns_the_proxy_variables() {
     assert_eq!(e.code(), ErrorCode::Invalid, "{e}");
     assert!(e.message().contains("spec.env.http_proxy"), "{e}");
 }
+
+/// A port asked for as tcp is published on this machine's loopback: `endpoint` gives it and a
+/// listener in the box answers there; a port not asked for has no endpoint; https is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_port_answers_from_the_host_and_no_other_does() {
+    if !docker_available("a_tcp_port_answers_from_the_host_and_no_other_does") {
+        return;
+    }
+    let p = provider(DockerOptions::default()).await;
+    let mut spec = Spec::new(Duration::from_secs(120));
+    spec.ports = vec![agentbox_core::PortSpec {
+        port: 8080,
+        kind: agentbox_core::PortKind::Tcp,
+    }];
+    let b = p.create(&spec, &ctx()).await.unwrap();
+    assert_eq!(
+        b.facts().ports,
+        Some(vec![agentbox_core::PortFact {
+            port: 8080,
+            kind: agentbox_core::PortKind::Tcp
+        }])
+    );
+    for port in [8080, 8081] {
+        let listener = format!(
+            "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \"0.0.0.0\", \
+             LocalPort => {port}, Listen => 5, ReuseAddr => 1) or die \"listen: $!\"; \
+             while ($c = $s->accept) {{ print $c \"port {port}\\n\"; close $c }}'"
+        );
+        let _serving = b
+            .exec(
+                &["sh".into(), "-c".into(), listener],
+                &ExecOptions::default(),
+                &Ctx::background(),
+            )
+            .await
+            .unwrap();
+        std::mem::forget(_serving);
+    }
+    let e = b.endpoint(8080, &ctx()).await.unwrap();
+    assert_eq!(e.host, "127.0.0.1");
+    assert!(e.url.is_none());
+    let mut said = String::new();
+    for _ in 0..50 {
+        if let Ok(mut c) = std::net::TcpStream::connect((e.host.as_str(), e.port)) {
+            use std::io::Read;
+            said.clear();
+            let _ = c.read_to_string(&mut said);
+            if !said.is_empty() {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(said, "port 8080\n");
+    let e = b.endpoint(8081, &ctx()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+    assert!(e.message().contains("not asked for"), "{e}");
+    b.destroy(&ctx()).await.unwrap();
+
+    spec.ports[0].kind = agentbox_core::PortKind::Https;
+    let e = match p.create(&spec, &ctx()).await {
+        Ok(b) => panic!("an https port was taken: {}", b.id()),
+        Err(e) => e,
+    };
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+    assert!(e.message().contains("no certificate"), "{e}");
+}

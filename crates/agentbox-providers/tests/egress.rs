@@ -326,3 +326,82 @@ async fn allowlists_are_refused_where_they_cannot_be_enforced_or_read() {
     // No box was left by any refusal.
     assert!(p.list(&Default::default(), &ctx).await.unwrap().is_empty());
 }
+
+/// A namespace box with a network of its own (an allowlist) exposes the tcp ports asked for on
+/// this machine's loopback, through its keeper, and no other: a listener the box has on a port
+/// not asked for answers nowhere here. An open box refuses ports (its listeners are this
+/// machine's already), and so does an https port.
+#[test]
+fn a_namespace_box_exposes_the_ports_asked_for_and_no_other() {
+    if !netns::isolated("a_namespace_box_exposes_the_ports_asked_for_and_no_other") {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let p = provider(root.path());
+        let ctx = Ctx::background();
+        let mut spec = Spec::new(Duration::from_secs(120));
+        spec.network = Some(Network::Allow(vec!["example.com".into()]));
+        spec.ports = vec![agentbox_core::PortSpec {
+            port: 8080,
+            kind: agentbox_core::PortKind::Tcp,
+        }];
+        let b = p.create(&spec, &ctx).await.unwrap();
+        assert_eq!(
+            b.facts().ports,
+            Some(vec![agentbox_core::PortFact {
+                port: 8080,
+                kind: agentbox_core::PortKind::Tcp
+            }])
+        );
+        for port in [8080, 8081] {
+            let listener = format!(
+                "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \"127.0.0.1\", \
+                 LocalPort => {port}, Listen => 5, ReuseAddr => 1) or die \"listen: $!\"; \
+                 while ($c = $s->accept) {{ print $c \"port {port}\\n\"; close $c }}'"
+            );
+            let serving = b
+                .exec(&["sh".into(), "-c".into(), listener], &Default::default(), &ctx)
+                .await
+                .unwrap();
+            std::mem::forget(serving);
+        }
+        // Both listen in the box (seen from inside)...
+        let inside = run(
+            b.as_ref(),
+            &[
+                "bash",
+                "-c",
+                "sleep 0.5; for p in 8080 8081; do exec 3<>/dev/tcp/127.0.0.1/$p && cat <&3; done",
+            ],
+        )
+        .await;
+        assert_eq!(inside, "port 8080\nport 8081\n[exit 0]");
+        // ...and only the one asked for answers from this machine.
+        let e = b.endpoint(8080, &ctx).await.unwrap();
+        assert_eq!(e.host, "127.0.0.1");
+        let mut said = String::new();
+        std::net::TcpStream::connect((e.host.as_str(), e.port))
+            .unwrap()
+            .read_to_string(&mut said)
+            .unwrap();
+        assert_eq!(said, "port 8080\n");
+        let unasked = b.endpoint(8081, &ctx).await.unwrap_err();
+        assert_eq!(unasked.code(), ErrorCode::Unsupported, "{unasked}");
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", 8081)).is_err(),
+            "the box's port 8081 answers on this machine"
+        );
+        b.destroy(&ctx).await.unwrap();
+
+        let mut open = Spec::new(Duration::from_secs(60));
+        open.ports = spec.ports.clone();
+        let e = refused(p.create(&open, &ctx).await, "ports on an open box");
+        assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+        assert!(e.message().contains("shares this machine's network"), "{e}");
+        spec.ports[0].kind = agentbox_core::PortKind::Https;
+        let e = refused(p.create(&spec, &ctx).await, "an https port");
+        assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+        assert!(e.message().contains("no certificate"), "{e}");
+    });
+}

@@ -315,8 +315,10 @@ fn a_hundred_boxes_whose_creator_was_sigkilled_end_with_every_program_at_their_l
     }
     assert_eq!(namespaces.len(), BOXES, "the creator made every box");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    // Another process (this one) finds a box by id and runs a program in it.
-    let id: agentbox_core::SandboxId = format!("namespace:{}", namespaces[0].0).parse().unwrap();
+    // Another process (this one) finds a box by id and runs a program in it: the last made,
+    // whose lifetime has the most left (making a hundred can take longer than one lifetime on
+    // a loaded machine, and the first may have ended already).
+    let id: agentbox_core::SandboxId = format!("namespace:{}", namespaces[BOXES - 1].0).parse().unwrap();
     rt.block_on(async {
         let b = provider(root.path(), true)
             .attach(&id, &Ctx::background())

@@ -210,30 +210,57 @@ pub fn bridge(listener: TcpListener, socket: PathBuf) {
     }
 }
 
-/// One connection both ways, each direction a thread, each end shut down for writing when
-/// its source ends.
+/// One connection to the proxy.
 fn carry(conn: TcpStream, socket: &Path) {
     let Ok(up) = UnixStream::connect(socket) else {
         return;
     };
     let _ = conn.set_nodelay(true);
-    let (Ok(conn2), Ok(up2)) = (conn.try_clone(), up.try_clone()) else {
+    both_ways(conn, up);
+}
+
+/// A stream [`both_ways`] carries: a second handle of it, and its writing half shut.
+pub(crate) trait Duplex: Read + Write + Send + Sized + 'static {
+    /// Another handle of the same stream.
+    fn another(&self) -> std::io::Result<Self>;
+    /// No more is written to it.
+    fn shut_write(&self);
+}
+
+impl Duplex for TcpStream {
+    fn another(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+    fn shut_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl Duplex for UnixStream {
+    fn another(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+    fn shut_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// Carry `a` and `b` into each other until both ends are done: each direction a thread, each
+/// destination shut for writing when its source ends (so a half-close travels through).
+pub(crate) fn both_ways<A: Duplex, B: Duplex>(a: A, b: B) {
+    let (Ok(a2), Ok(b2)) = (a.another(), b.another()) else {
         return;
     };
-    let there = std::thread::Builder::new().name("egress-bridge".into()).spawn(move || {
-        pump(conn2, up2, |u| {
-            let _ = u.shutdown(std::net::Shutdown::Write);
-        })
-    });
-    pump(up, conn, |c| {
-        let _ = c.shutdown(std::net::Shutdown::Write);
-    });
+    let there = std::thread::Builder::new()
+        .name("carry".into())
+        .spawn(move || pump(a2, b2));
+    pump(b, a);
     if let Ok(t) = there {
         let _ = t.join();
     }
 }
 
-fn pump<R: Read, W: Write>(mut from: R, mut to: W, done: impl FnOnce(&W)) {
+fn pump<R: Duplex, W: Duplex>(mut from: R, mut to: W) {
     let mut buf = vec![0u8; BRIDGE_BUFFER];
     loop {
         match from.read(&mut buf) {
@@ -245,5 +272,5 @@ fn pump<R: Read, W: Write>(mut from: R, mut to: W, done: impl FnOnce(&W)) {
             }
         }
     }
-    done(&to);
+    to.shut_write();
 }

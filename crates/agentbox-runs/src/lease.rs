@@ -17,14 +17,12 @@ impl Leases {
     /// Connect with a libpq-style string, making the table if missing.
     pub async fn connect(config: &str) -> Result<Self> {
         let pg = Postgres::connect(config, "run leases").await?;
-        pg.client()
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS agentbox_run_leases (
-                     run TEXT PRIMARY KEY, holder TEXT NOT NULL, generation BIGINT NOT NULL,
-                     expires_at TIMESTAMPTZ NOT NULL)",
-            )
-            .await
-            .map_err(|e| pg.error(e, "making the table"))?;
+        pg.make_schema(
+            "CREATE TABLE IF NOT EXISTS agentbox_run_leases (
+                 run TEXT PRIMARY KEY, holder TEXT NOT NULL, generation BIGINT NOT NULL,
+                 expires_at TIMESTAMPTZ NOT NULL)",
+        )
+        .await?;
         Ok(Leases { pg })
     }
 

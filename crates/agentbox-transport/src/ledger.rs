@@ -252,16 +252,14 @@ impl PostgresLedger {
     /// any, belongs in that string or `PGPASSWORD`, never in an argv.
     pub async fn connect(config: &str) -> Result<Self> {
         let pg = crate::postgres::Postgres::connect(config, "ledger").await?;
-        pg.client()
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS agentbox_ledger (
-                     n BIGSERIAL PRIMARY KEY, run TEXT NOT NULL, seq BIGINT NOT NULL,
-                     target TEXT, at BIGINT NOT NULL, record JSONB NOT NULL);
-                 CREATE INDEX IF NOT EXISTS agentbox_ledger_run ON agentbox_ledger (run, seq);
-                 CREATE INDEX IF NOT EXISTS agentbox_ledger_target ON agentbox_ledger (target, at);",
-            )
-            .await
-            .map_err(|e| pg.error(e, "making the table"))?;
+        pg.make_schema(
+            "CREATE TABLE IF NOT EXISTS agentbox_ledger (
+                 n BIGSERIAL PRIMARY KEY, run TEXT NOT NULL, seq BIGINT NOT NULL,
+                 target TEXT, at BIGINT NOT NULL, record JSONB NOT NULL);
+             CREATE INDEX IF NOT EXISTS agentbox_ledger_run ON agentbox_ledger (run, seq);
+             CREATE INDEX IF NOT EXISTS agentbox_ledger_target ON agentbox_ledger (target, at)",
+        )
+        .await?;
         Ok(PostgresLedger { pg })
     }
 

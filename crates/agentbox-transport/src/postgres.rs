@@ -22,6 +22,10 @@ pub struct Postgres {
     what: &'static str,
 }
 
+/// The advisory lock key every schema change takes (any fixed number; this one spells
+/// "agentbox" in ASCII, truncated to fit a bigint).
+const SCHEMA_LOCK: i64 = 0x6167_656e_7462_6f78;
+
 impl Postgres {
     /// Connect with a libpq-style string (`host=… port=… user=… dbname=…`), within
     /// [`CONNECT_TIMEOUT`]. `what` names the store in errors and logs (`ledger`, `run leases`).
@@ -47,6 +51,19 @@ impl Postgres {
             }
         });
         Ok(Postgres { client, ended, what })
+    }
+
+    /// Run `ddl` (`CREATE … IF NOT EXISTS` statements) under a transaction-scoped advisory
+    /// lock that every store's schema takes: PostgreSQL's `IF NOT EXISTS` is not safe against
+    /// a second session making the same table at the same moment (it fails with a duplicate
+    /// key in `pg_type`, seen in CI when two tests connected at once).
+    pub async fn make_schema(&self, ddl: &str) -> Result<()> {
+        self.client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {ddl}; COMMIT;"
+            ))
+            .await
+            .map_err(|e| self.error(e, "making the table"))
     }
 
     /// The client, for queries.

@@ -32,8 +32,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agentbox_core::{
-    Ctx, Error, Facts, Honours, Labels, Network, NetworkFact, Provider, Result, Sandbox, SandboxId, Spec, check_spec,
-    is_normal_absolute,
+    Ctx, Error, Facts, Honours, Labels, Network, NetworkFact, PortKind, Provider, Result, Sandbox, SandboxId, Spec,
+    check_spec, is_normal_absolute,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -329,6 +329,19 @@ impl DockerProvider {
                 ));
             }
             crate::egress::check_env(spec)?;
+            if !spec.ports.is_empty() {
+                return Err(Error::unsupported(
+                    "spec.ports: a Docker box with an allowlist has loopback alone, which no port \
+                     can be published from",
+                ));
+            }
+        }
+        if let Some(p) = spec.ports.iter().find(|p| p.kind == PortKind::Https) {
+            return Err(Error::unsupported(format!(
+                "spec.ports: port {} asks for https (a bare number does), and agentbox has no \
+                 certificate for a box on this machine; ask for {{ port: {}, kind: tcp }}",
+                p.port, p.port
+            )));
         }
         // Asked at every create: a `docker context use` since the provider was made counts.
         check_spec(spec, &self.honours(), NAME)?;
@@ -506,6 +519,20 @@ impl DockerProvider {
                 _ => network::BOX_NETWORK.to_string(),
             }),
             mounts: (!mounts.is_empty()).then_some(mounts),
+            // Each port asked for, published on this machine's loopback at a port the engine
+            // picks (`endpoint` reads it back).
+            port_bindings: (!spec.ports.is_empty()).then(|| {
+                spec.ports
+                    .iter()
+                    .map(|p| {
+                        let binding = bollard::models::PortBinding {
+                            host_ip: Some("127.0.0.1".into()),
+                            host_port: Some(String::new()),
+                        };
+                        (format!("{}/tcp", p.port), Some(vec![binding]))
+                    })
+                    .collect()
+            }),
             device_requests: spec.gpu.as_ref().map(|_| {
                 // Docker cannot choose a model: any gpu gives every GPU of the host.
                 vec![DeviceRequest {
@@ -545,6 +572,8 @@ impl DockerProvider {
             }),
             cmd: None,
             env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            exposed_ports: (!spec.ports.is_empty())
+                .then(|| spec.ports.iter().map(|p| format!("{}/tcp", p.port)).collect()),
             labels: Some(labels.clone()),
             working_dir: Some(workspace.clone()),
             user: self.opts.user.clone(),
@@ -881,6 +910,23 @@ fn container_ip(info: &bollard::models::ContainerInspectResponse) -> Option<Stri
         .find(|ip| !ip.is_empty())
 }
 
+/// The ports of the box published to this machine's loopback, as the engine states them.
+fn published_ports(host: &HostConfig) -> Vec<agentbox_core::PortFact> {
+    let mut ports: Vec<agentbox_core::PortFact> = host
+        .port_bindings
+        .iter()
+        .flatten()
+        .filter(|(_, b)| b.iter().flatten().any(|b| b.host_ip.as_deref() == Some("127.0.0.1")))
+        .filter_map(|(k, _)| k.strip_suffix("/tcp")?.parse().ok())
+        .map(|port| agentbox_core::PortFact {
+            port,
+            kind: PortKind::Tcp,
+        })
+        .collect();
+    ports.sort_by_key(|p| p.port);
+    ports
+}
+
 /// A box with network `none` and an allowlist in its labels has that allowlist: the create
 /// that made it proved it from inside, or ended the box.
 fn allowlist_facts(facts: &mut Facts, labels: &HashMap<String, String>) {
@@ -1032,7 +1078,8 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         memory_mb,
         pids_limit: host.pids_limit.filter(|p| *p > 0).map(|p| p as u64),
         network,
-        ports: Some(vec![]),
+        // The ports published on this machine's loopback, each a raw TCP socket.
+        ports: Some(published_ports(host)),
         started_at_ms,
         ends_at_ms: Some(ends_at_ms),
         live_processes: true,
@@ -1082,6 +1129,7 @@ impl Provider for DockerProvider {
             isolation: vec!["container".into()],
             network_none: true,
             network_allowlist: self.opts.runner.is_some() && daemon::is_local(),
+            ports: true,
             mounts: daemon::is_local(),
             workspace: true,
             env: true,

@@ -521,14 +521,31 @@ impl Sandbox for DockerSandbox {
             Err(e) if is_not_found(&e) => return Err(self.gone()),
             Err(e) => return Err(Error::unknown(format!("inspecting {}: {e}", self.name))),
         };
-        let ip = info.network_settings.and_then(|n| n.networks).and_then(|nets| {
-            nets.values()
-                .find_map(|n| n.ip_address.clone().filter(|ip| !ip.is_empty()))
-        });
-        match ip {
-            Some(host) => Ok(Endpoint { host, port, url: None }),
-            None => Err(Error::unsupported(format!(
-                "box {}: it has no network address (network none)",
+        // Only a port the spec asked for is reached, where the engine published it on this
+        // machine's loopback.
+        if !self.facts.ports.iter().flatten().any(|p| p.port == port) {
+            return Err(Error::unsupported(format!(
+                "box {}: port {port} was not asked for (spec.ports), so it is not published",
+                self.id
+            )));
+        }
+        let published = info
+            .network_settings
+            .and_then(|n| n.ports)
+            .and_then(|mut ports| ports.remove(&format!("{port}/tcp")))
+            .flatten()
+            .into_iter()
+            .flatten()
+            .find(|b| b.host_ip.as_deref() == Some("127.0.0.1"))
+            .and_then(|b| b.host_port?.parse::<u16>().ok());
+        match published {
+            Some(host_port) => Ok(Endpoint {
+                host: "127.0.0.1".into(),
+                port: host_port,
+                url: None,
+            }),
+            None => Err(Error::unknown(format!(
+                "box {}: the engine states no port of this machine's for its port {port}",
                 self.id
             ))),
         }

@@ -103,8 +103,16 @@ pub(super) fn measure(
             NetworkFact::Open
         }),
         // With the host's network, a box's listener is this machine's: not a port the box
-        // was given, and not none either.
-        ports: (cfg.network_none || cfg.egress.is_some()).then(Vec::new),
+        // was given, and not none either. With a network of its own, the ports forwarded.
+        ports: (cfg.network_none || cfg.egress.is_some()).then(|| {
+            cfg.ports
+                .iter()
+                .map(|&port| agentbox_core::PortFact {
+                    port,
+                    kind: agentbox_core::PortKind::Tcp,
+                })
+                .collect()
+        }),
         started_at_ms: Some(started_at_ms),
         ends_at_ms: Some(ends_at_ms),
         live_processes: true,

@@ -229,6 +229,27 @@ impl NamespaceProvider {
             )));
         }
         crate::egress::check_env(spec)?;
+        if let Some(p) = spec.ports.iter().find(|p| p.kind == agentbox_core::PortKind::Https) {
+            return Err(Error::unsupported(format!(
+                "spec.ports: port {} asks for https (a bare number does), and agentbox has no \
+                 certificate for a box on this machine; ask for {{ port: {}, kind: tcp }}",
+                p.port, p.port
+            )));
+        }
+        if !spec.ports.is_empty() && !matches!(spec.network, Some(Network::Allow(_))) {
+            return Err(Error::unsupported(
+                "spec.ports: an open namespace box shares this machine's network, so every port it \
+                 listens on is this machine's already, asked for or not; a box with an allowlist has \
+                 a network of its own, from which only the ports asked for are forwarded",
+            ));
+        }
+        if spec.ports.len() > agentbox_protocol::namespace::MAX_PORTS {
+            return Err(Error::invalid(format!(
+                "spec.ports: {} ports, at most {}",
+                spec.ports.len(),
+                agentbox_protocol::namespace::MAX_PORTS
+            )));
+        }
         if let Some(i) = &spec.isolation
             && i != NAME
         {
@@ -286,6 +307,7 @@ impl NamespaceProvider {
             landlock: self.opts.landlock,
             masks: self.masks(),
             egress,
+            ports: spec.ports.iter().map(|p| p.port).collect(),
         };
         cfg.validate()
             .map_err(|e| Error::invalid(format!("namespace box: {e}")))?;
@@ -359,7 +381,16 @@ impl NamespaceProvider {
     }
 
     /// Start the keeper, map its ids, and wait for the init's word: the init's pid and landlock.
-    async fn start(&self, dir: &Path, uid: u32, gid: u32, root: bool, ctx: &Ctx) -> Result<(i32, String)> {
+    /// Start the box's keeper and answer its lines: the init's pid, what landlock gave, and
+    /// each port of the box's with this machine's port for it.
+    async fn start(
+        &self,
+        dir: &Path,
+        uid: u32,
+        gid: u32,
+        root: bool,
+        ctx: &Ctx,
+    ) -> Result<(i32, String, std::collections::BTreeMap<u16, u16>)> {
         let log_path = dir.join("box.log");
         let log =
             std::fs::File::create(&log_path).map_err(|e| Error::io(e, format!("creating {}", log_path.display())))?;
@@ -389,6 +420,7 @@ impl NamespaceProvider {
         let mut lines = tokio::io::BufReader::new(stdout).lines();
         let talk = async {
             let mut init = None;
+            let mut ports = std::collections::BTreeMap::new();
             loop {
                 let line = lines
                     .next_line()
@@ -407,9 +439,11 @@ impl NamespaceProvider {
                             .parse::<i32>()
                             .map_err(|_| Error::unknown(format!("the box's keeper named no pid: {line:?}")))?,
                     );
+                } else if let Some(list) = line.strip_prefix(agentbox_protocol::namespace::PORTS_PREFIX) {
+                    ports = parse_ports(list)?;
                 } else if let Some(landlock) = line.strip_prefix(READY_PREFIX) {
                     let pid = init.ok_or_else(|| Error::unknown("the box said ready before its init ran"))?;
-                    return Ok((pid, landlock.to_string()));
+                    return Ok((pid, landlock.to_string(), ports));
                 } else if let Some(why) = line.strip_prefix(ERROR_PREFIX) {
                     return Err(Error::unknown(format!("the namespace box could not be made: {why}")));
                 }
@@ -466,7 +500,14 @@ impl NamespaceProvider {
             }
             let bytes = serde_json::to_vec_pretty(&cfg).map_err(|e| Error::unknown(e.to_string()))?;
             write_atomic(&dir.join(CONFIG_FILE), &bytes)?;
-            let (init_pid, landlock) = self.start(&dir, uid, gid, root, ctx).await?;
+            let (init_pid, landlock, ports) = self.start(&dir, uid, gid, root, ctx).await?;
+            if ports.len() != cfg.ports.len() {
+                return Err(Error::unknown(format!(
+                    "the box's keeper named {} ports of the {} asked for",
+                    ports.len(),
+                    cfg.ports.len()
+                )));
+            }
             let init_start = agentbox_proc::stat(init_pid)
                 .map(|s| s.start_time)
                 .ok_or_else(|| Error::unknown("the box's init ended as it started"))?;
@@ -493,6 +534,7 @@ impl NamespaceProvider {
                 runner_files: self.opts.runner_files,
                 name: name.map(str::to_string),
                 asleep: false,
+                ports,
             };
             record.write(&dir)?;
             let record = match &spec.network {
@@ -568,6 +610,17 @@ impl NamespaceProvider {
     }
 }
 
+/// The keeper's `8080=41234 5432=41235`: each port of the box's, and this machine's port for it.
+fn parse_ports(list: &str) -> Result<std::collections::BTreeMap<u16, u16>> {
+    list.split_whitespace()
+        .map(|pair| {
+            pair.split_once('=')
+                .and_then(|(b, h)| Some((b.parse().ok()?, h.parse().ok()?)))
+                .ok_or_else(|| Error::unknown(format!("the box's keeper named a port as {pair:?}")))
+        })
+        .collect()
+}
+
 /// Whether this process's user namespace has the id `id` (`/proc/self/uid_map` or
 /// `gid_map`: lines of inside, outside and count).
 fn mapped(file: &str, id: u32) -> bool {
@@ -607,6 +660,7 @@ impl Provider for NamespaceProvider {
             isolation: vec![NAME.into()],
             network_none: true,
             network_allowlist: true,
+            ports: true,
             mounts: true,
             env: true,
             live_processes: true,

@@ -41,6 +41,10 @@ pub(crate) struct Record {
     /// The box sleeps: its programs were ended and it takes none until woken.
     #[serde(default)]
     pub asleep: bool,
+    /// Each port of the box's own network, and the port of this machine's loopback its keeper
+    /// forwards from.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub ports: std::collections::BTreeMap<u16, u16>,
 }
 
 impl Record {

@@ -218,6 +218,20 @@ impl Sandbox for NamespaceSandbox {
                 self.record.id
             )));
         }
+        if self.facts.network != Some(agentbox_core::NetworkFact::Open) {
+            // A network of its own: only a port asked for, through its keeper's listener.
+            return match self.record.ports.get(&port) {
+                Some(&host_port) => Ok(Endpoint {
+                    host: "127.0.0.1".into(),
+                    port: host_port,
+                    url: None,
+                }),
+                None => Err(Error::unsupported(format!(
+                    "box {}: port {port} was not asked for (spec.ports), and the box's network is its own",
+                    self.record.id
+                ))),
+            };
+        }
         // The box shares this machine's network: its listener is on this machine.
         Ok(Endpoint {
             host: "127.0.0.1".into(),

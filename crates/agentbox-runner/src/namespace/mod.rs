@@ -29,6 +29,7 @@
 
 mod fs;
 mod harden;
+mod ports;
 
 use std::io::{BufRead, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -38,8 +39,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentbox_protocol::frame;
 use agentbox_protocol::namespace::{
-    BoxConfig, CONFIG_FILE, CONTROL, ERROR_PREFIX, INIT_PREFIX, MAPPED, READY_PREFIX, RUN_DIR, RUNNER, SOCKET,
-    UNSHARED, WORKSPACE,
+    BoxConfig, CONFIG_FILE, CONTROL, ERROR_PREFIX, INIT_PREFIX, MAPPED, PORTS_PREFIX, READY_PREFIX, RUN_DIR, RUNNER,
+    SOCKET, UNSHARED, WORKSPACE,
 };
 use agentbox_protocol::supervisor::{Reply, Request};
 use rustix::process::{Pid, WaitOptions};
@@ -113,6 +114,11 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
         Some(_) => Some(start_egress(dir)?),
         None => None,
     };
+    // The box's ports: listened on in the host's network, forwarded from the box's.
+    let ports = ports::listen(&cfg.ports)?;
+    if !ports.is_empty() {
+        say(&format!("{PORTS_PREFIX}{}", ports::line(&ports)?));
+    }
     // SAFETY: unshare's hazard is CLONE_FILES with other threads holding descriptors; it is not
     // asked for, and this program has started no thread.
     #[allow(unsafe_code)]
@@ -158,6 +164,18 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     // The init talks to the host on this same pipe; the keeper lets go of it.
     to_dev_null();
     if let Some(p) = Pid::from_raw(pid as i32) {
+        // With ports, the keeper carries their connections until the init ends; the init is
+        // its child and not yet reaped, so its pid names it.
+        if !ports.is_empty() {
+            match rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) {
+                Ok(init) => {
+                    if let Err(e) = ports::serve_until(ports, init) {
+                        eprintln!("agentbox-runner namespace: the box's ports: {e}");
+                    }
+                }
+                Err(e) => eprintln!("agentbox-runner namespace: watching the init for the ports: {e}"),
+            }
+        }
         while let Err(rustix::io::Errno::INTR) = rustix::process::waitpid(Some(p), WaitOptions::empty()) {}
     }
     // The box's directory is left to the host (the next attach, list or open that finds the
