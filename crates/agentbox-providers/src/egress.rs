@@ -52,10 +52,29 @@ pub(crate) fn proxy_env() -> BTreeMap<String, String> {
     env
 }
 
-/// The argv that proves a box's allowlist from inside it, with the runner at `runner` in the
-/// box: it reaches the proxy, and a direct connect fails.
-pub(crate) fn probe_argv(runner: &str) -> Vec<String> {
-    vec![runner.to_string(), "probe".into(), format!("egress:{EGRESS_PORT}")]
+/// Prove box `b`'s allowlist from inside it, with the runner's binary at `runner` in the box:
+/// `agentbox-runner probe egress:PORT` reaches the proxy, finds loopback alone and fails to
+/// connect directly. A box that fails it is not to be handed out (`unsupported`, saying what
+/// the probe saw).
+pub(crate) async fn prove(b: &dyn agentbox_core::Sandbox, runner: &str, ctx: &agentbox_core::Ctx) -> Result<()> {
+    let argv = vec![runner.to_string(), "probe".into(), format!("egress:{EGRESS_PORT}")];
+    let p = b
+        .exec(
+            &argv,
+            &Default::default(),
+            &ctx.with_timeout(std::time::Duration::from_secs(30)),
+        )
+        .await?;
+    let out = agentbox_core::finish(p, Default::default()).await?;
+    if out.status.code != 0 {
+        return Err(Error::unsupported(format!(
+            "spec.network: the box's allowlist could not be proven from inside it ({}{}); the box was ended",
+            out.stdout_text().trim(),
+            out.stderr_text().trim()
+        )));
+    }
+    tracing::info!(box_id = %b.id(), "the box's allowlist is enforced: its proxy answered and a direct connect failed");
+    Ok(())
 }
 
 /// The newest `max` refusals in the proxy's log at `path` (none when the proxy refused

@@ -513,17 +513,7 @@ async fn boxes_do_not_reach_each_other() {
             "{name}"
         );
     }
-    let listener = "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \"0.0.0.0\", \
-        LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die \"listen: $!\"; \
-        while ($c = $s->accept) { print $c \"hi\\n\"; close $c }'";
-    let _serving = a
-        .exec(
-            &["sh".into(), "-c".into(), listener.into()],
-            &ExecOptions::default(),
-            &Ctx::background(),
-        )
-        .await
-        .unwrap();
+    agentbox_testing::greeter(&*a, "0.0.0.0", 8080).await;
     let ip = sh(&*a, "hostname -i").await.stdout_text().trim().to_string();
     assert!(ip.parse::<std::net::Ipv4Addr>().is_ok(), "box a's address: {ip:?}");
     let fetch = format!(
@@ -532,7 +522,12 @@ async fn boxes_do_not_reach_each_other() {
     );
     // The control: the listener answers on the box's address, from the box itself.
     let own = sh(&*a, &fetch).await;
-    assert_eq!(own.stdout_text(), "hi\n", "box a reaches itself: {}", own.stderr_text());
+    assert_eq!(
+        own.stdout_text(),
+        "port 8080\n",
+        "box a reaches itself: {}",
+        own.stderr_text()
+    );
     // Another box, on the same network, does not reach it.
     let other = sh(
         &*b,
@@ -601,20 +596,7 @@ async fn a_tcp_port_answers_from_the_host_and_no_other_does() {
         }])
     );
     for port in [8080, 8081] {
-        let listener = format!(
-            "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \"0.0.0.0\", \
-             LocalPort => {port}, Listen => 5, ReuseAddr => 1) or die \"listen: $!\"; \
-             while ($c = $s->accept) {{ print $c \"port {port}\\n\"; close $c }}'"
-        );
-        let _serving = b
-            .exec(
-                &["sh".into(), "-c".into(), listener],
-                &ExecOptions::default(),
-                &Ctx::background(),
-            )
-            .await
-            .unwrap();
-        std::mem::forget(_serving);
+        agentbox_testing::greeter(&*b, "0.0.0.0", port).await;
     }
     let e = b.endpoint(8080, &ctx()).await.unwrap();
     assert_eq!(e.host, "127.0.0.1");

@@ -355,16 +355,7 @@ fn a_namespace_box_exposes_the_ports_asked_for_and_no_other() {
             }])
         );
         for port in [8080, 8081] {
-            let listener = format!(
-                "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \"127.0.0.1\", \
-                 LocalPort => {port}, Listen => 5, ReuseAddr => 1) or die \"listen: $!\"; \
-                 while ($c = $s->accept) {{ print $c \"port {port}\\n\"; close $c }}'"
-            );
-            let serving = b
-                .exec(&["sh".into(), "-c".into(), listener], &Default::default(), &ctx)
-                .await
-                .unwrap();
-            std::mem::forget(serving);
+            agentbox_testing::greeter(b.as_ref(), "127.0.0.1", port).await;
         }
         // Both listen in the box (seen from inside)...
         let inside = run(

@@ -29,3 +29,25 @@ pub async fn sh(b: &dyn agentbox_core::Sandbox, script: &str) -> agentbox_core::
         .await
         .unwrap_or_else(|e| panic!("sh -c {script:?}: {e}"))
 }
+
+/// Start, in box `b`, a server on `addr:port` that tells each connection `port PORT` and a
+/// newline and closes it (perl, which Debian's base system has); left running for the box's
+/// life. Panics on a failed exec.
+pub async fn greeter(b: &dyn agentbox_core::Sandbox, addr: &str, port: u16) {
+    let script = format!(
+        "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \"{addr}\", \
+         LocalPort => {port}, Listen => 5, ReuseAddr => 1) or die \"listen: $!\"; \
+         while ($c = $s->accept) {{ print $c \"port {port}\\n\"; close $c }}'"
+    );
+    let argv = vec!["sh".to_string(), "-c".to_string(), script];
+    let serving = b
+        .exec(
+            &argv,
+            &agentbox_core::ExecOptions::default(),
+            &agentbox_core::Ctx::background(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("starting a server on port {port}: {e}"));
+    // Its handle is let go of: the server runs on in the box.
+    std::mem::forget(serving);
+}

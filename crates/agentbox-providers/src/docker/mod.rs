@@ -676,8 +676,8 @@ impl DockerProvider {
             return Ok(b);
         }
         let made = match self.through_runner(b, ip, true, ctx).await {
-            Ok(b) if allow.is_some() => match prove_egress(b, ctx).await {
-                Ok(b) => Ok(b),
+            Ok(b) if allow.is_some() => match crate::egress::prove(b.as_ref(), RUNNER_IN_BOX, ctx).await {
+                Ok(()) => Ok(b),
                 Err(e) => {
                     self.discard_container(&name).await;
                     return Err(e);
@@ -939,29 +939,6 @@ fn allowlist_facts(facts: &mut Facts, labels: &HashMap<String, String>) {
             Err(_) => None,
         };
     }
-}
-
-/// A box with an allowlist is handed out only once a program in it reached the proxy and
-/// failed to connect past it (`agentbox-runner probe egress:PORT`).
-async fn prove_egress(b: Arc<dyn Sandbox>, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-    let argv = crate::egress::probe_argv(RUNNER_IN_BOX);
-    let p = b
-        .exec(
-            &argv,
-            &Default::default(),
-            &ctx.with_timeout(std::time::Duration::from_secs(30)),
-        )
-        .await?;
-    let out = agentbox_core::finish(p, Default::default()).await?;
-    if out.status.code != 0 {
-        return Err(Error::unsupported(format!(
-            "spec.network: the box's allowlist could not be proven from inside it ({}{}); the box was ended",
-            out.stdout_text().trim(),
-            out.stderr_text().trim()
-        )));
-    }
-    tracing::info!(box_id = %b.id(), "the box's allowlist is enforced: its proxy answered and a direct connect failed");
-    Ok(b)
 }
 
 /// This machine's directory for the runner of box `name`, bind-mounted at [`RUNNER_DIR_IN_BOX`]:

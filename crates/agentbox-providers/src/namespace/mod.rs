@@ -564,21 +564,9 @@ impl NamespaceProvider {
     /// the probe is not handed out.
     async fn prove_egress(&self, dir: &Path, mut record: Record, list: &[String], ctx: &Ctx) -> Result<Record> {
         let b = sandbox::open(dir.to_path_buf(), record.clone());
-        let argv = crate::egress::probe_argv(agentbox_protocol::namespace::RUNNER);
-        let p = b
-            .exec(&argv, &Default::default(), &ctx.with_timeout(Duration::from_secs(30)))
-            .await?;
-        let out = agentbox_core::finish(p, Default::default()).await?;
-        if out.status.code != 0 {
-            return Err(Error::unsupported(format!(
-                "spec.network: the box's allowlist could not be proven from inside it ({}{}); the box was ended",
-                out.stdout_text().trim(),
-                out.stderr_text().trim()
-            )));
-        }
+        crate::egress::prove(b.as_ref(), agentbox_protocol::namespace::RUNNER, ctx).await?;
         record.facts.network = Some(agentbox_core::NetworkFact::Allowlist(list.to_vec()));
         record.write(dir)?;
-        tracing::info!(box_id = %record.id, entries = list.len(), "the box's allowlist is enforced: its proxy answered and a direct connect failed");
         Ok(record)
     }
 
