@@ -146,6 +146,9 @@ pub fn never_allowed(ip: IpAddr) -> Option<&'static str> {
                 [x, ..] if x & 0xff00 == 0xff00 => "multicast (ff00::/8)",
                 [0x64, 0xff9b, ..] => "NAT64 (64:ff9b::/96)",
                 [0x2002, ..] => "6to4 (2002::/16)",
+                [x, ..] if x & 0xffc0 == 0xfec0 => "site-local (fec0::/10)",
+                [0x100, 0, 0, 0, ..] => "discard-only (100::/64)",
+                [0, 0, 0, 0, 0xffff, 0, _, _] => "IPv4-translated (::ffff:0:0:0/96)",
                 [0, 0, 0, 0, 0, 0, _, _] => "IPv4-compatible (::/96)",
                 _ => return None,
             })
@@ -189,6 +192,9 @@ mod tests {
             "fd00:ec2::254",
             "::ffff:127.0.0.1",
             "64:ff9b::a00:1",
+            "fec0::1",
+            "100::1",
+            "::ffff:0:a00:1",
             "0.0.0.0",
             "203.0.113.9",
         ] {

@@ -3,9 +3,10 @@
 //! and the bytes then copied both ways.
 //!
 //! `CONNECT host:port` is answered `200` and becomes a tunnel. A plain HTTP request in absolute
-//! form (`GET http://host/path`) is sent on in origin form with `Connection: close`: one
-//! request per connection, so a keep-alive connection can never carry a second request to a
-//! host that was not checked. A request in origin form for [`PROBE_PATH`] is answered by the
+//! form (`GET http://host/path`) is sent on in origin form with the URL's own `Host` (never
+//! the client's) and `Connection: close`; what the client sends after the head is carried to
+//! the same checked address, so a second request on the connection can only reach the host
+//! that was checked. A request in origin form for [`PROBE_PATH`] is answered by the
 //! proxy itself (how a box proves it reaches the proxy); any other is `400`.
 
 use std::net::{IpAddr, SocketAddr};
@@ -93,8 +94,7 @@ impl Proxy {
             Ok(s) => s,
             Err(Reached::Refused(r)) => {
                 let why = format!("{}:{} refused ({}): {}", r.host, r.port, r.rule, r.why);
-                tracing::warn!(host = %r.host, port = r.port, address = r.address.as_deref().unwrap_or(""), rule = %r.rule, "egress refused");
-                (self.refusals)(r);
+                self.record(r);
                 let _ = answer(&mut client, 403, &why).await;
                 return Err(why);
             }
@@ -119,6 +119,12 @@ impl Proxy {
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    /// Put a refusal on record: a tracing event, and the proxy's sink.
+    fn record(&self, r: Refusal) {
+        tracing::warn!(host = %r.host, port = r.port, address = r.address.as_deref().unwrap_or(""), rule = %r.rule, "egress refused");
+        (self.refusals)(r);
     }
 
     /// Check `host:port`, resolve it, check what it resolved to, and connect to the first
@@ -167,7 +173,14 @@ impl Proxy {
                 Decision::Allowed { .. } => {
                     let to = SocketAddr::new(ip, port);
                     match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(to)).await {
-                        Ok(Ok(s)) => return Ok(s),
+                        Ok(Ok(s)) => {
+                            // An address of the name's that was refused on the way is still a
+                            // refusal, and on record.
+                            if let Some(Reached::Refused(r)) = first_refusal {
+                                self.record(r);
+                            }
+                            return Ok(s);
+                        }
                         Ok(Err(e)) => last_failure = Some(format!("connecting to {to}: {e}")),
                         Err(_) => last_failure = Some(format!("connecting to {to}: no answer within 10 s")),
                     }
@@ -175,7 +188,12 @@ impl Proxy {
             }
         }
         match (last_failure, first_refusal) {
-            (Some(why), _) => Err(Reached::Failed(why)),
+            (Some(why), refused) => {
+                if let Some(Reached::Refused(r)) = refused {
+                    self.record(r);
+                }
+                Err(Reached::Failed(why))
+            }
             (None, Some(r)) => Err(r),
             (None, None) => Err(Reached::Failed(format!("{host}: no address to try"))),
         }
@@ -261,20 +279,18 @@ fn parse(head: &[u8]) -> Result<Option<Target>, (u16, String)> {
         r => r.to_string(),
     };
     let mut out = format!("{method} {origin_path} HTTP/1.{}\r\n", req.version.unwrap_or(1)).into_bytes();
-    let mut has_host = false;
+    // The Host is the URL's authority, whatever the client sent (RFC 9112 3.2.2): a Host of
+    // its own would reach another site served at the checked address.
+    out.extend_from_slice(format!("Host: {auth}\r\n").as_bytes());
     for h in req.headers.iter() {
         let name = h.name.to_ascii_lowercase();
-        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
+        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" || name == "host" {
             continue;
         }
-        has_host |= name == "host";
         out.extend_from_slice(h.name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(h.value);
         out.extend_from_slice(b"\r\n");
-    }
-    if !has_host {
-        out.extend_from_slice(format!("Host: {auth}\r\n").as_bytes());
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
     Ok(Some(Target {
@@ -366,6 +382,13 @@ mod tests {
         let t = target("GET http://b.example.com HTTP/1.0\r\n\r\n").unwrap().unwrap();
         let fwd = String::from_utf8(t.forward.unwrap()).unwrap();
         assert!(fwd.starts_with("GET / HTTP/1.0\r\nHost: b.example.com\r\n"), "{fwd}");
+        // A Host of the client's own never reaches the checked address: the URL's is sent.
+        let t = target("GET http://b.example.com/ HTTP/1.1\r\nHost: internal.example\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let fwd = String::from_utf8(t.forward.unwrap()).unwrap();
+        assert!(fwd.starts_with("GET / HTTP/1.1\r\nHost: b.example.com\r\n"), "{fwd}");
+        assert!(!fwd.contains("internal.example"), "{fwd}");
         assert!(target("GET /.agentbox-egress HTTP/1.1\r\n\r\n").unwrap().is_none());
     }
 

@@ -152,6 +152,12 @@ async fn reaches_what_its_allowlist_names(p: Arc<dyn Provider>, s: &Servers) {
         Some(NetworkFact::Allowlist(list.clone())),
         "the facts say allowlist once the probe passed"
     );
+    let again = p.attach(b.id(), &ctx).await.unwrap().expect("attached");
+    assert_eq!(
+        again.facts().network,
+        Some(NetworkFact::Allowlist(list.clone())),
+        "another handle reads the proven allowlist back"
+    );
     // Its network is loopback alone: no route leads anywhere but through the proxy.
     let interfaces = run(
         b.as_ref(),

@@ -22,6 +22,27 @@ use agentbox_core::Allowlist;
 use agentbox_egress::{Policy, Proxy, RefusalLog, SystemResolver};
 use agentbox_protocol::namespace::{BoxConfig, CONFIG_FILE, EGRESS_LOG, EGRESS_READY, EGRESS_SOCKET, RUN_DIR};
 
+/// The most connections one box's proxy carries at once.
+const MAX_CONNECTIONS: usize = 256;
+/// The pause after a failed accept (out of descriptors, say), so it is not retried in a spin.
+pub(crate) const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How many refusal lines go to stderr in one second, at most.
+#[derive(Default)]
+struct LineBudget(std::sync::Mutex<(u64, u32)>);
+
+impl LineBudget {
+    fn allow(&self) -> bool {
+        let second = crate::init::now_ms() / 1000;
+        let mut b = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if b.0 != second {
+            *b = (second, 0);
+        }
+        b.1 += 1;
+        b.1 <= 5
+    }
+}
+
 /// How large the refusal log grows before it is turned over.
 const LOG_MAX: u64 = 1 << 20;
 /// The buffer of each direction of a bridged connection.
@@ -140,16 +161,24 @@ fn serve(plan: Plan) -> Result<(), String> {
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))
             .map_err(|e| format!("opening {} to the box: {e}", socket.display()))?;
         let log = RefusalLog::new(log, LOG_MAX);
+        let lines = LineBudget::default();
+        // At most this many connections at once: a box cannot take this machine's memory or
+        // descriptors through its proxy.
+        let room = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let proxy = Proxy::new(
             Policy::new(allow),
             Arc::new(SystemResolver),
             Arc::new(move |r| {
-                // A line on stderr too: the namespace box's log, the Docker box's proxy file.
-                let address = r.address.as_deref().map(|a| format!(" ({a})")).unwrap_or_default();
-                eprintln!(
-                    "agentbox-runner egress: refused {}:{}{address}: {}",
-                    r.host, r.port, r.rule
-                );
+                // A line on stderr too (the namespace box's log, the Docker box's proxy file),
+                // at most a few a second, so a box looping on a refused host cannot fill this
+                // machine's disk through them; the refusal log itself is turned over.
+                if lines.allow() {
+                    let address = r.address.as_deref().map(|a| format!(" ({a})")).unwrap_or_default();
+                    eprintln!(
+                        "agentbox-runner egress: refused {}:{}{address}: {}",
+                        r.host, r.port, r.rule
+                    );
+                }
                 let _ = log.append(&r);
             }),
         );
@@ -177,10 +206,19 @@ fn serve(plan: Plan) -> Result<(), String> {
                     return Ok(());
                 }
                 got = listener.accept() => {
-                    let Ok((conn, _)) = got else { continue };
+                    let Ok((conn, _)) = got else {
+                        // Out of descriptors, say: wait rather than spin.
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    };
+                    let Ok(permit) = room.clone().try_acquire_owned() else {
+                        // Full: the connection is closed unanswered.
+                        continue;
+                    };
                     let proxy = proxy.clone();
                     tokio::spawn(async move {
                         let _ = proxy.serve(conn).await;
+                        drop(permit);
                     });
                 }
             }
@@ -202,7 +240,10 @@ pub fn namespace_socket() -> PathBuf {
 /// of the init's).
 pub fn bridge(listener: TcpListener, socket: PathBuf) {
     for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
+        let Ok(conn) = conn else {
+            std::thread::sleep(ACCEPT_BACKOFF);
+            continue;
+        };
         let socket = socket.clone();
         let _ = std::thread::Builder::new()
             .name("egress-bridge".into())

@@ -667,7 +667,8 @@ impl DockerProvider {
             )));
         };
         let mut facts = facts_of(&host, ends_at, Some(created), &workspace);
-        allowlist_facts(&mut facts, &labels);
+        // Proven below before the box is handed out, or the box is ended.
+        allowlist_facts(&mut facts, &labels, true);
         lifecycle::lifecycle_facts(&mut facts, &labels);
         debug_assert_eq!(id.name(), name);
         let b = self.sandbox(name.clone(), facts, spec.labels.clone(), workspace);
@@ -676,7 +677,7 @@ impl DockerProvider {
             return Ok(b);
         }
         let made = match self.through_runner(b, ip, true, ctx).await {
-            Ok(b) if allow.is_some() => match crate::egress::prove(b.as_ref(), RUNNER_IN_BOX, ctx).await {
+            Ok(b) if allow.is_some() => match self.prove_egress(&name, b.as_ref(), ctx).await {
                 Ok(()) => Ok(b),
                 Err(e) => {
                     self.discard_container(&name).await;
@@ -700,6 +701,13 @@ impl DockerProvider {
                 })
             }
         }
+    }
+
+    /// Prove box `name`'s allowlist from inside it, and keep that it was (its state file).
+    async fn prove_egress(&self, name: &str, b: &dyn Sandbox, ctx: &Ctx) -> Result<()> {
+        crate::egress::prove(b, RUNNER_IN_BOX, ctx).await?;
+        let _held = state::lock(name, "keeping the box's proven allowlist").await?;
+        state::update(name, |s| s.egress_proven = true)
     }
 
     /// Remember `client` as the connection to box `name`'s runner (forgetting those no handle
@@ -775,7 +783,7 @@ impl DockerProvider {
             .and_then(|s| s.started_at.as_deref())
             .and_then(parse_rfc3339_ms);
         let mut facts = facts_of(&host, ends_at, created_ms, &workspace);
-        allowlist_facts(&mut facts, &all_labels);
+        allowlist_facts(&mut facts, &all_labels, kept.egress_proven);
         lifecycle::lifecycle_facts(&mut facts, &all_labels);
         let b = self.sandbox(name.to_string(), facts, labels, workspace);
         if kept.asleep {
@@ -927,14 +935,17 @@ fn published_ports(host: &HostConfig) -> Vec<agentbox_core::PortFact> {
     ports
 }
 
-/// A box with network `none` and an allowlist in its labels has that allowlist: the create
-/// that made it proved it from inside, or ended the box.
-fn allowlist_facts(facts: &mut Facts, labels: &HashMap<String, String>) {
+/// A box with network `none` and an allowlist in its labels has that allowlist once `proven`
+/// (the create that made it proved it from inside, and said so in the box's state file);
+/// until then it was asked for and not proven (a create still under way, or one that died
+/// before its probe, or a box another agentbox home made).
+fn allowlist_facts(facts: &mut Facts, labels: &HashMap<String, String>, proven: bool) {
     if facts.network == Some(NetworkFact::None)
         && let Some(list) = labels.get(LABEL_ALLOW)
     {
         facts.network = match serde_json::from_str::<Vec<String>>(list) {
-            Ok(list) => Some(NetworkFact::Allowlist(list)),
+            Ok(list) if proven => Some(NetworkFact::Allowlist(list)),
+            Ok(_) => Some(NetworkFact::Requested),
             // A label that is not a list: what the box may reach is not known.
             Err(_) => None,
         };

@@ -32,6 +32,9 @@ pub(super) struct State {
     /// The host labels, once relabelled (else the ones it was made with).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<Labels>,
+    /// The box's allowlist was proven from inside it by the create that made it.
+    #[serde(default)]
+    pub egress_proven: bool,
 }
 
 fn dir() -> Result<PathBuf> {

@@ -44,6 +44,7 @@ pub(super) fn line(listeners: &[(u16, TcpListener)]) -> Result<String, String> {
 pub(super) fn serve_until(listeners: Vec<(u16, TcpListener)>, init: OwnedFd) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .map_err(|e| format!("the ports' runtime: {e}"))?;
     let local = tokio::task::LocalSet::new();
@@ -57,6 +58,7 @@ pub(super) fn serve_until(listeners: Vec<(u16, TcpListener)>, init: OwnedFd) -> 
             tokio::task::spawn_local(async move {
                 loop {
                     let Ok((mut conn, _)) = listener.accept().await else {
+                        tokio::time::sleep(crate::egress::ACCEPT_BACKOFF).await;
                         continue;
                     };
                     tokio::task::spawn_local(async move {
