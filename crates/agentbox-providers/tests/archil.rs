@@ -332,6 +332,9 @@ async fn the_limit_the_own_deadline_and_exit_124_are_timeouts() {
     };
     let b = provider(defaults).create(&spec(), &ctx()).await.unwrap();
     assert_eq!(b.facts().max_exec_ms, Some(300_000));
+    // Billed by the call: a receipt prices it per call, never per second.
+    assert!(b.facts().billed_per_call);
+    assert!(!b.facts().live_processes);
     let e = b
         .exec(
             &argv(&["true"]),
