@@ -1189,3 +1189,29 @@ fn an_allowlisted_box_and_what_its_proxy_refused() {
     assert_eq!(json[0]["port"], 443, "{json}");
     h.ok(&["box", "rm", &id]);
 }
+
+/// `bench egress` puts a download and requests through a namespace box's egress proxy beside
+/// the same on a direct connection; each fetch is checked whole, so a proxy that drops or cuts
+/// a transfer fails the bench.
+#[test]
+fn the_egress_bench_puts_the_proxy_beside_a_direct_connection() {
+    let h = Home::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["bench", "egress", "--iterations", "3", "--json"])
+        .env("AGENTBOX_HOME", h.0.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pairs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = pairs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["egress: 256 MiB download", "egress: 50 requests, 1 KiB each"]);
+    for p in pairs.as_array().unwrap() {
+        let ratio = p["ratio"].as_f64().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{p}");
+    }
+}
