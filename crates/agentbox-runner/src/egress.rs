@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use agentbox_core::Allowlist;
 use agentbox_egress::{Policy, Proxy, RefusalLog, SystemResolver};
-use agentbox_protocol::namespace::{BoxConfig, CONFIG_FILE, EGRESS_LOG, EGRESS_READY, EGRESS_SOCKET, RUN_DIR};
+use agentbox_protocol::namespace::{EGRESS_LOG, EGRESS_READY, EGRESS_SOCKET, RUN_DIR};
 
 /// The most connections one box's proxy carries at once.
 const MAX_CONNECTIONS: usize = 256;
@@ -90,14 +90,8 @@ enum Until {
 
 /// The plan of a namespace box: its config in `dir`.
 fn plan_of_box(dir: &Path) -> Result<Plan, String> {
-    let path = dir.join(CONFIG_FILE);
-    let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    if bytes.len() > 1 << 20 {
-        return Err(format!("{}: over 1 MiB, not a box config", path.display()));
-    }
-    let cfg: BoxConfig =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a box config: {e}", path.display()))?;
-    cfg.validate()?;
+    // The keeper's own reading: bounded, validated, and naming this directory.
+    let cfg = crate::namespace::read_config(dir)?;
     let egress = cfg.egress.ok_or("the box's config asks for no egress")?;
     Ok(Plan {
         allow: Allowlist::parse(&egress.allow).map_err(|e| e.to_string())?,

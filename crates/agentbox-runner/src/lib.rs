@@ -3,8 +3,8 @@
 //! Several programs in one binary: the runner server ([`server`]: one connection for every
 //! process and file of a box, what a provider starts in a box on request), the supervisor of a
 //! local box ([`supervisor`]), the init of a namespace box ([`namespace`]) and the first
-//! process of a container box, whose deadline can move ([`init`]). It depends on the protocol crate and `agentbox-proc` alone, never on
-//! providers, hands or runs, so it stays small enough to copy into any box (a static build needs
+//! process of a container box, whose deadline can move ([`init`]). It depends on the protocol crate, `agentbox-proc`, the contract
+//! (for the allowlist's types) and the egress proxy, never on providers, hands or runs, so it stays small enough to copy into any box (a static build needs
 //! nothing there).
 
 pub mod egress;

@@ -49,7 +49,8 @@ use rustix::thread::UnshareFlags;
 /// How many times the init starts a runner that died before it ends the box.
 const RUNNER_RESTARTS: u32 = 5;
 
-fn read_config(dir: &Path) -> Result<BoxConfig, String> {
+/// The box's config in `dir`: at most 1 MiB, valid, and naming `dir` as its own.
+pub(crate) fn read_config(dir: &Path) -> Result<BoxConfig, String> {
     let path = dir.join(CONFIG_FILE);
     let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     if bytes.len() > 1 << 20 {
