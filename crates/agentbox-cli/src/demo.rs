@@ -163,7 +163,7 @@ fn ids(ids: &[agentbox_core::SandboxId]) -> String {
 }
 
 fn message_count(runs: &Runs, id: &str) -> Result<usize> {
-    let store = agentbox_runs::Store::open_as(&runs.dir(id).join("store.db"), 0)?;
+    let store = agentbox_runs::Store::read(&runs.dir(id).join("store.db"))?;
     Ok(store.messages()?.len())
 }
 

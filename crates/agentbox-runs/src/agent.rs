@@ -130,19 +130,49 @@ pub async fn park_if_waiting(
     Ok(Ok(run.park(deadline).await?))
 }
 
-/// Tell the agent, in its conversation, that the run moved here from another host.
+/// Tell the agent, in its conversation, that the run moved here from another host (or to
+/// the target a planned move named): the host before and after, and the generation.
 pub fn note_move(run: &Run, here: &str) -> Result<Option<String>> {
     let Some(prev) = run.previous() else { return Ok(None) };
-    if prev.host == here {
+    let planned = run
+        .moved()
+        .map(|m| format!(" (a planned move to {})", m.to))
+        .unwrap_or_default();
+    if prev.host == here && planned.is_empty() {
         return Ok(None);
     }
     let note = format!(
-        "This run moved from host {} to host {here} at a step boundary: generation {} continues here.",
+        "This run moved from host {} to host {here} at a step boundary{planned}: generation {} continues here.",
         prev.host,
         run.generation()
     );
     run.store().append("system", &json!({ "text": note }))?;
     Ok(Some(note))
+}
+
+/// How a turn of [`work`] ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Turn {
+    /// The model answered: its text.
+    Answered(String),
+    /// A move was asked, and the turn stopped at a step boundary, the agent told: release
+    /// the run for the driver to start the next generation on the target.
+    Moving(crate::MoveRequest),
+}
+
+/// Whether the conversation's last turn is unfinished (its last message is not an answer):
+/// what a generation that took over mid-turn goes on with, asking nothing new.
+pub fn unfinished(conversation: &[Message]) -> bool {
+    // Notes of moves and parking are not turns.
+    match conversation.iter().rev().find(|m| m.role != "system") {
+        None => false,
+        Some(m) if m.role == "assistant" => m
+            .content
+            .get("tool_calls")
+            .and_then(|c| c.as_array())
+            .is_some_and(|c| !c.is_empty()),
+        Some(_) => true,
+    }
 }
 
 /// Ask `question`: the model's steps until it answers, each tool call on `env` (recorded in
@@ -155,8 +185,41 @@ pub async fn answer(
     question: &str,
     ctx: &Ctx,
 ) -> Result<String> {
+    match turn(run, model, env, recorder, Some(question), false, ctx).await? {
+        Turn::Answered(text) => Ok(text),
+        Turn::Moving(_) => unreachable!("answer asks for no move"),
+    }
+}
+
+/// [`answer`] that honours a planned move: after each step (the model's reply and every tool
+/// call's result persisted) it reads whether a move was asked ([`Run::move_asked`]), and if so
+/// tells the agent it is leaving and stops, never mid-step. With no `question` it goes on
+/// with the conversation's unfinished turn ([`unfinished`]), as a generation that took over
+/// does.
+pub async fn work(
+    run: &Run,
+    model: &dyn Model,
+    env: &dyn ExecutionEnv,
+    recorder: Option<&Recorder>,
+    question: Option<&str>,
+    ctx: &Ctx,
+) -> Result<Turn> {
+    turn(run, model, env, recorder, question, true, ctx).await
+}
+
+async fn turn(
+    run: &Run,
+    model: &dyn Model,
+    env: &dyn ExecutionEnv,
+    recorder: Option<&Recorder>,
+    question: Option<&str>,
+    moves: bool,
+    ctx: &Ctx,
+) -> Result<Turn> {
     let store = run.store();
-    store.append("user", &json!({ "text": question }))?;
+    if let Some(question) = question {
+        store.append("user", &json!({ "text": question }))?;
+    }
     for _ in 0..MAX_STEPS {
         let conversation = store.messages()?;
         let reply = model.respond(&conversation, ctx).await?;
@@ -165,7 +228,7 @@ pub async fn answer(
             &json!({ "text": reply.text, "tool_calls": reply.tool_calls }),
         )?;
         if reply.tool_calls.is_empty() {
-            return Ok(reply.text);
+            return Ok(Turn::Answered(reply.text));
         }
         for call in &reply.tool_calls {
             let result = match recorder {
@@ -176,6 +239,18 @@ pub async fn answer(
                 "tool",
                 &json!({ "call": call.id, "name": call.name, "text": result.text(), "is_error": result.is_error }),
             )?;
+        }
+        // A step boundary: every message of the step is durable.
+        if moves && let Some(req) = run.move_asked()? {
+            let note = format!(
+                "Moving to {} at a step boundary: generation {} lets the run go on host {}; the next generation continues there.",
+                req.to,
+                run.generation(),
+                run.record().holder.as_ref().map(|h| h.host.as_str()).unwrap_or("?")
+            );
+            store.append("system", &json!({ "text": note }))?;
+            tracing::info!(to = %req.to, generation = run.generation(), "leaving for a move at a step boundary");
+            return Ok(Turn::Moving(req));
         }
     }
     Err(Error::too_large(format!(

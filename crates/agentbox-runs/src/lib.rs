@@ -9,16 +9,20 @@
 //!   taken learns it as a typed error, never by a silent lost write.
 //! - [`Run::release`] seals the run (store checkpointed and synced) and gives up the claim;
 //!   [`Run::park`] releases it with a deadline; [`Runs::fork`] copies a sealed run into new ones.
+//! - [`moves`]: a planned move asks the holder to let the run go at its next step boundary,
+//!   for a driver to start the next generation elsewhere.
 //! - [`read_status`] reads a run from outside, with no claim.
 //! - [`agent`]: the agent loop over a [`agent::Model`] (a scripted one needs no key), its
 //!   conversation persisted after every step, its tools through a transport to a box.
 
 pub mod agent;
 pub mod lease;
+pub mod moves;
 pub mod record;
 pub mod run;
 pub mod store;
 
+pub use moves::MoveRequest;
 pub use record::{Holder, RunRecord, RunStatus, read_status};
-pub use run::{Claim, Run, Runs};
-pub use store::{Message, Store};
+pub use run::{Claim, ClaimKeeper, Run, Runs};
+pub use store::{Journal, Message, Store};

@@ -9,8 +9,9 @@ use agentbox_core::{Error, ErrorCode, Result};
 use agentbox_transport::Documents;
 
 use crate::lease::Leases;
+use crate::moves::{self, MoveRequest};
 use crate::record::{Holder, RunRecord, RunStatus, read_status, sync_dir, write_record};
-use crate::store::{RunDocuments, Store};
+use crate::store::{Journal, RunDocuments, Store};
 
 /// How a run is claimed.
 #[derive(Clone)]
@@ -27,6 +28,15 @@ impl Claim {
         match self {
             Claim::Local => "local",
             Claim::Lease(..) => "lease",
+        }
+    }
+
+    /// The store's journal: a lease means hosts share the disk, and WAL's index is memory
+    /// only one machine shares.
+    fn journal(&self) -> Journal {
+        match self {
+            Claim::Local => Journal::Wal,
+            Claim::Lease(..) => Journal::Rollback,
         }
     }
 }
@@ -56,8 +66,18 @@ pub struct Run {
     record: RunRecord,
     store: Arc<Store>,
     previous: Option<Holder>,
+    moved: Option<MoveRequest>,
     lock: Option<OwnedFd>,
     lease: Option<(Arc<Leases>, Duration)>,
+}
+
+/// Renews a lease while it lives ([`Run::keep_claim`]).
+pub struct ClaimKeeper(tokio::task::JoinHandle<()>);
+
+impl Drop for ClaimKeeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// This machine's name.
@@ -192,7 +212,9 @@ impl Runs {
         };
         tracing::debug!(generation, "claimed");
         let before = read_status(&dir)?;
-        let store = Arc::new(Store::take(&dir.join("store.db"), generation)?);
+        let store = Arc::new(Store::take(&dir.join("store.db"), generation, self.claim.journal())?);
+        // This generation is where a move asked of the last one lands: the request is done.
+        let moved = moves::done(&dir)?;
         let record = RunRecord {
             id: id.to_string(),
             status: RunStatus::Open,
@@ -208,9 +230,30 @@ impl Runs {
             record,
             store,
             previous: before.holder,
+            moved,
             lock,
             lease,
         })
+    }
+
+    /// [`Runs::open`], trying again while the run is held (`refused`) until `wait` has passed:
+    /// for the next host of a run whose last holder died, whose lease has yet to run out.
+    pub async fn open_within(&self, id: &str, wait: Duration) -> Result<Run> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match self.open(id).await {
+                Err(e) if e.code() == ErrorCode::Refused && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(run = id, "held; trying again");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// This host's name, as holders record it.
+    pub fn host(&self) -> &str {
+        &self.host
     }
 
     /// Every run, by id.
@@ -384,6 +427,40 @@ impl Run {
         self.previous.as_ref()
     }
 
+    /// The move the last generation let the run go for, which this one completed.
+    pub fn moved(&self) -> Option<&MoveRequest> {
+        self.moved.as_ref()
+    }
+
+    /// A move asked of this holder ([`moves::ask`]), to honour at its next step boundary.
+    pub fn move_asked(&self) -> Result<Option<MoveRequest>> {
+        moves::asked(&self.dir)
+    }
+
+    /// Keep a lease claim alive: renewed every third of its length until the guard is
+    /// dropped. A renewal that finds the claim taken is logged and ends the renewals; the
+    /// holder's next write then fails `fenced`. A local claim needs none (`None`).
+    pub fn keep_claim(&self) -> Option<ClaimKeeper> {
+        let (leases, ttl) = self.lease.clone()?;
+        let (id, generation) = (self.record.id.clone(), self.record.generation);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                match leases.renew(&id, generation, ttl).await {
+                    Ok(()) => {}
+                    Err(e) if e.code() == ErrorCode::Fenced => {
+                        tracing::error!(run = %id, generation, "{}", e.message());
+                        return;
+                    }
+                    // A renewal that failed otherwise (the server unreachable a moment) is
+                    // tried again; the lease's own length is the bound.
+                    Err(e) => tracing::warn!(run = %id, generation, "renewing the lease: {e}"),
+                }
+            }
+        });
+        Some(ClaimKeeper(task))
+    }
+
     /// Extend a lease claim; a local claim needs none.
     pub async fn renew(&self) -> Result<()> {
         match &self.lease {
@@ -407,7 +484,7 @@ impl Run {
     async fn let_go(mut self, status: RunStatus, deadline_ms: Option<u64>) -> Result<RunRecord> {
         // A holder that lost its claim writes nothing, its record included.
         self.store.fenced(|_| Ok(()))?;
-        self.store.checkpoint()?;
+        self.store.seal()?;
         self.record.status = status;
         self.record.deadline_ms = deadline_ms;
         write_record(&self.dir, &self.record)?;

@@ -1,8 +1,14 @@
-//! A run's store: SQLite in WAL (`store.db`), every commit synced, holding the conversation
+//! A run's store: SQLite (`store.db`), every commit synced, holding the conversation
 //! (messages), its tasks and the session's documents. Every write is fenced: it commits only
 //! while the store's fence still holds this holder's generation, so a holder whose claim was
 //! taken (a later generation opened the run) gets [`agentbox_core::ErrorCode::Fenced`] and
 //! writes nothing.
+//!
+//! Its journal depends on who may open it ([`Journal`]): WAL where every holder is on one
+//! machine (WAL's index is shared memory, which only one kernel can share), a rollback journal
+//! where hosts share the disk (it needs only the file system's byte-range locks). Released,
+//! a store is one file: the WAL checkpointed into it and removed, so the next host needs
+//! nothing of this one.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -35,11 +41,35 @@ pub struct Message {
     pub content: Value,
 }
 
+/// How a store journals its writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Journal {
+    /// Write-ahead log: fast, for holders on one machine (the log's index is shared memory).
+    Wal,
+    /// A rollback journal: for a disk hosts share (NFS, a cluster volume), which gives
+    /// byte-range locks but no memory shared between hosts.
+    Rollback,
+}
+
+impl Journal {
+    fn pragma(self) -> &'static str {
+        match self {
+            Journal::Wal => "WAL",
+            Journal::Rollback => "DELETE",
+        }
+    }
+}
+
+/// What is told of each message once it is durable: its seq and role.
+type Kept = Box<dyn Fn(i64, &str) + Send + Sync>;
+
 /// A run's store, held by one generation.
 pub struct Store {
     conn: Mutex<Connection>,
     generation: u64,
     path: PathBuf,
+    kept: std::sync::OnceLock<Kept>,
+    released: std::sync::atomic::AtomicBool,
 }
 
 fn db(e: rusqlite::Error, what: &str) -> Error {
@@ -49,8 +79,8 @@ fn db(e: rusqlite::Error, what: &str) -> Error {
 impl Store {
     /// Open the store at `path` as `generation`, taking the fence: refused when the store
     /// already saw this generation or a later one.
-    pub fn take(path: &Path, generation: u64) -> Result<Self> {
-        let store = Self::open_as(path, generation)?;
+    pub fn take(path: &Path, generation: u64, journal: Journal) -> Result<Self> {
+        let store = Self::open_as(path, generation, journal)?;
         {
             let mut conn = store.conn.lock().unwrap();
             let tx = conn
@@ -86,12 +116,13 @@ impl Store {
     }
 
     /// Open the store for reading (and fenced writing) as `generation`, without taking the fence.
-    pub fn open_as(path: &Path, generation: u64) -> Result<Self> {
+    pub fn open_as(path: &Path, generation: u64, journal: Journal) -> Result<Self> {
         let conn = Connection::open(path).map_err(|e| db(e, &format!("opening {}", path.display())))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(|e| db(e, "setting the busy timeout"))?;
         conn.execute_batch(&format!(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; {SCHEMA} {}",
+            "PRAGMA journal_mode={}; PRAGMA synchronous=FULL; {SCHEMA} {}",
+            journal.pragma(),
             sql::SCHEMA
         ))
         .map_err(|e| db(e, "making its tables"))?;
@@ -99,7 +130,36 @@ impl Store {
             conn: Mutex::new(conn),
             generation,
             path: path.to_path_buf(),
+            kept: std::sync::OnceLock::new(),
+            released: Default::default(),
         })
+    }
+
+    /// Open a store from outside, read-only and with no claim: it writes nothing, its journal
+    /// mode included.
+    ///
+    /// ```no_run
+    /// let store = agentbox_runs::Store::read("runs/r1/store.db".as_ref()).unwrap();
+    /// println!("{} messages", store.messages().unwrap().len());
+    /// ```
+    pub fn read(path: &Path) -> Result<Self> {
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|e| db(e, &format!("opening {} to read", path.display())))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(|e| db(e, "setting the busy timeout"))?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            generation: 0,
+            path: path.to_path_buf(),
+            kept: std::sync::OnceLock::new(),
+            released: Default::default(),
+        })
+    }
+
+    /// Be told of each message [`Store::append`] made durable (its seq and role), after its
+    /// commit: what a caller may count as acknowledged. Set once; later calls are ignored.
+    pub fn on_kept(&self, f: impl Fn(i64, &str) + Send + Sync + 'static) {
+        let _ = self.kept.set(Box::new(f));
     }
 
     /// The generation this store writes as.
@@ -110,6 +170,15 @@ impl Store {
     /// Run `f` in a write transaction that commits only while the fence is this generation's.
     /// Returned, the write is durable.
     pub fn fenced<T>(&self, f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>) -> Result<T> {
+        if self.released.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorCode::Fenced,
+                format!(
+                    "run store: generation {} released the run, and writes nothing more",
+                    self.generation
+                ),
+            ));
+        }
         let mut conn = self.conn.lock().unwrap();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -141,13 +210,17 @@ impl Store {
     /// Append a message; returns its seq once it is durable.
     pub fn append(&self, role: &str, content: &Value) -> Result<i64> {
         let g = self.generation as i64;
-        self.fenced(|tx| {
+        let seq = self.fenced(|tx| {
             tx.execute(
                 "INSERT INTO messages (generation, role, content) VALUES (?1, ?2, ?3)",
                 (g, role, content.to_string()),
             )?;
             Ok(tx.last_insert_rowid())
-        })
+        })?;
+        if let Some(kept) = self.kept.get() {
+            kept(seq, role);
+        }
+        Ok(seq)
     }
 
     /// The conversation, in order.
@@ -209,12 +282,23 @@ impl Store {
         Ok(out)
     }
 
-    /// Checkpoint the WAL into the database file and sync it: what release leaves behind is one
-    /// file whose every commit is on disk.
-    pub fn checkpoint(&self) -> Result<()> {
+    /// Seal the store as its holder lets it go: no write after this one, the WAL checkpointed
+    /// into the database file and left (removing the log and its index), the file synced. What
+    /// release leaves behind is one file whose every commit is on disk, which a host with no
+    /// memory shared with this one opens whole.
+    pub fn seal(&self) -> Result<()> {
         let conn = self.conn.lock().unwrap();
+        self.released.store(true, std::sync::atomic::Ordering::SeqCst);
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(|e| db(e, "checkpointing"))?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=DELETE", [], |r| r.get(0))
+            .map_err(|e| db(e, "leaving WAL"))?;
+        if !mode.eq_ignore_ascii_case("delete") {
+            return Err(Error::unknown(format!(
+                "run store: the journal stayed {mode} after asking for a rollback journal (another connection has it open?)"
+            )));
+        }
         std::fs::File::open(&self.path)
             .and_then(|f| f.sync_all())
             .map_err(|e| Error::io(e, format!("syncing {}", self.path.display())))

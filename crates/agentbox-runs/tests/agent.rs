@@ -60,3 +60,47 @@ async fn each_step_is_in_the_store_before_the_next_and_a_later_generation_goes_o
     assert_eq!(parked.status, agentbox_runs::RunStatus::Parked);
     assert!(runs.due(u64::MAX).unwrap().iter().any(|r| r.id == "chat"));
 }
+
+#[tokio::test]
+async fn a_move_stops_the_turn_at_a_step_boundary_and_the_next_generation_goes_on() {
+    use agentbox_runs::agent::Turn;
+    let root = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let env = HostEnv::new(work.path().to_string_lossy()).unwrap();
+    let here = Runs::new(root.path()).as_host("host-a");
+    here.create(Some("mv")).unwrap();
+    let ctx = Ctx::background();
+    let run = here.open("mv").await.unwrap();
+    let dir = run.dir().to_path_buf();
+    // The move is asked during the first step's tool call: the step ends whole, then the turn.
+    let model = ScriptedModel::new()
+        .then_call(
+            "bash",
+            json!({"command": format!("echo one >> steps; echo '{{\"to\":\"docker\",\"by\":\"t\",\"asked_ms\":1}}' > {}/move.json", dir.display())}),
+        )
+        .then_call("bash", json!({"command": "echo two >> steps"}));
+    let turn = agent::work(&run, &model, &env, None, Some("count"), &ctx)
+        .await
+        .unwrap();
+    assert!(matches!(&turn, Turn::Moving(m) if m.to == "docker"), "{turn:?}");
+    let conv = run.store().messages().unwrap();
+    let roles: Vec<&str> = conv.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "system"]);
+    assert!(text_of(&conv[3]).contains("Moving to docker") && text_of(&conv[3]).contains("host-a"));
+    assert!(agent::unfinished(&conv));
+    assert_eq!(std::fs::read_to_string(work.path().join("steps")).unwrap(), "one\n");
+    run.release().await.unwrap();
+
+    let there = Runs::new(root.path()).as_host("host-b");
+    let run = there.open("mv").await.unwrap();
+    assert!(agent::note_move(&run, "host-b").unwrap().is_some());
+    let turn = agent::work(&run, &model, &env, None, None, &ctx).await;
+    // The scripted model's second step runs here; then it has nothing more to say.
+    assert_eq!(turn.unwrap_err().code(), ErrorCode::Invalid);
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("steps")).unwrap(),
+        "one\ntwo\n"
+    );
+    let conv = run.store().messages().unwrap();
+    assert_eq!(conv.iter().filter(|m| m.role == "user").count(), 1);
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agentbox_core::ErrorCode;
 use agentbox_runs::lease::Leases;
-use agentbox_runs::{RunStatus, Runs, Store, read_status};
+use agentbox_runs::{Journal, RunStatus, Runs, Store, read_status};
 use agentbox_testing::reexec;
 use serde_json::json;
 
@@ -51,10 +51,10 @@ async fn one_holder_at_a_time_and_each_open_is_the_next_generation() {
 async fn a_holder_whose_claim_was_taken_cannot_write() {
     let root = tempfile::tempdir().unwrap();
     let path = root.path().join("store.db");
-    let old = Store::take(&path, 1).unwrap();
+    let old = Store::take(&path, 1, Journal::Wal).unwrap();
     old.append("user", &json!("before")).unwrap();
     // Another host opened the run (its lease expired here): generation 2 takes the fence.
-    let new = Store::take(&path, 2).unwrap();
+    let new = Store::take(&path, 2, Journal::Wal).unwrap();
     let e = old.append("user", &json!("lost?")).unwrap_err();
     assert_eq!(e.code(), ErrorCode::Fenced, "{e}");
     assert_eq!(old.put_task("t", &json!(1)).unwrap_err().code(), ErrorCode::Fenced);
@@ -66,7 +66,10 @@ async fn a_holder_whose_claim_was_taken_cannot_write() {
         "the fenced write left nothing"
     );
     // A generation not past the store's is refused.
-    assert_eq!(Store::take(&path, 2).err().unwrap().code(), ErrorCode::Fenced);
+    assert_eq!(
+        Store::take(&path, 2, Journal::Wal).err().unwrap().code(),
+        ErrorCode::Fenced
+    );
 }
 
 /// The writer's part, in a child the crash test SIGKILLs: hold the run and append messages,
@@ -278,11 +281,11 @@ async fn the_sessions_documents_in_the_store_are_fenced_too() {
     use agentbox_transport::Documents;
     let root = tempfile::tempdir().unwrap();
     let path = root.path().join("store.db");
-    let old = RunDocuments(Arc::new(Store::take(&path, 1).unwrap()));
+    let old = RunDocuments(Arc::new(Store::take(&path, 1, Journal::Wal).unwrap()));
     old.put("s", "transport.boxes/session/a", &json!({"id": "local:1"}))
         .await
         .unwrap();
-    let new = RunDocuments(Arc::new(Store::take(&path, 2).unwrap()));
+    let new = RunDocuments(Arc::new(Store::take(&path, 2, Journal::Wal).unwrap()));
     let e = old
         .put("s", "transport.boxes/session/a", &json!({"id": "local:2"}))
         .await
@@ -297,4 +300,100 @@ async fn the_sessions_documents_in_the_store_are_fenced_too() {
         Some(json!({"id": "local:1"}))
     );
     assert_eq!(new.list("s", "transport.boxes/").await.unwrap().len(), 1);
+}
+
+/// The files of a run's directory, by name.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut n: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    n.sort();
+    n
+}
+
+#[tokio::test]
+async fn release_leaves_one_store_file_that_needs_nothing_of_this_host() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = Runs::new(root.path());
+    runs.create(Some("w")).unwrap();
+    let run = runs.open("w").await.unwrap();
+    run.store().append("user", &json!("kept")).unwrap();
+    let dir = runs.dir("w");
+    // Held on one machine: WAL, its log and index beside the store.
+    assert!(names(&dir).contains(&"store.db-wal".to_string()), "{:?}", names(&dir));
+    let store = run.store().clone();
+    run.release().await.unwrap();
+    // Released: the log checkpointed into the store and gone, the store whole on its own.
+    assert_eq!(names(&dir), ["claim.lock", "run.json", "store.db", "workspace"]);
+    // The released holder's store writes nothing more, even through a handle it kept.
+    assert_eq!(
+        store.append("user", &json!("late")).unwrap_err().code(),
+        ErrorCode::Fenced
+    );
+    drop(store);
+    // Copied alone (as another host reads the disk), the store has every message.
+    let copy = tempfile::tempdir().unwrap();
+    std::fs::copy(dir.join("store.db"), copy.path().join("store.db")).unwrap();
+    let outside = Store::read(&copy.path().join("store.db")).unwrap();
+    assert_eq!(outside.messages().unwrap().len(), 1);
+    // Reading from outside wrote nothing, not even a journal.
+    assert_eq!(names(copy.path()), ["store.db"]);
+}
+
+#[tokio::test]
+async fn a_run_shared_by_hosts_keeps_a_rollback_journal() {
+    let Some(conn) = agentbox_testing::services::postgres("a_run_shared_by_hosts_keeps_a_rollback_journal") else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let leases = Arc::new(Leases::connect(&conn).await.unwrap());
+    let runs = Runs::with_leases(root.path(), leases, Duration::from_secs(30));
+    let id = format!("shared-{}", std::process::id());
+    runs.create(Some(&id)).unwrap();
+    let run = runs.open(&id).await.unwrap();
+    run.store().append("user", &json!("one")).unwrap();
+    // No WAL: a host with no memory shared with this one can take over.
+    assert!(
+        !names(&runs.dir(&id))
+            .iter()
+            .any(|n| n.ends_with("-wal") || n.ends_with("-shm"))
+    );
+    let keeper = run.keep_claim().expect("a lease is kept alive");
+    drop(keeper);
+    run.release().await.unwrap();
+    assert_eq!(names(&runs.dir(&id)), ["run.json", "store.db", "workspace"]);
+}
+
+#[tokio::test]
+async fn a_move_is_asked_in_the_run_and_done_by_the_next_generation() {
+    let root = tempfile::tempdir().unwrap();
+    let here = Runs::new(root.path()).as_host("laptop");
+    let there = Runs::new(root.path()).as_host("container-1");
+    here.create(Some("m")).unwrap();
+    let run = here.open("m").await.unwrap();
+    assert_eq!(run.move_asked().unwrap(), None);
+    let dir = here.dir("m");
+    assert_eq!(
+        agentbox_runs::moves::ask(&dir, "not a driver", "laptop")
+            .unwrap_err()
+            .code(),
+        ErrorCode::Invalid
+    );
+    let asked = agentbox_runs::moves::ask(&dir, "docker", "laptop").unwrap();
+    assert_eq!(run.move_asked().unwrap(), Some(asked.clone()));
+    run.release().await.unwrap();
+    let run = there.open("m").await.unwrap();
+    assert_eq!(run.moved(), Some(&asked));
+    // Done: the request is gone, and the agent is told where it runs now.
+    assert_eq!(agentbox_runs::moves::asked(&dir).unwrap(), None);
+    let note = agentbox_runs::agent::note_move(&run, "container-1").unwrap().unwrap();
+    assert!(
+        note.contains("from host laptop to host container-1") && note.contains("move to docker"),
+        "{note}"
+    );
+    // A request that is not one is an error naming the file, never "no move".
+    std::fs::write(dir.join("move.json"), b"{oops").unwrap();
+    let e = run.move_asked().unwrap_err();
+    assert!(e.message().contains("move.json"), "{e}");
 }
