@@ -106,6 +106,19 @@ pub(crate) enum BoxCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Whether the box's disk keeps what it acknowledged, before a run lives on it: a writer
+    /// appends ten records, each followed by an fsync, and is killed; a second process counts
+    /// them. Exits 1 when an acknowledged record was lost.
+    Probe {
+        /// The box's id.
+        id: SandboxId,
+        /// The directory to probe, in the box [default: its workspace].
+        #[arg(long)]
+        dir: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// End boxes and every program in them.
     Rm {
         /// The boxes' ids.
@@ -648,6 +661,20 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
                 None => println!("{}:{}", e.host, e.port),
             }
             Ok(0)
+        }
+        BoxCommand::Probe { id, dir, json } => {
+            let b = attach(&id, &ctx).await?;
+            let probe = agentbox_core::durability::probe_acknowledged_writes(&*b, dir.as_deref(), &ctx).await?;
+            tracing::info!(box_id = %id, %probe, "acknowledged writes probed");
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&probe).map_err(|e| Error::unknown(e.to_string()))?
+                );
+            } else {
+                println!("box {id}: {probe}");
+            }
+            Ok(if probe.passed() { 0 } else { 1 })
         }
         BoxCommand::Net { id, last, json } => {
             let b = attach(&id, &ctx).await?;

@@ -2,6 +2,10 @@
 //! directory; three processes one after another, each opening the run (the next
 //! generation), answering one question of the same chat with a scripted model whose tool call
 //! runs in a local box, and releasing it. The last still knows the first question.
+//!
+//! `--move docker`: the second generation runs in a Docker container (the supervisor's
+//! docker driver, the run's directory bound in), the third back on this host; each says
+//! where it ran, and the agent is told each time the run moved.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,8 +25,17 @@ const QUESTIONS: [&str; 3] = [
     "What was my first question?",
 ];
 
+/// `agentbox demo`'s options.
+#[derive(clap::Args)]
+pub(crate) struct DemoArgs {
+    /// Start the second generation there (docker: a container of this machine's engine,
+    /// from the box image `scripts/box-image` builds).
+    #[arg(long = "move", value_enum, value_name = "DRIVER")]
+    pub move_to: Option<crate::drivers::DriverKind>,
+}
+
 /// The parent: make the run, start the three generations one after another, say where it lives.
-pub(crate) async fn run() -> Result<()> {
+pub(crate) async fn run(args: DemoArgs) -> Result<()> {
     let root = agentbox_providers::home::default_home()?.join("demo");
     let runs = Runs::new(&root);
     let rec = runs.create(None)?;
@@ -30,10 +43,49 @@ pub(crate) async fn run() -> Result<()> {
     println!("run {} lives in {}", rec.id, dir.display());
     let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
     for step in 1..=3 {
+        if step == 2
+            && let Some(to) = args.move_to
+        {
+            println!("moving the run to {} for generation 2", to.name());
+            agentbox_runs::moves::ask(&dir, to.name(), &agentbox_runs::run::host_name())?;
+            let driver = crate::drivers::DriverArgs {
+                driver: to,
+                volume: None,
+                lifetime: "10m".into(),
+            };
+            let exe_in = match to {
+                crate::drivers::DriverKind::Docker => "agentbox".to_string(),
+                crate::drivers::DriverKind::Local => exe.to_string_lossy().into_owned(),
+            };
+            let command = [
+                exe_in,
+                "demo-step".into(),
+                "--root".into(),
+                root.to_string_lossy().into_owned(),
+                "--run".into(),
+                rec.id.clone(),
+                "--step".into(),
+                "2".into(),
+                "--in-workspace".into(),
+            ];
+            let ran = crate::drivers::start(&driver, &root, &rec.id, None, &command).await?;
+            if ran.exit != 0 {
+                return Err(Error::unknown(format!(
+                    "generation 2 in {} exited {}",
+                    ran.place, ran.exit
+                )));
+            }
+            continue;
+        }
+        if step == 3 && args.move_to.is_some() {
+            println!("moving the run back to this host for generation 3");
+            agentbox_runs::moves::ask(&dir, "local", &agentbox_runs::run::host_name())?;
+        }
         let out = tokio::process::Command::new(&exe)
             .args(["demo-step", "--root"])
             .arg(&root)
             .args(["--run", &rec.id, "--step", &step.to_string()])
+            .args(args.move_to.map(|_| "--in-workspace"))
             .output()
             .await
             .map_err(|e| Error::io(e, "starting a generation"))?;
@@ -62,32 +114,45 @@ pub(crate) async fn run() -> Result<()> {
 }
 
 /// One generation, in a process of its own.
-pub(crate) async fn step(root: &Path, id: &str, step: usize) -> Result<()> {
+///
+/// Its tool calls run in a local box the generations share through the run's documents; with
+/// `in_workspace` (the moving demo, whose generations are on different machines, where a
+/// local box cannot follow) they run where the generation runs, in the run's workspace, which
+/// moves with the run.
+pub(crate) async fn step(root: &Path, id: &str, step: usize, in_workspace: bool) -> Result<()> {
     let question = *QUESTIONS
         .get(step.wrapping_sub(1))
         .ok_or_else(|| Error::invalid(format!("--step {step}: 1 to 3")))?;
     let runs = Runs::new(root);
     let run = runs.open(id).await?;
+    let moved = agent::note_move(&run, runs.host())?;
     let ctx = Ctx::background();
-    let config = TransportConfig::from_toml(
-        "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"10m\"\n",
-    )?;
-    let providers = config
-        .registry_providers(&Default::default(), &crate::boxes::environment()?)
-        .await?;
-    let transport = Transport::new(
-        config,
-        TransportHost {
-            providers,
-            documents: run.documents(),
-            session: id.to_string(),
-            labels: BTreeMap::from([("agentbox-demo".to_string(), id.to_string())]),
-            on_lost: None,
-        },
-    )?;
-    let env = transport
-        .env("chat")
-        .ok_or_else(|| Error::unknown("the demo's config names hands"))?;
+    let (transport, env): (Option<Transport>, Arc<dyn agentbox_hands::ExecutionEnv>) = if in_workspace {
+        let env = agentbox_hands::HostEnv::new(run.workspace().to_string_lossy())
+            .map_err(|e| Error::invalid(format!("the run's workspace: {e}")))?;
+        (None, Arc::new(env))
+    } else {
+        let config = TransportConfig::from_toml(
+            "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"10m\"\n",
+        )?;
+        let providers = config
+            .registry_providers(&Default::default(), &crate::boxes::environment()?)
+            .await?;
+        let transport = Transport::new(
+            config,
+            TransportHost {
+                providers,
+                documents: run.documents(),
+                session: id.to_string(),
+                labels: BTreeMap::from([("agentbox-demo".to_string(), id.to_string())]),
+                on_lost: None,
+            },
+        )?;
+        let env = transport
+            .env("chat")
+            .ok_or_else(|| Error::unknown("the demo's config names hands"))?;
+        (Some(transport), env)
+    };
     let ledger = Arc::new(SqliteLedger::open(&run.dir().join("ledger.db"))?);
     let recorder = Recorder::open(ledger, id).await?;
     let model = match step {
@@ -132,20 +197,28 @@ pub(crate) async fn step(root: &Path, id: &str, step: usize) -> Result<()> {
             }),
     };
     let answer = agent::answer(&run, &model, &*env, Some(&recorder), question, &ctx).await?;
-    let box_id = env.id();
+    let place = match &transport {
+        Some(_) => format!("box {}", env.id()),
+        None => format!("the run's workspace on host {}", runs.host()),
+    };
     println!(
-        "generation {} (pid {}): asked \"{question}\"\n  tool call ran in box {box_id}\n  answered: {answer}",
+        "generation {} (pid {} on host {}): asked \"{question}\"",
         run.generation(),
-        std::process::id()
+        std::process::id(),
+        runs.host()
     );
-    if step == 3 {
+    if let Some(note) = moved {
+        println!("  told the agent: {note}");
+    }
+    println!("  tool call ran in {place}\n  answered: {answer}");
+    if let Some(transport) = transport.as_ref().filter(|_| step == 3) {
         let ended = transport.destroy(&ctx).await?;
         println!(
             "  ended the box{} {}",
             if ended.len() == 1 { "" } else { "es" },
             ids(&ended)
         );
-    } else {
+    } else if let Some(transport) = transport {
         // The box stays for the next generation, which finds it in the run's documents.
         transport.release();
     }
@@ -184,4 +257,7 @@ pub(crate) struct StepArgs {
     pub run: String,
     #[arg(long)]
     pub step: usize,
+    /// Tool calls in the run's workspace, where this generation runs, not in a local box.
+    #[arg(long)]
+    pub in_workspace: bool,
 }

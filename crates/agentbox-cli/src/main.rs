@@ -8,6 +8,7 @@ mod bench_egress;
 mod bench_kube;
 mod boxes;
 mod demo;
+mod drivers;
 mod ledger;
 mod mcp;
 mod procs;
@@ -43,13 +44,14 @@ enum Command {
     Sync(sync::SyncCommand),
     /// Pick up a run: three processes, one after another, each the next generation of one run
     /// answering one question of the same chat with a tool call in a local box. No key.
-    Demo,
+    /// `--move docker` starts the second generation in a Docker container.
+    Demo(demo::DemoArgs),
     /// One generation of the demo (the demo runs it).
     #[command(hide = true)]
     DemoStep(demo::StepArgs),
     /// Hands in a box for any MCP client, over stdio.
     Mcp(mcp::McpArgs),
-    /// Durable runs: new, open, status, release, fork, ls, supervise.
+    /// Durable runs: new, open, status, release, park, fork, ls, supervise, start, move.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
     /// Measure boxes side by side with their baseline, as ratios.
@@ -110,8 +112,8 @@ fn main() -> ExitCode {
             Command::Box(cmd) => boxes::run(cmd).await,
             Command::Tool(args) => tool::run(args).await,
             Command::Sync(cmd) => sync::run(cmd).await,
-            Command::Demo => demo::run().await.map(|_| 0),
-            Command::DemoStep(a) => demo::step(&a.root, &a.run, a.step).await.map(|_| 0),
+            Command::Demo(a) => demo::run(a).await.map(|_| 0),
+            Command::DemoStep(a) => demo::step(&a.root, &a.run, a.step, a.in_workspace).await.map(|_| 0),
             Command::Runs(cmd) => runs::run(cmd).await,
             Command::Mcp(a) => mcp::run(a).await,
             Command::Bench(args) => bench::run(args).await.map(|_| 0),

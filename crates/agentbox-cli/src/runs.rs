@@ -2,9 +2,47 @@
 
 use std::path::PathBuf;
 
-use agentbox_core::{Error, Result};
-use agentbox_runs::{RunRecord, Runs, read_status};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Ctx, Error, ErrorCode, Result};
+use agentbox_runs::agent::{self, Reply, ToolCall, Turn};
+use agentbox_runs::lease::Leases;
+use agentbox_runs::{Message, RunRecord, RunStatus, Runs, read_status};
+use async_trait::async_trait;
 use clap::Subcommand;
+use serde_json::json;
+
+use crate::drivers::{self, DriverArgs};
+
+/// How runs are claimed: on this machine (the directory's lock) unless a PostgreSQL
+/// connection file is given, when by leases across hosts.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct Claims {
+    /// Claim runs across hosts by PostgreSQL leases: a file whose first line is the libpq
+    /// connection string (a file, so a password stays out of argv, env and logs).
+    #[arg(long, env = "AGENTBOX_RUNS_POSTGRES_FILE", value_name = "FILE")]
+    pub postgres_file: Option<PathBuf>,
+    /// How long a lease lasts unrenewed (a holder renews it every third of this).
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub lease: String,
+}
+
+impl Claims {
+    /// The runs under `root`, claimed as these options say.
+    async fn runs(&self, root: PathBuf) -> Result<Runs> {
+        let Some(f) = &self.postgres_file else {
+            return Ok(Runs::new(root));
+        };
+        let ttl = agentbox_core::parse_duration(&self.lease).map_err(|e| e.context("--lease"))?;
+        if ttl < Duration::from_secs(1) {
+            return Err(Error::invalid(format!("--lease: {}: at least 1s", self.lease)));
+        }
+        let config = drivers::read_postgres_file(f)?;
+        let leases = Leases::connect(&config).await?;
+        Ok(Runs::with_leases(root, Arc::new(leases), ttl))
+    }
+}
 
 #[derive(Subcommand)]
 pub(crate) enum RunsCommand {
@@ -21,6 +59,8 @@ pub(crate) enum RunsCommand {
         id: String,
         #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
+        #[command(flatten)]
+        claims: Claims,
         /// The command, run with AGENTBOX_RUN, AGENTBOX_RUN_DIR and AGENTBOX_RUN_GENERATION set;
         /// with none, the run is held until stdin ends.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -70,13 +110,83 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Start each parked run whose deadline has come: `CMD` with AGENTBOX_RUN and AGENTBOX_RUNS set.
+    /// Start each parked run whose deadline has come, and each sealed run a move asked for
+    /// this driver: `CMD` on the driver, with AGENTBOX_RUN and AGENTBOX_RUNS set; each start and
+    /// its exit recorded in the run's starts.jsonl.
     Supervise {
         /// Where runs live.
         root: PathBuf,
+        #[command(flatten)]
+        driver: DriverArgs,
+        #[command(flatten)]
+        claims: Claims,
         /// The command that picks a run up.
         #[arg(long, num_args = 1.., allow_hyphen_values = true, required = true)]
         command: Vec<String>,
+    },
+    /// Start one generation of a run on a driver, wait for it, and record it.
+    Start {
+        /// The run.
+        id: String,
+        #[arg(long, help = ROOT_HELP)]
+        root: Option<PathBuf>,
+        #[command(flatten)]
+        driver: DriverArgs,
+        #[command(flatten)]
+        claims: Claims,
+        /// The command that opens the run there (`agentbox runs agent`, say).
+        #[arg(long, num_args = 1.., allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Move a run: ask its holder to let it go at its next step boundary (never mid-step),
+    /// then start the next generation on the target's driver, which tells the agent where it
+    /// now runs.
+    Move {
+        /// The run.
+        id: String,
+        /// Where the next generation runs.
+        #[arg(long, value_enum)]
+        to: drivers::DriverKind,
+        /// How long the holder may take to reach a step boundary.
+        #[arg(long, default_value = "10m", value_name = "DURATION")]
+        wait: String,
+        #[arg(long, help = ROOT_HELP)]
+        root: Option<PathBuf>,
+        /// docker: the runs' root is this named volume (mounted at /runs).
+        #[arg(long, value_name = "NAME")]
+        volume: Option<String>,
+        /// docker: the box's lifetime.
+        #[arg(long, default_value = "1h", value_name = "DURATION")]
+        lifetime: String,
+        #[command(flatten)]
+        claims: Claims,
+        /// The command that opens the run on the target.
+        #[arg(long, num_args = 1.., allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
+    },
+    /// A scripted agent (no key): opens the run, counts to --steps one tool call a step
+    /// (each `sleep`ing --step-time in the workspace), honours a move at each step boundary,
+    /// and releases the run. A later generation goes on with an unfinished count. It prints
+    /// `kept SEQ ROLE` once each message is durable.
+    #[command(hide = true)]
+    Agent {
+        /// The run.
+        #[arg(env = "AGENTBOX_RUN")]
+        id: String,
+        #[arg(long, env = "AGENTBOX_RUNS", help = ROOT_HELP)]
+        root: Option<PathBuf>,
+        #[command(flatten)]
+        claims: Claims,
+        /// How many steps the count takes.
+        #[arg(long, default_value_t = 3)]
+        steps: usize,
+        /// How long each step's tool call sleeps.
+        #[arg(long, default_value = "0s", value_name = "DURATION")]
+        step_time: String,
+        /// How long to try the claim again while another holds the run (a dead holder's lease
+        /// running out).
+        #[arg(long, default_value = "0s", value_name = "DURATION")]
+        claim_wait: String,
     },
 }
 
@@ -178,8 +288,14 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
             }
             Ok(0)
         }
-        RunsCommand::Open { id, root: r, command } => {
-            let run = Runs::new(root(r)?).open(&id).await?;
+        RunsCommand::Open {
+            id,
+            root: r,
+            claims,
+            command,
+        } => {
+            let run = claims.runs(root(r)?).await?.open(&id).await?;
+            let _keeper = run.keep_claim();
             eprintln!("agentbox: holding run {id} as generation {}", run.generation());
             let code = if command.is_empty() {
                 let mut sink = Vec::new();
@@ -203,22 +319,191 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
             eprintln!("agentbox: released: {}", show(&rec));
             Ok(code)
         }
-        RunsCommand::Supervise { root: r, command } => {
+        RunsCommand::Supervise {
+            root: r,
+            driver,
+            claims,
+            command,
+        } => {
             let runs = Runs::new(&r);
             use agentbox_core::Clock;
-            let due = runs.due(agentbox_core::SystemClock.now_ms())?;
-            for rec in due {
-                println!("starting {} (parked until {} ms)", rec.id, rec.deadline_ms.unwrap_or(0));
-                let status = tokio::process::Command::new(&command[0])
-                    .args(&command[1..])
-                    .env("AGENTBOX_RUN", &rec.id)
-                    .env("AGENTBOX_RUNS", &r)
-                    .status()
-                    .await
-                    .map_err(|e| Error::io(e, format!("running {:?}", command[0])))?;
-                println!("{}: {}", rec.id, status);
+            let mut todo: Vec<(RunRecord, String)> = runs
+                .due(agentbox_core::SystemClock.now_ms())?
+                .into_iter()
+                .map(|rec| {
+                    let why = format!("parked until {} ms", rec.deadline_ms.unwrap_or(0));
+                    (rec, why)
+                })
+                .collect();
+            for rec in runs.list()? {
+                if rec.status == RunStatus::Sealed
+                    && let Some(m) = agentbox_runs::moves::asked(&runs.dir(&rec.id))?
+                    && m.to == driver.driver.name()
+                {
+                    let why = format!("a move to {} asked by {}", m.to, m.by);
+                    todo.push((rec, why));
+                }
+            }
+            for (rec, why) in todo {
+                println!("starting {} ({why})", rec.id);
+                let ran = drivers::start(&driver, &r, &rec.id, claims.postgres_file.as_deref(), &command).await?;
+                println!("{}: {} exited {}", rec.id, ran.place, ran.exit);
             }
             Ok(0)
         }
+        RunsCommand::Start {
+            id,
+            root: r,
+            driver,
+            claims,
+            command,
+        } => {
+            let r = root(r)?;
+            agentbox_runs::run::check_id(&id)?;
+            let ran = drivers::start(&driver, &r, &id, claims.postgres_file.as_deref(), &command).await?;
+            println!("{id}: {} exited {}", ran.place, ran.exit);
+            Ok(ran.exit)
+        }
+        RunsCommand::Move {
+            id,
+            to,
+            wait,
+            root: r,
+            volume,
+            lifetime,
+            claims,
+            command,
+        } => {
+            let wait = agentbox_core::parse_duration(&wait).map_err(|e| e.context("--wait"))?;
+            let r = root(r)?;
+            let runs = Runs::new(&r);
+            agentbox_runs::run::check_id(&id)?;
+            let dir = runs.dir(&id);
+            let before = read_status(&dir).map_err(|e| match e.code() {
+                ErrorCode::NotFound => Error::not_found(format!("run {id}: no such run under {}", r.display())),
+                _ => e,
+            })?;
+            agentbox_runs::moves::ask(&dir, to.name(), runs.host())?;
+            if before.status == RunStatus::Open {
+                let who = before.holder.as_ref().map(|h| format!("pid {} on {}", h.pid, h.host));
+                println!(
+                    "asked {} to let run {id} go at its next step boundary (waiting up to {}s)",
+                    who.as_deref().unwrap_or("its holder"),
+                    wait.as_secs()
+                );
+            }
+            let deadline = tokio::time::Instant::now() + wait;
+            let released = loop {
+                let now = read_status(&dir)?;
+                if now.status != RunStatus::Open {
+                    break now;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(Error::timeout(format!(
+                        "move: run {id} is still held by {} after {}s: it reached no step boundary (the request stays in {}; a holder that is gone is released with `agentbox runs release`, or its lease runs out)",
+                        now.holder
+                            .map(|h| format!("pid {} on {}", h.pid, h.host))
+                            .unwrap_or_default(),
+                        wait.as_secs(),
+                        dir.join("move.json").display()
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            println!(
+                "run {id} let go at generation {} by {}; starting the next on {}",
+                released.generation,
+                released.holder.as_ref().map(|h| h.host.as_str()).unwrap_or("nobody"),
+                to.name()
+            );
+            let driver = DriverArgs {
+                driver: to,
+                volume,
+                lifetime,
+            };
+            let ran = drivers::start(&driver, &r, &id, claims.postgres_file.as_deref(), &command).await?;
+            let after = read_status(&dir)?;
+            println!(
+                "run {id}: generation {} ran in {} and exited {}",
+                after.generation, ran.place, ran.exit
+            );
+            Ok(ran.exit)
+        }
+        RunsCommand::Agent {
+            id,
+            root: r,
+            claims,
+            steps,
+            step_time,
+            claim_wait,
+        } => {
+            let step_time = agentbox_core::parse_duration(&step_time).map_err(|e| e.context("--step-time"))?;
+            let claim_wait = agentbox_core::parse_duration(&claim_wait).map_err(|e| e.context("--claim-wait"))?;
+            let runs = claims.runs(root(r)?).await?;
+            scripted_agent(&runs, &id, steps, step_time, claim_wait).await
+        }
     }
+}
+
+/// Counts to `steps`, one tool call a step, going on from where an earlier generation was.
+struct Counter {
+    steps: usize,
+    step_time: Duration,
+}
+
+#[async_trait]
+impl agent::Model for Counter {
+    async fn respond(&self, conversation: &[Message], _ctx: &Ctx) -> Result<Reply> {
+        let asked = conversation.iter().rposition(|m| m.role == "user").unwrap_or(0);
+        let done = conversation[asked..].iter().filter(|m| m.role == "tool").count();
+        if done >= self.steps {
+            return Ok(Reply {
+                text: format!("Counted to {}.", self.steps),
+                tool_calls: vec![],
+            });
+        }
+        let n = done + 1;
+        Ok(Reply {
+            text: String::new(),
+            tool_calls: vec![ToolCall {
+                id: format!("step-{n}"),
+                name: "bash".into(),
+                args: json!({
+                    "command": format!("echo \"{n} on $(hostname)\" >> count.log; sleep {}", self.step_time.as_secs_f64())
+                }),
+            }],
+        })
+    }
+}
+
+async fn scripted_agent(runs: &Runs, id: &str, steps: usize, step_time: Duration, claim_wait: Duration) -> Result<i32> {
+    let run = runs.open_within(id, claim_wait).await?;
+    let _keeper = run.keep_claim();
+    println!(
+        "generation {} on host {} (pid {})",
+        run.generation(),
+        runs.host(),
+        std::process::id()
+    );
+    run.store().on_kept(|seq, role| {
+        println!("kept {seq} {role}");
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+    });
+    if let Some(note) = agent::note_move(&run, runs.host())? {
+        println!("{note}");
+    }
+    let env = agentbox_hands::HostEnv::new(run.workspace().to_string_lossy())
+        .map_err(|e| Error::invalid(format!("the run's workspace: {e}")))?;
+    let conversation = run.store().messages()?;
+    let question = format!("Count to {steps}, one step at a time.");
+    let question = (!agent::unfinished(&conversation)).then_some(question.as_str());
+    let model = Counter { steps, step_time };
+    let turn = agent::work(&run, &model, &env, None, question, &Ctx::background()).await?;
+    match &turn {
+        Turn::Answered(text) => println!("answered: {text}"),
+        Turn::Moving(m) => println!("moving to {}: letting the run go at a step boundary", m.to),
+    }
+    let rec = run.release().await?;
+    println!("released: {}", show(&rec));
+    Ok(0)
 }

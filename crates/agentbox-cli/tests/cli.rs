@@ -113,6 +113,13 @@ fn a_box_from_create_to_rm() {
     let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
     assert_eq!(facts["provider"], "local");
     assert_eq!(facts["network"], "open");
+    // Its disk keeps what it acknowledged; a directory it cannot write in is an error.
+    let probe = h.ok(&["box", "probe", &id]);
+    assert!(
+        probe.contains("10 of 10 acknowledged records kept") && probe.ends_with("passed\n"),
+        "{probe}"
+    );
+    one_line_error(&h.run(&["box", "probe", &id, "--dir", "/proc"], b""), 1, "/proc");
 
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("in.bin");
@@ -252,6 +259,45 @@ fn runs_from_the_command_line() {
     assert_eq!(
         std::fs::read_to_string(h.0.path().join("picked")).unwrap(),
         "picked due\n"
+    );
+    // A sealed run a move was asked of is started by the supervisor of that driver alone, and
+    // its start and exit recorded.
+    h.ok(&["runs", "new", "mv"]);
+    let ask = r#"printf '{"to":"local","by":"t","asked_ms":1}' > "$AGENTBOX_RUN_DIR/move.json""#;
+    h.ok(&["runs", "open", "mv", "--", "sh", "-c", ask]);
+    let out = h.ok(&["runs", "supervise", &home, "--driver", "docker", "--command", "false"]);
+    assert!(!out.contains("mv"), "{out}");
+    let out = h.ok(&[
+        "runs",
+        "supervise",
+        &home,
+        "--driver",
+        "local",
+        "--command",
+        "sh",
+        "-c",
+        pick,
+    ]);
+    assert!(
+        out.contains("starting mv (a move to local asked by t)") && out.contains("exited 0"),
+        "{out}"
+    );
+    let starts = std::fs::read_to_string(h.0.path().join("runs/mv/starts.jsonl")).unwrap();
+    let start: serde_json::Value = serde_json::from_str(starts.trim()).unwrap();
+    assert_eq!(
+        (start["driver"].as_str(), start["exit"].as_i64()),
+        (Some("local"), Some(0))
+    );
+    // A move asked of a run that is not there, or to no driver, is refused naming it.
+    one_line_error(
+        &h.run(&["runs", "move", "nope", "--to", "local", "--command", "true"], b""),
+        1,
+        "no such run",
+    );
+    one_line_error(
+        &h.run(&["runs", "move", "mv", "--to", "mars", "--command", "true"], b""),
+        2,
+        "mars",
     );
 }
 

@@ -9,6 +9,7 @@
 
 mod allow;
 mod ctx;
+pub mod durability;
 mod error;
 mod facts;
 mod files;

@@ -40,6 +40,27 @@ pub fn postgres(test: &str) -> Option<String> {
     None
 }
 
+/// The variable naming the same server by its unix socket directory (`scripts/postgres
+/// --socket`), which a container reaches with the directory bound in.
+pub const POSTGRES_SOCKET_ENV: &str = "AGENTBOX_TEST_POSTGRES_SOCKET";
+
+/// The PostgreSQL connection string by socket directory that `scripts/test` exports, or `None`
+/// (after a loud notice); under CI a missing one is a failure.
+pub fn postgres_socket(test: &str) -> Option<String> {
+    if let Ok(c) = std::env::var(POSTGRES_SOCKET_ENV)
+        && !c.is_empty()
+    {
+        return Some(c);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI needs PostgreSQL and {POSTGRES_SOCKET_ENV} is not set (scripts/test starts one)");
+    }
+    eprintln!(
+        "\n!!!! {test}: NO POSTGRESQL SOCKET ({POSTGRES_SOCKET_ENV} unset): this test did NOT run. Run scripts/test. !!!!\n"
+    );
+    None
+}
+
 /// The variable naming an unpacked root file system (`scripts/box-rootfs`) for namespace
 /// boxes with a `rootfs` root.
 pub const ROOTFS_ENV: &str = "AGENTBOX_TEST_ROOTFS";
