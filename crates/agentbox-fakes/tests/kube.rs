@@ -660,3 +660,486 @@ async fn no_box_outlives_its_pod_even_one_deleted_while_it_was_made() {
     }
     assert_eq!(processes_under(&dir), Vec::<i32>::new());
 }
+
+const CLAIMS: &str = "/api/v1/namespaces/default/persistentvolumeclaims";
+const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+
+/// A claim of `name` for 1Gi, ReadWriteOnce.
+fn claim(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    })
+}
+
+/// A pod running `command` with `volumes`, each mounted as `mounts` says.
+fn pod_with(name: &str, command: &[&str], volumes: Value, mounts: Value) -> Value {
+    let mut p = pod(name, json!({}), command);
+    p["spec"]["volumes"] = volumes;
+    p["spec"]["containers"][0]["volumeMounts"] = mounts;
+    p
+}
+
+/// The fields of a 422's causes.
+fn fields_of(a: &common::Answer) -> Vec<String> {
+    assert_eq!(a.status, 422, "{}", String::from_utf8_lossy(&a.body));
+    a.json()["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Wait until `name`'s container waits with a message, and answer its reason and message.
+async fn waiting(kube: &agentbox_fakes::kube::FakeKube, name: &str) -> (String, String) {
+    for _ in 0..400 {
+        if let Some(p) = kube.pod("default", name) {
+            let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+            if let Some(m) = w["message"].as_str() {
+                return (w["reason"].as_str().unwrap_or("").to_string(), m.to_string());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{name} never waited with a message: {:?}", kube.pod("default", name));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_keeps_its_files_from_pod_to_pod_and_goes_with_its_last_pod() {
+    let Some(kube) = fake(
+        "a_claim_keeps_its_files_from_pod_to_pod_and_goes_with_its_last_pod",
+        |_| {},
+    )
+    .await
+    else {
+        return;
+    };
+    // Refused as the real server refuses, each field named.
+    let a = call(
+        &kube,
+        "POST",
+        CLAIMS,
+        Some(&json!({"metadata": {"name": "bad"}, "spec": {"accessModes": ["Sometimes"]}})),
+    )
+    .await;
+    let fields = fields_of(&a);
+    assert_eq!(
+        fields,
+        vec!["spec.accessModes", "spec.resources[storage]"],
+        "{}",
+        a.json()
+    );
+    let mut block = claim("block");
+    block["spec"]["volumeMode"] = json!("Block");
+    assert_eq!(
+        fields_of(&call(&kube, "POST", CLAIMS, Some(&block)).await),
+        vec!["spec.volumeMode"]
+    );
+    // Created Pending, as the server answers before the binder; bound at once after.
+    let a = call(&kube, "POST", CLAIMS, Some(&claim("data"))).await;
+    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    let made = a.json();
+    assert_eq!(made["status"]["phase"], "Pending");
+    assert_eq!(made["spec"]["volumeMode"], "Filesystem");
+    assert_eq!(made["metadata"]["finalizers"], json!(["kubernetes.io/pvc-protection"]));
+    assert_eq!(call(&kube, "POST", CLAIMS, Some(&claim("data"))).await.status, 409);
+    let got = call(&kube, "GET", &format!("{CLAIMS}/data"), None).await.json();
+    assert_eq!(got["status"]["phase"], "Bound", "{got}");
+    assert_eq!(got["status"]["capacity"]["storage"], "1Gi");
+    let uid = made["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(got["spec"]["volumeName"], format!("pvc-{uid}"));
+    // Its metadata may change, not its spec; its status is the controllers'.
+    let merge = "application/merge-patch+json";
+    let a = patch(
+        &kube,
+        &format!("{CLAIMS}/data"),
+        merge,
+        &json!({"metadata": {"labels": {"k": "v"}}, "status": {"phase": "Lost"}}),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    assert_eq!(a.json()["status"]["phase"], "Bound");
+    let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+    assert_eq!(
+        fields_of(&patch(&kube, &format!("{CLAIMS}/data"), merge, &grow).await),
+        vec!["spec"]
+    );
+    let all = call(&kube, "GET", "/api/v1/persistentvolumeclaims", None).await.json();
+    assert_eq!(all["kind"], "PersistentVolumeClaimList");
+    assert_eq!(all["items"].as_array().unwrap().len(), 1);
+    // A pod writes on the claim, a second one reads it back.
+    let volumes = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]);
+    let mounts = json!([{"name": "data", "mountPath": "/data"}]);
+    let writer = pod_with(
+        "writer",
+        &["sh", "-c", "echo kept > /data/note && mkdir /data/dir"],
+        volumes.clone(),
+        mounts.clone(),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&writer)).await.status, 201);
+    kube.wait_phase("default", "writer", "Succeeded", WAIT).await.unwrap();
+    let reader = pod_with(
+        "reader",
+        &["sh", "-c", "cat /data/note; ls /data"],
+        volumes.clone(),
+        mounts.clone(),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&reader)).await.status, 201);
+    kube.wait_phase("default", "reader", "Succeeded", WAIT).await.unwrap();
+    assert_eq!(
+        call(&kube, "GET", &format!("{PODS}/reader/log"), None).await.body,
+        b"kept\ndir\nnote\n"
+    );
+    // readOnly on the claim's volume: the mount refuses writes.
+    let ro = pod_with(
+        "ro",
+        &[
+            "sh",
+            "-c",
+            "cat /data/note; touch /data/other 2>/dev/null && echo wrote || echo refused",
+        ],
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": true}}]),
+        mounts.clone(),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&ro)).await.status, 201);
+    kube.wait_phase("default", "ro", "Succeeded", WAIT).await.unwrap();
+    assert_eq!(
+        call(&kube, "GET", &format!("{PODS}/ro/log"), None).await.body,
+        b"kept\nrefused\n"
+    );
+    let dir = kube.kubeconfig().parent().unwrap().join("volumes/claims/default/data");
+    assert!(dir.join("note").is_file(), "{}", dir.display());
+    // Deleted while pods name it: marked, kept (pvc-protection) until the last of them goes.
+    let a = call(&kube, "DELETE", &format!("{CLAIMS}/data"), None).await;
+    assert_eq!(a.status, 200);
+    assert!(a.json()["metadata"]["deletionTimestamp"].is_string());
+    assert!(call(&kube, "GET", &format!("{CLAIMS}/data"), None).await.status == 200);
+    // A pod made now is not scheduled: its claim is being deleted.
+    let late = pod_with("late", &["true"], volumes.clone(), mounts.clone());
+    assert_eq!(call(&kube, "POST", PODS, Some(&late)).await.status, 201);
+    let mut said = Value::Null;
+    for _ in 0..100 {
+        said = kube.pod("default", "late").unwrap()["status"]["conditions"][0].clone();
+        if said["reason"] == "Unschedulable" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        said["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("persistentvolumeclaim \"data\" is being deleted"),
+        "{said}"
+    );
+    // Gone before the claim is made again, so it makes no box as the test ends.
+    assert_eq!(call(&kube, "DELETE", &format!("{PODS}/late"), None).await.status, 200);
+    for p in ["writer", "reader", "ro"] {
+        assert_eq!(call(&kube, "DELETE", &format!("{PODS}/{p}"), None).await.status, 200);
+        if p != "ro" {
+            assert_eq!(call(&kube, "GET", &format!("{CLAIMS}/data"), None).await.status, 200);
+        }
+    }
+    assert_eq!(call(&kube, "GET", &format!("{CLAIMS}/data"), None).await.status, 404);
+    assert!(!dir.exists(), "the claim's volume outlived it");
+    // Made again: a new, empty volume.
+    assert_eq!(call(&kube, "POST", CLAIMS, Some(&claim("data"))).await.status, 201);
+    let again = pod_with(
+        "again",
+        &["sh", "-c", "ls -A /data | wc -l"],
+        volumes.clone(),
+        mounts.clone(),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&again)).await.status, 201);
+    kube.wait_phase("default", "again", "Succeeded", WAIT).await.unwrap();
+    assert_eq!(
+        call(&kube, "GET", &format!("{PODS}/again/log"), None).await.body,
+        b"0\n"
+    );
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_volume_holds_its_keys_read_only() {
+    let Some(kube) = fake("a_secret_volume_holds_its_keys_read_only", |_| {}).await else {
+        return;
+    };
+    // data is base64 (the decoder's 400 otherwise); keys as config keys (422).
+    let bad = json!({"metadata": {"name": "bad"}, "data": {"k": "not base64!"}});
+    let a = call(&kube, "POST", SECRETS, Some(&bad)).await;
+    assert_eq!(a.status, 400);
+    assert!(
+        a.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("illegal base64 data at input byte 3"),
+        "{}",
+        a.json()
+    );
+    let bad = json!({"metadata": {"name": "bad"}, "stringData": {"no spaces": "x"}});
+    assert_eq!(
+        fields_of(&call(&kube, "POST", SECRETS, Some(&bad)).await),
+        vec!["data[no spaces]"]
+    );
+    let tls = json!({"metadata": {"name": "tls"}, "type": "kubernetes.io/tls", "stringData": {"tls.crt": "c"}});
+    assert_eq!(
+        fields_of(&call(&kube, "POST", SECRETS, Some(&tls)).await),
+        vec!["data[tls.key]"]
+    );
+    // stringData is merged into data, winning where both name a key, and not kept.
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "creds"},
+        "data": {"a": "ZnJvbS1kYXRh", "b": "Yg=="},
+        "stringData": {"a": "from-stringData", "c": "plain"},
+    });
+    let a = call(&kube, "POST", SECRETS, Some(&secret)).await;
+    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    let made = a.json();
+    assert_eq!(made["type"], "Opaque");
+    assert!(made.get("stringData").is_none(), "{made}");
+    assert_eq!(
+        made["data"],
+        json!({"a": "ZnJvbS1zdHJpbmdEYXRh", "b": "Yg==", "c": "cGxhaW4="})
+    );
+    assert_eq!(
+        call(&kube, "GET", &format!("{SECRETS}/creds"), None).await.json()["data"],
+        made["data"]
+    );
+    let names: Vec<Value> = call(&kube, "GET", SECRETS, None).await.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, vec![json!("creds")]);
+    // Every key as a file (0644 by default), and items at their paths with their modes.
+    let volumes = json!([
+        {"name": "creds", "secret": {"secretName": "creds"}},
+        {"name": "some", "secret": {"secretName": "creds", "defaultMode": 0o440,
+            "items": [{"key": "c", "path": "sub/plain.txt", "mode": 0o400}, {"key": "b", "path": "b.txt"}]}},
+    ]);
+    let mounts = json!([{"name": "creds", "mountPath": "/creds"}, {"name": "some", "mountPath": "/some"}]);
+    // The shell's own word on a refused redirection goes to /dev/null: the log interleaves
+    // stdout and stderr as they come.
+    let script = "cat /creds/a; echo; stat -c %a /creds/a /some/sub/plain.txt /some/b.txt; \
+                  cat /some/sub/plain.txt; echo; ls /some | tr '\\n' ' '; echo; \
+                  if { echo x > /creds/a; } 2>/dev/null; then echo writable; else echo read-only; fi";
+    let p = pod_with("reads", &["sh", "-c", script], volumes, mounts);
+    let a = call(&kube, "POST", PODS, Some(&p)).await;
+    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    assert_eq!(a.json()["spec"]["volumes"][0]["secret"]["defaultMode"], 420);
+    kube.wait_phase("default", "reads", "Succeeded", WAIT).await.unwrap();
+    let log = String::from_utf8(call(&kube, "GET", &format!("{PODS}/reads/log"), None).await.body).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "from-stringData",
+            "644",
+            "400",
+            "440",
+            "plain",
+            "b.txt sub ",
+            "read-only"
+        ],
+        "{log}"
+    );
+    // Patched: stringData merged in again; once immutable, its data may not change.
+    let path = format!("{SECRETS}/creds");
+    let merge = "application/merge-patch+json";
+    let a = patch(
+        &kube,
+        &path,
+        merge,
+        &json!({"stringData": {"b": "new"}, "immutable": true}),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    assert_eq!(a.json()["data"]["b"], "bmV3");
+    assert!(a.json().get("stringData").is_none());
+    let a = patch(&kube, &path, merge, &json!({"data": {"b": "b2xk"}})).await;
+    assert_eq!(fields_of(&a), vec!["data"]);
+    let a = patch(&kube, &path, merge, &json!({"type": "kubernetes.io/basic-auth"})).await;
+    // As ValidateSecretUpdate: the type may not change, and the new one's keys are checked too.
+    assert_eq!(fields_of(&a), vec!["type", "data[username]", "data[password]"]);
+    let a = patch(&kube, &path, merge, &json!({"metadata": {"labels": {"k": "v"}}})).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(call(&kube, "DELETE", &path, None).await.status, 200);
+    assert_eq!(call(&kube, "GET", &path, None).await.status, 404);
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_path_is_bound_as_its_type_says_and_read_only_where_the_mount_says() {
+    let Some(kube) = fake(
+        "a_host_path_is_bound_as_its_type_says_and_read_only_where_the_mount_says",
+        |_| {},
+    )
+    .await
+    else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let host = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = host.path().join("greeting");
+    std::fs::write(&file, "hello from the host\n").unwrap();
+    // Writable by anyone: only the read-only bind keeps the box from writing it.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let made = host.path().join("made");
+    let volumes = json!([
+        {"name": "greeting", "hostPath": {"path": file, "type": "File"}},
+        {"name": "made", "hostPath": {"path": made, "type": "DirectoryOrCreate"}},
+    ]);
+    let mounts = json!([
+        {"name": "greeting", "mountPath": "/tmp/host/greeting", "readOnly": true},
+        {"name": "made", "mountPath": "/made"},
+    ]);
+    let script = "cat /tmp/host/greeting; \
+                  if { echo x >> /tmp/host/greeting; } 2>/dev/null; then echo writable; else echo read-only; fi; \
+                  test -d /made && echo made";
+    let p = pod_with("host", &["sh", "-c", script], volumes, mounts);
+    let a = call(&kube, "POST", PODS, Some(&p)).await;
+    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    kube.wait_phase("default", "host", "Succeeded", WAIT).await.unwrap();
+    let log = String::from_utf8(call(&kube, "GET", &format!("{PODS}/host/log"), None).await.body).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines, vec!["hello from the host", "read-only", "made"], "{log}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello from the host\n");
+    assert!(made.is_dir(), "DirectoryOrCreate made it on the host");
+    // The same file without readOnly is written through.
+    let p = pod_with(
+        "host-rw",
+        &["sh", "-c", "echo appended >> /tmp/host/greeting"],
+        json!([{"name": "greeting", "hostPath": {"path": file, "type": "File"}}]),
+        json!([{"name": "greeting", "mountPath": "/tmp/host/greeting"}]),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&p)).await.status, 201);
+    kube.wait_phase("default", "host-rw", "Succeeded", WAIT).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "hello from the host\nappended\n"
+    );
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_claims_secrets_and_host_paths_are_reported_as_a_cluster_reports_them() {
+    let Some(kube) = fake(
+        "missing_claims_secrets_and_host_paths_are_reported_as_a_cluster_reports_them",
+        |_| {},
+    )
+    .await
+    else {
+        return;
+    };
+    // What the real server refuses of these volumes, each field named.
+    let p = pod_with(
+        "bad",
+        &["true"],
+        json!([
+            {"name": "a", "hostPath": {"path": "/x", "type": "Bogus"}},
+            {"name": "b", "secret": {"defaultMode": 0o1000}},
+            {"name": "c", "persistentVolumeClaim": {}},
+            {"name": "d", "emptyDir": {}, "hostPath": {"path": "/y"}},
+            {"name": "e"},
+            {"name": "f", "secret": {"secretName": "s", "items": [{"key": "k", "path": "../out"}]}},
+        ]),
+        json!([]),
+    );
+    let fields = fields_of(&call(&kube, "POST", PODS, Some(&p)).await);
+    for f in [
+        "spec.volumes[0].hostPath.type",
+        "spec.volumes[1].secret.secretName",
+        "spec.volumes[1].secret.defaultMode",
+        "spec.volumes[2].persistentVolumeClaim.claimName",
+        "spec.volumes[3].hostPath",
+        "spec.volumes[4]",
+        "spec.volumes[5].secret.items[0].path",
+    ] {
+        assert!(fields.iter().any(|x| x == f), "{f} not in {fields:?}");
+    }
+    // A claim that is not there: not scheduled, as the scheduler says; made, the pod runs.
+    let p = pod_with(
+        "noclaim",
+        &["sh", "-c", "echo ran > /data/f && cat /data/f"],
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "later"}}]),
+        json!([{"name": "data", "mountPath": "/data"}]),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&p)).await.status, 201);
+    // A secret that is not there: ContainerCreating, with the kubelet's words.
+    let p = pod_with(
+        "nosecret",
+        &["cat", "/creds/token"],
+        json!([{"name": "creds", "secret": {"secretName": "absent"}}]),
+        json!([{"name": "creds", "mountPath": "/creds"}]),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&p)).await.status, 201);
+    // A hostPath failing its type check, likewise; a device, which the fake cannot give.
+    let p = pod_with(
+        "nohost",
+        &["true"],
+        json!([{"name": "h", "hostPath": {"path": "/nonexistent/agentbox-fake-test", "type": "Directory"}}]),
+        json!([{"name": "h", "mountPath": "/h"}]),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&p)).await.status, 201);
+    let p = pod_with(
+        "device",
+        &["true"],
+        json!([{"name": "h", "hostPath": {"path": "/dev/null", "type": "CharDevice"}}]),
+        json!([{"name": "h", "mountPath": "/h"}]),
+    );
+    assert_eq!(call(&kube, "POST", PODS, Some(&p)).await.status, 201);
+    let mut cond = Value::Null;
+    for _ in 0..100 {
+        cond = kube.pod("default", "noclaim").unwrap()["status"]["conditions"][0].clone();
+        if cond["reason"] == "Unschedulable" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cond["type"], "PodScheduled", "{cond}");
+    assert_eq!(cond["status"], "False");
+    assert_eq!(
+        cond["message"],
+        "0/1 nodes are available: persistentvolumeclaim \"later\" not found. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    );
+    let noclaim = kube.pod("default", "noclaim").unwrap();
+    assert_eq!(noclaim["status"]["phase"], "Pending");
+    assert!(noclaim["spec"].get("nodeName").is_none(), "{noclaim}");
+    assert_eq!(
+        waiting(&kube, "nosecret").await,
+        (
+            "ContainerCreating".to_string(),
+            "MountVolume.SetUp failed for volume \"creds\" : secret \"absent\" not found".to_string()
+        )
+    );
+    assert_eq!(
+        waiting(&kube, "nohost").await,
+        (
+            "ContainerCreating".to_string(),
+            "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: /nonexistent/agentbox-fake-test is not a directory".to_string()
+        )
+    );
+    let (reason, message) = waiting(&kube, "device").await;
+    assert_eq!(reason, "CreateContainerError");
+    assert!(message.contains("CharDevice"), "{message}");
+    // What was missing comes: each pod runs.
+    assert_eq!(call(&kube, "POST", CLAIMS, Some(&claim("later"))).await.status, 201);
+    let secret = json!({"metadata": {"name": "absent"}, "stringData": {"token": "at last"}});
+    assert_eq!(call(&kube, "POST", SECRETS, Some(&secret)).await.status, 201);
+    kube.wait_phase("default", "noclaim", "Succeeded", WAIT).await.unwrap();
+    kube.wait_phase("default", "nosecret", "Succeeded", WAIT).await.unwrap();
+    assert_eq!(
+        call(&kube, "GET", &format!("{PODS}/noclaim/log"), None).await.body,
+        b"ran\n"
+    );
+    assert_eq!(
+        call(&kube, "GET", &format!("{PODS}/nosecret/log"), None).await.body,
+        b"at last"
+    );
+    kube.shutdown().await;
+}

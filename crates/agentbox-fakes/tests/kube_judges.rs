@@ -233,6 +233,108 @@ async fn kubectl_judges_the_fake() {
     kube.shutdown().await;
 }
 
+const STORAGE: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: judged-data}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: judged-creds}
+type: Opaque
+stringData: {token: hunter2}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_claims_and_secrets() {
+    let test = "kubectl_applies_claims_and_secrets";
+    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else {
+        return;
+    };
+    let Some(kube) = fake(test, true).await else { return };
+    let (code, out, err) = kubectl(&k, &kube, &["apply", "-f", "-"], Some(STORAGE)).await;
+    assert_eq!(code, 0, "{out}{err}");
+    for made in [
+        "persistentvolumeclaim/judged-data created",
+        "secret/judged-creds created",
+    ] {
+        assert!(out.contains(made), "{made} not in {out}");
+    }
+    // Bound at once, as a dynamic provisioner binds; found by its short name too.
+    assert_eq!(
+        ok(
+            &k,
+            &kube,
+            &["get", "pvc", "judged-data", "-o", "jsonpath={.status.phase}"]
+        )
+        .await,
+        "Bound"
+    );
+    assert!(
+        ok(&k, &kube, &["get", "persistentvolumeclaims"])
+            .await
+            .contains("judged-data")
+    );
+    assert!(ok(&k, &kube, &["get", "secret"]).await.contains("judged-creds"));
+    // stringData came back as data, base64.
+    assert_eq!(
+        ok(
+            &k,
+            &kube,
+            &["get", "secret", "judged-creds", "-o", "jsonpath={.data.token}"]
+        )
+        .await,
+        "aHVudGVyMg=="
+    );
+    // Applied again with a new value (a strategic merge patch: stringData is never stored, so
+    // kubectl always sends it), and labels, as kubectl patches them.
+    let changed = STORAGE.replace("hunter2", "hunter3");
+    let (code, out, err) = kubectl(&k, &kube, &["apply", "-f", "-"], Some(&changed)).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("persistentvolumeclaim/judged-data unchanged"), "{out}");
+    assert!(out.contains("secret/judged-creds configured"), "{out}");
+    assert_eq!(
+        ok(
+            &k,
+            &kube,
+            &["get", "secret", "judged-creds", "-o", "jsonpath={.data.token}"]
+        )
+        .await,
+        "aHVudGVyMw=="
+    );
+    ok(&k, &kube, &["label", "pvc", "judged-data", "judge=kubectl"]).await;
+    assert_eq!(
+        ok(
+            &k,
+            &kube,
+            &[
+                "get",
+                "pvc",
+                "-l",
+                "judge=kubectl",
+                "-o",
+                "jsonpath={.items[0].status.phase}"
+            ]
+        )
+        .await,
+        "Bound"
+    );
+    // Delete waits (a watch) until both are gone: the claim, named by no pod, at once.
+    let (code, out, err) = kubectl(&k, &kube, &["delete", "-f", "-"], Some(STORAGE)).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("\"judged-data\" deleted") && out.contains("\"judged-creds\" deleted"),
+        "{out}"
+    );
+    let (code, _, err) = kubectl(&k, &kube, &["get", "pvc", "judged-data"], None).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+    kube.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_without_v5_falls_back_to_spdy_which_the_fake_refuses() {
     // kubectl 1.35 asks only v5.channel.k8s.io of a WebSocket and falls back to SPDY, not to

@@ -1,6 +1,7 @@
 //! The REST side: authentication, throttling, discovery, and the resources (namespaces,
-//! pods, pods' logs, NetworkPolicies) with list, watch, create, patch and delete, answered in
-//! the real server's shapes. The WebSockets (exec, port-forward) are `stream`'s.
+//! pods, pods' logs, PersistentVolumeClaims, Secrets, NetworkPolicies) with list, watch,
+//! create, patch and delete, answered in the real server's shapes. The WebSockets (exec,
+//! port-forward) are `stream`'s; what claims and secrets are made of, `storage`'s.
 //!
 //! Routing is one match over the path's segments rather than a router's table: every
 //! resource path is `/api/v1/...` or `/apis/GROUP/VERSION/...` with the same shape, the
@@ -23,6 +24,7 @@ use crate::kube::patch;
 use crate::kube::sandbox;
 use crate::kube::selector::{FieldSelector, LabelSelector, labels_of};
 use crate::kube::status::{ApiError, Cause, json_response};
+use crate::kube::storage;
 use crate::kube::store::{Event, Kind, Store, now_rfc3339};
 use crate::kube::validate;
 
@@ -205,7 +207,12 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
             }
             Ok(ok(json!({ "paths": paths })))
         }
-        ["openapi", "v3", "api", "v1"] if get => Ok(ok(openapi("/api/v1", "", "v1", &[Kind::Pod]))),
+        ["openapi", "v3", "api", "v1"] if get => Ok(ok(openapi(
+            "/api/v1",
+            "",
+            "v1",
+            &[Kind::Pod, Kind::PersistentVolumeClaim, Kind::Secret],
+        ))),
         ["openapi", "v3", "apis", "networking.k8s.io", "v1"] if get => Ok(ok(openapi(
             "/apis/networking.k8s.io/v1",
             "networking.k8s.io",
@@ -227,6 +234,45 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
             .map(ok)
             .ok_or_else(|| ApiError::not_found("namespaces", "", ns)),
         ["api", "v1", "pods"] if get => list(&s, Kind::Pod, None, &q),
+        ["api", "v1", plural @ ("persistentvolumeclaims" | "secrets")] if get => {
+            list(&s, storage_kind(plural), None, &q)
+        }
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            plural @ ("persistentvolumeclaims" | "secrets"),
+        ] => {
+            let (ns, kind) = (ns.to_string(), storage_kind(plural));
+            match (m, kind) {
+                (Method::GET, _) => list(&s, kind, Some(&ns), &q),
+                (Method::POST, Kind::Secret) => storage::create_secret(&s, &ns, req).await,
+                (Method::POST, _) => storage::create_claim(&s, &ns, req).await,
+                (Method::DELETE, _) => delete_collection(&s, kind, &ns, &q).await,
+                _ => Err(ApiError::method_not_allowed()),
+            }
+        }
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            plural @ ("persistentvolumeclaims" | "secrets"),
+            name,
+        ] => {
+            let (ns, name, kind) = (ns.to_string(), name.to_string(), storage_kind(plural));
+            match m {
+                Method::GET => s
+                    .store
+                    .get(kind, &ns, &name)
+                    .map(ok)
+                    .ok_or_else(|| kind.not_found(&name)),
+                Method::PATCH => storage::patch(&s, kind, &ns, &name, req).await,
+                Method::DELETE => delete_one(&s, kind, &ns, &name).await.map(ok),
+                _ => Err(ApiError::method_not_allowed()),
+            }
+        }
         ["apis", "networking.k8s.io", "v1", "networkpolicies"] if get => list(&s, Kind::NetworkPolicy, None, &q),
         ["api", "v1", "namespaces", ns, "pods"] => {
             let ns = ns.to_string();
@@ -290,6 +336,15 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
             }
         }
         _ => Err(ApiError::no_route()),
+    }
+}
+
+/// The core kind of a storage resource's plural (`persistentvolumeclaims` or `secrets`).
+fn storage_kind(plural: &str) -> Kind {
+    if plural == "secrets" {
+        Kind::Secret
+    } else {
+        Kind::PersistentVolumeClaim
     }
 }
 
@@ -368,15 +423,27 @@ fn core_resources() -> Value {
     pods["categories"] = json!(["all"]);
     let mut ns = resource("namespaces", "namespace", false, "Namespace", &["get", "list"]);
     ns["shortNames"] = json!(["ns"]);
+    let served = ["create", "delete", "deletecollection", "get", "list", "patch", "watch"];
+    let mut pvc = resource(
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        true,
+        "PersistentVolumeClaim",
+        &served,
+    );
+    pvc["shortNames"] = json!(["pvc"]);
+    let secrets = resource("secrets", "secret", true, "Secret", &served);
     json!({
         "kind": "APIResourceList",
         "groupVersion": "v1",
         "resources": [
             ns,
+            pvc,
             pods,
             resource("pods/exec", "", true, "PodExecOptions", &["create", "get"]),
             resource("pods/log", "", true, "Pod", &["get"]),
             resource("pods/portforward", "", true, "PodPortForwardOptions", &["create", "get"]),
+            secrets,
         ],
     })
 }
@@ -414,6 +481,7 @@ fn field_labels(kind: Kind) -> &'static [&'static str] {
             "spec.schedulerName",
             "status.podIP",
         ],
+        Kind::Secret => &["metadata.name", "metadata.namespace", "type"],
         _ => &["metadata.name", "metadata.namespace"],
     }
 }
@@ -720,6 +788,16 @@ fn pod_defaults(pod: &mut Value) {
     }
     if let Some(vs) = spec["volumes"].as_array_mut() {
         for v in vs {
+            if let Some(d) = v.get_mut("secret").filter(|d| d.is_object())
+                && d.get("defaultMode").is_none_or(Value::is_null)
+            {
+                d["defaultMode"] = json!(420);
+            }
+            if let Some(h) = v.get_mut("hostPath").filter(|h| h.is_object())
+                && h.get("type").is_none_or(Value::is_null)
+            {
+                h["type"] = json!("");
+            }
             if let Some(d) = v.get_mut("downwardAPI").filter(|d| d.is_object()) {
                 if d.get("defaultMode").is_none() {
                     d["defaultMode"] = json!(420);
@@ -947,32 +1025,42 @@ fn take(doc: &mut Value, path: &str) -> Option<Value> {
 async fn patch_policy(s: &Arc<Shared>, ns: &str, name: &str, req: Request) -> ApiResult {
     let (ct, p) = body_json(req).await?;
     s.store
-        .update(Kind::NetworkPolicy, ns, name, None, |old| {
-            let mut new = match ct.as_str() {
-                "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-                    if ct == "application/strategic-merge-patch+json"
-                        && let Some(d) = patch::directive(&p)
-                    {
-                        return Err(ApiError::bad_request(format!(
-                            "the agentbox fake applies strategic merge patches without directives: {d} is not supported"
-                        )));
-                    }
-                    let mut n = old.clone();
-                    patch::merge(&mut n, &p);
-                    n
-                }
-                "application/json-patch+json" => json_patch(old, &p)?,
-                other => return Err(ApiError::unsupported_media_type(other)),
-            };
-            new["kind"] = old["kind"].clone();
-            new["apiVersion"] = old["apiVersion"].clone();
-            new["metadata"]["name"] = old["metadata"]["name"].clone();
-            new["metadata"]["namespace"] = old["metadata"]["namespace"].clone();
-            new["metadata"]["uid"] = old["metadata"]["uid"].clone();
-            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
-            Ok(new)
-        })
+        .update(Kind::NetworkPolicy, ns, name, None, |old| patched(old, &ct, &p))
         .map(ok)
+}
+
+/// `p` applied to `old` as its content type says (a merge patch, a strategic merge patch
+/// without directives, applied as a merge patch, or a JSON patch), what the server keeps of
+/// an object kept: its kind, name, namespace, uid and resourceVersion.
+pub(crate) fn patched(old: &Value, ct: &str, p: &Value) -> Result<Value, ApiError> {
+    let mut new = match ct {
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            if ct == "application/strategic-merge-patch+json"
+                && let Some(d) = patch::directive(p)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "the agentbox fake applies strategic merge patches without directives: {d} is not supported"
+                )));
+            }
+            let mut n = old.clone();
+            patch::merge(&mut n, p);
+            n
+        }
+        "application/json-patch+json" => json_patch(old, p)?,
+        other => return Err(ApiError::unsupported_media_type(other)),
+    };
+    if !new.is_object() || !new["metadata"].is_object() {
+        return Err(ApiError::bad_request(
+            "the patched object is not an object with metadata",
+        ));
+    }
+    new["kind"] = old["kind"].clone();
+    new["apiVersion"] = old["apiVersion"].clone();
+    new["metadata"]["name"] = old["metadata"]["name"].clone();
+    new["metadata"]["namespace"] = old["metadata"]["namespace"].clone();
+    new["metadata"]["uid"] = old["metadata"]["uid"].clone();
+    new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+    Ok(new)
 }
 
 async fn patch_pod(s: &Arc<Shared>, ns: &str, name: &str, req: Request) -> ApiResult {
@@ -1038,8 +1126,12 @@ pub(crate) fn patch_pod_with(s: &Arc<Shared>, ns: &str, name: &str, ct: &str, p:
 }
 
 /// Delete one object: a pod is marked (MODIFIED, with its deletionTimestamp), its box ended,
-/// then removed (DELETED), and answered as it was marked.
+/// then removed (DELETED), and answered as it was marked; a claim it kept from going goes
+/// then. A claim is marked and goes once no pod keeps it (`storage`).
 pub(crate) async fn delete_one(s: &Arc<Shared>, kind: Kind, ns: &str, name: &str) -> Result<Value, ApiError> {
+    if kind == Kind::PersistentVolumeClaim {
+        return storage::delete_claim(s, ns, name);
+    }
     let obj = s.store.get(kind, ns, name).ok_or_else(|| kind.not_found(name))?;
     if kind == Kind::Pod {
         let uid = obj["metadata"]["uid"].as_str().unwrap_or("").to_string();
@@ -1052,6 +1144,7 @@ pub(crate) async fn delete_one(s: &Arc<Shared>, kind: Kind, ns: &str, name: &str
         s.kubelet.stop(&uid).await;
         let gone = s.store.delete(kind, ns, name)?;
         let _ = gone;
+        storage::release_claims(&s.store, &s.kubelet.volumes, ns);
         return Ok(marked);
     }
     s.store.delete(kind, ns, name)

@@ -13,10 +13,28 @@
 //!   labels and annotations, `status.podIP`, `spec.nodeName`) become the box's environment
 //!   (which `exec` gets too, as in a container); other `valueFrom` sources (secrets, config
 //!   maps, resources) wait with `CreateContainerConfigError`;
+//! - a pod naming a PersistentVolumeClaim that is not there, not yet Bound or being deleted
+//!   is not scheduled: Pending, no node, its `PodScheduled` condition False `Unschedulable`
+//!   with the scheduler's message (`0/1 nodes are available: persistentvolumeclaim "x" not
+//!   found. ...`), looked at again every [`RETRY`] until the claim is there;
 //! - `emptyDir` is a fresh host directory given to the box's user, bound at each mountPath;
 //!   `downwardAPI` (fieldRef items) a host directory of files bound read-only, rewritten at
 //!   once when a patch changes the labels or annotations (a real kubelet takes up to about a
-//!   minute); any other volume waits with `CreateContainerError`. A mountPath the box's
+//!   minute); `persistentVolumeClaim` the claim's own directory (`storage`), given to the
+//!   box's user, kept from pod to pod, read-only with `readOnly`; `secret` a host directory
+//!   holding each key (or each of `items`, at its path) as a file of `defaultMode` (0644) or
+//!   the item's mode, owned by the box's user, bound read-only, written when the container
+//!   starts and not refreshed after; `hostPath` the host's path itself (`Directory`, `File`,
+//!   `Socket` checked, `DirectoryOrCreate` and `FileOrCreate` made as a kubelet makes them,
+//!   `""` made a directory when missing, as containerd does; `CharDevice` and `BlockDevice`
+//!   wait `CreateContainerError`, a box's mounts being nodev), read-only where the
+//!   volumeMount says so, and reached with the host's permissions as the box's user (one id
+//!   of the host's, not root) has them. A volume the kubelet cannot set up yet (a secret or
+//!   a key of it missing, a hostPath failing its type check) leaves the container waiting
+//!   `ContainerCreating`, as a kubelet leaves it, with the kubelet's `MountVolume.SetUp
+//!   failed ...` as its message (where a kubelet says it in a FailedMount event, which the
+//!   fake does not serve), tried again every [`RETRY`]; `optional` secrets mount empty. Any
+//!   other volume waits with `CreateContainerError`. A mountPath the box's
 //!   read-only root does not have is made only where the namespace box can make it: a new
 //!   top-level directory (`/data`), anything under `/tmp`, `/root`, `/workspace` or under
 //!   another volume's mountPath (mounts are bound shortest path first for that); elsewhere
@@ -39,6 +57,7 @@
 //!   Without network isolation the box shares this machine's network: `podIP` is 127.0.0.1.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,6 +69,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, watch};
 
 use crate::kube::selector::{LabelSelector, labels_of};
+use crate::kube::storage;
 use crate::kube::store::{Kind, Store, now_rfc3339};
 
 /// The bytes of a pod's log kept: the newest, the oldest let go.
@@ -65,6 +85,18 @@ pub(crate) const POD_LIFETIME: Duration = Duration::from_secs(6 * 3600);
 
 /// How long making a box may take before the container is reported failed to start.
 const MAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often an unscheduled pod's claims, or a volume that could not be set up, are looked at
+/// again (a scheduler requeues on the claim's event; a kubelet backs off up to two minutes).
+const RETRY: Duration = Duration::from_millis(250);
+
+/// Why a volume is not mounted.
+enum VolumeError {
+    /// The kubelet's `MountVolume.SetUp` failure, tried again: what is missing may come.
+    Retry(String),
+    /// What the fake's kubelet does not do, or a spec no retry mends: `CreateContainerError`.
+    Refused(String),
+}
 
 /// What a pod's box is made from.
 pub(crate) struct Images {
@@ -162,6 +194,18 @@ pub(crate) struct Kubelet {
     pub(crate) box_ids: (u32, u32),
     runs: Mutex<HashMap<String, Arc<PodRun>>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// How many boxes are being made, each on a task of its own that outlives its pod's: the
+    /// fake's end waits for them, so that none is made after it and left behind.
+    making: watch::Sender<usize>,
+}
+
+/// One box being made, counted in [`Kubelet::making`] until dropped.
+struct Making(watch::Sender<usize>);
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// How the container's life ended, for the pod's status.
@@ -189,6 +233,7 @@ impl Kubelet {
             box_ids,
             runs: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
+            making: watch::Sender::new(0),
         }
     }
 
@@ -276,6 +321,10 @@ impl Kubelet {
             end_box(&run).await;
         }
         self.runs.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // A box being made now is ended by its own task, its pod's run being stopped: waited
+        // for, so that the runtime's end does not cut that task short and leave the box.
+        let mut making = self.making.subscribe();
+        let _ = tokio::time::timeout(MAKE_TIMEOUT, making.wait_for(|n| *n == 0)).await;
         // Any box of the fake's provider still there (one whose make was under way): ended too.
         let ctx = Ctx::background().with_timeout(Duration::from_secs(10));
         if let Ok(left) = self.provider.list(&Default::default(), &ctx).await {
@@ -287,6 +336,15 @@ impl Kubelet {
 
     /// One pod's life, from scheduling to its end.
     async fn live(self: Arc<Self>, store: Arc<Store>, run: Arc<PodRun>) {
+        let scheduled = tokio::select! {
+            () = schedule(&store, &run) => true,
+            _ = run.stop.notified() => false,
+        };
+        if !scheduled {
+            let _ = run.ended.send(true);
+            run.log_changed.notify_waiters();
+            return;
+        }
         let started = std::time::Instant::now();
         let now = now_rfc3339();
         let Some(pod) = set_status(&store, &run, |pod| {
@@ -420,11 +478,21 @@ impl Kubelet {
                 return pending().await;
             }
         };
-        let mounts = match self.volumes_of(run, pod, c) {
-            Ok(m) => m,
-            Err(why) => {
-                wait("CreateContainerError", why);
-                return pending().await;
+        let mut said = String::new();
+        let mounts = loop {
+            match self.volumes_of(store, run, pod, c) {
+                Ok(m) => break m,
+                Err(VolumeError::Refused(why)) => {
+                    wait("CreateContainerError", why);
+                    return pending().await;
+                }
+                Err(VolumeError::Retry(why)) => {
+                    if why != said {
+                        wait("ContainerCreating", why.clone());
+                        said = why;
+                    }
+                    tokio::time::sleep(RETRY).await;
+                }
             }
         };
         let isolated = self.network_policy && denies_egress(store, pod);
@@ -441,7 +509,10 @@ impl Kubelet {
         // not outlive its pod.
         let made = {
             let (provider, run) = (self.provider.clone(), run.clone());
+            self.making.send_modify(|n| *n += 1);
+            let making = Making(self.making.clone());
             tokio::spawn(async move {
+                let _making = making;
                 let ctx = Ctx::background().with_timeout(MAKE_TIMEOUT);
                 let b = provider.create(&spec, &ctx).await?;
                 if run.keep(&b) {
@@ -539,7 +610,7 @@ impl Kubelet {
     }
 
     /// The spec's mounts for the container's volumeMounts, their host directories made.
-    fn volumes_of(&self, run: &PodRun, pod: &Value, c: &Value) -> Result<Vec<Mount>, String> {
+    fn volumes_of(&self, store: &Store, run: &PodRun, pod: &Value, c: &Value) -> Result<Vec<Mount>, VolumeError> {
         let volumes: BTreeMap<String, Value> = pod["spec"]["volumes"]
             .as_array()
             .map(|a| {
@@ -548,7 +619,8 @@ impl Kubelet {
                     .collect()
             })
             .unwrap_or_default();
-        let base = self.volumes.join(&run.uid);
+        // Tried again after a failure: the downwardAPI volumes are listed afresh.
+        run.downward.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let mut made: BTreeMap<String, (PathBuf, bool)> = BTreeMap::new();
         let mut mounts = Vec::new();
         for m in c["volumeMounts"].as_array().cloned().unwrap_or_default() {
@@ -556,38 +628,15 @@ impl Kubelet {
             let target = m["mountPath"].as_str().unwrap_or("").to_string();
             let vol = volumes
                 .get(name)
-                .ok_or_else(|| format!("volume {name:?} is not in the pod"))?;
+                .ok_or_else(|| VolumeError::Refused(format!("volume {name:?} is not in the pod")))?;
             if m.get("subPath").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
-                return Err(format!(
+                return Err(VolumeError::Refused(format!(
                     "volumeMount {name:?}: subPath is not supported by the fake's kubelet"
-                ));
+                )));
             }
             if !made.contains_key(name) {
-                let dir = base.join(name);
-                std::fs::create_dir_all(&dir).map_err(|e| format!("making {}: {e}", dir.display()))?;
-                let dir = std::fs::canonicalize(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                let read_only = if vol.get("emptyDir").is_some() {
-                    std::os::unix::fs::chown(&dir, Some(self.box_ids.0), Some(self.box_ids.1))
-                        .map_err(|e| format!("giving the box {}: {e}", dir.display()))?;
-                    false
-                } else if let Some(d) = vol.get("downwardAPI") {
-                    let items = downward_items(d)?;
-                    write_downward(&dir, &items, pod)?;
-                    run.downward
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((dir.clone(), items));
-                    true
-                } else {
-                    let kind = vol
-                        .as_object()
-                        .and_then(|o| o.keys().find(|k| *k != "name").cloned())
-                        .unwrap_or_else(|| "(none)".into());
-                    return Err(format!(
-                        "volume {name:?}: the fake's kubelet mounts emptyDir and downwardAPI volumes only, not {kind}"
-                    ));
-                };
-                made.insert(name.to_string(), (dir, read_only));
+                let source = self.volume(store, run, pod, name, vol)?;
+                made.insert(name.to_string(), source);
             }
             let (dir, vol_ro) = &made[name];
             mounts.push(Mount {
@@ -600,6 +649,266 @@ impl Kubelet {
         mounts.sort_by_key(|m| m.target.matches('/').count());
         Ok(mounts)
     }
+
+    /// One volume set up: the host path to bind (canonical) and whether the volume itself is
+    /// read-only.
+    fn volume(
+        &self,
+        store: &Store,
+        run: &PodRun,
+        pod: &Value,
+        name: &str,
+        vol: &Value,
+    ) -> Result<(PathBuf, bool), VolumeError> {
+        let refused = VolumeError::Refused;
+        let set_up = |why: String| VolumeError::Retry(format!("MountVolume.SetUp failed for volume {name:?} : {why}"));
+        let own = |dir: &Path| -> Result<PathBuf, VolumeError> {
+            let dir = std::fs::canonicalize(dir).map_err(|e| refused(format!("{}: {e}", dir.display())))?;
+            std::os::unix::fs::chown(&dir, Some(self.box_ids.0), Some(self.box_ids.1))
+                .map_err(|e| refused(format!("giving the box {}: {e}", dir.display())))?;
+            Ok(dir)
+        };
+        let fresh = |dir: &Path| -> Result<(), VolumeError> {
+            std::fs::create_dir_all(dir).map_err(|e| refused(format!("making {}: {e}", dir.display())))
+        };
+        let dir = self.volumes.join(&run.uid).join(name);
+        if vol.get("emptyDir").is_some_and(|v| !v.is_null()) {
+            fresh(&dir)?;
+            return Ok((own(&dir)?, false));
+        }
+        if let Some(d) = vol.get("downwardAPI").filter(|v| !v.is_null()) {
+            fresh(&dir)?;
+            let dir = std::fs::canonicalize(&dir).map_err(|e| refused(format!("{}: {e}", dir.display())))?;
+            let items = downward_items(d).map_err(refused)?;
+            write_downward(&dir, &items, pod).map_err(refused)?;
+            run.downward
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((dir.clone(), items));
+            return Ok((dir, true));
+        }
+        if let Some(claim) = vol.get("persistentVolumeClaim").filter(|v| !v.is_null()) {
+            let claim_name = claim["claimName"].as_str().unwrap_or("");
+            let processing =
+                |why: &str| VolumeError::Retry(format!("error processing PVC {}/{claim_name}: {why}", run.namespace));
+            match store.get(Kind::PersistentVolumeClaim, &run.namespace, claim_name) {
+                None => {
+                    return Err(processing(&format!(
+                        "failed to fetch PVC from API server: persistentvolumeclaims {claim_name:?} not found"
+                    )));
+                }
+                Some(pvc) if pvc["metadata"]["deletionTimestamp"].is_string() => {
+                    return Err(processing("PVC is being deleted"));
+                }
+                Some(_) => {}
+            }
+            let dir = storage::claim_dir(&self.volumes, &run.namespace, claim_name);
+            for parent in [dir.parent().and_then(Path::parent), dir.parent()]
+                .into_iter()
+                .flatten()
+            {
+                if !parent.exists() {
+                    fresh(parent)?;
+                    // The box's user need not list the claims, only reach its own.
+                    let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711));
+                }
+            }
+            fresh(&dir)?;
+            return Ok((own(&dir)?, claim["readOnly"].as_bool().unwrap_or(false)));
+        }
+        if let Some(src) = vol.get("secret").filter(|v| !v.is_null()) {
+            self.secret_volume(store, run, &dir, src).map_err(|e| match e {
+                VolumeError::Retry(why) => set_up(why),
+                refused => refused,
+            })?;
+            return Ok((own(&dir)?, true));
+        }
+        if let Some(h) = vol.get("hostPath").filter(|v| !v.is_null()) {
+            let path = h["path"].as_str().unwrap_or("");
+            let kind = h["type"].as_str().unwrap_or("");
+            return host_path(path, kind).map(|p| (p, false)).map_err(|e| match e {
+                VolumeError::Retry(why) => set_up(why),
+                VolumeError::Refused(why) => refused(format!("volume {name:?}: {why}")),
+            });
+        }
+        let kind = vol
+            .as_object()
+            .and_then(|o| o.keys().find(|k| *k != "name").cloned())
+            .unwrap_or_else(|| "(none)".into());
+        Err(refused(format!(
+            "volume {name:?}: the fake's kubelet mounts emptyDir, downwardAPI, persistentVolumeClaim, secret and hostPath volumes only, not {kind}"
+        )))
+    }
+
+    /// A secret volume's files, written afresh into `dir`: every key, or `items` (key to
+    /// path, each with its mode or the volume's `defaultMode`), owned by the box's user, so a
+    /// mode such as 0400 leaves them readable to the box's root as to a container's.
+    fn secret_volume(&self, store: &Store, run: &PodRun, dir: &Path, src: &Value) -> Result<(), VolumeError> {
+        let refused = VolumeError::Refused;
+        let secret_name = src["secretName"].as_str().unwrap_or("");
+        let optional = src["optional"].as_bool().unwrap_or(false);
+        let default_mode = src["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| refused(format!("emptying {}: {e}", dir.display())))?;
+        }
+        std::fs::create_dir_all(dir).map_err(|e| refused(format!("making {}: {e}", dir.display())))?;
+        let Some(secret) = store.get(Kind::Secret, &run.namespace, secret_name) else {
+            if optional {
+                return Ok(());
+            }
+            return Err(VolumeError::Retry(format!("secret {secret_name:?} not found")));
+        };
+        let files: Vec<(String, String, u32)> = match src["items"].as_array().filter(|a| !a.is_empty()) {
+            None => storage::secret_keys(&secret)
+                .into_iter()
+                .map(|k| (k.clone(), k, default_mode))
+                .collect(),
+            Some(items) => items
+                .iter()
+                .map(|i| {
+                    (
+                        i["key"].as_str().unwrap_or("").to_string(),
+                        i["path"].as_str().unwrap_or("").to_string(),
+                        i["mode"].as_u64().map_or(default_mode, |m| m as u32),
+                    )
+                })
+                .collect(),
+        };
+        for (key, path, mode) in files {
+            let Some(value) = storage::secret_value(&secret, &key) else {
+                if optional {
+                    continue;
+                }
+                return Err(VolumeError::Retry(format!("references non-existent secret key: {key}")));
+            };
+            if path.is_empty() || path.starts_with('/') || path.split('/').any(|p| p == ".." || p.is_empty()) {
+                return Err(refused(format!(
+                    "secret {secret_name:?}: item path {path:?}: a relative path without '..'"
+                )));
+            }
+            let to = dir.join(&path);
+            let mut parent = to.parent();
+            while let Some(p) = parent.filter(|p| *p != dir) {
+                std::fs::create_dir_all(p).map_err(|e| refused(format!("{}: {e}", p.display())))?;
+                let _ = std::os::unix::fs::chown(p, Some(self.box_ids.0), Some(self.box_ids.1));
+                parent = p.parent();
+            }
+            std::fs::write(&to, &value).map_err(|e| refused(format!("{}: {e}", to.display())))?;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode & 0o777))
+                .map_err(|e| refused(format!("{}: {e}", to.display())))?;
+            std::os::unix::fs::chown(&to, Some(self.box_ids.0), Some(self.box_ids.1))
+                .map_err(|e| refused(format!("giving the box {}: {e}", to.display())))?;
+        }
+        Ok(())
+    }
+}
+
+/// A hostPath checked (and made) as the kubelet's type check does, canonical for the bind:
+/// `Retry` with the kubelet's words for a check that fails, `Refused` for what the fake
+/// cannot bind.
+fn host_path(path: &str, kind: &str) -> Result<PathBuf, VolumeError> {
+    use std::os::unix::fs::FileTypeExt;
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(VolumeError::Refused(format!(
+            "hostPath.path {path:?}: the fake's kubelet binds absolute paths only"
+        )));
+    }
+    let failed = |what: &str| VolumeError::Retry(format!("hostPath type check failed: {path} is not {what}"));
+    let meta = std::fs::metadata(p).ok();
+    match kind {
+        // containerd makes a missing bind source a directory; so does DirectoryOrCreate.
+        "" | "DirectoryOrCreate" if meta.is_none() => {
+            std::fs::create_dir_all(p).map_err(|e| VolumeError::Retry(format!("mkdir {path}: {e}")))?;
+        }
+        "" => {}
+        "DirectoryOrCreate" | "Directory" => {
+            if !meta.as_ref().is_some_and(|m| m.is_dir()) {
+                return Err(failed("a directory"));
+            }
+        }
+        // The parent is not made: a kubelet's FileOrCreate does not make it either.
+        "FileOrCreate" if meta.is_none() => {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(p)
+                .map_err(|e| VolumeError::Retry(format!("open {path}: {e}")))?;
+        }
+        "FileOrCreate" | "File" => {
+            if !meta.as_ref().is_some_and(|m| m.is_file()) {
+                return Err(failed("a file"));
+            }
+        }
+        "Socket" => {
+            if !meta.as_ref().is_some_and(|m| m.file_type().is_socket()) {
+                return Err(failed("a socket file"));
+            }
+        }
+        other => {
+            return Err(VolumeError::Refused(format!(
+                "hostPath type {other:?} is not supported by the fake's kubelet (\"\", Directory, DirectoryOrCreate, File, FileOrCreate, Socket): a box's mounts are nodev, so a device would not open"
+            )));
+        }
+    }
+    std::fs::canonicalize(p).map_err(|e| VolumeError::Retry(format!("{path}: {e}")))
+}
+
+/// Wait until the scheduler would place the pod: every claim it names there, Bound and not
+/// being deleted. Until then the pod stays Pending with the scheduler's condition.
+async fn schedule(store: &Store, run: &PodRun) {
+    let mut said = String::new();
+    loop {
+        let Some(pod) = store
+            .get(Kind::Pod, &run.namespace, &run.name)
+            .filter(|p| p["metadata"]["uid"] == run.uid.as_str())
+        else {
+            // Deleted: its stop comes.
+            return std::future::pending().await;
+        };
+        let Some(why) = unschedulable(store, &pod) else {
+            return;
+        };
+        if why != said {
+            let message = format!(
+                "0/1 nodes are available: {why}. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+            );
+            tracing::info!(pod = %run.name, message, "pod unschedulable");
+            let now = now_rfc3339();
+            set_status(store, run, |pod| {
+                let mut c = condition("PodScheduled", false, &now, Some("Unschedulable"));
+                c["message"] = json!(message);
+                pod["status"]["phase"] = json!("Pending");
+                pod["status"]["conditions"] = json!([c]);
+            });
+            said = why;
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// What the scheduler's VolumeBinding plugin says of the pod's claims, if one keeps it from
+/// any node.
+fn unschedulable(store: &Store, pod: &Value) -> Option<String> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or("");
+    for v in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+        let Some(claim) = v["persistentVolumeClaim"]["claimName"].as_str() else {
+            continue;
+        };
+        match store.get(Kind::PersistentVolumeClaim, ns, claim) {
+            None => return Some(format!("persistentvolumeclaim {claim:?} not found")),
+            Some(pvc) if pvc["metadata"]["deletionTimestamp"].is_string() => {
+                return Some(format!("persistentvolumeclaim {claim:?} is being deleted"));
+            }
+            Some(pvc) if pvc["status"]["phase"] != "Bound" => {
+                return Some("pod has unbound immediate PersistentVolumeClaims".into());
+            }
+            Some(_) => {}
+        }
+    }
+    None
 }
 
 async fn pending() -> End {

@@ -17,8 +17,10 @@
 //!   where they are simpler);
 //! - namespaces `default` and those given (get, list); pods (create, get, list and watch,
 //!   also across namespaces, merge, strategic-merge and JSON patch, delete, deletecollection),
-//!   `pods/log`, `pods/exec` and `pods/portforward` (WebSockets, see `stream`); NetworkPolicies
-//!   (create, get, list, delete, deletecollection).
+//!   `pods/log`, `pods/exec` and `pods/portforward` (WebSockets, see `stream`);
+//!   PersistentVolumeClaims, bound at once to a directory of the fake's, and Secrets (create,
+//!   get, list and watch, delete, deletecollection; see `storage`); NetworkPolicies (create,
+//!   get, list, delete, deletecollection).
 //!
 //! What kubectl 1.35 needed that the fake had to add (found by running it against the fake):
 //! - TLS: clientcmd reads a kubeconfig user's credentials only for an `https://` server, so
@@ -66,6 +68,7 @@ mod patch;
 mod sandbox;
 mod selector;
 mod status;
+mod storage;
 mod store;
 mod stream;
 mod tls;
@@ -186,6 +189,8 @@ pub struct FakeKube {
     /// agent-sandbox's controllers, when installed: stopped before the boxes are ended, so
     /// none makes a pod meanwhile.
     controllers: Option<tokio::task::JoinHandle<()>>,
+    /// The host's ids the pods' programs run as.
+    box_ids: (u32, u32),
     // Last: removed after the boxes in it are ended.
     dir: Option<tempfile::TempDir>,
 }
@@ -288,6 +293,7 @@ impl FakeKube {
             stop: Some(stop),
             server: Some(server),
             controllers,
+            box_ids,
             dir: Some(dir),
         })
     }
@@ -307,6 +313,45 @@ impl FakeKube {
     pub fn ca(&self) -> Option<PathBuf> {
         let dir = self.dir.as_ref()?;
         self.url.starts_with("https").then(|| dir.path().join("ca.crt"))
+    }
+
+    /// The directory of claim `claim` in `namespace`, as this machine (the cluster's one
+    /// node) sees it: made now, owned by the pods' user, when the claim exists and no pod has
+    /// mounted it yet. What a test writes there, a pod on the claim reads.
+    pub fn claim_dir(&self, namespace: &str, claim: &str) -> Result<PathBuf> {
+        if self
+            .shared
+            .store
+            .get(store::Kind::PersistentVolumeClaim, namespace, claim)
+            .is_none()
+        {
+            return Err(Error::not_found(format!(
+                "persistentvolumeclaim {namespace}/{claim}: no such claim"
+            )));
+        }
+        let volumes = self
+            .dir
+            .as_ref()
+            .ok_or_else(|| Error::unknown("the fake has shut down"))?
+            .path()
+            .join("volumes");
+        let dir = storage::claim_dir(&volumes, namespace, claim);
+        for d in [dir.parent().and_then(Path::parent), dir.parent()]
+            .into_iter()
+            .flatten()
+        {
+            if !d.exists() {
+                std::fs::create_dir(d).map_err(|e| Error::io(e, format!("making {}", d.display())))?;
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))
+                    .map_err(|e| Error::io(e, format!("opening {}", d.display())))?;
+            }
+        }
+        if !dir.exists() {
+            std::fs::create_dir(&dir).map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
+            std::os::unix::fs::chown(&dir, Some(self.box_ids.0), Some(self.box_ids.1))
+                .map_err(|e| Error::io(e, format!("giving the pods {}", dir.display())))?;
+        }
+        Ok(dir)
     }
 
     /// The kubeconfig it wrote: its server, a user with the token, a context whose namespace

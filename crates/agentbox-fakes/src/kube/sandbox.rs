@@ -67,9 +67,9 @@
 //!   kept); the pod template's spec is checked when its pod is made (a refusal is the
 //!   Sandbox's Ready False `ReconcilerError` with the API's message);
 //! - no Services (`spec.service` is kept, nothing made: `status.service` stays empty), no PVCs
-//!   (`volumeClaimTemplates` kept, their volumes added to the pod, which then waits
-//!   `CreateContainerError` as any unknown volume), no events, no metrics, no tracing
-//!   annotations;
+//!   made from `volumeClaimTemplates` (kept, their volumes added to the pod, which then stays
+//!   Pending, unschedulable, until claims of those names are made by someone else), no
+//!   events, no metrics, no tracing annotations;
 //! - a warm pool makes at most [`POOL_BATCH`] Sandboxes a pass, never replaces members whose
 //!   template changed (`updateStrategy` is kept, not acted on) nor members not Ready after
 //!   five minutes, and adopts no orphans; `DeleteForeground` deletes the claim at once
@@ -339,7 +339,7 @@ fn defaults(kind: Kind, obj: &mut Value) {
                 fill(u, "type", json!("OnReplenish"));
             }
         }
-        Kind::Pod | Kind::NetworkPolicy => {}
+        Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret | Kind::NetworkPolicy => {}
     }
 }
 
@@ -562,7 +562,7 @@ fn check(kind: Kind, obj: &Value) -> Vec<Cause> {
                 );
             }
         }
-        Kind::Pod | Kind::NetworkPolicy => {}
+        Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret | Kind::NetworkPolicy => {}
     }
     causes
 }

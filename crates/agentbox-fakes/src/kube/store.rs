@@ -1,4 +1,5 @@
-//! The cluster's objects (namespaces, pods, NetworkPolicies, agent-sandbox's), their one resourceVersion
+//! The cluster's objects (namespaces, pods, PersistentVolumeClaims, Secrets, NetworkPolicies,
+//! agent-sandbox's), their one resourceVersion
 //! counter, and the events a watch reads: each change is numbered, kept in a bounded history
 //! (so a watch may start from a resourceVersion a list answered) and broadcast to live
 //! watches.
@@ -19,6 +20,8 @@ const HISTORY: usize = 4096;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Kind {
     Pod,
+    PersistentVolumeClaim,
+    Secret,
     NetworkPolicy,
     /// agent-sandbox's kinds (`sandbox`), served only in agent-sandbox mode.
     Sandbox,
@@ -32,6 +35,8 @@ impl Kind {
     pub(crate) fn resource(self) -> &'static str {
         match self {
             Kind::Pod => "pods",
+            Kind::PersistentVolumeClaim => "persistentvolumeclaims",
+            Kind::Secret => "secrets",
             Kind::NetworkPolicy => "networkpolicies",
             Kind::Sandbox => "sandboxes",
             Kind::SandboxTemplate => "sandboxtemplates",
@@ -42,7 +47,7 @@ impl Kind {
 
     pub(crate) fn group(self) -> &'static str {
         match self {
-            Kind::Pod => "",
+            Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret => "",
             Kind::NetworkPolicy => "networking.k8s.io",
             Kind::Sandbox => "agents.x-k8s.io",
             Kind::SandboxTemplate | Kind::SandboxClaim | Kind::SandboxWarmPool => "extensions.agents.x-k8s.io",
@@ -52,6 +57,8 @@ impl Kind {
     pub(crate) fn kind(self) -> &'static str {
         match self {
             Kind::Pod => "Pod",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::Secret => "Secret",
             Kind::NetworkPolicy => "NetworkPolicy",
             Kind::Sandbox => "Sandbox",
             Kind::SandboxTemplate => "SandboxTemplate",
@@ -62,7 +69,7 @@ impl Kind {
 
     pub(crate) fn api_version(self) -> &'static str {
         match self {
-            Kind::Pod => "v1",
+            Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret => "v1",
             Kind::NetworkPolicy => "networking.k8s.io/v1",
             Kind::Sandbox => "agents.x-k8s.io/v1beta1",
             Kind::SandboxTemplate | Kind::SandboxClaim | Kind::SandboxWarmPool => "extensions.agents.x-k8s.io/v1beta1",
@@ -88,6 +95,8 @@ impl Kind {
     pub(crate) fn singular(self) -> &'static str {
         match self {
             Kind::Pod => "pod",
+            Kind::PersistentVolumeClaim => "persistentvolumeclaim",
+            Kind::Secret => "secret",
             Kind::NetworkPolicy => "networkpolicy",
             Kind::Sandbox => "sandbox",
             Kind::SandboxTemplate => "sandboxtemplate",
@@ -100,6 +109,8 @@ impl Kind {
     pub(crate) fn short_names(self) -> &'static [&'static str] {
         match self {
             Kind::Pod => &["po"],
+            Kind::PersistentVolumeClaim => &["pvc"],
+            Kind::Secret => &[],
             Kind::NetworkPolicy => &["netpol"],
             Kind::Sandbox => &["sandbox"],
             Kind::SandboxTemplate => &["sandboxtemplate"],

@@ -1,6 +1,7 @@
 //! What the real API server's validation refuses, with its messages: names (RFC 1123),
-//! label keys and values, resource quantities, a pod's containers and restart policy, a
-//! NetworkPolicy's selector, and which fields of a pod an update may change.
+//! label keys and values, resource quantities, a pod's containers, volumes and restart
+//! policy, a PersistentVolumeClaim's spec, a Secret's keys, size and type, a NetworkPolicy's
+//! selector, and which fields of a pod an update may change.
 
 use serde_json::Value;
 
@@ -9,6 +10,10 @@ use crate::kube::status::Cause;
 const DNS1123_SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const DNS1123_LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const CONFIG_KEY: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclusive";
+/// A Secret's data, all values together, at most (`core.MaxSecretSize`).
+const MAX_SECRET_SIZE: usize = 1 << 20;
 const QUALIFIED_NAME: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
 
 fn is_label(s: &str) -> bool {
@@ -353,12 +358,22 @@ pub(crate) fn pod(pod: &Value) -> Vec<Cause> {
         }
     }
     if let Some(v) = spec.get("volumes").and_then(Value::as_array) {
+        let mut seen = std::collections::BTreeSet::new();
         for (i, vol) in v.iter().enumerate() {
+            let at = format!("spec.volumes[{i}]");
+            volume_source(vol, &at, &mut causes);
             match vol.get("name").and_then(Value::as_str) {
-                None | Some("") => causes.push(Cause::required(format!("spec.volumes[{i}].name"))),
+                None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
                 Some(n) => {
                     if let Err(why) = dns1123_label(n) {
-                        causes.push(Cause::invalid(format!("spec.volumes[{i}].name"), &Value::from(n), why));
+                        causes.push(Cause::invalid(format!("{at}.name"), &Value::from(n), why));
+                    }
+                    if !seen.insert(n.to_string()) {
+                        causes.push(Cause {
+                            reason: "FieldValueDuplicate",
+                            message: format!("Duplicate value: {n:?}"),
+                            field: format!("{at}.name"),
+                        });
                     }
                 }
             }
@@ -382,6 +397,333 @@ pub(crate) fn pod(pod: &Value) -> Vec<Cause> {
         ));
     }
     causes
+}
+
+/// Every volume source a pod may name, in the order `validateVolumeSource` counts them, with
+/// the field its "may not specify more than 1 volume type" names (its own spelling, typo
+/// and all).
+const VOLUME_SOURCES: &[(&str, &str)] = &[
+    ("emptyDir", "emptyDir"),
+    ("hostPath", "hostPath"),
+    ("gitRepo", "gitRepo"),
+    ("gcePersistentDisk", "gcePersistentDisk"),
+    ("awsElasticBlockStore", "awsElasticBlockStore"),
+    ("secret", "secret"),
+    ("nfs", "nfs"),
+    ("iscsi", "iscsi"),
+    ("glusterfs", "glusterfs"),
+    ("flocker", "flocker"),
+    ("persistentVolumeClaim", "persistentVolumeClaim"),
+    ("rbd", "rbd"),
+    ("cinder", "cinder"),
+    ("cephfs", "cephFS"),
+    ("quobyte", "quobyte"),
+    ("downwardAPI", "downwarAPI"),
+    ("fc", "fc"),
+    ("flexVolume", "flexVolume"),
+    ("configMap", "configMap"),
+    ("azureFile", "azureFile"),
+    ("vsphereVolume", "vsphereVolume"),
+    ("photonPersistentDisk", "photonPersistentDisk"),
+    ("portworxVolume", "portworxVolume"),
+    ("azureDisk", "azureDisk"),
+    ("storageos", "storageos"),
+    ("projected", "projected"),
+    ("scaleIO", "scaleIO"),
+    ("csi", "csi"),
+    ("ephemeral", "ephemeral"),
+    ("image", "image"),
+];
+
+/// The hostPath types the real server accepts (`supportedHostPathTypes`, sorted as its
+/// message lists them).
+pub(crate) const HOST_PATH_TYPES: &[&str] = &[
+    "",
+    "BlockDevice",
+    "CharDevice",
+    "Directory",
+    "DirectoryOrCreate",
+    "File",
+    "FileOrCreate",
+    "Socket",
+];
+
+/// The causes of one of a pod's volumes' source (`validateVolumeSource`): exactly one
+/// source, and the fields of those the fake's kubelet mounts (emptyDir, hostPath, secret,
+/// persistentVolumeClaim) checked as the real server checks them. Other sources are counted
+/// only: the kubelet says what it does not mount.
+fn volume_source(vol: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let mut n = 0;
+    for (key, named) in VOLUME_SOURCES {
+        let Some(src) = vol.get(*key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        if n > 0 {
+            causes.push(Cause::forbidden(
+                format!("{at}.{named}"),
+                "may not specify more than 1 volume type",
+            ));
+            continue;
+        }
+        n += 1;
+        let at = format!("{at}.{key}");
+        match *key {
+            "hostPath" => host_path(src, &at, causes),
+            "secret" => {
+                if src.get("secretName").and_then(Value::as_str).is_none_or(str::is_empty) {
+                    causes.push(Cause::required(format!("{at}.secretName")));
+                }
+                file_mode(src, "defaultMode", &at, causes);
+                for (i, item) in src
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    key_to_path(item, &format!("{at}.items[{i}]"), causes);
+                }
+            }
+            "persistentVolumeClaim" if src.get("claimName").and_then(Value::as_str).is_none_or(str::is_empty) => {
+                causes.push(Cause::required(format!("{at}.claimName")));
+            }
+            _ => {}
+        }
+    }
+    if n == 0 {
+        causes.push(Cause {
+            message: "Required value: must specify a volume type".into(),
+            ..Cause::required(at)
+        });
+    }
+}
+
+/// `validateHostPathVolumeSource`: a path without `..`, a known type.
+fn host_path(src: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let path = src.get("path").and_then(Value::as_str).unwrap_or("");
+    if path.is_empty() {
+        causes.push(Cause::required(format!("{at}.path")));
+        return;
+    }
+    if path.split('/').any(|p| p == "..") {
+        causes.push(Cause::invalid(
+            format!("{at}.path"),
+            &Value::from(path),
+            "must not contain '..'",
+        ));
+    }
+    if let Some(t) = src.get("type").filter(|t| !t.is_null())
+        && !t.as_str().is_some_and(|t| HOST_PATH_TYPES.contains(&t))
+    {
+        causes.push(Cause::not_supported(format!("{at}.type"), t, HOST_PATH_TYPES));
+    }
+}
+
+/// A file mode field, 0 to 0777.
+fn file_mode(src: &Value, field: &str, at: &str, causes: &mut Vec<Cause>) {
+    if let Some(m) = src.get(field).and_then(Value::as_i64)
+        && !(0..=0o777).contains(&m)
+    {
+        causes.push(Cause::invalid(format!("{at}.{field}"), &Value::from(m), FILE_MODE));
+    }
+}
+
+/// `validateKeyToPath`: a key, a relative path without `..`, a mode.
+fn key_to_path(item: &Value, at: &str, causes: &mut Vec<Cause>) {
+    if item.get("key").and_then(Value::as_str).is_none_or(str::is_empty) {
+        causes.push(Cause::required(format!("{at}.key")));
+    }
+    let path = item.get("path").and_then(Value::as_str).unwrap_or("");
+    if path.is_empty() {
+        causes.push(Cause::required(format!("{at}.path")));
+    }
+    local_path(path, &format!("{at}.path"), causes);
+    file_mode(item, "mode", at, causes);
+}
+
+/// `ValidateLocalNonReservedPath`: relative, no `..` element, not starting with `..`.
+pub(crate) fn local_path(path: &str, field: &str, causes: &mut Vec<Cause>) {
+    if path.starts_with('/') {
+        causes.push(Cause::invalid(field, &Value::from(path), "must be a relative path"));
+    }
+    let backsteps = path.split('/').any(|p| p == "..");
+    if backsteps {
+        causes.push(Cause::invalid(field, &Value::from(path), "must not contain '..'"));
+    }
+    if path.starts_with("..") && !path.starts_with("../") {
+        causes.push(Cause::invalid(field, &Value::from(path), "must not start with '..'"));
+    }
+}
+
+/// A Secret's (or ConfigMap's) key, as `IsConfigMapKey`.
+pub(crate) fn config_key(k: &str) -> Vec<String> {
+    let mut why = Vec::new();
+    if k.len() > 253 {
+        why.push("must be no more than 253 characters".to_string());
+    }
+    if k.is_empty()
+        || !k
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+    {
+        why.push(CONFIG_KEY.to_string());
+    }
+    if k.starts_with("..") {
+        why.push("must not start with '..'".to_string());
+    } else if k == "." {
+        why.push("must not be '.'".to_string());
+    }
+    why
+}
+
+/// Decode errors the real server answers 400 for in a PersistentVolumeClaim: a storage
+/// request that is no quantity.
+pub(crate) fn claim_decodes(pvc: &Value) -> Result<(), String> {
+    let bad = |what: String| {
+        Err(format!(
+            "PersistentVolumeClaim in version \"v1\" cannot be handled as a PersistentVolumeClaim: {what}"
+        ))
+    };
+    for which in ["limits", "requests"] {
+        if let Some(m) = pvc
+            .pointer(&format!("/spec/resources/{which}"))
+            .and_then(Value::as_object)
+        {
+            for (res, q) in m {
+                if let Err(why) = quantity_value(q) {
+                    return bad(format!("spec.resources.{which}[{res}]: {why}"));
+                }
+            }
+        }
+    }
+    if let Some(v) = pvc.pointer("/spec/accessModes")
+        && !v.is_null()
+        && !v.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+    {
+        return bad(format!(
+            "json: cannot unmarshal {} into Go struct field PersistentVolumeClaimSpec.spec.accessModes of type []v1.PersistentVolumeAccessMode",
+            kind_of(v)
+        ));
+    }
+    Ok(())
+}
+
+/// The causes of a new PersistentVolumeClaim (`ValidatePersistentVolumeClaim`, after the
+/// defaults), its name a subdomain as the real server's.
+pub(crate) fn persistent_volume_claim(pvc: &Value) -> Vec<Cause> {
+    const MODES: &[&str] = &["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"];
+    let mut causes = Vec::new();
+    metadata(pvc.get("metadata").unwrap_or(&Value::Null), &mut causes);
+    let spec = &pvc["spec"];
+    let modes: Vec<Value> = spec["accessModes"].as_array().cloned().unwrap_or_default();
+    if modes.is_empty() {
+        causes.push(Cause {
+            message: "Required value: at least 1 access mode is required".into(),
+            ..Cause::required("spec.accessModes")
+        });
+    }
+    let (mut once_pod, mut other) = (false, false);
+    for m in &modes {
+        match m.as_str() {
+            Some("ReadWriteOncePod") => once_pod = true,
+            Some(s) if MODES.contains(&s) => other = true,
+            _ => causes.push(Cause::not_supported("spec.accessModes", m, MODES)),
+        }
+    }
+    if once_pod && other {
+        causes.push(Cause::forbidden(
+            "spec.accessModes",
+            "may not use ReadWriteOncePod with other access modes",
+        ));
+    }
+    match spec.pointer("/resources/requests/storage") {
+        None | Some(Value::Null) => causes.push(Cause::required("spec.resources[storage]")),
+        Some(q) => {
+            if quantity_value(q).is_ok_and(|n| n <= 0.0) {
+                causes.push(Cause::invalid(
+                    "spec.resources[storage]",
+                    q,
+                    "must be greater than zero",
+                ));
+            }
+        }
+    }
+    if let Some(c) = spec["storageClassName"].as_str().filter(|c| !c.is_empty())
+        && let Err(why) = dns1123_subdomain(c)
+    {
+        causes.push(Cause::invalid("spec.storageClassName", &Value::from(c), why));
+    }
+    if let Some(m) = spec.get("volumeMode").filter(|m| !m.is_null())
+        && !matches!(m.as_str(), Some("Block" | "Filesystem"))
+    {
+        causes.push(Cause::not_supported("spec.volumeMode", m, &["Block", "Filesystem"]));
+    }
+    causes
+}
+
+/// The causes of a Secret (`ValidateSecret`, but for its metadata, which [`metadata`] checks)
+/// with its `data` decoded and `stringData` merged in: keys, total size, and the keys each
+/// built-in type requires. Values are never shown (the real server writes `<secret contents
+/// redacted>` where it would).
+pub(crate) fn secret(meta: &Value, kind: &str, data: &[(String, Vec<u8>)], causes: &mut Vec<Cause>) {
+    let mut total = 0usize;
+    for (k, v) in data {
+        for why in config_key(k) {
+            causes.push(Cause::invalid(format!("data[{k}]"), &Value::from(k.as_str()), why));
+        }
+        total += v.len();
+    }
+    if total > MAX_SECRET_SIZE {
+        causes.push(Cause {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: may not be more than {MAX_SECRET_SIZE} bytes"),
+            field: "data".into(),
+        });
+    }
+    let has = |k: &str| data.iter().any(|(key, _)| key == k);
+    let value = |k: &str| data.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_slice());
+    let redacted = Value::from("<secret contents redacted>");
+    match kind {
+        "kubernetes.io/service-account-token"
+            if meta["annotations"]["kubernetes.io/service-account.name"]
+                .as_str()
+                .is_none_or(str::is_empty) =>
+        {
+            causes.push(Cause::required(
+                "metadata.annotations[kubernetes.io/service-account.name]",
+            ));
+        }
+        "kubernetes.io/dockercfg" | "kubernetes.io/dockerconfigjson" => {
+            let key = if kind == "kubernetes.io/dockercfg" {
+                ".dockercfg"
+            } else {
+                ".dockerconfigjson"
+            };
+            match value(key) {
+                None => causes.push(Cause::required(format!("data[{key}]"))),
+                Some(v) => {
+                    if let Err(e) = serde_json::from_slice::<serde_json::Map<String, Value>>(v) {
+                        causes.push(Cause::invalid(format!("data[{key}]"), &redacted, e.to_string()));
+                    }
+                }
+            }
+        }
+        "kubernetes.io/basic-auth" if !has("username") && !has("password") => {
+            causes.push(Cause::required("data[username]"));
+            causes.push(Cause::required("data[password]"));
+        }
+        "kubernetes.io/ssh-auth" if value("ssh-privatekey").is_none_or(<[u8]>::is_empty) => {
+            causes.push(Cause::required("data[ssh-privatekey]"));
+        }
+        "kubernetes.io/tls" => {
+            for key in ["tls.crt", "tls.key"] {
+                if !has(key) {
+                    causes.push(Cause::required(format!("data[{key}]")));
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The causes of an update from `old` to `new` (a patched pod): metadata may change
