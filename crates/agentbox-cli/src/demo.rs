@@ -36,6 +36,11 @@ pub(crate) struct DemoArgs {
 
 /// The parent: make the run, start the three generations one after another, say where it lives.
 pub(crate) async fn run(args: DemoArgs) -> Result<()> {
+    if args.move_to == Some(crate::drivers::DriverKind::Kube) {
+        return Err(Error::unsupported(
+            "--move kube: the demo's run lives on this machine's disk, which a pod reaches only through a volume claim; move a run with `agentbox runs move RUN --to kube --claim NAME`",
+        ));
+    }
     let root = agentbox_providers::home::default_home()?.join("demo");
     let runs = Runs::new(&root);
     let rec = runs.create(None)?;
@@ -52,10 +57,11 @@ pub(crate) async fn run(args: DemoArgs) -> Result<()> {
                 driver: to,
                 volume: None,
                 lifetime: "10m".into(),
+                kube: Default::default(),
             };
             let exe_in = match to {
-                crate::drivers::DriverKind::Docker => "agentbox".to_string(),
                 crate::drivers::DriverKind::Local => exe.to_string_lossy().into_owned(),
+                _ => "agentbox".to_string(),
             };
             let command = [
                 exe_in,

@@ -8,6 +8,12 @@
 //!   the PostgreSQL connection file bound read-only (its unix socket directory too, when it
 //!   names one). The box has the driver's lifetime, so a supervisor that dies leaves no
 //!   generation running past it.
+//! - `kube`: a pod of the kubeconfig's cluster whose volume claim (`--claim`) holds the runs'
+//!   root at `/runs`; the connection file in a Secret mounted read-only at
+//!   `/tmp/agentbox/secret/postgres`; `agentbox` from the image's PATH, or this machine's binary
+//!   by a hostPath volume at `/tmp/agentbox/bin/agentbox` (`--host-binary`, for a one-node
+//!   cluster). Its `activeDeadlineSeconds` is the lifetime; its log is streamed here;
+//!   the pod and the Secret are deleted when it ends.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,6 +30,8 @@ pub(crate) enum DriverKind {
     Local,
     /// A container of this machine's Docker engine.
     Docker,
+    /// A pod of the kubeconfig's cluster, the runs' root on a volume claim.
+    Kube,
 }
 
 impl DriverKind {
@@ -31,6 +39,7 @@ impl DriverKind {
         match self {
             DriverKind::Local => "local",
             DriverKind::Docker => "docker",
+            DriverKind::Kube => "kube",
         }
     }
 }
@@ -45,9 +54,30 @@ pub(crate) struct DriverArgs {
     /// the root's directory.
     #[arg(long, value_name = "NAME")]
     pub volume: Option<String>,
-    /// docker: the box's lifetime, which the provider enforces (the generation ends with it).
+    /// docker, kube: the generation's lifetime, which the box's provider or the cluster
+    /// enforces (the generation ends with it).
     #[arg(long, default_value = "1h", value_name = "DURATION")]
     pub lifetime: String,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// The kube driver's settings.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub(crate) struct KubeArgs {
+    /// kube: the PersistentVolumeClaim holding the runs' root (mounted at /runs).
+    #[arg(long, value_name = "NAME")]
+    pub claim: Option<String>,
+    /// kube: the pod's image, with `agentbox` on its PATH unless --host-binary.
+    #[arg(long, env = "AGENTBOX_KUBE_IMAGE", default_value = "debian:bookworm-slim")]
+    pub image: String,
+    /// kube: the namespace [default: the kubeconfig context's].
+    #[arg(long, env = "AGENTBOX_KUBE_NAMESPACE", value_name = "NAME")]
+    pub namespace: Option<String>,
+    /// kube: bind this machine's agentbox binary (and a PostgreSQL socket directory) into the
+    /// pod by hostPath volumes: for a one-node cluster whose node is this machine.
+    #[arg(long)]
+    pub host_binary: bool,
 }
 
 /// Where a run's generation was started, and how it ended: a line of `starts.jsonl`.
@@ -83,6 +113,7 @@ pub(crate) async fn start(
     let (place, exit) = match args.driver {
         DriverKind::Local => local(root, id, postgres_file, command).await?,
         DriverKind::Docker => docker(args, root, id, postgres_file, command).await?,
+        DriverKind::Kube => crate::drivers_kube::run(args, id, postgres_file, command).await?,
     };
     let start = Start {
         run: id.to_string(),
@@ -137,7 +168,7 @@ async fn local(root: &Path, id: &str, postgres_file: Option<&Path>, command: &[S
 }
 
 /// The unix socket directory a libpq keyword/value string's `host=` names, if any.
-fn socket_dir(config: &str) -> Option<String> {
+pub(crate) fn socket_dir(config: &str) -> Option<String> {
     config
         .split_whitespace()
         .find_map(|kv| kv.strip_prefix("host="))
@@ -146,7 +177,7 @@ fn socket_dir(config: &str) -> Option<String> {
 }
 
 /// A canonical path, for a bind mount's source.
-fn canonical(p: &Path, what: &str) -> Result<String> {
+pub(crate) fn canonical(p: &Path, what: &str) -> Result<String> {
     std::fs::canonicalize(p)
         .map(|c| c.to_string_lossy().into_owned())
         .map_err(|e| Error::io(e, format!("{what}: {}", p.display())))

@@ -9,6 +9,7 @@ mod bench_kube;
 mod boxes;
 mod demo;
 mod drivers;
+mod drivers_kube;
 mod ledger;
 mod mcp;
 mod procs;

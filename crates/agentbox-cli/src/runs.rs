@@ -155,9 +155,11 @@ pub(crate) enum RunsCommand {
         /// docker: the runs' root is this named volume (mounted at /runs).
         #[arg(long, value_name = "NAME")]
         volume: Option<String>,
-        /// docker: the box's lifetime.
+        /// docker, kube: the generation's lifetime.
         #[arg(long, default_value = "1h", value_name = "DURATION")]
         lifetime: String,
+        #[command(flatten)]
+        kube: drivers::KubeArgs,
         #[command(flatten)]
         claims: Claims,
         /// The command that opens the run on the target.
@@ -371,6 +373,7 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
             root: r,
             volume,
             lifetime,
+            kube,
             claims,
             command,
         } => {
@@ -420,6 +423,7 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
                 driver: to,
                 volume,
                 lifetime,
+                kube,
             };
             let ran = drivers::start(&driver, &r, &id, claims.postgres_file.as_deref(), &command).await?;
             let after = read_status(&dir)?;
