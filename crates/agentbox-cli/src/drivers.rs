@@ -93,6 +93,10 @@ pub(crate) struct Start {
     pub exit: i32,
 }
 
+/// The variable that tells a generation which driver started it, so its open completes a
+/// move asked to that driver (`Runs::started_by`).
+pub(crate) const DRIVER_ENV: &str = "AGENTBOX_RUNS_DRIVER";
+
 /// The PostgreSQL connection file a generation claims its run with, where it is in the box.
 const POSTGRES_IN_BOX: &str = "/run/agentbox-runs/postgres";
 
@@ -249,6 +253,7 @@ async fn docker(
     let mut exec_env = std::collections::BTreeMap::from([
         ("AGENTBOX_RUN".to_string(), id.to_string()),
         ("AGENTBOX_RUNS".to_string(), root_in_box),
+        (DRIVER_ENV.to_string(), "docker".to_string()),
         ("AGENTBOX_HOME".to_string(), "/tmp/agentbox-home".to_string()),
         ("HOME".to_string(), "/tmp".to_string()),
     ]);
@@ -305,8 +310,12 @@ async fn docker(
 
 /// The PostgreSQL connection string in `f` (the first non-empty line), bounded.
 pub(crate) fn read_postgres_file(f: &Path) -> Result<String> {
-    let bytes = std::fs::read(f).map_err(|e| Error::io(e, format!("--postgres-file: {}", f.display())))?;
-    if bytes.len() > 64 << 10 {
+    const MAX: u64 = 64 << 10;
+    let file = std::fs::File::open(f).map_err(|e| Error::io(e, format!("--postgres-file: {}", f.display())))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX + 1), &mut bytes)
+        .map_err(|e| Error::io(e, format!("--postgres-file: {}", f.display())))?;
+    if bytes.len() as u64 > MAX {
         return Err(Error::too_large(format!(
             "--postgres-file: {}: over 64 KiB",
             f.display()

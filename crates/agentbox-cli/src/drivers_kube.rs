@@ -37,21 +37,25 @@ fn pod_name(id: &str) -> Result<String> {
     Ok(format!("agentbox-run-{}-{suffix}", base.trim_matches('-')))
 }
 
-async fn client(namespace: Option<&str>) -> Result<(kube::Client, String)> {
+/// A client for the calls (each with a read deadline) and one for the pod's log, which may be
+/// quiet for long (a generation waiting on its model): that one's bound is the lifetime.
+async fn client(namespace: Option<&str>) -> Result<(kube::Client, kube::Client, String)> {
     let mut config = kube::Config::infer().await.map_err(|e| {
         Error::invalid(format!(
             "kube driver: no cluster (neither a kubeconfig nor in-cluster config): {e}"
         ))
     })?;
-    // Every request has a deadline: a cluster that stops answering is an error, not a hang.
     config.connect_timeout = Some(Duration::from_secs(10));
-    config.read_timeout = Some(Duration::from_secs(60));
     config.write_timeout = Some(Duration::from_secs(60));
     let ns = namespace
         .map(str::to_string)
         .unwrap_or_else(|| config.default_namespace.clone());
+    let logs = kube::Client::try_from(config.clone()).map_err(|e| Error::invalid(format!("kube client: {e}")))?;
+    // Every other request has a deadline: a cluster that stops answering is an error, not a
+    // hang.
+    config.read_timeout = Some(Duration::from_secs(60));
     let client = kube::Client::try_from(config).map_err(|e| Error::invalid(format!("kube client: {e}")))?;
-    Ok((client, ns))
+    Ok((client, logs, ns))
 }
 
 fn kube_err(e: kube::Error, what: &str) -> Error {
@@ -77,8 +81,9 @@ pub(crate) async fn run(
         .as_deref()
         .ok_or_else(|| Error::invalid("--claim: the kube driver needs the volume claim that holds the runs' root"))?;
     let lifetime = agentbox_core::parse_duration(&args.lifetime).map_err(|e| e.context("--lifetime"))?;
-    let (client, ns) = client(k.namespace.as_deref()).await?;
+    let (client, logs, ns) = client(k.namespace.as_deref()).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let log_pods: Api<Pod> = Api::namespaced(logs, &ns);
     let secrets: Api<Secret> = Api::namespaced(client, &ns);
     let name = pod_name(id)?;
 
@@ -87,6 +92,7 @@ pub(crate) async fn run(
     let mut env = vec![
         json!({"name": "AGENTBOX_RUN", "value": id}),
         json!({"name": "AGENTBOX_RUNS", "value": "/runs"}),
+        json!({"name": crate::drivers::DRIVER_ENV, "value": "kube"}),
         json!({"name": "AGENTBOX_HOME", "value": "/tmp/agentbox-home"}),
         json!({"name": "HOME", "value": "/tmp"}),
     ];
@@ -150,7 +156,7 @@ pub(crate) async fn run(
             .map_err(|e| kube_err(e, "making the pod"))?;
         let place = format!("kube pod {ns}/{name}");
         eprintln!("agentbox: run {id}: started {place}");
-        let code = watch(&pods, &name, lifetime).await?;
+        let code = watch(&pods, &log_pods, &name, lifetime).await?;
         Ok::<_, Error>((place, code))
     }
     .await;
@@ -165,15 +171,14 @@ pub(crate) async fn run(
 
 /// A label's value: 63 characters at most, alphanumerics, `-`, `_`, `.`.
 fn label_value(id: &str) -> String {
-    let mut v: String = id.chars().take(63).collect();
-    while v.ends_with(['-', '_', '.']) {
-        v.pop();
-    }
-    v
+    // It must begin and end with a letter or digit.
+    let v = id.trim_start_matches(['-', '_', '.']);
+    let v: String = v.chars().take(63).collect();
+    v.trim_end_matches(['-', '_', '.']).to_string()
 }
 
 /// Wait for the pod to start, stream its log here, and read its exit code.
-async fn watch(pods: &Api<Pod>, name: &str, lifetime: Duration) -> Result<i32> {
+async fn watch(pods: &Api<Pod>, log_pods: &Api<Pod>, name: &str, lifetime: Duration) -> Result<i32> {
     let started = tokio::time::Instant::now();
     loop {
         let p = pods.get(name).await.map_err(|e| kube_err(e, "reading the pod"))?;
@@ -194,9 +199,11 @@ async fn watch(pods: &Api<Pod>, name: &str, lifetime: Duration) -> Result<i32> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // The log, followed until the container ends (or the lifetime and a minute pass).
+    // Its bytes as they come (not lines: a log need not be text, nor end its lines), written
+    // here; a stdout that is gone (a closed pipe) stops the copy, never the pod.
     let follow = async {
-        use futures_util::AsyncBufReadExt;
-        let stream = pods
+        use futures_util::AsyncReadExt;
+        let mut stream = log_pods
             .log_stream(
                 name,
                 &LogParams {
@@ -206,14 +213,21 @@ async fn watch(pods: &Api<Pod>, name: &str, lifetime: Duration) -> Result<i32> {
             )
             .await
             .map_err(|e| kube_err(e, "reading the pod's log"))?;
-        let mut lines = stream.lines();
-        use futures_util::TryStreamExt;
-        while let Some(line) = lines
-            .try_next()
-            .await
-            .map_err(|e| Error::io(e, "reading the pod's log"))?
-        {
-            println!("{line}");
+        let mut buf = vec![0u8; 64 << 10];
+        let mut out = std::io::stdout();
+        loop {
+            let n = stream
+                .read(&mut buf)
+                .await
+                .map_err(|e| Error::io(e, "reading the pod's log"))?;
+            if n == 0 {
+                break;
+            }
+            use std::io::Write;
+            if out.write_all(&buf[..n]).and_then(|_| out.flush()).is_err() {
+                tracing::warn!(pod = name, "stdout is gone: the pod's log is no longer copied");
+                break;
+            }
         }
         Ok::<_, Error>(())
     };

@@ -31,6 +31,15 @@ pub(crate) struct Claims {
 impl Claims {
     /// The runs under `root`, claimed as these options say.
     async fn runs(&self, root: PathBuf) -> Result<Runs> {
+        let runs = self.claimed(root).await?;
+        // Started by a driver: this open completes a move asked to it.
+        Ok(match std::env::var(drivers::DRIVER_ENV) {
+            Ok(d) if !d.is_empty() => runs.started_by(&d),
+            _ => runs,
+        })
+    }
+
+    async fn claimed(&self, root: PathBuf) -> Result<Runs> {
         let Some(f) = &self.postgres_file else {
             return Ok(Runs::new(root));
         };
@@ -185,9 +194,9 @@ pub(crate) enum RunsCommand {
         /// How long each step's tool call sleeps.
         #[arg(long, default_value = "0s", value_name = "DURATION")]
         step_time: String,
-        /// How long to try the claim again while another holds the run (a dead holder's lease
-        /// running out).
-        #[arg(long, default_value = "0s", value_name = "DURATION")]
+        /// How long to try the claim again while another holds the run (a holder letting go,
+        /// or a dead holder's lease running out).
+        #[arg(long, default_value = "10s", value_name = "DURATION")]
         claim_wait: String,
     },
 }
@@ -338,8 +347,12 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
                 })
                 .collect();
             for rec in runs.list()? {
+                let asked = agentbox_runs::moves::asked(&runs.dir(&rec.id)).unwrap_or_else(|e| {
+                    eprintln!("agentbox: run {}: {}", rec.id, e.message());
+                    None
+                });
                 if rec.status == RunStatus::Sealed
-                    && let Some(m) = agentbox_runs::moves::asked(&runs.dir(&rec.id))?
+                    && let Some(m) = asked
                     && m.to == driver.driver.name()
                 {
                     let why = format!("a move to {} asked by {}", m.to, m.by);
@@ -459,7 +472,11 @@ struct Counter {
 impl agent::Model for Counter {
     async fn respond(&self, conversation: &[Message], _ctx: &Ctx) -> Result<Reply> {
         let asked = conversation.iter().rposition(|m| m.role == "user").unwrap_or(0);
-        let done = conversation[asked..].iter().filter(|m| m.role == "tool").count();
+        // A call that failed (one interrupted with its holder) is made again.
+        let done = conversation[asked..]
+            .iter()
+            .filter(|m| m.role == "tool" && m.content["is_error"] != json!(true))
+            .count();
         if done >= self.steps {
             return Ok(Reply {
                 text: format!("Counted to {}.", self.steps),

@@ -83,7 +83,7 @@ async fn a_run_moves_from_this_host_to_a_pod_on_its_volume_claim() {
         "--postgres-file",
         pg_s,
         "--steps",
-        "4",
+        "6",
         "--step-time",
         "1s",
     ])
@@ -114,7 +114,7 @@ async fn a_run_moves_from_this_host_to_a_pod_on_its_volume_claim() {
             "--host-binary",
         ])
         .args(["--postgres-file", pg_s, "--lifetime", "5m", "--command"])
-        .args(["agentbox", "runs", "agent", "--steps", "4", "--step-time", "1s"])
+        .args(["agentbox", "runs", "agent", "--steps", "6", "--step-time", "1s"])
         .env("KUBECONFIG", fake.kubeconfig())
         .env_remove("AGENTBOX_KUBE_NAMESPACE")
         .output()
@@ -132,7 +132,7 @@ async fn a_run_moves_from_this_host_to_a_pod_on_its_volume_claim() {
         said.contains("This run moved from host") && said.contains("a planned move to kube"),
         "{said}"
     );
-    assert!(said.contains("answered: Counted to 4."), "{said}");
+    assert!(said.contains("answered: Counted to 6."), "{said}");
 
     let run: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
     assert_eq!(
@@ -144,7 +144,7 @@ async fn a_run_moves_from_this_host_to_a_pod_on_its_volume_claim() {
     assert!(conv.iter().any(|m| m.generation == 2 && m.role == "tool"));
     let log = std::fs::read_to_string(dir.join("workspace/count.log")).unwrap();
     let steps: Vec<&str> = log.lines().map(|l| l.split(' ').next().unwrap()).collect();
-    assert_eq!(steps, ["1", "2", "3", "4"], "{log}");
+    assert_eq!(steps, ["1", "2", "3", "4", "5", "6"], "{log}");
     let starts = std::fs::read_to_string(dir.join("starts.jsonl")).unwrap();
     let start: serde_json::Value = serde_json::from_str(starts.trim()).unwrap();
     assert_eq!(

@@ -175,6 +175,36 @@ pub fn unfinished(conversation: &[Message]) -> bool {
     }
 }
 
+/// The text of the result given to a tool call whose holder was lost during it.
+pub const INTERRUPTED: &str = "interrupted: the holder of the run was lost during this call; its outcome is unknown";
+
+/// A generation going on with an unfinished turn first answers every tool call the last one
+/// made and never answered (it died mid-step): an error result each, so the conversation the
+/// model reads is whole and the model decides whether to call again.
+fn answer_interrupted(store: &crate::Store) -> Result<()> {
+    let conversation = store.messages()?;
+    let Some(at) = conversation.iter().rposition(|m| m.role == "assistant") else {
+        return Ok(());
+    };
+    let calls: Vec<ToolCall> = conversation[at]
+        .content
+        .get("tool_calls")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    for call in calls {
+        let answered = conversation[at..]
+            .iter()
+            .any(|m| m.role == "tool" && m.content.get("call").and_then(|c| c.as_str()) == Some(call.id.as_str()));
+        if !answered {
+            store.append(
+                "tool",
+                &json!({ "call": call.id, "name": call.name, "text": INTERRUPTED, "is_error": true }),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Ask `question`: the model's steps until it answers, each tool call on `env` (recorded in
 /// the ledger when a recorder is given), every message persisted as it happens.
 pub async fn answer(
@@ -217,8 +247,11 @@ async fn turn(
     ctx: &Ctx,
 ) -> Result<Turn> {
     let store = run.store();
-    if let Some(question) = question {
-        store.append("user", &json!({ "text": question }))?;
+    match question {
+        Some(question) => {
+            store.append("user", &json!({ "text": question }))?;
+        }
+        None => answer_interrupted(store)?,
     }
     for _ in 0..MAX_STEPS {
         let conversation = store.messages()?;
@@ -231,6 +264,10 @@ async fn turn(
             return Ok(Turn::Answered(reply.text));
         }
         for call in &reply.tool_calls {
+            // A holder whose claim was taken while the model answered runs no tool: the check
+            // writes nothing and fails `fenced`. (What a tool already running does to the
+            // workspace is not fenced: a program is not stopped mid-way.)
+            store.fenced(|_| Ok(()))?;
             let result = match recorder {
                 Some(r) => r.call(&call.name, env, call.args.clone(), ctx).await?,
                 None => agentbox_hands::tools::call(&call.name, env, call.args.clone(), ctx).await,
@@ -241,7 +278,15 @@ async fn turn(
             )?;
         }
         // A step boundary: every message of the step is durable.
-        if moves && let Some(req) = run.move_asked()? {
+        let asked = if moves {
+            run.move_asked().unwrap_or_else(|e| {
+                tracing::warn!("the move request cannot be read, and no move is made: {e}");
+                None
+            })
+        } else {
+            None
+        };
+        if let Some(req) = asked {
             let note = format!(
                 "Moving to {} at a step boundary: generation {} lets the run go on host {}; the next generation continues there.",
                 req.to,

@@ -51,7 +51,8 @@ pub fn ask(dir: &Path, to: &str, by: &str) -> Result<MoveRequest> {
             agentbox_core::SystemClock.now_ms()
         },
     };
-    let tmp = dir.join(".move.json.tmp");
+    // A name of this asker's own, so two askers at once never write one file.
+    let tmp = dir.join(format!(".move.json.{}.tmp", std::process::id()));
     let bytes = serde_json::to_vec(&req).map_err(|e| Error::unknown(e.to_string()))?;
     std::fs::write(&tmp, &bytes)
         .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
@@ -82,15 +83,25 @@ pub fn asked(dir: &Path) -> Result<Option<MoveRequest>> {
         .map_err(|e| Error::invalid(format!("{}: not a move request: {e}", path.display())))
 }
 
-/// Take the request away: the next generation has opened the run, so the move is done.
-pub(crate) fn done(dir: &Path) -> Result<Option<MoveRequest>> {
-    let req = asked(dir)?;
-    if req.is_some() {
-        match std::fs::remove_file(dir.join(FILE)) {
-            Ok(()) => sync_dir(dir)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(e, format!("removing {}", dir.join(FILE).display()))),
+/// Take the request away when it named `driver`: the generation it asked for has opened the
+/// run, so the move is done. A request to another driver stays. One that cannot be read is
+/// logged and removed, so it never blocks the run.
+pub(crate) fn done(dir: &Path, driver: &str) -> Option<MoveRequest> {
+    let req = match asked(dir) {
+        Ok(None) => return None,
+        Ok(Some(r)) if r.to != driver => return None,
+        Ok(Some(r)) => Some(r),
+        Err(e) => {
+            tracing::warn!(run = %dir.display(), "a move request that is not one, removed: {e}");
+            None
         }
+    };
+    match std::fs::remove_file(dir.join(FILE)) {
+        Ok(()) => {
+            let _ = sync_dir(dir);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(run = %dir.display(), "removing the move request: {e}"),
     }
-    Ok(req)
+    req
 }

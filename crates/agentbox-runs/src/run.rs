@@ -58,6 +58,7 @@ pub struct Runs {
     root: PathBuf,
     claim: Claim,
     host: String,
+    driver: Option<String>,
 }
 
 /// A run this process holds.
@@ -128,6 +129,7 @@ impl Runs {
             root: root.into(),
             claim: Claim::Local,
             host: host_name(),
+            driver: None,
         }
     }
 
@@ -137,12 +139,20 @@ impl Runs {
             root: root.into(),
             claim: Claim::Lease(leases, ttl),
             host: host_name(),
+            driver: None,
         }
     }
 
     /// Name this host (tests of a hand-off play two hosts on one machine).
     pub fn as_host(mut self, host: &str) -> Self {
         self.host = host.to_string();
+        self
+    }
+
+    /// Say these runs are opened by a generation driver `driver` started (`local`, `docker`,
+    /// `kube`): an open completes a move asked to that driver, and no other.
+    pub fn started_by(mut self, driver: &str) -> Self {
+        self.driver = Some(driver.to_string());
         self
     }
 
@@ -212,9 +222,22 @@ impl Runs {
         };
         tracing::debug!(generation, "claimed");
         let before = read_status(&dir)?;
-        let store = Arc::new(Store::take(&dir.join("store.db"), generation, self.claim.journal())?);
-        // This generation is where a move asked of the last one lands: the request is done.
-        let moved = moves::done(&dir)?;
+        let store = match Store::take(&dir.join("store.db"), generation, self.claim.journal()) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                // Claimed but not taken: the lease goes back at once rather than when it runs out.
+                if let Some((leases, _)) = &lease {
+                    let _ = leases.release(id, generation).await;
+                }
+                return Err(e);
+            }
+        };
+        // This generation is where a move asked of the last one lands, when it was started by
+        // the driver the move named: the request is done.
+        let moved = match &self.driver {
+            Some(d) => moves::done(&dir, d),
+            None => None,
+        };
         let record = RunRecord {
             id: id.to_string(),
             status: RunStatus::Open,

@@ -120,12 +120,18 @@ impl Store {
         let conn = Connection::open(path).map_err(|e| db(e, &format!("opening {}", path.display())))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(|e| db(e, "setting the busy timeout"))?;
-        conn.execute_batch(&format!(
-            "PRAGMA journal_mode={}; PRAGMA synchronous=FULL; {SCHEMA} {}",
-            journal.pragma(),
-            sql::SCHEMA
-        ))
-        .map_err(|e| db(e, "making its tables"))?;
+        let mode: String = conn
+            .query_row(&format!("PRAGMA journal_mode={}", journal.pragma()), [], |r| r.get(0))
+            .map_err(|e| db(e, "setting the journal"))?;
+        if !mode.eq_ignore_ascii_case(journal.pragma()) {
+            return Err(Error::unknown(format!(
+                "run store {}: the journal is {mode}, not {} (another connection holds it open in that mode)",
+                path.display(),
+                journal.pragma()
+            )));
+        }
+        conn.execute_batch(&format!("PRAGMA synchronous=FULL; {SCHEMA} {}", sql::SCHEMA))
+            .map_err(|e| db(e, "making its tables"))?;
         Ok(Store {
             conn: Mutex::new(conn),
             generation,

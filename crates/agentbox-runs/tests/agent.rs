@@ -91,9 +91,14 @@ async fn a_move_stops_the_turn_at_a_step_boundary_and_the_next_generation_goes_o
     assert_eq!(std::fs::read_to_string(work.path().join("steps")).unwrap(), "one\n");
     run.release().await.unwrap();
 
-    let there = Runs::new(root.path()).as_host("host-b");
+    let there = Runs::new(root.path()).as_host("host-b").started_by("docker");
     let run = there.open("mv").await.unwrap();
-    assert!(agent::note_move(&run, "host-b").unwrap().is_some());
+    assert!(
+        agent::note_move(&run, "host-b")
+            .unwrap()
+            .unwrap()
+            .contains("a planned move to docker")
+    );
     let turn = agent::work(&run, &model, &env, None, None, &ctx).await;
     // The scripted model's second step runs here; then it has nothing more to say.
     assert_eq!(turn.unwrap_err().code(), ErrorCode::Invalid);
@@ -103,4 +108,54 @@ async fn a_move_stops_the_turn_at_a_step_boundary_and_the_next_generation_goes_o
     );
     let conv = run.store().messages().unwrap();
     assert_eq!(conv.iter().filter(|m| m.role == "user").count(), 1);
+}
+
+#[tokio::test]
+async fn a_generation_taking_over_mid_step_answers_the_lost_call_and_a_fenced_holder_runs_no_tool() {
+    use agentbox_runs::agent::{INTERRUPTED, Turn};
+    let root = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let env = HostEnv::new(work.path().to_string_lossy()).unwrap();
+    let runs = Runs::new(root.path());
+    runs.create(Some("lost")).unwrap();
+    let ctx = Ctx::background();
+    // A holder died with its tool call unanswered: the question and the call are in the store.
+    let run = runs.open("lost").await.unwrap();
+    run.store().append("user", &json!({"text": "go"})).unwrap();
+    run.store()
+        .append(
+            "assistant",
+            &json!({"text": "", "tool_calls": [{"id": "c1", "name": "bash", "args": {"command": "true"}}]}),
+        )
+        .unwrap();
+    run.release().await.unwrap();
+    let run = runs.open("lost").await.unwrap();
+    let model = ScriptedModel::new().then(|c| Reply {
+        text: format!("last said: {}", text_of(c.last().unwrap())),
+        tool_calls: vec![],
+    });
+    let turn = agent::work(&run, &model, &env, None, None, &ctx).await.unwrap();
+    assert_eq!(turn, Turn::Answered(format!("last said: {INTERRUPTED}")));
+    let conv = run.store().messages().unwrap();
+    assert_eq!(conv[2].content["call"], "c1");
+    assert_eq!(conv[2].content["is_error"], true);
+
+    // A holder whose claim is taken while its model answers runs none of the tools it asked.
+    let path = run.dir().join("store.db");
+    let model = ScriptedModel::new().then(move |_| {
+        agentbox_runs::Store::take(&path, 99, agentbox_runs::Journal::Wal).unwrap();
+        Reply {
+            text: String::new(),
+            tool_calls: vec![agent::ToolCall {
+                id: "c2".into(),
+                name: "write".into(),
+                args: json!({"path": "late.txt", "content": "x"}),
+            }],
+        }
+    });
+    let e = agent::work(&run, &model, &env, None, Some("again"), &ctx)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Fenced);
+    assert!(!work.path().join("late.txt").exists());
 }

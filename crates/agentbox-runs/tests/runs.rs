@@ -369,7 +369,7 @@ async fn a_run_shared_by_hosts_keeps_a_rollback_journal() {
 async fn a_move_is_asked_in_the_run_and_done_by_the_next_generation() {
     let root = tempfile::tempdir().unwrap();
     let here = Runs::new(root.path()).as_host("laptop");
-    let there = Runs::new(root.path()).as_host("container-1");
+    let there = Runs::new(root.path()).as_host("container-1").started_by("docker");
     here.create(Some("m")).unwrap();
     let run = here.open("m").await.unwrap();
     assert_eq!(run.move_asked().unwrap(), None);
@@ -383,6 +383,11 @@ async fn a_move_is_asked_in_the_run_and_done_by_the_next_generation() {
     let asked = agentbox_runs::moves::ask(&dir, "docker", "laptop").unwrap();
     assert_eq!(run.move_asked().unwrap(), Some(asked.clone()));
     run.release().await.unwrap();
+    // An open not started by the driver the move named leaves the request alone.
+    let plain = here.open("m").await.unwrap();
+    assert_eq!(plain.moved(), None);
+    assert_eq!(plain.move_asked().unwrap(), Some(asked.clone()));
+    plain.release().await.unwrap();
     let run = there.open("m").await.unwrap();
     assert_eq!(run.moved(), Some(&asked));
     // Done: the request is gone, and the agent is told where it runs now.
@@ -392,8 +397,12 @@ async fn a_move_is_asked_in_the_run_and_done_by_the_next_generation() {
         note.contains("from host laptop to host container-1") && note.contains("move to docker"),
         "{note}"
     );
-    // A request that is not one is an error naming the file, never "no move".
+    // A request that is not one is an error naming the file, never "no move"; the next open
+    // by a driver removes it rather than fail.
     std::fs::write(dir.join("move.json"), b"{oops").unwrap();
     let e = run.move_asked().unwrap_err();
     assert!(e.message().contains("move.json"), "{e}");
+    run.release().await.unwrap();
+    let run = there.open("m").await.unwrap();
+    assert_eq!((run.moved(), run.move_asked().unwrap()), (None, None));
 }

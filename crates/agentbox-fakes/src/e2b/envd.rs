@@ -25,7 +25,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::e2b::api::{error, json_response};
 use crate::e2b::state::{Ev, Proc, Sbx, Shared, St, lock, rfc3339, start_proc};
-use crate::shared::Query;
+use crate::shared::{Query, b64_encode};
 
 /// The largest RPC request.
 const MAX_RPC: usize = 16 << 20;
@@ -85,25 +85,6 @@ fn file_error(e: FileError, path: &str) -> RpcError {
         e @ FileError::Os(_) => RpcError("internal", format!("path '{path}': {e}")),
         FileError::Box(e) => RpcError("unavailable", format!("the sandbox: {e}")),
     }
-}
-
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-pub(crate) fn b64_encode(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
-    for c in b.chunks(3) {
-        let n =
-            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
-        out.push(B64[(n >> 18) as usize & 63] as char);
-        out.push(B64[(n >> 12) as usize & 63] as char);
-        out.push(if c.len() > 1 {
-            B64[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        out.push(if c.len() > 2 { B64[n as usize & 63] as char } else { '=' });
-    }
-    out
 }
 
 /// Standard or URL-safe base64, padded or not.

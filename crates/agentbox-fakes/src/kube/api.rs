@@ -834,6 +834,27 @@ async fn create_pod(s: &Arc<Shared>, ns: &str, req: Request) -> ApiResult {
     Ok(json_response(StatusCode::CREATED, &pod))
 }
 
+/// Drop what only the server sets from a new object's metadata (`uid`, `resourceVersion`,
+/// timestamps, `managedFields`, `selfLink`, and `extra`), as the real server ignores them on
+/// create.
+pub(crate) fn clear_server_fields(obj: &mut Value, extra: &[&str]) {
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        for k in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "managedFields",
+            "selfLink",
+        ]
+        .iter()
+        .chain(extra)
+        {
+            m.remove(*k);
+        }
+    }
+}
+
 /// A new pod as the API admits one (defaults, validation, the fake's own limits), stored and
 /// handed to the kubelet: a client's, or one agent-sandbox's controller makes.
 pub(crate) fn admit_pod(s: &Arc<Shared>, ns: &str, mut pod: Value) -> Result<Value, ApiError> {
@@ -857,18 +878,7 @@ pub(crate) fn admit_pod(s: &Arc<Shared>, ns: &str, mut pod: Value) -> Result<Val
         return Err(ApiError::invalid("Pod", "", &name_for_errors(&pod), causes));
     }
     pod["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
-    if let Some(m) = pod["metadata"].as_object_mut() {
-        for k in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "managedFields",
-            "selfLink",
-        ] {
-            m.remove(k);
-        }
-    }
+    crate::kube::api::clear_server_fields(&mut pod, &[]);
     let pod = s.store.create(Kind::Pod, ns, pod)?;
     s.kubelet.start(s.store.clone(), &pod);
     Ok(pod)

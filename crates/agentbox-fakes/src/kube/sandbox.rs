@@ -177,19 +177,7 @@ pub(crate) fn admit(s: &Arc<Shared>, kind: Kind, ns: &str, mut obj: Value) -> Re
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
     }
-    if let Some(m) = obj["metadata"].as_object_mut() {
-        for k in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "managedFields",
-            "selfLink",
-            "generation",
-        ] {
-            m.remove(k);
-        }
-    }
+    crate::kube::api::clear_server_fields(&mut obj, &["generation"]);
     if kind.has_status()
         && let Some(o) = obj.as_object_mut()
     {

@@ -36,6 +36,7 @@ use crate::kube::api::{ApiResult, Shared, body_json, check_kind, check_namespace
 use crate::kube::status::{ApiError, Cause, json_response};
 use crate::kube::store::{Kind, Store, now_rfc3339};
 use crate::kube::validate;
+use crate::shared::{B64, b64_encode};
 
 /// The finalizer the StorageObjectInUseProtection admission plugin gives every claim.
 pub(crate) const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
@@ -98,18 +99,7 @@ pub(crate) async fn create_claim(s: &Arc<Shared>, ns: &str, req: Request) -> Api
             causes,
         ));
     }
-    if let Some(m) = pvc["metadata"].as_object_mut() {
-        for k in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "managedFields",
-            "selfLink",
-        ] {
-            m.remove(k);
-        }
-    }
+    crate::kube::api::clear_server_fields(&mut pvc, &[]);
     let mut finalizers: Vec<Value> = pvc["metadata"]["finalizers"].as_array().cloned().unwrap_or_default();
     if !finalizers.iter().any(|f| f == PVC_PROTECTION) {
         finalizers.push(json!(PVC_PROTECTION));
@@ -249,18 +239,7 @@ pub(crate) async fn create_secret(s: &Arc<Shared>, ns: &str, req: Request) -> Ap
     if !causes.is_empty() {
         return Err(ApiError::invalid("Secret", "", &name_for_errors(&secret), causes));
     }
-    if let Some(m) = secret["metadata"].as_object_mut() {
-        for k in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "managedFields",
-            "selfLink",
-        ] {
-            m.remove(k);
-        }
-    }
+    crate::kube::api::clear_server_fields(&mut secret, &[]);
     let made = s.store.create(Kind::Secret, ns, secret)?;
     Ok(json_response(StatusCode::CREATED, &made))
 }
@@ -434,26 +413,6 @@ fn json_type(v: &Value) -> &'static str {
         Value::Object(_) => "object",
         Value::Null => "null",
     }
-}
-
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding, as Go's `encoding/json` writes a `[]byte`.
-pub(crate) fn b64_encode(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
-    for c in b.chunks(3) {
-        let n =
-            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
-        out.push(B64[(n >> 18) as usize & 63] as char);
-        out.push(B64[(n >> 12) as usize & 63] as char);
-        out.push(if c.len() > 1 {
-            B64[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        out.push(if c.len() > 2 { B64[n as usize & 63] as char } else { '=' });
-    }
-    out
 }
 
 /// Decode as Go's `base64.StdEncoding` does for `encoding/json`'s `[]byte`: the standard
