@@ -130,10 +130,7 @@ pub(crate) async fn step(root: &Path, id: &str, step: usize, in_workspace: bool)
     let question = *QUESTIONS
         .get(step.wrapping_sub(1))
         .ok_or_else(|| Error::invalid(format!("--step {step}: 1 to 3")))?;
-    let runs = match std::env::var(crate::drivers::DRIVER_ENV) {
-        Ok(d) if !d.is_empty() => Runs::new(root).started_by(&d),
-        _ => Runs::new(root),
-    };
+    let runs = crate::drivers::started_here(Runs::new(root));
     let run = runs.open(id).await?;
     let moved = agent::note_move(&run, runs.host())?;
     let ctx = Ctx::background();

@@ -5,13 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, ErrorCode, Result};
-use agentbox_runs::agent::{self, Reply, ToolCall, Turn};
+use agentbox_core::{Error, ErrorCode, Result};
 use agentbox_runs::lease::Leases;
-use agentbox_runs::{Message, RunRecord, RunStatus, Runs, read_status};
-use async_trait::async_trait;
+use agentbox_runs::{RunRecord, RunStatus, Runs, read_status};
 use clap::Subcommand;
-use serde_json::json;
 
 use crate::drivers::{self, DriverArgs};
 
@@ -31,12 +28,8 @@ pub(crate) struct Claims {
 impl Claims {
     /// The runs under `root`, claimed as these options say.
     async fn runs(&self, root: PathBuf) -> Result<Runs> {
-        let runs = self.claimed(root).await?;
         // Started by a driver: this open completes a move asked to it.
-        Ok(match std::env::var(drivers::DRIVER_ENV) {
-            Ok(d) if !d.is_empty() => runs.started_by(&d),
-            _ => runs,
-        })
+        Ok(drivers::started_here(self.claimed(root).await?))
     }
 
     async fn claimed(&self, root: PathBuf) -> Result<Runs> {
@@ -126,12 +119,7 @@ pub(crate) enum RunsCommand {
         /// Where runs live.
         root: PathBuf,
         #[command(flatten)]
-        driver: DriverArgs,
-        #[command(flatten)]
-        claims: Claims,
-        /// The command that picks a run up.
-        #[arg(long, num_args = 1.., allow_hyphen_values = true, required = true)]
-        command: Vec<String>,
+        start: Generation,
     },
     /// Start one generation of a run on a driver, wait for it, and record it.
     Start {
@@ -140,12 +128,7 @@ pub(crate) enum RunsCommand {
         #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
         #[command(flatten)]
-        driver: DriverArgs,
-        #[command(flatten)]
-        claims: Claims,
-        /// The command that opens the run there (`agentbox runs agent`, say).
-        #[arg(long, num_args = 1.., allow_hyphen_values = true, required = true)]
-        command: Vec<String>,
+        start: Generation,
     },
     /// Move a run: ask its holder to let it go at its next step boundary (never mid-step),
     /// then start the next generation on the target's driver, which tells the agent where it
@@ -201,6 +184,33 @@ pub(crate) enum RunsCommand {
     },
 }
 
+/// How `start` and `supervise` start a generation: where, claimed how, with what command.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct Generation {
+    #[command(flatten)]
+    driver: DriverArgs,
+    #[command(flatten)]
+    claims: Claims,
+    /// The command that opens the run there (`agentbox runs agent`, say), with AGENTBOX_RUN and
+    /// AGENTBOX_RUNS set.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, required = true)]
+    command: Vec<String>,
+}
+
+impl Generation {
+    /// Start one generation of run `id` under `root`, and wait for it.
+    async fn start(&self, root: &std::path::Path, id: &str) -> Result<drivers::Start> {
+        drivers::start(
+            &self.driver,
+            root,
+            id,
+            self.claims.postgres_file.as_deref(),
+            &self.command,
+        )
+        .await
+    }
+}
+
 /// `--root`'s help, the same for every subcommand.
 const ROOT_HELP: &str = "Where runs live: <ROOT>/runs/<ID> [default: $AGENTBOX_HOME]";
 
@@ -211,7 +221,7 @@ fn root(r: Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
-fn show(r: &RunRecord) -> String {
+pub(crate) fn show(r: &RunRecord) -> String {
     let holder = r
         .holder
         .as_ref()
@@ -330,12 +340,7 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
             eprintln!("agentbox: released: {}", show(&rec));
             Ok(code)
         }
-        RunsCommand::Supervise {
-            root: r,
-            driver,
-            claims,
-            command,
-        } => {
+        RunsCommand::Supervise { root: r, start } => {
             let runs = Runs::new(&r);
             use agentbox_core::Clock;
             let mut todo: Vec<(RunRecord, String)> = runs
@@ -353,7 +358,7 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
                 });
                 if rec.status == RunStatus::Sealed
                     && let Some(m) = asked
-                    && m.to == driver.driver.name()
+                    && m.to == start.driver.driver.name()
                 {
                     let why = format!("a move to {} asked by {}", m.to, m.by);
                     todo.push((rec, why));
@@ -361,21 +366,15 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
             }
             for (rec, why) in todo {
                 println!("starting {} ({why})", rec.id);
-                let ran = drivers::start(&driver, &r, &rec.id, claims.postgres_file.as_deref(), &command).await?;
+                let ran = start.start(&r, &rec.id).await?;
                 println!("{}: {} exited {}", rec.id, ran.place, ran.exit);
             }
             Ok(0)
         }
-        RunsCommand::Start {
-            id,
-            root: r,
-            driver,
-            claims,
-            command,
-        } => {
+        RunsCommand::Start { id, root: r, start } => {
             let r = root(r)?;
             agentbox_runs::run::check_id(&id)?;
-            let ran = drivers::start(&driver, &r, &id, claims.postgres_file.as_deref(), &command).await?;
+            let ran = start.start(&r, &id).await?;
             println!("{id}: {} exited {}", ran.place, ran.exit);
             Ok(ran.exit)
         }
@@ -457,74 +456,7 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
             let step_time = agentbox_core::parse_duration(&step_time).map_err(|e| e.context("--step-time"))?;
             let claim_wait = agentbox_core::parse_duration(&claim_wait).map_err(|e| e.context("--claim-wait"))?;
             let runs = claims.runs(root(r)?).await?;
-            scripted_agent(&runs, &id, steps, step_time, claim_wait).await
+            crate::scripted_agent::run(&runs, &id, steps, step_time, claim_wait).await
         }
     }
-}
-
-/// Counts to `steps`, one tool call a step, going on from where an earlier generation was.
-struct Counter {
-    steps: usize,
-    step_time: Duration,
-}
-
-#[async_trait]
-impl agent::Model for Counter {
-    async fn respond(&self, conversation: &[Message], _ctx: &Ctx) -> Result<Reply> {
-        let asked = conversation.iter().rposition(|m| m.role == "user").unwrap_or(0);
-        // A call that failed (one interrupted with its holder) is made again.
-        let done = conversation[asked..]
-            .iter()
-            .filter(|m| m.role == "tool" && m.content["is_error"] != json!(true))
-            .count();
-        if done >= self.steps {
-            return Ok(Reply {
-                text: format!("Counted to {}.", self.steps),
-                tool_calls: vec![],
-            });
-        }
-        let n = done + 1;
-        Ok(Reply {
-            text: String::new(),
-            tool_calls: vec![ToolCall {
-                id: format!("step-{n}"),
-                name: "bash".into(),
-                args: json!({
-                    "command": format!("echo \"{n} on $(hostname)\" >> count.log; sleep {}", self.step_time.as_secs_f64())
-                }),
-            }],
-        })
-    }
-}
-
-async fn scripted_agent(runs: &Runs, id: &str, steps: usize, step_time: Duration, claim_wait: Duration) -> Result<i32> {
-    let run = runs.open_within(id, claim_wait).await?;
-    let _keeper = run.keep_claim();
-    println!(
-        "generation {} on host {} (pid {})",
-        run.generation(),
-        runs.host(),
-        std::process::id()
-    );
-    run.store().on_kept(|seq, role| {
-        println!("kept {seq} {role}");
-        let _ = std::io::Write::flush(&mut std::io::stdout());
-    });
-    if let Some(note) = agent::note_move(&run, runs.host())? {
-        println!("{note}");
-    }
-    let env = agentbox_hands::HostEnv::new(run.workspace().to_string_lossy())
-        .map_err(|e| Error::invalid(format!("the run's workspace: {e}")))?;
-    let conversation = run.store().messages()?;
-    let question = format!("Count to {steps}, one step at a time.");
-    let question = (!agent::unfinished(&conversation)).then_some(question.as_str());
-    let model = Counter { steps, step_time };
-    let turn = agent::work(&run, &model, &env, None, question, &Ctx::background()).await?;
-    match &turn {
-        Turn::Answered(text) => println!("answered: {text}"),
-        Turn::Moving(m) => println!("moving to {}: letting the run go at a step boundary", m.to),
-    }
-    let rec = run.release().await?;
-    println!("released: {}", show(&rec));
-    Ok(0)
 }

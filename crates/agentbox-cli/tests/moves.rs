@@ -7,7 +7,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+
+mod common;
 
 use agentbox_runs::{Message, Store};
 use agentbox_testing::services::{docker_available, postgres_socket};
@@ -119,17 +120,7 @@ impl World {
 
     /// Wait (at most a minute) until the run's record says `f`.
     fn until(&self, id: &str, what: &str, f: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-        let t = Instant::now();
-        loop {
-            if let Ok(bytes) = std::fs::read(self.dir(id).join("run.json"))
-                && let Ok(r) = serde_json::from_slice::<serde_json::Value>(&bytes)
-                && f(&r)
-            {
-                return r;
-            }
-            assert!(t.elapsed() < Duration::from_secs(60), "run {id}: never {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::record_until(&self.dir(id), what, f)
     }
 }
 

@@ -6,6 +6,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
 use agentbox_runs::Store;
 use agentbox_testing::services::{postgres_socket, rootfs};
@@ -92,14 +94,7 @@ async fn a_run_moves_from_this_host_to_a_pod_on_its_volume_claim() {
     .spawn()
     .unwrap();
     let dir = root.join("runs").join(id);
-    let t = Instant::now();
-    while !std::fs::read_to_string(dir.join("run.json")).is_ok_and(|r| r.contains("\"open\"")) {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the first generation never held the run"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::record_until(&dir, "held by the first generation", |r| r["status"] == "open");
     let moved = Command::new(BIN)
         .args([
             "runs",

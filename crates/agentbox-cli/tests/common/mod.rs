@@ -40,3 +40,27 @@ impl Home {
         String::from_utf8(out.stdout).unwrap()
     }
 }
+
+/// The run record (`run.json`) in `dir` once it says `f`, read again every 50 ms for at most a
+/// minute (a record being replaced is simply read again); panics naming `what` past that.
+pub(crate) fn record_until(
+    dir: &std::path::Path,
+    what: &str,
+    f: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let t = std::time::Instant::now();
+    loop {
+        if let Ok(bytes) = std::fs::read(dir.join("run.json"))
+            && let Ok(r) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && f(&r)
+        {
+            return r;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "{}: never {what}",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::{DeleteParams, LogParams, PostParams};
 use serde_json::json;
 
-use crate::drivers::DriverArgs;
+use super::DriverArgs;
 
 /// Where a PostgreSQL socket directory of this machine is bound in the pod.
 const SOCKET_IN_POD: &str = "/tmp/agentbox/pgsocket";
@@ -69,7 +69,7 @@ fn kube_err(e: kube::Error, what: &str) -> Error {
 }
 
 /// Run `command` for run `id` in a pod; its place and exit code.
-pub(crate) async fn run(
+pub(super) async fn run(
     args: &DriverArgs,
     id: &str,
     postgres_file: Option<&Path>,
@@ -92,13 +92,13 @@ pub(crate) async fn run(
     let mut env = vec![
         json!({"name": "AGENTBOX_RUN", "value": id}),
         json!({"name": "AGENTBOX_RUNS", "value": "/runs"}),
-        json!({"name": crate::drivers::DRIVER_ENV, "value": "kube"}),
+        json!({"name": super::DRIVER_ENV, "value": "kube"}),
         json!({"name": "AGENTBOX_HOME", "value": "/tmp/agentbox-home"}),
         json!({"name": "HOME", "value": "/tmp"}),
     ];
     if k.host_binary {
         let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
-        let exe = crate::drivers::canonical(&exe, "the agentbox executable")?;
+        let exe = super::canonical(&exe, "the agentbox executable")?;
         volumes.push(json!({"name": "agentbox", "hostPath": {"path": exe, "type": "File"}}));
         mounts.push(json!({"name": "agentbox", "mountPath": "/tmp/agentbox/bin/agentbox", "readOnly": true}));
         env.push(json!({"name": "PATH", "value": "/tmp/agentbox/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}));
@@ -107,11 +107,11 @@ pub(crate) async fn run(
     // spec.
     let mut secret_made = false;
     if let Some(f) = postgres_file {
-        let mut config = crate::drivers::read_postgres_file(f)?;
+        let mut config = super::read_postgres_file(f)?;
         // A unix socket directory of this machine is bound into the pod (where the image may
         // have no such path) and the connection string points there.
         if k.host_binary
-            && let Some(dir) = crate::drivers::socket_dir(&config)
+            && let Some(dir) = super::socket_dir(&config)
         {
             config = config.replace(&format!("host={dir}"), &format!("host={SOCKET_IN_POD}"));
             volumes.push(json!({"name": "pgsocket", "hostPath": {"path": dir, "type": "Directory"}}));

@@ -15,12 +15,13 @@
 //!   cluster). Its `activeDeadlineSeconds` is the lifetime; its log is streamed here;
 //!   the pod and the Secret are deleted when it ends.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+mod docker;
+mod kube;
 
-use agentbox_core::{Clock, Ctx, Error, ExecOptions, Provider, Result, Spec, SystemClock};
+use std::io::Write;
+use std::path::Path;
+
+use agentbox_core::{Clock, Error, Result, SystemClock};
 use serde::Serialize;
 
 /// The drivers there are.
@@ -97,8 +98,14 @@ pub(crate) struct Start {
 /// move asked to that driver (`Runs::started_by`).
 pub(crate) const DRIVER_ENV: &str = "AGENTBOX_RUNS_DRIVER";
 
-/// The PostgreSQL connection file a generation claims its run with, where it is in the box.
-const POSTGRES_IN_BOX: &str = "/run/agentbox-runs/postgres";
+/// `runs` as the driver that started this process (`DRIVER_ENV`) says they are opened: what
+/// every generation's command (`runs agent`, the demo's step) opens its run with.
+pub(crate) fn started_here(runs: agentbox_runs::Runs) -> agentbox_runs::Runs {
+    match std::env::var(DRIVER_ENV) {
+        Ok(d) if !d.is_empty() => runs.started_by(&d),
+        _ => runs,
+    }
+}
 
 /// Start `command` for run `id` under `root` on the driver, with `AGENTBOX_RUN`,
 /// `AGENTBOX_RUNS` and (for lease claims) `AGENTBOX_RUNS_POSTGRES_FILE` set; wait for it;
@@ -116,8 +123,8 @@ pub(crate) async fn start(
     let started_ms = SystemClock.now_ms();
     let (place, exit) = match args.driver {
         DriverKind::Local => local(root, id, postgres_file, command).await?,
-        DriverKind::Docker => docker(args, root, id, postgres_file, command).await?,
-        DriverKind::Kube => crate::drivers_kube::run(args, id, postgres_file, command).await?,
+        DriverKind::Docker => docker::run(args, root, id, postgres_file, command).await?,
+        DriverKind::Kube => kube::run(args, id, postgres_file, command).await?,
     };
     let start = Start {
         run: id.to_string(),
@@ -187,127 +194,6 @@ pub(crate) fn canonical(p: &Path, what: &str) -> Result<String> {
         .map_err(|e| Error::io(e, format!("{what}: {}", p.display())))
 }
 
-async fn docker(
-    args: &DriverArgs,
-    root: &Path,
-    id: &str,
-    postgres_file: Option<&Path>,
-    command: &[String],
-) -> Result<(String, i32)> {
-    use agentbox_providers::docker::{DockerOptions, DockerProvider, NamedVolume};
-    let lifetime = agentbox_core::parse_duration(&args.lifetime).map_err(|e| e.context("--lifetime"))?;
-    let env = crate::boxes::environment()?;
-    let runner = match env.runner() {
-        Ok(r) => Some(r),
-        Err(e) => {
-            tracing::warn!("docker driver: the box gets no runner: {}", e.message());
-            None
-        }
-    };
-    // Files the generation writes in the runs' root stay this user's.
-    let user = format!(
-        "{}:{}",
-        rustix::process::getuid().as_raw(),
-        rustix::process::getgid().as_raw()
-    );
-    let provider: Arc<dyn Provider> = Arc::new(
-        DockerProvider::new(DockerOptions {
-            user: Some(user),
-            runner,
-            volumes: args
-                .volume
-                .iter()
-                .map(|v| NamedVolume {
-                    name: v.clone(),
-                    target: "/runs".into(),
-                    read_only: false,
-                })
-                .collect(),
-            ..Default::default()
-        })
-        .await?,
-    );
-    let mut spec = Spec::new(lifetime).label("run", id);
-    let bind = |source: String, target: String, read_only: bool| agentbox_core::Mount {
-        source,
-        target,
-        read_only,
-    };
-    let exe = std::env::current_exe().map_err(|e| Error::io(e, "finding the agentbox executable"))?;
-    spec.mounts.push(bind(
-        canonical(&exe, "the agentbox executable")?,
-        "/usr/local/bin/agentbox".into(),
-        true,
-    ));
-    let root_in_box = match &args.volume {
-        Some(_) => "/runs".to_string(),
-        None => {
-            let r = canonical(root, "the runs' root")?;
-            spec.mounts.push(bind(r.clone(), r.clone(), false));
-            r
-        }
-    };
-    // The connection file is copied to a directory of this driver's own, so the box sees that
-    // file alone; its socket directory, where it names one, is bound read-only.
-    let secrets = tempfile_dir()?;
-    let mut exec_env = std::collections::BTreeMap::from([
-        ("AGENTBOX_RUN".to_string(), id.to_string()),
-        ("AGENTBOX_RUNS".to_string(), root_in_box),
-        (DRIVER_ENV.to_string(), "docker".to_string()),
-        ("AGENTBOX_HOME".to_string(), "/tmp/agentbox-home".to_string()),
-        ("HOME".to_string(), "/tmp".to_string()),
-    ]);
-    if let Some(f) = postgres_file {
-        let config = read_postgres_file(f)?;
-        let copy = secrets.0.join("postgres");
-        write_private(&copy, config.as_bytes())?;
-        spec.mounts.push(bind(
-            canonical(&secrets.0, "the connection file's directory")?,
-            "/run/agentbox-runs".into(),
-            true,
-        ));
-        if let Some(dir) = socket_dir(&config) {
-            spec.mounts
-                .push(bind(canonical(Path::new(&dir), "postgres host")?, dir, true));
-        }
-        exec_env.insert("AGENTBOX_RUNS_POSTGRES_FILE".into(), POSTGRES_IN_BOX.into());
-    }
-    let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
-    let b = provider.create(&spec, &ctx).await?;
-    let place = format!("docker box {}", b.id());
-    eprintln!("agentbox: run {id}: started in {place}");
-    let ran = async {
-        let mut p = b
-            .exec(
-                command,
-                &ExecOptions {
-                    env: exec_env,
-                    ..Default::default()
-                },
-                &Ctx::background(),
-            )
-            .await?;
-        let (out, err) = (p.stdout.take(), p.stderr.take());
-        let copy = |r: Option<agentbox_core::ByteReader>, mut w: Box<dyn tokio::io::AsyncWrite + Unpin + Send>| async move {
-            if let Some(mut r) = r {
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            }
-            let _ = tokio::io::AsyncWriteExt::flush(&mut w).await;
-        };
-        tokio::join!(
-            copy(out, Box::new(tokio::io::stdout())),
-            copy(err, Box::new(tokio::io::stderr()))
-        );
-        p.wait().await
-    }
-    .await;
-    if let Err(e) = b.destroy(&ctx).await {
-        tracing::warn!(box_id = %b.id(), "ending the generation's box: {e}");
-    }
-    drop(secrets);
-    Ok((place, ran?.code))
-}
-
 /// The PostgreSQL connection string in `f` (the first non-empty line), bounded.
 pub(crate) fn read_postgres_file(f: &Path) -> Result<String> {
     const MAX: u64 = 64 << 10;
@@ -328,40 +214,6 @@ pub(crate) fn read_postgres_file(f: &Path) -> Result<String> {
         .find(|l| !l.is_empty())
         .map(str::to_string)
         .ok_or_else(|| Error::invalid(format!("--postgres-file: {}: empty", f.display())))
-}
-
-/// A directory of this process's own (mode 0700), removed when dropped.
-struct PrivateDir(PathBuf);
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tempfile_dir() -> Result<PrivateDir> {
-    use std::os::unix::fs::DirBuilderExt;
-    let mut tag = [0u8; 8];
-    getrandom::fill(&mut tag).map_err(|e| Error::unknown(format!("the kernel gave no random bytes: {e}")))?;
-    let name: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join(format!("agentbox-driver-{name}"));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
-    Ok(PrivateDir(dir))
-}
-
-fn write_private(path: &Path, data: &[u8]) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| Error::io(e, format!("creating {}", path.display())))?;
-    f.write_all(data)
-        .map_err(|e| Error::io(e, format!("writing {}", path.display())))
 }
 
 #[cfg(test)]
