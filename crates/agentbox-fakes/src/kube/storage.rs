@@ -264,7 +264,7 @@ fn secret_data(secret: &mut Value) -> Result<Vec<(String, Vec<u8>)>, ApiError> {
                     other => {
                         return Err(bad(format!(
                             "json: cannot unmarshal {} into Go struct field Secret.data of type []uint8",
-                            json_type(other)
+                            validate::kind_of(other)
                         )));
                     }
                 };
@@ -274,7 +274,7 @@ fn secret_data(secret: &mut Value) -> Result<Vec<(String, Vec<u8>)>, ApiError> {
         Some(other) => {
             return Err(bad(format!(
                 "json: cannot unmarshal {} into Go struct field Secret.data of type map[string][]uint8",
-                json_type(other)
+                validate::kind_of(other)
             )));
         }
     }
@@ -285,7 +285,7 @@ fn secret_data(secret: &mut Value) -> Result<Vec<(String, Vec<u8>)>, ApiError> {
                 let Some(text) = v.as_str() else {
                     return Err(bad(format!(
                         "json: cannot unmarshal {} into Go struct field Secret.stringData of type string",
-                        json_type(v)
+                        validate::kind_of(v)
                     )));
                 };
                 data.retain(|(key, _)| key != k);
@@ -295,20 +295,20 @@ fn secret_data(secret: &mut Value) -> Result<Vec<(String, Vec<u8>)>, ApiError> {
         Some(other) => {
             return Err(bad(format!(
                 "json: cannot unmarshal {} into Go struct field Secret.stringData of type map[string]string",
-                json_type(other)
+                validate::kind_of(other)
             )));
         }
     }
     if let Some(v) = secret.get("type").filter(|v| !v.is_null() && !v.is_string()) {
         return Err(bad(format!(
             "json: cannot unmarshal {} into Go struct field Secret.type of type v1.SecretType",
-            json_type(v)
+            validate::kind_of(v)
         )));
     }
     if let Some(v) = secret.get("immutable").filter(|v| !v.is_null() && !v.is_boolean()) {
         return Err(bad(format!(
             "json: cannot unmarshal {} into Go struct field Secret.immutable of type bool",
-            json_type(v)
+            validate::kind_of(v)
         )));
     }
     let Some(obj) = secret.as_object_mut() else {
@@ -402,17 +402,6 @@ pub(crate) fn secret_keys(secret: &Value) -> Vec<String> {
         .as_object()
         .map(|m| m.keys().cloned().collect())
         .unwrap_or_default()
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::String(_) => "string",
-        Value::Number(_) => "number",
-        Value::Bool(_) => "bool",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-        Value::Null => "null",
-    }
 }
 
 /// Decode as Go's `base64.StdEncoding` does for `encoding/json`'s `[]byte`: the standard

@@ -241,7 +241,8 @@ pub(crate) fn pod_decodes(pod: &Value) -> Result<(), String> {
     Ok(())
 }
 
-fn kind_of(v: &Value) -> &'static str {
+/// A JSON value's type, as the API server's decoding errors name it.
+pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::String(_) => "string",
         Value::Number(_) => "number",
