@@ -1,7 +1,7 @@
 //! The docker driver: one generation of a run in a Docker box of this machine's engine.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,7 +75,7 @@ pub(super) async fn run(
     };
     // The connection file is copied to a directory of this driver's own, so the box sees that
     // file alone; its socket directory, where it names one, is bound read-only.
-    let secrets = tempfile_dir()?;
+    let mut secrets = None;
     let mut exec_env = std::collections::BTreeMap::from([
         ("AGENTBOX_RUN".to_string(), id.to_string()),
         ("AGENTBOX_RUNS".to_string(), root_in_box),
@@ -85,10 +85,14 @@ pub(super) async fn run(
     ]);
     if let Some(f) = postgres_file {
         let config = read_postgres_file(f)?;
-        let copy = secrets.0.join("postgres");
-        write_private(&copy, config.as_bytes())?;
+        // tempfile makes it 0700, and removes it when dropped.
+        let dir = tempfile::Builder::new()
+            .prefix("agentbox-driver-")
+            .tempdir()
+            .map_err(|e| Error::io(e, "making the connection file's directory"))?;
+        write_private(&dir.path().join("postgres"), config.as_bytes())?;
         spec.mounts.push(bind(
-            canonical(&secrets.0, "the connection file's directory")?,
+            canonical(dir.path(), "the connection file's directory")?,
             "/run/agentbox-runs".into(),
             true,
         ));
@@ -97,6 +101,7 @@ pub(super) async fn run(
                 .push(bind(canonical(Path::new(&dir), "postgres host")?, dir, true));
         }
         exec_env.insert("AGENTBOX_RUNS_POSTGRES_FILE".into(), POSTGRES_IN_BOX.into());
+        secrets = Some(dir);
     }
     let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
     let b = provider.create(&spec, &ctx).await?;
@@ -132,28 +137,6 @@ pub(super) async fn run(
     }
     drop(secrets);
     Ok((place, ran?.code))
-}
-
-/// A directory of this process's own (mode 0700), removed when dropped.
-struct PrivateDir(PathBuf);
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tempfile_dir() -> Result<PrivateDir> {
-    use std::os::unix::fs::DirBuilderExt;
-    let mut tag = [0u8; 8];
-    getrandom::fill(&mut tag).map_err(|e| Error::unknown(format!("the kernel gave no random bytes: {e}")))?;
-    let name: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join(format!("agentbox-driver-{name}"));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
-    Ok(PrivateDir(dir))
 }
 
 fn write_private(path: &Path, data: &[u8]) -> Result<()> {
