@@ -265,7 +265,9 @@ pub(crate) struct CreateArgs {
     /// Memory: MiB, or with a unit (512m, 4g).
     #[arg(long, value_parser = memory_mb)]
     memory: Option<u64>,
-    /// `open` or `none`.
+    /// `open`, `none` or `host`. Without it a namespace box has a network of its own whose way
+    /// out is agentbox's egress proxy (the internet, never this machine or a private range);
+    /// `host` shares this machine's network, loopback services included (namespace boxes only).
     #[arg(long, conflicts_with = "allow")]
     network: Option<String>,
     /// Reach only this (repeatable): a name, `*.name` (any name below it), an IPv4 or IPv6
@@ -729,7 +731,18 @@ async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
         None => None,
         Some("open") => Some(Network::Open),
         Some("none") => Some(Network::None),
-        Some(other) => return Err(Error::invalid(format!("--network: {other:?} is not open or none"))),
+        Some("host") => {
+            eprintln!(
+                "agentbox: warning: --network host: the box shares this machine's network, and its \
+                 programs reach every service of this machine's, loopback included"
+            );
+            Some(Network::Host)
+        }
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "--network: {other:?} is not open, none or host"
+            )));
+        }
     };
     if !a.allow.is_empty() {
         // Each entry is checked here too, so the flag is named in what is wrong.

@@ -112,7 +112,7 @@ fn a_box_from_create_to_rm() {
 
     let facts: serde_json::Value = serde_json::from_str(&h.ok(&["box", "facts", &id])).unwrap();
     assert_eq!(facts["provider"], "local");
-    assert_eq!(facts["network"], "open");
+    assert_eq!(facts["network"], "host");
     // Its disk keeps what it acknowledged; a directory it cannot write in is an error.
     let probe = h.ok(&["box", "probe", &id]);
     assert!(

@@ -1,7 +1,9 @@
 //! A network allowlist's entries (`network: { allow: [...] }`), parsed and matched.
 //!
 //! An entry is a domain (`api.example.com`), a wildcard (`*.example.com`: every name below
-//! `example.com`, not that name itself), or an IPv4 or IPv6 address or CIDR (`10.0.0.0/8`,
+//! `example.com`, not that name itself), `*` (the public internet: every name, and every
+//! address that is not this machine's, loopback, link-local or private, which only a CIDR
+//! entry can allow), or an IPv4 or IPv6 address or CIDR (`10.0.0.0/8`,
 //! `192.0.2.7`, `2001:db8::/32`), each with an optional port: `example.com:443`,
 //! `10.0.0.0/8:5432`, and for IPv6 in brackets, `[2001:db8::/32]:443`. Names are matched
 //! without regard to case or a trailing dot; an IPv4 address written as IPv6
@@ -30,6 +32,10 @@ pub enum AllowTarget {
     Domain(String),
     /// Every name below this one (lowercase): `*.example.com` holds `example.com`.
     Below(String),
+    /// `*`: every name and every public address. Unlike a CIDR, it never allows an address
+    /// the egress proxy keeps out unless a CIDR lists it (loopback, private ranges, this
+    /// machine's own): it is what a namespace box with no network policy gets.
+    Public,
     /// The addresses of a network: `bits` leading bits of `addr` (the rest zero).
     Cidr {
         /// The network's first address.
@@ -61,7 +67,7 @@ impl AllowEntry {
     pub fn parse(entry: &str) -> Result<AllowEntry> {
         let bad = |why: &str| {
             Error::invalid(format!(
-                "spec.network.allow: {entry:?} is not an entry ({why}); give a domain, *.domain or a CIDR, \
+                "spec.network.allow: {entry:?} is not an entry ({why}); give a domain, *.domain, * or a CIDR, \
                  each with an optional :PORT"
             ))
         };
@@ -107,6 +113,12 @@ impl AllowEntry {
             Some((b, p)) => (b, Some(port_of(p).ok_or_else(|| bad("a bad port"))?)),
             None => (entry, None),
         };
+        if body == "*" {
+            return Ok(AllowEntry {
+                target: AllowTarget::Public,
+                port,
+            });
+        }
         if body.bytes().next().is_some_and(|b| b.is_ascii_digit()) && !body.contains(|c: char| c.is_ascii_alphabetic())
         {
             return match cidr(body) {
@@ -157,6 +169,7 @@ impl AllowEntry {
                     && host.as_bytes()[host.len() - d.len() - 1] == b'.'
                     && host[host.len() - d.len()..].eq_ignore_ascii_case(d)
             }
+            AllowTarget::Public => true,
             AllowTarget::Cidr { .. } => false,
         }
     }
@@ -178,6 +191,7 @@ impl fmt::Display for AllowEntry {
         let target = match &self.target {
             AllowTarget::Domain(d) => d.clone(),
             AllowTarget::Below(d) => format!("*.{d}"),
+            AllowTarget::Public => "*".into(),
             AllowTarget::Cidr { addr, bits } => format!("{addr}/{bits}"),
         };
         match (self.port, &self.target) {
@@ -249,6 +263,23 @@ impl Allowlist {
         self.0.iter().find(|e| e.allows_name(host, port))
     }
 
+    /// The `*` entry allowing public addresses on `port`, if the list has one: an address
+    /// written as the host itself is then let through where no range keeps it out.
+    ///
+    /// ```
+    /// use agentbox_core::Allowlist;
+    /// let list = Allowlist::parse(&["*:443".into()]).unwrap();
+    /// assert!(list.public_rule(443).is_some());
+    /// assert!(list.public_rule(80).is_none());
+    /// assert!(list.name_rule("example.org", 443).is_some());
+    /// assert!(list.addr_rule("10.1.2.3".parse().unwrap(), 443).is_none());
+    /// ```
+    pub fn public_rule(&self, port: u16) -> Option<&AllowEntry> {
+        self.0
+            .iter()
+            .find(|e| e.target == AllowTarget::Public && e.port.is_none_or(|p| p == port))
+    }
+
     /// The first entry allowing the address `ip` on `port`.
     pub fn addr_rule(&self, ip: IpAddr, port: u16) -> Option<&AllowEntry> {
         self.0.iter().find(|e| e.allows_addr(ip, port))
@@ -265,6 +296,7 @@ impl Allowlist {
     pub fn refuse(&self, cidrs: bool, platform: &str) -> Result<()> {
         for e in &self.0 {
             let why = match (&e.target, e.port) {
+                (AllowTarget::Public, _) => "the public internet with this machine's and private ranges kept out (*)",
                 (_, Some(_)) => "a port in an entry",
                 (AllowTarget::Cidr { .. }, _) if !cidrs => "a CIDR",
                 (
@@ -359,6 +391,8 @@ mod tests {
             "2001:db8::/32",
             "[2001:db8::/32]:443",
             "::1/128",
+            "*",
+            "*:443",
         ] {
             assert_eq!(entry(s).to_string(), s);
         }
@@ -447,5 +481,21 @@ mod tests {
                 .refuse(true, "X")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn star_is_every_name_and_no_address_by_itself() {
+        let list = Allowlist::parse(&["*".into()]).unwrap();
+        assert!(list.name_rule("example.org", 80).is_some());
+        assert!(
+            list.name_rule("localhost", 80).is_some(),
+            "names are checked again once resolved"
+        );
+        assert!(list.addr_rule("127.0.0.1".parse().unwrap(), 80).is_none());
+        assert!(list.public_rule(80).is_some());
+        let e = list.refuse(true, "E2B").unwrap_err();
+        assert_eq!(e.code(), crate::ErrorCode::Unsupported);
+        assert!(e.message().contains("(*)"), "{e}");
+        assert!(AllowEntry::parse("*.*").is_err());
     }
 }

@@ -132,6 +132,13 @@ pub struct Facts {
 pub enum NetworkFact {
     /// Unrestricted.
     Open,
+    /// The internet, through agentbox's egress proxy on this machine: every public address,
+    /// and never this machine, loopback, link-local (the metadata address) or private ranges.
+    /// Said only once a program in the box reached the proxy and failed to connect past it.
+    Public,
+    /// This machine's own network, shared with the box (`network: host`): everything this
+    /// machine reaches, its loopback services included.
+    Host,
     /// No traffic.
     None,
     /// Only these hosts and CIDRs.
@@ -179,7 +186,7 @@ impl Facts {
     pub fn network(&self) -> KnownNetwork<'_> {
         match &self.network {
             None | Some(NetworkFact::Requested) => KnownNetwork::Unknown,
-            Some(NetworkFact::Open) => KnownNetwork::Open,
+            Some(NetworkFact::Open | NetworkFact::Public | NetworkFact::Host) => KnownNetwork::Open,
             Some(NetworkFact::None) => KnownNetwork::None,
             Some(NetworkFact::Allowlist(l)) => KnownNetwork::Allowlist(l),
         }

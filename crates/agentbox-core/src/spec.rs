@@ -89,10 +89,17 @@ pub struct Spec {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
-    /// Everything.
+    /// Everything the provider's open network reaches. On a box of this machine with a network
+    /// of its own (a namespace box), that is the internet through agentbox's egress proxy, with
+    /// this machine, loopback, link-local and private ranges refused: the same as no policy.
     Open,
     /// Nothing.
     None,
+    /// This machine's own network, shared: the box's programs reach every service of this
+    /// machine's, loopback included, and listen on its ports. Only a provider whose boxes run on
+    /// this machine can give it (namespace boxes; a local box has nothing else); named outright,
+    /// never a default.
+    Host,
     /// Only these domains (`api.example.com`, `*.example.com`) and IPv4 or IPv6 addresses and
     /// CIDRs (`10.0.0.0/8`, `2001:db8::/32`), each with an optional port (`example.com:443`,
     /// `[2001:db8::/32]:443`): see [`crate::Allowlist`].
@@ -339,6 +346,9 @@ pub struct Honours {
     pub network_none: bool,
     /// `network: allow` is honoured.
     pub network_allowlist: bool,
+    /// `network: host` (this machine's network, shared) is honoured.
+    #[serde(default)]
+    pub network_host: bool,
     /// `ports` are honoured.
     pub ports: bool,
     /// The capabilities taken.
@@ -417,6 +427,9 @@ pub fn check_spec(spec: &Spec, honours: &Honours, provider: &str) -> Result<()> 
         Some(Network::None) if !honours.network_none => return refuse("network", "cannot block the network"),
         Some(Network::Allow(_)) if !honours.network_allowlist => {
             return refuse("network", "cannot restrict the network to an allowlist");
+        }
+        Some(Network::Host) if !honours.network_host => {
+            return refuse("network", "cannot share this machine's network (host)");
         }
         _ => {}
     }
@@ -562,6 +575,7 @@ mod tests {
             ("region", Box::new(|s| s.region = Some("eu".into()))),
             ("isolation", Box::new(|s| s.isolation = Some("vm".into()))),
             ("network", Box::new(|s| s.network = Some(Network::None))),
+            ("network", Box::new(|s| s.network = Some(Network::Host))),
             (
                 "ports",
                 Box::new(|s| {

@@ -85,22 +85,30 @@ impl Policy {
         if let Some(e) = self.allow.addr_rule(ip, port) {
             return Decision::Allowed { rule: e.to_string() };
         }
-        let Some(rule) = by_name else {
+        // An address written as the host needs a CIDR, or `*`, which lets it through where
+        // no range below keeps it out, as a name's address would be.
+        let public = self.allow.public_rule(port).map(|e| e.to_string());
+        let Some(rule) = by_name.or(public.as_deref()) else {
             return Decision::Refused {
                 rule: "no entry".into(),
                 why: format!("{ip}:{port} is in no CIDR of the allowlist"),
             };
         };
+        let what = if by_name.is_some() {
+            "the name resolved to"
+        } else {
+            "the address is"
+        };
         if let Some(range) = never_allowed(ip) {
             return Decision::Refused {
                 rule: range.into(),
-                why: format!("the name resolved to {ip}, in {range}, which only a listed CIDR allows"),
+                why: format!("{what} {ip}, in {range}, which only a listed CIDR allows"),
             };
         }
         if (self.own)(ip) {
             return Decision::Refused {
                 rule: "this machine's address".into(),
-                why: format!("the name resolved to {ip}, an address of this machine, which only a listed CIDR allows"),
+                why: format!("{what} {ip}, an address of this machine, which only a listed CIDR allows"),
             };
         }
         Decision::Allowed { rule: rule.to_string() }
@@ -216,5 +224,30 @@ mod tests {
             Decision::Refused { rule, .. } => assert_eq!(rule, "the cloud metadata address"),
             d => panic!("{d:?}"),
         }
+    }
+
+    #[test]
+    fn star_lets_any_public_address_through_and_nothing_of_this_machine_or_a_private_range() {
+        let p = policy(&["*"]);
+        assert!(allowed(p.check_name("example.org", 443)));
+        assert!(allowed(p.check_addr("93.184.215.14".parse().unwrap(), 443, None)));
+        assert!(allowed(p.check_addr("93.184.215.14".parse().unwrap(), 80, Some("*"))));
+        for inside in [
+            "127.0.0.1",
+            "::1",
+            "169.254.169.254",
+            "10.9.9.9",
+            "192.168.1.1",
+            "203.0.113.9",
+        ] {
+            let d = p.check_addr(inside.parse().unwrap(), 443, None);
+            assert!(!allowed(d.clone()), "{inside}: {d:?}");
+            let d = p.check_addr(inside.parse().unwrap(), 443, Some("*"));
+            assert!(!allowed(d.clone()), "{inside} by name: {d:?}");
+        }
+        // A port on `*` holds it to that port.
+        let p = policy(&["*:443"]);
+        assert!(!allowed(p.check_name("example.org", 80)));
+        assert!(!allowed(p.check_addr("93.184.215.14".parse().unwrap(), 80, None)));
     }
 }

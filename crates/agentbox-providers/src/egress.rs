@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use agentbox_core::{Error, NetRefusal, Network, Result, Spec};
+use agentbox_core::{Error, NetRefusal, Result, Spec};
 
 /// The port the egress bridge listens on in a box with an allowlist (on its own loopback).
 pub const EGRESS_PORT: u16 = 3128;
@@ -23,15 +23,16 @@ const PROXY_VARIABLES: [&str; 6] = [
     "no_proxy",
 ];
 
-/// Refuse a spec with an allowlist whose env sets one of the proxy's variables: they are the
-/// provider's to set.
-pub(crate) fn check_env(spec: &Spec) -> Result<()> {
-    if let Some(Network::Allow(_)) = &spec.network {
+/// Refuse a spec whose box goes out through the egress proxy (`proxied`: an allowlist, or a
+/// namespace box's default network) and whose env sets one of the proxy's variables: they are
+/// the provider's to set.
+pub(crate) fn check_env(spec: &Spec, proxied: bool) -> Result<()> {
+    if proxied {
         for k in PROXY_VARIABLES {
             if spec.env.contains_key(k) {
                 return Err(Error::invalid(format!(
-                    "spec.env.{k}: a box with an allowlist is told its egress proxy in this variable; \
-                     it cannot be set too"
+                    "spec.env.{k}: a box whose way out is agentbox's egress proxy is told the proxy in \
+                     this variable; it cannot be set too"
                 )));
             }
         }
@@ -78,16 +79,16 @@ pub(crate) async fn prove(b: &dyn agentbox_core::Sandbox, runner: &str, ctx: &ag
 }
 
 /// The newest `max` refusals in the proxy's log at `path` (none when the proxy refused
-/// nothing yet), for box `box_id`, which must have an allowlist (`network`).
+/// nothing yet), for box `box_id`, which must go out through the proxy (`proxied`).
 pub(crate) async fn refusals(
-    network: Option<&Network>,
+    proxied: bool,
     path: std::path::PathBuf,
     max: usize,
     box_id: &str,
 ) -> Result<Vec<NetRefusal>> {
-    if !matches!(network, Some(Network::Allow(_))) {
+    if !proxied {
         return Err(Error::unsupported(format!(
-            "box {box_id}: it has no allowlist, so no egress proxy records refusals"
+            "box {box_id}: its network does not go through agentbox's egress proxy, so no proxy records refusals"
         )));
     }
     tokio::task::spawn_blocking(move || agentbox_egress::read_refusals(&path, max))

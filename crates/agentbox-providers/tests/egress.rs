@@ -391,9 +391,18 @@ fn a_namespace_box_exposes_the_ports_asked_for_and_no_other() {
         );
         b.destroy(&ctx).await.unwrap();
 
-        let mut open = Spec::new(Duration::from_secs(60));
-        open.ports = spec.ports.clone();
-        let e = refused(p.create(&open, &ctx).await, "ports on an open box");
+        // A box with no network policy has a network of its own too: the port asked for is
+        // forwarded, and only it.
+        let mut default = Spec::new(Duration::from_secs(60));
+        default.ports = spec.ports.clone();
+        let b = p.create(&default, &ctx).await.unwrap();
+        assert_eq!(b.facts().network, Some(agentbox_core::NetworkFact::Public));
+        assert_ne!(b.endpoint(8080, &ctx).await.unwrap().port, 8080);
+        assert_eq!(b.endpoint(8081, &ctx).await.unwrap_err().code(), ErrorCode::Unsupported);
+        b.destroy(&ctx).await.unwrap();
+        let mut host = default.clone();
+        host.network = Some(Network::Host);
+        let e = refused(p.create(&host, &ctx).await, "ports on a box with network host");
         assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
         assert!(e.message().contains("shares this machine's network"), "{e}");
         spec.ports[0].kind = agentbox_core::PortKind::Https;

@@ -85,42 +85,49 @@ async fn a_namespace_box_holds_every_case_but_memory_which_it_states_it_does_not
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_namespace_box_with_no_network_cannot_reach_the_hosts_loopback_and_one_with_the_network_can() {
-    use agentbox_core::{Ctx, Network, Spec};
+async fn a_namespace_box_reaches_the_hosts_loopback_and_interfaces_only_with_network_host() {
+    use agentbox_core::{Ctx, Network, NetworkFact, Spec};
     let root = tempfile::tempdir().unwrap();
     let p = namespace_provider(root.path());
     let ctx = Ctx::background();
-    let none = p
-        .create(
-            &Spec {
-                network: Some(Network::None),
-                ..Spec::new(std::time::Duration::from_secs(60))
-            },
-            &ctx,
-        )
-        .await
-        .unwrap();
+    let spec = |network| Spec {
+        network,
+        ..Spec::new(std::time::Duration::from_secs(60))
+    };
+    let none = p.create(&spec(Some(Network::None)), &ctx).await.unwrap();
     assert_eq!(
         none.facts().interfaces.as_deref(),
         Some(&["lo".to_string()][..]),
         "{:?}",
         none.facts()
     );
+    // No policy: a network of its own, out through the egress proxy, this machine kept out.
+    let default = p.create(&spec(None), &ctx).await.unwrap();
     assert_eq!(
-        isolation::loopback_reached(none.as_ref()).await,
-        isolation::Verdict::Held
+        default.facts().network,
+        Some(NetworkFact::Public),
+        "{:?}",
+        default.facts()
     );
-    // The control: the same case breaches a box that shares this machine's network.
-    let open = p
-        .create(&Spec::new(std::time::Duration::from_secs(60)), &ctx)
-        .await
-        .unwrap();
+    for b in [&none, &default] {
+        assert_eq!(isolation::loopback_reached(b.as_ref()).await, isolation::Verdict::Held);
+        assert_eq!(isolation::interfaces_seen(b.as_ref()).await, isolation::Verdict::Held);
+    }
+    // The control: the same cases breach a box that shares this machine's network, asked for
+    // outright.
+    let host = p.create(&spec(Some(Network::Host)), &ctx).await.unwrap();
+    assert_eq!(host.facts().network, Some(NetworkFact::Host));
     assert!(matches!(
-        isolation::loopback_reached(open.as_ref()).await,
+        isolation::loopback_reached(host.as_ref()).await,
         isolation::Verdict::Breach(_)
     ));
-    none.destroy(&ctx).await.unwrap();
-    open.destroy(&ctx).await.unwrap();
+    assert!(matches!(
+        isolation::interfaces_seen(host.as_ref()).await,
+        isolation::Verdict::Breach(_)
+    ));
+    for b in [none, default, host] {
+        b.destroy(&ctx).await.unwrap();
+    }
 }
 
 /// A pod of the fake Kubernetes API server (whose kubelet runs each pod as a namespace box,

@@ -127,6 +127,8 @@ const CASES: &[(&str, Case)] = &[
     ("host_environment_read", |p| Box::pin(p.host_environment_read())),
     ("host_home_read", |p| Box::pin(p.host_home_read())),
     ("daemon_socket_reachable", |p| Box::pin(p.daemon_socket_reachable())),
+    ("host_loopback_reached", |p| Box::pin(loopback_reached(p.b.as_ref()))),
+    ("host_interfaces_seen", |p| Box::pin(interfaces_seen(p.b.as_ref()))),
     ("capabilities_held", |p| Box::pin(p.capabilities_held())),
     ("privileges_gained_by_exec", |p| Box::pin(p.privileges_gained_by_exec())),
     ("io_uring_set_up", |p| Box::pin(p.io_uring_set_up())),
@@ -403,16 +405,72 @@ impl Probe {
     }
 }
 
+/// Whether a program of `b` lists this machine's network interfaces (`/sys/class/net`): an
+/// interface is this machine's when both its name and its hardware address are, so a box's
+/// own `eth0` (a veth end, with an address of its own) is not taken for the host's.
+pub async fn interfaces_seen(b: &dyn Sandbox) -> Verdict {
+    let host = interfaces_of_this_machine();
+    if host.is_empty() {
+        return Verdict::NotRun("this machine has no interface but loopback".into());
+    }
+    let script =
+        r#"for i in /sys/class/net/*; do [ -e "$i/address" ] && echo "${i##*/} $(cat "$i/address")"; done; true"#;
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(30));
+    let argv = vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+    let ran = match b.exec(&argv, &ExecOptions::default(), &ctx).await {
+        Ok(p) => finish(p, FinishOptions::default()).await,
+        Err(e) => return Verdict::NotRun(format!("exec: {e}")),
+    };
+    match ran {
+        Ok(f) => {
+            let out = f.stdout_text();
+            let seen: Vec<&str> = out.lines().filter(|l| host.iter().any(|h| h == l.trim())).collect();
+            if seen.is_empty() {
+                Verdict::Held
+            } else {
+                Verdict::Breach(format!("this machine's interfaces: {}", seen.join(", ")))
+            }
+        }
+        Err(e) => Verdict::NotRun(format!("finish: {e}")),
+    }
+}
+
+/// This machine's interfaces but loopback, each as `NAME ADDRESS` (`/sys/class/net`).
+fn interfaces_of_this_machine() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/sys/class/net") else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let address = std::fs::read_to_string(e.path().join("address")).ok()?;
+            (name != "lo").then(|| format!("{name} {}", address.trim()))
+        })
+        .collect()
+}
+
 /// Whether a program of `b` reaches a server on this machine's loopback: a TCP listener the
-/// host opens for the call, which the box tries with bash's `/dev/tcp`.
+/// host opens for the call, which the box tries directly with bash's `/dev/tcp` and, where the
+/// box is told of a proxy (`HTTP_PROXY`), through it with a `CONNECT`. The listener's own word
+/// decides: a connection it accepted from anywhere is a breach.
 pub async fn loopback_reached(b: &dyn Sandbox) -> Verdict {
     let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
         Ok(l) => l,
         Err(e) => return Verdict::NotRun(format!("no listener on the host's loopback: {e}")),
     };
+    if let Err(e) = listener.set_nonblocking(true) {
+        return Verdict::NotRun(format!("the host's listener: {e}"));
+    }
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    // The proxy's address from `http://HOST:PORT`, asked to connect to the host's listener.
+    let via_proxy = r#"p="${HTTP_PROXY:-$http_proxy}"; p="${p#http://}"; p="${p%/}"
+if [ -n "$p" ]; then
+  bash -c 'exec 3<>"/dev/tcp/${1%:*}/${1##*:}" && printf "CONNECT 127.0.0.1:%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" "$2" >&3 && head -c 12 <&3' sh "$p" PORT 2>&1
+  echo
+fi"#
+    .replace("PORT", &port.to_string());
     let script = format!(
-        "command -v bash >/dev/null || {{ echo no-bash; exit 9; }}; bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>&1 && echo connected"
+        "command -v bash >/dev/null || {{ echo no-bash; exit 9; }}; bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>&1 && echo connected\n{via_proxy}"
     );
     let ctx = Ctx::background().with_timeout(Duration::from_secs(30));
     let argv = vec!["sh".to_string(), "-c".to_string(), script];
@@ -420,11 +478,13 @@ pub async fn loopback_reached(b: &dyn Sandbox) -> Verdict {
         Ok(p) => finish(p, FinishOptions::default()).await,
         Err(e) => return Verdict::NotRun(format!("exec: {e}")),
     };
+    let accepted = listener.accept().is_ok();
     match ran {
         Ok(f) if f.status.code == 9 => Verdict::NotRun("the box has no bash".into()),
-        Ok(f) if f.stdout_text().contains("connected") => {
-            Verdict::Breach(format!("connected to 127.0.0.1:{port} of the host"))
-        }
+        Ok(f) if accepted || f.stdout_text().contains("connected") => Verdict::Breach(format!(
+            "connected to 127.0.0.1:{port} of the host: {}",
+            f.stdout_text().trim()
+        )),
         Ok(_) => Verdict::Held,
         Err(e) => Verdict::NotRun(format!("finish: {e}")),
     }

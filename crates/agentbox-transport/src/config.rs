@@ -115,7 +115,7 @@ struct RawEnvironment {
     region: Option<String>,
     #[serde(default)]
     isolation: Option<String>,
-    /// `"open"`, `"none"` or `{ allow = [...] }`: any value, checked in [`network`] so that
+    /// `"open"`, `"none"`, `"host"` or `{ allow = [...] }`: any value, checked in [`network`] so that
     /// a wrong shape's error names the key.
     #[serde(default)]
     network: Option<serde_json::Value>,
@@ -286,13 +286,14 @@ fn check_name(name: &str, key: &str) -> Result<()> {
     }
 }
 
-/// An environment's `network`: `"open"`, `"none"`, or `{ allow = ["HOST[:PORT]", ...] }`
+/// An environment's `network`: `"open"`, `"none"`, `"host"`, or `{ allow = ["HOST[:PORT]", ...] }`
 /// (each entry parsed here, so a bad one is refused with the key named).
 fn network(v: serde_json::Value, at: &str) -> Result<Network> {
     use serde_json::Value;
     match v {
         Value::String(s) if s == "open" => Ok(Network::Open),
         Value::String(s) if s == "none" => Ok(Network::None),
+        Value::String(s) if s == "host" => Ok(Network::Host),
         Value::Object(mut o) if o.len() == 1 && o.contains_key("allow") => {
             let Some(Value::Array(items)) = o.remove("allow") else {
                 return Err(Error::invalid(format!("{at}.allow: not a list of strings")));
@@ -313,7 +314,7 @@ fn network(v: serde_json::Value, at: &str) -> Result<Network> {
             Ok(Network::Allow(list))
         }
         other => Err(Error::invalid(format!(
-            "{at}: {other} is neither \"open\", \"none\" nor {{ allow = [...] }}"
+            "{at}: {other} is neither \"open\", \"none\", \"host\" nor {{ allow = [...] }}"
         ))),
     }
 }

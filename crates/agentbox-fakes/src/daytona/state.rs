@@ -331,9 +331,13 @@ impl Shared {
         });
         spec.image = root.as_ref().map(|r| r.to_string_lossy().into_owned());
         spec.env = rec.env.clone();
-        if rec.network_block_all {
-            spec.network = Some(Network::None);
-        }
+        // A sandbox's ports are reached on this machine's loopback (the previews' proxy): the
+        // box shares this machine's network unless it is blocked.
+        spec.network = Some(if rec.network_block_all {
+            Network::None
+        } else {
+            Network::Host
+        });
         let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
         let b = self.provider.create(&spec, &ctx).await.map_err(|e| {
             DError::internal(

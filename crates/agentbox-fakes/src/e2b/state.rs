@@ -126,9 +126,9 @@ impl Shared {
     ) -> Result<Arc<dyn Sandbox>, String> {
         let mut spec = Spec::new(lifetime + BOX_MARGIN);
         spec.image = self.rootfs.as_ref().map(|r| r.to_string_lossy().into_owned());
-        if network_none {
-            spec.network = Some(Network::None);
-        }
+        // E2B's proxy reaches a sandbox's ports (its runner's among them) on this machine's
+        // loopback: the box shares this machine's network unless it is blocked.
+        spec.network = Some(if network_none { Network::None } else { Network::Host });
         spec.env = env.clone();
         self.provider
             .create(&spec, &Ctx::background().with_timeout(BOX_TIMEOUT))

@@ -54,7 +54,9 @@
 //!   (and no other selecting policy allowing any egress) gives the box no network but
 //!   loopback, read at the pod's start; one with egress rules leaves the network open (the
 //!   fake enforces no partial policy, and never pretends to); ingress is never enforced.
-//!   Without network isolation the box shares this machine's network: `podIP` is 127.0.0.1.
+//!   Without network isolation the box has its box provider's default network (a namespace
+//!   box's own, whose way out is agentbox's egress proxy); `podIP` is 127.0.0.1 all the same,
+//!   and port-forward reaches the pod's ports from inside its network (see `stream`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};

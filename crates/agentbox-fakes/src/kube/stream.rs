@@ -13,8 +13,9 @@
 //! stops reading stops the program at the runner's window; stdin is written as it comes,
 //! the socket read no faster than the program takes it.
 //!
-//! Port-forward to a pod that shares this machine's network connects to 127.0.0.1:PORT; to
-//! an isolated pod (network none) it runs `bash -c 'exec 3<>/dev/tcp/127.0.0.1/PORT ...'` in
+//! Port-forward to a pod whose box shares this machine's network (a local box, or network
+//! host) connects to 127.0.0.1:PORT; to a pod with a network of its own (a namespace box's
+//! default, or none) it runs `bash -c 'exec 3<>/dev/tcp/127.0.0.1/PORT ...'` in
 //! the box, which is inside the box's network namespace, and carries the bytes over that
 //! program's stdin and stdout (so the image needs bash; a failed connect is answered on the
 //! port's error channel with bash's message).
@@ -448,7 +449,7 @@ async fn session(
 
 /// `GET .../portforward?ports=N[,M]`, upgraded to a WebSocket.
 pub(crate) async fn port_forward(s: Arc<Shared>, ns: &str, name: &str, q: Query, req: Request) -> ApiResult {
-    let (pod, run, b) = running(&s, ns, name, &q)?;
+    let (pod, _run, b) = running(&s, ns, name, &q)?;
     let mut ports: Vec<u16> = Vec::new();
     for p in q
         .all("ports")
@@ -473,12 +474,12 @@ pub(crate) async fn port_forward(s: Arc<Shared>, ns: &str, name: &str, q: Query,
     }
     let protocol = pick(req.headers(), &["v4.channel.k8s.io", "portforward.k8s.io"])?;
     let (resp, on) = upgrade(req, &protocol)?;
-    let isolated = *run.isolated.lock().unwrap_or_else(|p| p.into_inner());
+    let own_network = !matches!(b.facts().network, Some(agentbox_core::NetworkFact::Host));
     let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
     let pod_name = name.to_string();
     tokio::spawn(async move {
         let Some(ws) = socket(on).await else { return };
-        forward(ws, ports, isolated, b, &pod_name, &uid).await;
+        forward(ws, ports, own_network, b, &pod_name, &uid).await;
     });
     Ok(resp)
 }
@@ -489,8 +490,8 @@ enum Conn {
     Relay(Process, Ctx),
 }
 
-async fn connect(port: u16, isolated: bool, b: &Arc<dyn Sandbox>) -> Result<Conn, String> {
-    if !isolated {
+async fn connect(port: u16, own_network: bool, b: &Arc<dyn Sandbox>) -> Result<Conn, String> {
+    if !own_network {
         return tokio::time::timeout(
             Duration::from_secs(10),
             tokio::net::TcpStream::connect(("127.0.0.1", port)),
@@ -518,7 +519,7 @@ async fn connect(port: u16, isolated: bool, b: &Arc<dyn Sandbox>) -> Result<Conn
 async fn forward(
     ws: WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>,
     ports: Vec<u16>,
-    isolated: bool,
+    own_network: bool,
     b: Arc<dyn Sandbox>,
     pod: &str,
     uid: &str,
@@ -547,7 +548,7 @@ async fn forward(
     let mut ctxs = Vec::new();
     for (i, port) in ports.iter().copied().enumerate() {
         let data_ch = 2 * i as u8;
-        match connect(port, isolated, &b).await {
+        match connect(port, own_network, &b).await {
             Err(why) => {
                 let msg = format!("error forwarding port {port} to pod {pod}, uid {uid}: {why}");
                 let _ = tx.send(frame(data_ch + 1, msg.as_bytes())).await;

@@ -160,9 +160,9 @@ impl Client {
         let mut spec = Spec::new(Duration::from_secs(u64::from(timeout_secs)) + BOX_TIMEOUT * 2);
         spec.image = s.rootfs.as_ref().map(|r| r.to_string_lossy().into_owned());
         spec.snapshot = snapshot;
-        if network_none {
-            spec.network = Some(Network::None);
-        }
+        // A sandbox's tunnels reach its ports on this machine's loopback: the box shares this
+        // machine's network unless it is blocked.
+        spec.network = Some(if network_none { Network::None } else { Network::Host });
         spec.env = env.clone();
         if let Some(g) = &gpu {
             let dir = s.dir.join("gpu").join(&id);

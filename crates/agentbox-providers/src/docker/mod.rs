@@ -328,7 +328,7 @@ impl DockerProvider {
                      and the engine is another machine's",
                 ));
             }
-            crate::egress::check_env(spec)?;
+            crate::egress::check_env(spec, true)?;
             if !spec.ports.is_empty() {
                 return Err(Error::unsupported(
                     "spec.ports: a Docker box with an allowlist has loopback alone, which no port \

@@ -476,12 +476,9 @@ impl Sandbox for DockerSandbox {
 
     async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {
         ctx.check()?;
-        let network = match &self.facts.network {
-            Some(agentbox_core::NetworkFact::Allowlist(list)) => Some(agentbox_core::Network::Allow(list.clone())),
-            _ => None,
-        };
+        let proxied = matches!(&self.facts.network, Some(agentbox_core::NetworkFact::Allowlist(_)));
         let log = super::state::refusals_path(&self.name)?;
-        crate::egress::refusals(network.as_ref(), log, max, self.id.as_str()).await
+        crate::egress::refusals(proxied, log, max, self.id.as_str()).await
     }
 
     async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {

@@ -339,6 +339,8 @@ impl Provider for LocalProvider {
     fn honours(&self) -> Honours {
         Honours {
             isolation: vec!["none".into()],
+            // Its programs share this machine's network whatever is asked: host is what it is.
+            network_host: true,
             env: true,
             live_processes: true,
             snapshot: true,
@@ -440,7 +442,7 @@ impl LocalSandbox {
         let facts = Facts {
             provider: NAME.into(),
             isolation: "none".into(),
-            network: Some(NetworkFact::Open),
+            network: Some(NetworkFact::Host),
             started_at_ms: Some(record.created_at_ms),
             ends_at_ms: Some(record.ends_at_ms),
             live_processes: true,

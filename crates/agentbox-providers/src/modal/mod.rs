@@ -457,7 +457,8 @@ impl ModalProvider {
         }
         match &spec.network {
             None | Some(Network::Open) => t.insert(TAG_NETWORK.into(), "open".into()),
-            Some(Network::None) => t.insert(TAG_NETWORK.into(), "none".into()),
+            // host is refused by check_spec; were it ever to reach here, blocked.
+            Some(Network::None | Network::Host) => t.insert(TAG_NETWORK.into(), "none".into()),
             Some(Network::Allow(list)) => {
                 tags::put(&mut t, TAG_ALLOW, &list.join(","))?;
                 t.insert(TAG_NETWORK.into(), "allow".into())
@@ -941,7 +942,8 @@ fn definition(
             network_access_type: pb::network_access::NetworkAccessType::Open as i32,
             ..Default::default()
         },
-        Some(Network::None) => pb::NetworkAccess {
+        // host is refused by check_spec; were it ever to reach here, blocked.
+        Some(Network::None | Network::Host) => pb::NetworkAccess {
             network_access_type: pb::network_access::NetworkAccessType::Blocked as i32,
             ..Default::default()
         },

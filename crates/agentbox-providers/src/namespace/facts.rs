@@ -93,14 +93,15 @@ pub(super) fn measure(
         provider: NAME.into(),
         isolation: NAME.into(),
         pids_limit: Some(max_processes),
-        // An allowlist is said only once a probe from inside proved it (the provider's
-        // `prove_egress`); until then, asked and not proven.
+        // A way out through the egress proxy (an allowlist, or the default) is said only once a
+        // probe from inside proved it (the provider's `prove_egress`); until then, asked and not
+        // proven.
         network: Some(if cfg.network_none {
             NetworkFact::None
         } else if cfg.egress.is_some() {
             NetworkFact::Requested
         } else {
-            NetworkFact::Open
+            NetworkFact::Host
         }),
         // With the host's network, a box's listener is this machine's: not a port the box
         // was given, and not none either. With a network of its own, the ports forwarded.

@@ -228,7 +228,7 @@ impl NamespaceProvider {
                 facts::cgroup_v2_state()
             )));
         }
-        crate::egress::check_env(spec)?;
+        crate::egress::check_env(spec, proxied(spec.network.as_ref()))?;
         if let Some(p) = spec.ports.iter().find(|p| p.kind == agentbox_core::PortKind::Https) {
             return Err(Error::unsupported(format!(
                 "spec.ports: port {} asks for https (a bare number does), and agentbox has no \
@@ -236,12 +236,21 @@ impl NamespaceProvider {
                 p.port, p.port
             )));
         }
-        if !spec.ports.is_empty() && !matches!(spec.network, Some(Network::Allow(_))) {
-            return Err(Error::unsupported(
-                "spec.ports: an open namespace box shares this machine's network, so every port it \
-                 listens on is this machine's already, asked for or not; a box with an allowlist has \
-                 a network of its own, from which only the ports asked for are forwarded",
-            ));
+        match (&spec.network, spec.ports.is_empty()) {
+            (Some(Network::Host), false) => {
+                return Err(Error::unsupported(
+                    "spec.ports: a box with network host shares this machine's network, so every port \
+                     it listens on is this machine's already, asked for or not; a box with a network \
+                     of its own (the default) has only the ports asked for forwarded",
+                ));
+            }
+            (Some(Network::None), false) => {
+                return Err(Error::unsupported(
+                    "spec.ports: a box with network none has loopback alone and no keeper's listener \
+                     to forward a port through; give it the default network or an allowlist",
+                ));
+            }
+            _ => {}
         }
         if spec.ports.len() > agentbox_protocol::namespace::MAX_PORTS {
             return Err(Error::invalid(format!(
@@ -278,15 +287,18 @@ impl NamespaceProvider {
         env.insert("LANG".into(), "C.UTF-8".into());
         env.extend(spec.env.clone());
         let egress = match &spec.network {
-            Some(Network::Allow(list)) => {
-                env.extend(crate::egress::proxy_env());
-                Some(agentbox_protocol::namespace::Egress {
-                    port: EGRESS_PORT,
-                    allow: list.clone(),
-                })
+            Some(Network::None | Network::Host) => None,
+            Some(Network::Allow(list)) => Some(list.clone()),
+            // No policy, or open: the internet through the proxy, this machine kept out.
+            None | Some(Network::Open) => Some(vec!["*".to_string()]),
+        }
+        .map(|allow| {
+            env.extend(crate::egress::proxy_env());
+            agentbox_protocol::namespace::Egress {
+                port: EGRESS_PORT,
+                allow,
             }
-            _ => None,
-        };
+        });
         let cfg = BoxConfig {
             name: name.to_string(),
             dir: dir.to_string_lossy().into_owned(),
@@ -538,14 +550,28 @@ impl NamespaceProvider {
             };
             record.write(&dir)?;
             let record = match &spec.network {
-                Some(Network::Allow(list)) => self.prove_egress(&dir, record, list, ctx).await?,
-                _ => record,
+                Some(Network::Allow(list)) => {
+                    self.prove_egress(&dir, record, agentbox_core::NetworkFact::Allowlist(list.to_vec()), ctx)
+                        .await?
+                }
+                None | Some(Network::Open) => {
+                    self.prove_egress(&dir, record, agentbox_core::NetworkFact::Public, ctx)
+                        .await?
+                }
+                Some(Network::None | Network::Host) => record,
             };
             Ok::<_, Error>(record)
         }
         .await;
         let r = match made {
             Ok(record) => {
+                if record.spec.network == Some(Network::Host) {
+                    tracing::warn!(
+                        box_id = %record.id,
+                        "the box shares this machine's network (network host): its programs reach every \
+                         service of this machine's, loopback included"
+                    );
+                }
                 let b = self.sandbox(dir, record);
                 tracing::info!(box_id = %b.id(), name, ms = t0.elapsed().as_millis() as u64, "created");
                 Ok(Some(b))
@@ -559,13 +585,20 @@ impl NamespaceProvider {
         r
     }
 
-    /// A box with an allowlist is said to have it only once a program in it reached the proxy
-    /// and failed to connect past it (`agentbox-runner probe egress:PORT`); a box that fails
-    /// the probe is not handed out.
-    async fn prove_egress(&self, dir: &Path, mut record: Record, list: &[String], ctx: &Ctx) -> Result<Record> {
+    /// A box whose way out is the egress proxy (an allowlist, or the default network) is said
+    /// to have it (`proven`) only once a program in it reached the proxy and failed to connect
+    /// past it (`agentbox-runner probe egress:PORT`); a box that fails the probe is not handed
+    /// out.
+    async fn prove_egress(
+        &self,
+        dir: &Path,
+        mut record: Record,
+        proven: agentbox_core::NetworkFact,
+        ctx: &Ctx,
+    ) -> Result<Record> {
         let b = sandbox::open(dir.to_path_buf(), record.clone());
         crate::egress::prove(b.as_ref(), agentbox_protocol::namespace::RUNNER, ctx).await?;
-        record.facts.network = Some(agentbox_core::NetworkFact::Allowlist(list.to_vec()));
+        record.facts.network = Some(proven);
         record.write(dir)?;
         Ok(record)
     }
@@ -596,6 +629,12 @@ impl NamespaceProvider {
         remove_ended(&dir, &record);
         Ok(None)
     }
+}
+
+/// Whether a box of `network` goes out through the egress proxy: every network but none and
+/// host (the default is the internet through it, with this machine kept out).
+pub(crate) fn proxied(network: Option<&Network>) -> bool {
+    !matches!(network, Some(Network::None | Network::Host))
 }
 
 /// The keeper's `8080=41234 5432=41235`: each port of the box's, and this machine's port for it.
@@ -648,6 +687,7 @@ impl Provider for NamespaceProvider {
             isolation: vec![NAME.into()],
             network_none: true,
             network_allowlist: true,
+            network_host: true,
             ports: true,
             mounts: true,
             env: true,

@@ -218,7 +218,7 @@ impl Sandbox for NamespaceSandbox {
                 self.record.id
             )));
         }
-        if self.facts.network != Some(agentbox_core::NetworkFact::Open) {
+        if self.facts.network != Some(agentbox_core::NetworkFact::Host) {
             // A network of its own: only a port asked for, through its keeper's listener.
             return match self.record.ports.get(&port) {
                 Some(&host_port) => Ok(Endpoint {
@@ -266,7 +266,13 @@ impl Sandbox for NamespaceSandbox {
     async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {
         ctx.check()?;
         let log = self.dir.join(agentbox_protocol::namespace::EGRESS_LOG);
-        crate::egress::refusals(self.record.spec.network.as_ref(), log, max, self.id().as_str()).await
+        crate::egress::refusals(
+            super::proxied(self.record.spec.network.as_ref()),
+            log,
+            max,
+            self.id().as_str(),
+        )
+        .await
     }
 
     fn files(&self) -> Option<&dyn Files> {

@@ -5,7 +5,9 @@
 //! the box gets its own of: a new `/proc`, a minimal `/dev`, `/tmp`, `/run` (an empty tmpfs, so
 //! every daemon's socket under it is gone, `/run/user` with the SSH and D-Bus sockets too),
 //! `/home` (empty: every person's home is masked), `/root` (the box's home) and `/workspace`;
-//! `/sys` is always this machine's, read-only, also over a rootfs.
+//! `/sys` is read-only, also over a rootfs: a sysfs of the box's own where it has a network of
+//! its own (so `/sys/class/net` lists the box's interfaces, never this machine's), else this
+//! machine's.
 //! Everything bound from the host is made read-only, nosuid and nodev at once with
 //! `mount_setattr(AT_RECURSIVE)`, then the writable directories are bound over it, and the
 //! init pivots into the new root, leaving the host's tree unreachable.
@@ -116,7 +118,7 @@ fn build_inner(cfg: &BoxConfig, fds: &Fds) -> Result<(), String> {
         std::fs::create_dir(new.join(n)).map_err(|e| err(format!("making /{n}"), e))?;
     }
     std::fs::set_permissions(new.join("tmp"), std::fs::Permissions::from_mode(0o1777)).map_err(|e| err("/tmp", e))?;
-    rustix::mount::mount_bind_recursive("/sys", new.join("sys")).map_err(|e| err("binding /sys", e))?;
+    sys(cfg, &new.join("sys"))?;
     // Where a spec's mount lands at the top level, it needs a directory of its own there.
     for m in &cfg.mounts {
         let first = m.target.trim_start_matches('/').split('/').next().unwrap_or("");
@@ -312,6 +314,33 @@ fn setattr(path: &Path, attrs: u64, recursive: bool) -> Result<(), String> {
             ""
         };
         return Err(err(format!("making {} read-only{hint}", path.display()), e));
+    }
+    Ok(())
+}
+
+/// The box's `/sys` at `to`. A box with a network namespace of its own gets a sysfs mounted in
+/// it, whose network devices are that namespace's alone; should the kernel refuse the mount,
+/// this machine's `/sys` is bound with an empty `class/net` over its list of interfaces. A box
+/// on this machine's network sees this machine's `/sys`, whose interfaces are its own too.
+fn sys(cfg: &BoxConfig, to: &Path) -> Result<(), String> {
+    let own_network = cfg.network_none || cfg.egress.is_some();
+    if own_network {
+        let flags = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+        match rustix::mount::mount("sysfs", to, "sysfs", flags, None) {
+            Ok(()) => return Ok(()),
+            Err(e) => eprintln!("agentbox-runner: a sysfs of the box's own: {e}; masking this machine's interfaces"),
+        }
+    }
+    rustix::mount::mount_bind_recursive("/sys", to).map_err(|e| err("binding /sys", e))?;
+    if own_network {
+        rustix::mount::mount(
+            "tmpfs",
+            to.join("class/net"),
+            "tmpfs",
+            MountFlags::RDONLY,
+            Some(c"size=4k,mode=0555"),
+        )
+        .map_err(|e| err("masking /sys/class/net", e))?;
     }
     Ok(())
 }
