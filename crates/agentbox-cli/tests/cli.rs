@@ -1261,3 +1261,59 @@ fn the_egress_bench_puts_the_proxy_beside_a_direct_connection() {
         assert!(ratio.is_finite() && ratio > 0.0, "{p}");
     }
 }
+
+#[test]
+fn sync_pull_keeps_host_edits_and_remembers_deletions() {
+    let h = Home::new();
+    let id = h
+        .ok(&["box", "create", "--provider", "local", "--lifetime", "5m"])
+        .trim()
+        .to_string();
+    let host = tempfile::tempdir().unwrap();
+    let to = host.path().to_str().unwrap();
+    std::fs::write(host.path().join("a.txt"), "one").unwrap();
+    std::fs::write(host.path().join("gone.txt"), "bye").unwrap();
+    h.ok(&["sync", "seed", &id, "--from", to, "--to", "proj"]);
+    h.ok(&[
+        "box",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo box > proj/a.txt && rm proj/gone.txt",
+    ]);
+    std::fs::write(host.path().join("a.txt"), "host").unwrap();
+    let pull = |extra: &[&str]| {
+        let mut args = vec!["sync", "pull", &id, "--from", "proj", "--to", to];
+        args.extend_from_slice(extra);
+        let out = h.run(&args, b"");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (report, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+
+    // The host's edit stays, and is named in the report and for people on stderr.
+    let (report, said) = pull(&[]);
+    assert_eq!(report["host_changed"], serde_json::json!(["a.txt"]), "{report}");
+    assert!(said.contains("\"a.txt\"") && said.contains("--force"), "{said}");
+    assert_eq!(std::fs::read_to_string(host.path().join("a.txt")).unwrap(), "host");
+    assert!(host.path().join("gone.txt").exists(), "a plain pull removes nothing");
+
+    // The deletion that pull saw is still the mirror's to make; the host's edit is named again.
+    let (report, _) = pull(&["--mirror-deletes"]);
+    assert_eq!(report["deleted"], 1, "{report}");
+    assert!(!host.path().join("gone.txt").exists());
+    assert_eq!(report["host_changed"], serde_json::json!(["a.txt"]), "{report}");
+    assert_eq!(std::fs::read_to_string(host.path().join("a.txt")).unwrap(), "host");
+
+    // --force takes the box's.
+    let (report, _) = pull(&["--force"]);
+    assert_eq!(report["host_changed"], serde_json::json!([]), "{report}");
+    assert_eq!(std::fs::read_to_string(host.path().join("a.txt")).unwrap(), "box\n");
+    h.ok(&["box", "rm", &id]);
+}
