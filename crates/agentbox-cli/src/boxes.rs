@@ -842,7 +842,39 @@ async fn exec(a: ExecArgs) -> Result<i32> {
         detach: a.detach,
         timeout: a.timeout,
     };
+    // A box whose programs take no input (each exec one call carrying the command alone)
+    // refuses stdin that has bytes, as its own API does, rather than dropping them: before the
+    // program runs when they come within STDIN_LOOK, else as soon as they come.
+    let mut refused_input = None;
+    // Stdin is the program's unless detached, or -t without -i.
+    let forwarded = !a.detach && (!a.tty || a.interactive);
+    if !b.facts().live_processes && forwarded && !term::stdin_is_terminal() {
+        let mut chunks = procs::stdin_chunks();
+        match tokio::time::timeout(STDIN_LOOK, next_bytes(&mut chunks)).await {
+            Ok(true) => return Err(no_input(&a.id, "the program was not run")),
+            // The end of stdin (/dev/null, an empty pipe): nothing is dropped.
+            Ok(false) => {}
+            Err(_) => refused_input = Some(chunks),
+        }
+    }
     let mut p = b.exec(&a.argv, &opts, &ctx).await?;
+    if let Some(mut chunks) = refused_input {
+        if let Some(w) = p.stdin.take() {
+            procs::leave_open(w);
+        }
+        let session = procs::session(p, a.tty, procs::Input::None, procs::OnSignal::Kill);
+        let late = async {
+            if next_bytes(&mut chunks).await {
+                return;
+            }
+            std::future::pending::<()>().await
+        };
+        return tokio::select! {
+            biased;
+            _ = late => Err(no_input(&a.id, "it came after the program started, and was not sent")),
+            r = session => r,
+        };
+    }
     if a.detach {
         if let Some(w) = p.stdin.take() {
             procs::leave_open(w);
@@ -859,6 +891,27 @@ async fn exec(a: ExecArgs) -> Result<i32> {
         procs::Input::Forward
     };
     procs::session(p, a.tty, input, procs::OnSignal::Kill).await
+}
+
+/// How long `box exec` waits for stdin's first bytes (or its end) before it runs a program in a
+/// box that takes no input; past it, stdin is still watched while the program runs.
+const STDIN_LOOK: Duration = Duration::from_secs(1);
+
+/// Whether stdin gives bytes before its end.
+async fn next_bytes(chunks: &mut tokio::sync::mpsc::Receiver<Vec<u8>>) -> bool {
+    while let Some(c) = chunks.recv().await {
+        if !c.is_empty() {
+            return true;
+        }
+    }
+    false
+}
+
+/// The refusal of stdin's bytes by a box whose programs take no input.
+fn no_input(id: &SandboxId, what: &str) -> Error {
+    Error::unsupported(format!(
+        "box {id}: stdin has data, and this box's programs take no input (its facts say live_processes: false: each exec is one call that carries the command alone); {what}. Copy the input in (box cp - {id}:FILE) and name the file instead"
+    ))
 }
 
 /// The box's shell: bash where it has it, else sh.

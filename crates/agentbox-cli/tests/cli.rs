@@ -1262,6 +1262,29 @@ fn the_egress_bench_puts_the_proxy_beside_a_direct_connection() {
     }
 }
 
+/// `agentbox ARGS` in `h`'s home with `env` set; stdin `/dev/null` for `None`, else a pipe
+/// that gives `stdin` and ends.
+fn run_with(h: &Home, args: &[&str], env: &[(&str, String)], stdin: Option<&[u8]>) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(args)
+        .env("AGENTBOX_HOME", h.0.path())
+        .env_remove("AGENTBOX_PROVIDER")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(bytes) = stdin {
+        let mut w = child.stdin.take().unwrap();
+        // A program that refuses its stdin may have ended before reading it.
+        let _ = w.write_all(bytes);
+    }
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn sync_pull_keeps_host_edits_and_remembers_deletions() {
     let h = Home::new();
@@ -1316,4 +1339,59 @@ fn sync_pull_keeps_host_edits_and_remembers_deletions() {
     assert_eq!(report["host_changed"], serde_json::json!([]), "{report}");
     assert_eq!(std::fs::read_to_string(host.path().join("a.txt")).unwrap(), "box\n");
     h.ok(&["box", "rm", &id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_that_takes_no_input_refuses_stdin_with_bytes() {
+    use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
+    let Some(rootfs) = agentbox_testing::services::rootfs("a_box_that_takes_no_input_refuses_stdin_with_bytes") else {
+        return;
+    };
+    // The fake's key. Not a secret: the fake's own.
+    const KEY: &str = "archil-fake-key-for-tests-0123456789";
+    let fake = FakeArchil::start(FakeArchilOptions {
+        rootfs: Some(rootfs.into()),
+        api_key: KEY.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake Archil starts");
+    let env = vec![
+        ("ARCHIL_API_KEY", KEY.to_string()),
+        ("ARCHIL_REGION", "aws-us-east-1".to_string()),
+        ("ARCHIL_BASE_URL", fake.base_url()),
+        ("ARCHIL_S3_BASE_URL", fake.s3_base_url()),
+        ("ARCHIL_DISK", fake.create_disk("work").unwrap()),
+    ];
+    let h = Home::new();
+    // The CLI runs as a child process; this runtime's workers keep serving the fake meanwhile.
+    let run = |args: &[&str], stdin: Option<&[u8]>| tokio::task::block_in_place(|| run_with(&h, args, &env, stdin));
+    let out = run(&["box", "create", "--provider", "archil", "--lifetime", "5m"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let execs = || {
+        fake.requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.contains("exec"))
+            .count()
+    };
+
+    // Bytes on stdin: refused as the provider's own API refuses them, and nothing runs.
+    let before = execs();
+    let out = run(&["box", "exec", &id, "--", "cat"], Some(b"data\n"));
+    one_line_error(&out, 1, "unsupported");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stdin") && err.contains(&id), "{err}");
+    assert!(out.stdout.is_empty(), "{:?}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(execs(), before, "the program was not run");
+
+    // No bytes: /dev/null, or a pipe that ends at once, runs the program.
+    for stdin in [None, Some(&b""[..])] {
+        let out = run(&["box", "exec", &id, "--", "echo", "ran"], stdin);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    }
+    let out = run(&["box", "rm", &id], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    fake.shutdown().await;
 }
