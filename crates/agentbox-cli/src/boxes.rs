@@ -12,9 +12,6 @@ use clap::{Args, Subcommand};
 
 use crate::{procs, term};
 
-/// The largest file `box cp` brings out of a box.
-const MAX_COPY_BYTES: u64 = 1 << 30;
-
 #[derive(Subcommand)]
 pub(crate) enum BoxCommand {
     /// Make a box and print its id.
@@ -125,11 +122,15 @@ pub(crate) enum BoxCommand {
         #[arg(required = true)]
         ids: Vec<SandboxId>,
     },
-    /// Copy a file between this machine and a box: `cp FILE ID:PATH` or `cp ID:PATH FILE`.
+    /// Copy a file or a directory between this machine and a box, as `docker cp` does:
+    /// `cp SRC ID:PATH` or `cp ID:PATH DEST`. A destination that is a directory, or ends in
+    /// `/`, takes the source into it under its own name. `-` is stdin or stdout: a file's
+    /// bytes, or a tar stream for a directory (out of a box) or a destination ending in `/`
+    /// (into one).
     Cp {
-        /// The source: a file here, or ID:PATH.
+        /// The source: a path here, ID:PATH, or - (stdin).
         src: String,
-        /// The destination: a file here, or ID:PATH.
+        /// The destination: a path here, ID:PATH, or - (stdout).
         dst: String,
     },
     /// The box of a name (and labels): made as `create` would when there is none, woken when
@@ -710,7 +711,7 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             }
             Ok(0)
         }
-        BoxCommand::Cp { src, dst } => copy(&src, &dst, &ctx).await.map(|_| 0),
+        BoxCommand::Cp { src, dst } => crate::cp::copy(&src, &dst, &ctx).await.map(|_| 0),
     }
 }
 
@@ -795,34 +796,11 @@ async fn list_everywhere(labels: &Labels) -> Vec<Arc<dyn Sandbox>> {
 }
 
 /// Split `ID:PATH`, when `s` starts with a box id.
-fn box_path(s: &str) -> Option<(SandboxId, String)> {
+pub(crate) fn box_path(s: &str) -> Option<(SandboxId, String)> {
     let (provider, rest) = s.split_once(':')?;
     let (name, path) = rest.split_once(':')?;
     let id = SandboxId::new(provider, name).ok()?;
     Some((id, path.to_string()))
-}
-
-async fn copy(src: &str, dst: &str, ctx: &Ctx) -> Result<()> {
-    match (box_path(src), box_path(dst)) {
-        (None, Some((id, path))) => {
-            let data = tokio::fs::read(src)
-                .await
-                .map_err(|e| Error::io(e, format!("reading {src}")))?;
-            attach(&id, ctx).await?.upload(&path, &data, ctx).await
-        }
-        (Some((id, path)), None) => {
-            let data = attach(&id, ctx).await?.download(&path, MAX_COPY_BYTES, ctx).await?;
-            tokio::fs::write(dst, data)
-                .await
-                .map_err(|e| Error::io(e, format!("writing {dst}")))
-        }
-        (Some(_), Some(_)) => Err(Error::invalid(
-            "cp: copy between two boxes through this machine, in two steps",
-        )),
-        (None, None) => Err(Error::invalid(
-            "cp: one side must be ID:PATH (for example local:3f9a…:notes.txt)",
-        )),
-    }
 }
 
 async fn exec(a: ExecArgs) -> Result<i32> {

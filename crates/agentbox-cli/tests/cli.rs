@@ -1395,3 +1395,105 @@ async fn a_box_that_takes_no_input_refuses_stdin_with_bytes() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     fake.shutdown().await;
 }
+
+#[test]
+fn box_cp_copies_directories_streams_and_into_directories() {
+    let h = Home::new();
+    let id = h
+        .ok(&["box", "create", "--provider", "local", "--lifetime", "5m"])
+        .trim()
+        .to_string();
+    let at = |p: &str| format!("{id}:{p}");
+    let cat = |p: &str| h.ok(&["box", "exec", &id, "--", "cat", p]);
+    let here = tempfile::tempdir().unwrap();
+    let tree = here.path().join("tree");
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    std::fs::write(tree.join("f.txt"), "eff").unwrap();
+    std::fs::write(tree.join("sub/g.txt"), "gee").unwrap();
+    let tree_s = tree.to_str().unwrap();
+
+    // A directory into a box: to a new path, and into one that ends in /.
+    h.ok(&["box", "cp", tree_s, &at("copied")]);
+    assert_eq!(cat("copied/f.txt"), "eff");
+    assert_eq!(cat("copied/sub/g.txt"), "gee");
+    h.ok(&["box", "cp", tree_s, &at("into/")]);
+    assert_eq!(cat("into/tree/sub/g.txt"), "gee");
+    // A file into a box directory keeps its name, with or without the /.
+    h.ok(&["box", "cp", tree.join("f.txt").to_str().unwrap(), &at("into/")]);
+    assert_eq!(cat("into/f.txt"), "eff");
+    h.ok(&["box", "exec", &id, "--", "mkdir", "plain"]);
+    h.ok(&["box", "cp", tree.join("f.txt").to_str().unwrap(), &at("plain")]);
+    assert_eq!(cat("plain/f.txt"), "eff");
+
+    // A directory out of a box, through the extractor: a link in it is not followed.
+    h.ok(&["box", "exec", &id, "--", "ln", "-s", "/etc/passwd", "copied/link"]);
+    let out_dir = here.path().join("out");
+    let out = h.run(&["box", "cp", &at("copied"), out_dir.to_str().unwrap()], b"");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(out_dir.join("sub/g.txt")).unwrap(), "gee");
+    assert!(
+        std::fs::symlink_metadata(out_dir.join("link")).is_err(),
+        "the link is not made"
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("not copied (symlink)"), "{said}");
+    // Into an existing directory (or one named with /): under the source's name.
+    h.ok(&["box", "cp", &at("copied"), out_dir.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(out_dir.join("copied/f.txt")).unwrap(), "eff");
+    let fresh = format!("{}/fresh/", here.path().display());
+    h.ok(&["box", "cp", &at("copied/f.txt"), &fresh]);
+    assert_eq!(std::fs::read_to_string(here.path().join("fresh/f.txt")).unwrap(), "eff");
+
+    // - is stdout: a file's bytes, or a tar of a directory under its name.
+    assert_eq!(h.ok(&["box", "cp", &at("copied/sub/g.txt"), "-"]), "gee");
+    let out = h.run(&["box", "cp", &at("copied/sub"), "-"], b"");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listing = tar_list(&out.stdout);
+    assert!(listing.contains(&"sub/g.txt".to_string()), "{listing:?}");
+
+    // - is stdin: a file's bytes, or a tar unpacked into a destination that ends in /.
+    let out = h.run(&["box", "cp", "-", &at("piped.txt")], b"from stdin");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(cat("piped.txt"), "from stdin");
+    let tar = Command::new("tar")
+        .args(["-c", "-f", "-", "-C", tree_s, "."])
+        .output()
+        .unwrap()
+        .stdout;
+    let out = h.run(&["box", "cp", "-", &at("untarred/")], &tar);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(cat("untarred/sub/g.txt"), "gee");
+
+    // Bad cases, each one line naming the problem.
+    let file = tree.join("f.txt");
+    one_line_error(
+        &h.run(&["box", "cp", &at("copied"), file.to_str().unwrap()], b""),
+        1,
+        "not a directory here",
+    );
+    one_line_error(
+        &h.run(&["box", "cp", "-", &at("copied")], b"x"),
+        1,
+        "is a directory in the box",
+    );
+    one_line_error(&h.run(&["box", "cp", "-", "-"], b""), 1, "ID:PATH");
+    one_line_error(&h.run(&["box", "cp", &at("nothing-here"), "-"], b""), 1, "nothing-here");
+    h.ok(&["box", "rm", &id]);
+}
+
+/// The member names of a tar, as `tar -t` lists them.
+fn tar_list(tar: &[u8]) -> Vec<String> {
+    use std::io::Write;
+    let mut child = Command::new("tar")
+        .args(["-t", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(tar).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim_end_matches('/').to_string())
+        .collect()
+}
