@@ -12,9 +12,6 @@ use clap::{Args, Subcommand};
 
 use crate::{procs, term};
 
-/// The largest file `box cp` brings out of a box.
-const MAX_COPY_BYTES: u64 = 1 << 30;
-
 #[derive(Subcommand)]
 pub(crate) enum BoxCommand {
     /// Make a box and print its id.
@@ -125,11 +122,15 @@ pub(crate) enum BoxCommand {
         #[arg(required = true)]
         ids: Vec<SandboxId>,
     },
-    /// Copy a file between this machine and a box: `cp FILE ID:PATH` or `cp ID:PATH FILE`.
+    /// Copy a file or a directory between this machine and a box, as `docker cp` does:
+    /// `cp SRC ID:PATH` or `cp ID:PATH DEST`. A destination that is a directory, or ends in
+    /// `/`, takes the source into it under its own name. `-` is stdin or stdout: a file's
+    /// bytes, or a tar stream for a directory (out of a box) or a destination ending in `/`
+    /// (into one).
     Cp {
-        /// The source: a file here, or ID:PATH.
+        /// The source: a path here, ID:PATH, or - (stdin).
         src: String,
-        /// The destination: a file here, or ID:PATH.
+        /// The destination: a path here, ID:PATH, or - (stdout).
         dst: String,
     },
     /// The box of a name (and labels): made as `create` would when there is none, woken when
@@ -712,7 +713,7 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             }
             Ok(0)
         }
-        BoxCommand::Cp { src, dst } => copy(&src, &dst, &ctx).await.map(|_| 0),
+        BoxCommand::Cp { src, dst } => crate::cp::copy(&src, &dst, &ctx).await.map(|_| 0),
     }
 }
 
@@ -808,34 +809,11 @@ async fn list_everywhere(labels: &Labels) -> Vec<Arc<dyn Sandbox>> {
 }
 
 /// Split `ID:PATH`, when `s` starts with a box id.
-fn box_path(s: &str) -> Option<(SandboxId, String)> {
+pub(crate) fn box_path(s: &str) -> Option<(SandboxId, String)> {
     let (provider, rest) = s.split_once(':')?;
     let (name, path) = rest.split_once(':')?;
     let id = SandboxId::new(provider, name).ok()?;
     Some((id, path.to_string()))
-}
-
-async fn copy(src: &str, dst: &str, ctx: &Ctx) -> Result<()> {
-    match (box_path(src), box_path(dst)) {
-        (None, Some((id, path))) => {
-            let data = tokio::fs::read(src)
-                .await
-                .map_err(|e| Error::io(e, format!("reading {src}")))?;
-            attach(&id, ctx).await?.upload(&path, &data, ctx).await
-        }
-        (Some((id, path)), None) => {
-            let data = attach(&id, ctx).await?.download(&path, MAX_COPY_BYTES, ctx).await?;
-            tokio::fs::write(dst, data)
-                .await
-                .map_err(|e| Error::io(e, format!("writing {dst}")))
-        }
-        (Some(_), Some(_)) => Err(Error::invalid(
-            "cp: copy between two boxes through this machine, in two steps",
-        )),
-        (None, None) => Err(Error::invalid(
-            "cp: one side must be ID:PATH (for example local:3f9a…:notes.txt)",
-        )),
-    }
 }
 
 async fn exec(a: ExecArgs) -> Result<i32> {
@@ -855,7 +833,39 @@ async fn exec(a: ExecArgs) -> Result<i32> {
         detach: a.detach,
         timeout: a.timeout,
     };
+    // A box whose programs take no input (each exec one call carrying the command alone)
+    // refuses stdin that has bytes, as its own API does, rather than dropping them: before the
+    // program runs when they come within STDIN_LOOK, else as soon as they come.
+    let mut refused_input = None;
+    // Stdin is the program's unless detached, or -t without -i.
+    let forwarded = !a.detach && (!a.tty || a.interactive);
+    if !b.facts().live_processes && forwarded && !term::stdin_is_terminal() {
+        let mut chunks = procs::stdin_chunks();
+        match tokio::time::timeout(STDIN_LOOK, next_bytes(&mut chunks)).await {
+            Ok(true) => return Err(no_input(&a.id, "the program was not run")),
+            // The end of stdin (/dev/null, an empty pipe): nothing is dropped.
+            Ok(false) => {}
+            Err(_) => refused_input = Some(chunks),
+        }
+    }
     let mut p = b.exec(&a.argv, &opts, &ctx).await?;
+    if let Some(mut chunks) = refused_input {
+        if let Some(w) = p.stdin.take() {
+            procs::leave_open(w);
+        }
+        let session = procs::session(p, a.tty, procs::Input::None, procs::OnSignal::Kill);
+        let late = async {
+            if next_bytes(&mut chunks).await {
+                return;
+            }
+            std::future::pending::<()>().await
+        };
+        return tokio::select! {
+            biased;
+            _ = late => Err(no_input(&a.id, "it came after the program started, and was not sent")),
+            r = session => r,
+        };
+    }
     if a.detach {
         if let Some(w) = p.stdin.take() {
             procs::leave_open(w);
@@ -872,6 +882,27 @@ async fn exec(a: ExecArgs) -> Result<i32> {
         procs::Input::Forward
     };
     procs::session(p, a.tty, input, procs::OnSignal::Kill).await
+}
+
+/// How long `box exec` waits for stdin's first bytes (or its end) before it runs a program in a
+/// box that takes no input; past it, stdin is still watched while the program runs.
+const STDIN_LOOK: Duration = Duration::from_secs(1);
+
+/// Whether stdin gives bytes before its end.
+async fn next_bytes(chunks: &mut tokio::sync::mpsc::Receiver<Vec<u8>>) -> bool {
+    while let Some(c) = chunks.recv().await {
+        if !c.is_empty() {
+            return true;
+        }
+    }
+    false
+}
+
+/// The refusal of stdin's bytes by a box whose programs take no input.
+fn no_input(id: &SandboxId, what: &str) -> Error {
+    Error::unsupported(format!(
+        "box {id}: stdin has data, and this box's programs take no input (its facts say live_processes: false: each exec is one call that carries the command alone); {what}. Copy the input in (box cp - {id}:FILE) and name the file instead"
+    ))
 }
 
 /// The box's shell: bash where it has it, else sh.

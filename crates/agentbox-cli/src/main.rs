@@ -7,6 +7,7 @@ mod bench;
 mod bench_egress;
 mod bench_kube;
 mod boxes;
+mod cp;
 mod demo;
 mod drivers;
 mod ledger;

@@ -206,7 +206,7 @@ async fn signalled() -> i32 {
 /// This process's stdin, read on a thread of its own: a blocking read of a terminal cannot be
 /// cancelled, and on tokio's blocking pool it would hold this process up at its exit until
 /// the person pressed a key. The thread ends with the process.
-fn stdin_chunks() -> mpsc::Receiver<Vec<u8>> {
+pub(crate) fn stdin_chunks() -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel(4);
     std::thread::spawn(move || {
         use std::io::Read;

@@ -36,7 +36,8 @@ pub(crate) enum SyncCommand {
         #[arg(long)]
         read_only: Vec<String>,
     },
-    /// Bring back what changed in a box directory since the last seed or pull of it.
+    /// Bring back what changed in a box directory since the last seed or pull of it. A file
+    /// changed here since then is left as it is and named (`host_changed`, and on stderr).
     Pull {
         /// The box's id.
         id: SandboxId,
@@ -52,6 +53,10 @@ pub(crate) enum SyncCommand {
         /// Leave a relative path out (repeatable).
         #[arg(long)]
         exclude: Vec<String>,
+        /// Replace (or, with --mirror-deletes, remove) files here even when they changed here
+        /// since the last seed or pull.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -122,6 +127,7 @@ pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
             to,
             mirror_deletes,
             exclude,
+            force,
         } => {
             let ctx = Ctx::background();
             let b = crate::boxes::attach(&id, &ctx).await?;
@@ -133,9 +139,15 @@ pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
                 since,
                 mirror_deletes,
                 exclude,
+                if_unchanged: !force,
                 ..Default::default()
             };
             let pulled = agentbox_sync::pull_dir(&*b, &opts, &ctx).await?;
+            for p in &pulled.host_changed {
+                crate::term::say(&format!(
+                    "sync pull: left {p:?} as it is here: it changed here since the last seed or pull (--force takes the box's)"
+                ));
+            }
             let mark = serde_json::to_vec(&pulled.mark).map_err(|e| Error::unknown(e.to_string()))?;
             std::fs::write(&path, mark).map_err(|e| Error::io(e, "keeping the mark"))?;
             print(&serde_json::json!({

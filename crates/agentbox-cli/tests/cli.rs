@@ -1261,3 +1261,239 @@ fn the_egress_bench_puts_the_proxy_beside_a_direct_connection() {
         assert!(ratio.is_finite() && ratio > 0.0, "{p}");
     }
 }
+
+/// `agentbox ARGS` in `h`'s home with `env` set; stdin `/dev/null` for `None`, else a pipe
+/// that gives `stdin` and ends.
+fn run_with(h: &Home, args: &[&str], env: &[(&str, String)], stdin: Option<&[u8]>) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(args)
+        .env("AGENTBOX_HOME", h.0.path())
+        .env_remove("AGENTBOX_PROVIDER")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(bytes) = stdin {
+        let mut w = child.stdin.take().unwrap();
+        // A program that refuses its stdin may have ended before reading it.
+        let _ = w.write_all(bytes);
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn sync_pull_keeps_host_edits_and_remembers_deletions() {
+    let h = Home::new();
+    let id = h
+        .ok(&["box", "create", "--provider", "local", "--lifetime", "5m"])
+        .trim()
+        .to_string();
+    let host = tempfile::tempdir().unwrap();
+    let to = host.path().to_str().unwrap();
+    std::fs::write(host.path().join("a.txt"), "one").unwrap();
+    std::fs::write(host.path().join("gone.txt"), "bye").unwrap();
+    h.ok(&["sync", "seed", &id, "--from", to, "--to", "proj"]);
+    h.ok(&[
+        "box",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo box > proj/a.txt && rm proj/gone.txt",
+    ]);
+    std::fs::write(host.path().join("a.txt"), "host").unwrap();
+    let pull = |extra: &[&str]| {
+        let mut args = vec!["sync", "pull", &id, "--from", "proj", "--to", to];
+        args.extend_from_slice(extra);
+        let out = h.run(&args, b"");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (report, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+
+    // The host's edit stays, and is named in the report and for people on stderr.
+    let (report, said) = pull(&[]);
+    assert_eq!(report["host_changed"], serde_json::json!(["a.txt"]), "{report}");
+    assert!(said.contains("\"a.txt\"") && said.contains("--force"), "{said}");
+    assert_eq!(std::fs::read_to_string(host.path().join("a.txt")).unwrap(), "host");
+    assert!(host.path().join("gone.txt").exists(), "a plain pull removes nothing");
+
+    // The deletion that pull saw is still the mirror's to make; the host's edit is named again.
+    let (report, _) = pull(&["--mirror-deletes"]);
+    assert_eq!(report["deleted"], 1, "{report}");
+    assert!(!host.path().join("gone.txt").exists());
+    assert_eq!(report["host_changed"], serde_json::json!(["a.txt"]), "{report}");
+    assert_eq!(std::fs::read_to_string(host.path().join("a.txt")).unwrap(), "host");
+
+    // --force takes the box's.
+    let (report, _) = pull(&["--force"]);
+    assert_eq!(report["host_changed"], serde_json::json!([]), "{report}");
+    assert_eq!(std::fs::read_to_string(host.path().join("a.txt")).unwrap(), "box\n");
+    h.ok(&["box", "rm", &id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_that_takes_no_input_refuses_stdin_with_bytes() {
+    use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
+    let Some(rootfs) = agentbox_testing::services::rootfs("a_box_that_takes_no_input_refuses_stdin_with_bytes") else {
+        return;
+    };
+    // The fake's key. Not a secret: the fake's own.
+    const KEY: &str = "archil-fake-key-for-tests-0123456789";
+    let fake = FakeArchil::start(FakeArchilOptions {
+        rootfs: Some(rootfs.into()),
+        api_key: KEY.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake Archil starts");
+    let env = vec![
+        ("ARCHIL_API_KEY", KEY.to_string()),
+        ("ARCHIL_REGION", "aws-us-east-1".to_string()),
+        ("ARCHIL_BASE_URL", fake.base_url()),
+        ("ARCHIL_S3_BASE_URL", fake.s3_base_url()),
+        ("ARCHIL_DISK", fake.create_disk("work").unwrap()),
+    ];
+    let h = Home::new();
+    // The CLI runs as a child process; this runtime's workers keep serving the fake meanwhile.
+    let run = |args: &[&str], stdin: Option<&[u8]>| tokio::task::block_in_place(|| run_with(&h, args, &env, stdin));
+    let out = run(&["box", "create", "--provider", "archil", "--lifetime", "5m"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let execs = || {
+        fake.requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.contains("exec"))
+            .count()
+    };
+
+    // Bytes on stdin: refused as the provider's own API refuses them, and nothing runs.
+    let before = execs();
+    let out = run(&["box", "exec", &id, "--", "cat"], Some(b"data\n"));
+    one_line_error(&out, 1, "unsupported");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stdin") && err.contains(&id), "{err}");
+    assert!(out.stdout.is_empty(), "{:?}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(execs(), before, "the program was not run");
+
+    // No bytes: /dev/null, or a pipe that ends at once, runs the program.
+    for stdin in [None, Some(&b""[..])] {
+        let out = run(&["box", "exec", &id, "--", "echo", "ran"], stdin);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    }
+    let out = run(&["box", "rm", &id], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    fake.shutdown().await;
+}
+
+#[test]
+fn box_cp_copies_directories_streams_and_into_directories() {
+    let h = Home::new();
+    let id = h
+        .ok(&["box", "create", "--provider", "local", "--lifetime", "5m"])
+        .trim()
+        .to_string();
+    let at = |p: &str| format!("{id}:{p}");
+    let cat = |p: &str| h.ok(&["box", "exec", &id, "--", "cat", p]);
+    let here = tempfile::tempdir().unwrap();
+    let tree = here.path().join("tree");
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    std::fs::write(tree.join("f.txt"), "eff").unwrap();
+    std::fs::write(tree.join("sub/g.txt"), "gee").unwrap();
+    let tree_s = tree.to_str().unwrap();
+
+    // A directory into a box: to a new path, and into one that ends in /.
+    h.ok(&["box", "cp", tree_s, &at("copied")]);
+    assert_eq!(cat("copied/f.txt"), "eff");
+    assert_eq!(cat("copied/sub/g.txt"), "gee");
+    h.ok(&["box", "cp", tree_s, &at("into/")]);
+    assert_eq!(cat("into/tree/sub/g.txt"), "gee");
+    // A file into a box directory keeps its name, with or without the /.
+    h.ok(&["box", "cp", tree.join("f.txt").to_str().unwrap(), &at("into/")]);
+    assert_eq!(cat("into/f.txt"), "eff");
+    h.ok(&["box", "exec", &id, "--", "mkdir", "plain"]);
+    h.ok(&["box", "cp", tree.join("f.txt").to_str().unwrap(), &at("plain")]);
+    assert_eq!(cat("plain/f.txt"), "eff");
+
+    // A directory out of a box, through the extractor: a link in it is not followed.
+    h.ok(&["box", "exec", &id, "--", "ln", "-s", "/etc/passwd", "copied/link"]);
+    let out_dir = here.path().join("out");
+    let out = h.run(&["box", "cp", &at("copied"), out_dir.to_str().unwrap()], b"");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(out_dir.join("sub/g.txt")).unwrap(), "gee");
+    assert!(
+        std::fs::symlink_metadata(out_dir.join("link")).is_err(),
+        "the link is not made"
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("not copied (symlink)"), "{said}");
+    // Into an existing directory (or one named with /): under the source's name.
+    h.ok(&["box", "cp", &at("copied"), out_dir.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(out_dir.join("copied/f.txt")).unwrap(), "eff");
+    let fresh = format!("{}/fresh/", here.path().display());
+    h.ok(&["box", "cp", &at("copied/f.txt"), &fresh]);
+    assert_eq!(std::fs::read_to_string(here.path().join("fresh/f.txt")).unwrap(), "eff");
+
+    // - is stdout: a file's bytes, or a tar of a directory under its name.
+    assert_eq!(h.ok(&["box", "cp", &at("copied/sub/g.txt"), "-"]), "gee");
+    let out = h.run(&["box", "cp", &at("copied/sub"), "-"], b"");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listing = tar_list(&out.stdout);
+    assert!(listing.contains(&"sub/g.txt".to_string()), "{listing:?}");
+
+    // - is stdin: a file's bytes, or a tar unpacked into a destination that ends in /.
+    let out = h.run(&["box", "cp", "-", &at("piped.txt")], b"from stdin");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(cat("piped.txt"), "from stdin");
+    let tar = Command::new("tar")
+        .args(["-c", "-f", "-", "-C", tree_s, "."])
+        .output()
+        .unwrap()
+        .stdout;
+    let out = h.run(&["box", "cp", "-", &at("untarred/")], &tar);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(cat("untarred/sub/g.txt"), "gee");
+
+    // Bad cases, each one line naming the problem.
+    let file = tree.join("f.txt");
+    one_line_error(
+        &h.run(&["box", "cp", &at("copied"), file.to_str().unwrap()], b""),
+        1,
+        "not a directory here",
+    );
+    one_line_error(
+        &h.run(&["box", "cp", "-", &at("copied")], b"x"),
+        1,
+        "is a directory in the box",
+    );
+    one_line_error(&h.run(&["box", "cp", "-", "-"], b""), 1, "ID:PATH");
+    one_line_error(&h.run(&["box", "cp", &at("nothing-here"), "-"], b""), 1, "nothing-here");
+    h.ok(&["box", "rm", &id]);
+}
+
+/// The member names of a tar, as `tar -t` lists them.
+fn tar_list(tar: &[u8]) -> Vec<String> {
+    use std::io::Write;
+    let mut child = Command::new("tar")
+        .args(["-t", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(tar).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim_end_matches('/').to_string())
+        .collect()
+}

@@ -4,7 +4,10 @@
 //! followed: it is skipped and counted), so nothing from outside the directory reaches the
 //! box. Pull is incremental by the box's listing (kind, size, mode, mtime to the nanosecond,
 //! NUL-separated): a path comes back when it is new or listed differently from the mark of
-//! the seed or last pull. The box's clock is never compared with the host's. Every pulled
+//! the seed or last pull. The box's clock is never compared with the host's. A path the box
+//! no longer lists stays in the mark, flagged `gone`, while the host has it and no mirror
+//! removed it, and a file `if_unchanged` left as the host has it keeps its old entry: no pull
+//! makes a later one forget what it still has to do. Every pulled
 //! member goes through [`crate::extract`], never `tar`. No name is ever put in a shell
 //! string: the box reads its list on stdin.
 
@@ -40,6 +43,11 @@ pub struct MarkEntry {
     /// SHA-256 of the bytes the host sent or pulled, for files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// The box no longer lists this path, and no mirror has acted on it yet: the entry is kept
+    /// (as the box last listed it) so that a later pull with mirror deletes still removes the
+    /// host's copy. Dropped once the host has no such path.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
 }
 
 /// The box's listing at the last seed or pull, keyed by relative path.
@@ -341,6 +349,7 @@ async fn list(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize, ctx: &
             mode: text(2),
             mtime: text(3),
             sha256: None,
+            gone: false,
         };
         mark.entries.insert(path, entry);
     }
@@ -375,7 +384,8 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
     let mut wanted = Vec::new();
     for (path, e) in &listed.entries {
         let old = since.entries.get(path);
-        let same = old.is_some_and(|o| o.kind == e.kind && o.size == e.size && o.mode == e.mode && o.mtime == e.mtime);
+        let same = old
+            .is_some_and(|o| !o.gone && o.kind == e.kind && o.size == e.size && o.mode == e.mode && o.mtime == e.mtime);
         if same || (e.kind != "f" && e.kind != "d") {
             continue;
         }
@@ -447,35 +457,39 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         if e.kind != "f" {
             continue;
         }
-        e.sha256 = if host_changed.contains(path) {
-            since.entries.get(path).and_then(|o| o.sha256.clone())
-        } else if wanted.contains(path) {
+        e.sha256 = if wanted.contains(path) {
             host_hash(path)
         } else {
             since.entries.get(path).and_then(|o| o.sha256.clone())
         };
     }
+    // A file left as the host has it keeps its old entry (or none), so the next pull sees the
+    // box's change again: it is named again, and `if_unchanged` off (`--force`) takes it.
+    let mut kept_back: Vec<&String> = host_changed.iter().collect();
     if receipt.stopped.is_some() {
         // Which asked-for files were written is unknown: each keeps its old entry, so the
         // next pull asks for it again.
-        for w in &wanted {
-            match since.entries.get(w) {
-                Some(old) => mark.entries.insert(w.clone(), old.clone()),
-                None => mark.entries.remove(w),
-            };
-        }
+        kept_back.extend(wanted.iter());
     }
+    for w in kept_back {
+        match since.entries.get(w) {
+            Some(old) => mark.entries.insert(w.clone(), old.clone()),
+            None => mark.entries.remove(w),
+        };
+    }
+    // What the box no longer lists (and the mark still had, from this pull's mark or one
+    // before it that no mirror acted on).
+    let mut gone: Vec<String> = since
+        .entries
+        .keys()
+        .filter(|p| !listed.entries.contains_key(*p) && !excluded(p, &opts.exclude))
+        .cloned()
+        .collect();
     let mut deleted = 0;
     if opts.mirror_deletes {
-        let mut gone: Vec<String> = since
-            .entries
-            .keys()
-            .filter(|p| !listed.entries.contains_key(*p) && !excluded(p, &opts.exclude))
-            .cloned()
-            .collect();
         gone.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
         let mut removable = Vec::new();
-        for p in gone {
+        for p in gone.iter().cloned() {
             if opts.if_unchanged
                 && since.entries[&p].kind == "f"
                 && host_hash(&p) != since.entries[&p].sha256
@@ -489,6 +503,15 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         deleted = crate::remove_entries(&opts.to, &removable)
             .map_err(|e| Error::io(e, "mirroring deletes"))?
             .removed;
+    }
+    // Each gone path the host still has stays in the mark, flagged, until a mirror removes it:
+    // a pull without mirror deletes never makes a later one forget it.
+    for p in gone.drain(..) {
+        if std::fs::symlink_metadata(opts.to.join(&p)).is_ok() {
+            let mut e = since.entries[&p].clone();
+            e.gone = true;
+            mark.entries.insert(p, e);
+        }
     }
     let bytes = bytes.load(std::sync::atomic::Ordering::Relaxed);
     tracing::info!(

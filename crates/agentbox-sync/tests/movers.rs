@@ -239,3 +239,79 @@ async fn an_agent_home_keeps_its_learning() {
     assert_eq!(pulled.deleted, 1);
     b.destroy(&ctx).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_and_a_host_edit_are_kept_in_the_mark_until_acted_on() {
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let b = LocalProvider::new(LocalOptions::at(home.path()).unwrap())
+        .unwrap()
+        .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
+        .await
+        .unwrap();
+    let ctx = Ctx::background();
+    let work = format!("{}/run", b.facts().workspace.clone().unwrap());
+    let host = tempfile::tempdir().unwrap();
+    let h = host.path();
+    for f in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(h.join(f), f).unwrap();
+    }
+    let seeded = seed_dir(
+        &*b,
+        &SeedOptions {
+            from: h.to_path_buf(),
+            to: work.clone(),
+            ..Default::default()
+        },
+        &ctx,
+    )
+    .await
+    .unwrap();
+    let opts = |since, mirror_deletes, if_unchanged| PullOptions {
+        from: work.clone(),
+        to: h.to_path_buf(),
+        since: Some(since),
+        mirror_deletes,
+        if_unchanged,
+        ..Default::default()
+    };
+
+    // A deletion a plain pull saw is still there for the mirror after it.
+    sh(&*b, &format!("rm {work}/a.txt")).await;
+    let plain = pull_dir(&*b, &opts(seeded.mark, false, true), &ctx).await.unwrap();
+    assert_eq!(plain.deleted, 0);
+    assert!(plain.mark.entries["a.txt"].gone, "{:?}", plain.mark);
+    assert!(h.join("a.txt").exists(), "a plain pull removes nothing");
+    let mirrored = pull_dir(&*b, &opts(plain.mark, true, true), &ctx).await.unwrap();
+    assert_eq!(mirrored.deleted, 1);
+    assert!(!h.join("a.txt").exists(), "the later mirror removes it");
+    assert!(!mirrored.mark.entries.contains_key("a.txt"), "{:?}", mirrored.mark);
+
+    // A file changed on both sides is left as the host has it, and named again on every pull
+    // until a pull without the guard takes the box's.
+    sh(&*b, &format!("echo box > {work}/b.txt")).await;
+    std::fs::write(h.join("b.txt"), "host").unwrap();
+    let kept = pull_dir(&*b, &opts(mirrored.mark, false, true), &ctx).await.unwrap();
+    assert_eq!(kept.host_changed, vec!["b.txt"]);
+    assert_eq!(std::fs::read_to_string(h.join("b.txt")).unwrap(), "host");
+    let again = pull_dir(&*b, &opts(kept.mark, false, true), &ctx).await.unwrap();
+    assert_eq!(again.host_changed, vec!["b.txt"], "named again");
+    let forced = pull_dir(&*b, &opts(again.mark, false, false), &ctx).await.unwrap();
+    assert!(forced.host_changed.is_empty());
+    assert_eq!(std::fs::read_to_string(h.join("b.txt")).unwrap(), "box\n");
+
+    // A file deleted in the box and changed here is kept by a guarded mirror, and named; it
+    // stays in the mark, so an unguarded mirror later removes it.
+    sh(&*b, &format!("rm {work}/c.txt")).await;
+    std::fs::write(h.join("c.txt"), "host edit").unwrap();
+    let guarded = pull_dir(&*b, &opts(forced.mark, true, true), &ctx).await.unwrap();
+    assert_eq!(
+        (guarded.deleted, guarded.host_changed.clone()),
+        (0, vec!["c.txt".to_string()])
+    );
+    assert_eq!(std::fs::read_to_string(h.join("c.txt")).unwrap(), "host edit");
+    let forced = pull_dir(&*b, &opts(guarded.mark, true, false), &ctx).await.unwrap();
+    assert_eq!(forced.deleted, 1);
+    assert!(!h.join("c.txt").exists());
+    b.destroy(&ctx).await.unwrap();
+}
