@@ -160,3 +160,134 @@ async fn a_kube_box_holds_every_case_but_memory_which_the_fake_kubelet_does_not_
         ),
     ]);
 }
+
+/// A namespace box sees this machine's `/` (read-only), where every daemon's socket is, yet
+/// reaches none of them: not a socket made after the box started, in a directory no box masks,
+/// with the network shared or with none. Its own unix sockets, in its `/tmp` and
+/// `/workspace`, still work, stream and datagram, and so do its own abstract ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_reaches_no_host_unix_socket_and_its_own_still_work() {
+    use agentbox_core::{Ctx, ExecOptions, FinishOptions, Network, Spec, finish};
+    let root = tempfile::tempdir().unwrap();
+    let p = namespace_provider(root.path());
+    let ctx = Ctx::background();
+    let runner = agentbox_protocol::namespace::RUNNER;
+    for network in [None, Some(Network::None)] {
+        let b = p
+            .create(
+                &Spec {
+                    network: network.clone(),
+                    ..Spec::new(std::time::Duration::from_secs(120))
+                },
+                &ctx,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            isolation::host_socket_reached(b.as_ref(), runner).await,
+            isolation::Verdict::Held,
+            "network {network:?}"
+        );
+        assert_eq!(
+            isolation::host_abstract_socket_reached(b.as_ref(), runner).await,
+            isolation::Verdict::Held,
+            "network {network:?}"
+        );
+        for dir in ["/tmp", "/workspace"] {
+            let argv: Vec<String> = vec![runner.into(), "probe".into(), format!("unix-self:{dir}")];
+            let run = b
+                .exec(
+                    &argv,
+                    &ExecOptions::default(),
+                    &ctx.with_timeout(std::time::Duration::from_secs(30)),
+                )
+                .await
+                .unwrap();
+            let f = finish(run, FinishOptions::default()).await.unwrap();
+            assert_eq!(
+                f.status.code,
+                0,
+                "the box's own sockets in {dir} (network {network:?}): {}{}",
+                f.stdout_text(),
+                f.stderr_text()
+            );
+        }
+        b.destroy(&ctx).await.unwrap();
+    }
+}
+
+/// With its unix socket supervisor gone, a namespace box's unix calls fail (the kernel answers
+/// ENOSYS) rather than go through unchecked: its own socket is no longer reached, and neither
+/// is the host's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_whose_unix_socket_supervisor_is_gone_reaches_no_unix_socket() {
+    use agentbox_core::{Ctx, ExecOptions, FinishOptions, Network, Spec, finish};
+    let root = tempfile::tempdir().unwrap();
+    let p = namespace_provider(root.path());
+    let ctx = Ctx::background();
+    let runner = agentbox_protocol::namespace::RUNNER;
+    let b = p
+        .create(
+            &Spec {
+                network: Some(Network::None),
+                ..Spec::new(std::time::Duration::from_secs(120))
+            },
+            &ctx,
+        )
+        .await
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root.path().join("namespace").join(b.id().name()).join("record.json")).unwrap(),
+    )
+    .unwrap();
+    let init = record["init_pid"].as_u64().unwrap() as u32;
+    let status_field = |pid: u32, field: &str| -> Option<String> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        s.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .map(|v| v.trim().to_string())
+    };
+    let keeper: u32 = status_field(init, "PPid:").unwrap().parse().unwrap();
+    // The keeper's children: the init and the supervisor.
+    let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children")).unwrap();
+    let supervisor: Vec<u32> = children
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .filter(|c| *c != init)
+        .collect();
+    assert_eq!(supervisor.len(), 1, "the keeper's children: {children:?}, init {init}");
+    let supervisor = supervisor[0];
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(supervisor as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    // Dead (a zombie the keeper never reaps, or gone): its descriptors are closed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while status_field(supervisor, "State:").is_some_and(|s| !s.starts_with('Z')) {
+        assert!(std::time::Instant::now() < deadline, "the supervisor did not die");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let argv: Vec<String> = vec![runner.into(), "probe".into(), "unix-self:/tmp".into()];
+    let run = b
+        .exec(
+            &argv,
+            &ExecOptions::default(),
+            &ctx.with_timeout(std::time::Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let f = finish(run, FinishOptions::default()).await.unwrap();
+    assert_eq!(f.status.code, 3, "{}{}", f.stdout_text(), f.stderr_text());
+    let expected = std::io::Error::from_raw_os_error(rustix::io::Errno::NOSYS.raw_os_error()).to_string();
+    assert!(
+        f.stdout_text().contains(&expected),
+        "{} (expected {expected})",
+        f.stdout_text()
+    );
+    assert_eq!(
+        isolation::host_socket_reached(b.as_ref(), runner).await,
+        isolation::Verdict::Held
+    );
+    b.destroy(&ctx).await.unwrap();
+}
