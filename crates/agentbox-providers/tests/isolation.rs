@@ -291,3 +291,65 @@ async fn a_namespace_box_whose_unix_socket_supervisor_is_gone_reaches_no_unix_so
     );
     b.destroy(&ctx).await.unwrap();
 }
+
+/// A socket is the box's to reach when it is on a mount the box may write: in a directory of
+/// the host's given as a writable mount, the host's socket is reached (the user shared that
+/// directory); in one given read-only, it is refused, as on the host's read-only root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_reaches_a_socket_in_a_writable_mount_and_not_in_a_read_only_one() {
+    use agentbox_core::{Ctx, ExecOptions, FinishOptions, Mount, Spec, finish};
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let p = namespace_provider(root.path());
+    let ctx = Ctx::background();
+    let runner = agentbox_protocol::namespace::RUNNER;
+    let (rw, ro) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&rw, &ro] {
+        // The box's root is another id of the host's when the host is root: let it search.
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mount = |d: &tempfile::TempDir, target: &str, read_only: bool| Mount {
+        source: d.path().canonicalize().unwrap().to_string_lossy().into_owned(),
+        target: target.into(),
+        read_only,
+    };
+    let spec = Spec {
+        mounts: vec![mount(&rw, "/workspace/rw", false), mount(&ro, "/workspace/ro", true)],
+        ..Spec::new(std::time::Duration::from_secs(120))
+    };
+    let b = p.create(&spec, &ctx).await.unwrap();
+    // Made after the box started.
+    let listen = |d: &tempfile::TempDir| {
+        let path = d.path().join("s.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        l.set_nonblocking(true).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        l
+    };
+    let (rw_listener, ro_listener) = (listen(&rw), listen(&ro));
+    let probe = |target: &str| {
+        let argv: Vec<String> = vec![runner.into(), "probe".into(), format!("unix-connect:{target}/s.sock")];
+        let b = b.clone();
+        let ctx = ctx.with_timeout(std::time::Duration::from_secs(30));
+        async move {
+            let run = b.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap();
+            let f = finish(run, FinishOptions::default()).await.unwrap();
+            (f.status.code, f.stdout_text())
+        }
+    };
+    let (code, out) = probe("/workspace/rw").await;
+    assert_eq!(code, 0, "the writable mount's socket: {out}");
+    assert!(
+        rw_listener.accept().is_ok(),
+        "the host's listener in the writable mount got nothing"
+    );
+    let (code, out) = probe("/workspace/ro").await;
+    assert_eq!(code, 3, "the read-only mount's socket: {out}");
+    let denied = std::io::Error::from_raw_os_error(rustix::io::Errno::ACCESS.raw_os_error()).to_string();
+    assert!(out.contains(&denied), "{out} (expected {denied})");
+    assert!(
+        ro_listener.accept().is_err(),
+        "the host's listener in the read-only mount was reached"
+    );
+    b.destroy(&ctx).await.unwrap();
+}
