@@ -167,3 +167,196 @@ async fn a_kube_box_holds_every_case_but_memory_which_the_fake_kubelet_does_not_
         ),
     ]);
 }
+
+/// A namespace box sees this machine's `/` (read-only), where every daemon's socket is, yet
+/// reaches none of them: not a socket made after the box started, in a directory no box masks,
+/// with the network shared or with none. Its own unix sockets, in its `/tmp` and
+/// `/workspace`, still work, stream and datagram, and so do its own abstract ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_reaches_no_host_unix_socket_and_its_own_still_work() {
+    use agentbox_core::{Ctx, ExecOptions, FinishOptions, Network, Spec, finish};
+    let root = tempfile::tempdir().unwrap();
+    let p = namespace_provider(root.path());
+    let ctx = Ctx::background();
+    let runner = agentbox_protocol::namespace::RUNNER;
+    for network in [None, Some(Network::None)] {
+        let b = p
+            .create(
+                &Spec {
+                    network: network.clone(),
+                    ..Spec::new(std::time::Duration::from_secs(120))
+                },
+                &ctx,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            isolation::host_socket_reached(b.as_ref(), runner).await,
+            isolation::Verdict::Held,
+            "network {network:?}"
+        );
+        assert_eq!(
+            isolation::host_abstract_socket_reached(b.as_ref(), runner).await,
+            isolation::Verdict::Held,
+            "network {network:?}"
+        );
+        for dir in ["/tmp", "/workspace"] {
+            let argv: Vec<String> = vec![runner.into(), "probe".into(), format!("unix-self:{dir}")];
+            let run = b
+                .exec(
+                    &argv,
+                    &ExecOptions::default(),
+                    &ctx.with_timeout(std::time::Duration::from_secs(30)),
+                )
+                .await
+                .unwrap();
+            let f = finish(run, FinishOptions::default()).await.unwrap();
+            assert_eq!(
+                f.status.code,
+                0,
+                "the box's own sockets in {dir} (network {network:?}): {}{}",
+                f.stdout_text(),
+                f.stderr_text()
+            );
+        }
+        b.destroy(&ctx).await.unwrap();
+    }
+}
+
+/// With its unix socket supervisor gone, a namespace box's unix calls fail (the kernel answers
+/// ENOSYS) rather than go through unchecked: its own socket is no longer reached, and neither
+/// is the host's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_whose_unix_socket_supervisor_is_gone_reaches_no_unix_socket() {
+    use agentbox_core::{Ctx, ExecOptions, FinishOptions, Network, Spec, finish};
+    let root = tempfile::tempdir().unwrap();
+    let p = namespace_provider(root.path());
+    let ctx = Ctx::background();
+    let runner = agentbox_protocol::namespace::RUNNER;
+    let b = p
+        .create(
+            &Spec {
+                network: Some(Network::None),
+                ..Spec::new(std::time::Duration::from_secs(120))
+            },
+            &ctx,
+        )
+        .await
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root.path().join("namespace").join(b.id().name()).join("record.json")).unwrap(),
+    )
+    .unwrap();
+    let init = record["init_pid"].as_u64().unwrap() as u32;
+    let status_field = |pid: u32, field: &str| -> Option<String> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        s.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .map(|v| v.trim().to_string())
+    };
+    let keeper: u32 = status_field(init, "PPid:").unwrap().parse().unwrap();
+    // The keeper's children: the init and the supervisor.
+    let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children")).unwrap();
+    let supervisor: Vec<u32> = children
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .filter(|c| *c != init)
+        .collect();
+    assert_eq!(supervisor.len(), 1, "the keeper's children: {children:?}, init {init}");
+    let supervisor = supervisor[0];
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(supervisor as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    // Dead (a zombie the keeper never reaps, or gone): its descriptors are closed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while status_field(supervisor, "State:").is_some_and(|s| !s.starts_with('Z')) {
+        assert!(std::time::Instant::now() < deadline, "the supervisor did not die");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let argv: Vec<String> = vec![runner.into(), "probe".into(), "unix-self:/tmp".into()];
+    let run = b
+        .exec(
+            &argv,
+            &ExecOptions::default(),
+            &ctx.with_timeout(std::time::Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let f = finish(run, FinishOptions::default()).await.unwrap();
+    assert_eq!(f.status.code, 3, "{}{}", f.stdout_text(), f.stderr_text());
+    let expected = std::io::Error::from_raw_os_error(rustix::io::Errno::NOSYS.raw_os_error()).to_string();
+    assert!(
+        f.stdout_text().contains(&expected),
+        "{} (expected {expected})",
+        f.stdout_text()
+    );
+    assert_eq!(
+        isolation::host_socket_reached(b.as_ref(), runner).await,
+        isolation::Verdict::Held
+    );
+    b.destroy(&ctx).await.unwrap();
+}
+
+/// A socket is the box's to reach when it is on a mount the box may write: in a directory of
+/// the host's given as a writable mount, the host's socket is reached (the user shared that
+/// directory); in one given read-only, it is refused, as on the host's read-only root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_reaches_a_socket_in_a_writable_mount_and_not_in_a_read_only_one() {
+    use agentbox_core::{Ctx, ExecOptions, FinishOptions, Mount, Spec, finish};
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let p = namespace_provider(root.path());
+    let ctx = Ctx::background();
+    let runner = agentbox_protocol::namespace::RUNNER;
+    let (rw, ro) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&rw, &ro] {
+        // The box's root is another id of the host's when the host is root: let it search.
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mount = |d: &tempfile::TempDir, target: &str, read_only: bool| Mount {
+        source: d.path().canonicalize().unwrap().to_string_lossy().into_owned(),
+        target: target.into(),
+        read_only,
+    };
+    let spec = Spec {
+        mounts: vec![mount(&rw, "/workspace/rw", false), mount(&ro, "/workspace/ro", true)],
+        ..Spec::new(std::time::Duration::from_secs(120))
+    };
+    let b = p.create(&spec, &ctx).await.unwrap();
+    // Made after the box started.
+    let listen = |d: &tempfile::TempDir| {
+        let path = d.path().join("s.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        l.set_nonblocking(true).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        l
+    };
+    let (rw_listener, ro_listener) = (listen(&rw), listen(&ro));
+    let probe = |target: &str| {
+        let argv: Vec<String> = vec![runner.into(), "probe".into(), format!("unix-connect:{target}/s.sock")];
+        let b = b.clone();
+        let ctx = ctx.with_timeout(std::time::Duration::from_secs(30));
+        async move {
+            let run = b.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap();
+            let f = finish(run, FinishOptions::default()).await.unwrap();
+            (f.status.code, f.stdout_text())
+        }
+    };
+    let (code, out) = probe("/workspace/rw").await;
+    assert_eq!(code, 0, "the writable mount's socket: {out}");
+    assert!(
+        rw_listener.accept().is_ok(),
+        "the host's listener in the writable mount got nothing"
+    );
+    let (code, out) = probe("/workspace/ro").await;
+    assert_eq!(code, 3, "the read-only mount's socket: {out}");
+    let denied = std::io::Error::from_raw_os_error(rustix::io::Errno::ACCESS.raw_os_error()).to_string();
+    assert!(out.contains(&denied), "{out} (expected {denied})");
+    assert!(
+        ro_listener.accept().is_err(),
+        "the host's listener in the read-only mount was reached"
+    );
+    b.destroy(&ctx).await.unwrap();
+}

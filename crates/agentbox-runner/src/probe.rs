@@ -28,6 +28,19 @@ pub const PROBES: &[(&str, &str)] = &[
         "connect to the abstract unix socket NAME: a socket outside the box's landlock domain",
     ),
     (
+        "unix-connect:PATH",
+        "connect a stream socket to the unix socket at PATH: a socket the box did not make",
+    ),
+    (
+        "unix-sendto:PATH",
+        "send a datagram with sendto to the unix socket at PATH: a socket the box did not make",
+    ),
+    (
+        "unix-self:DIR",
+        "make a stream and a datagram unix socket in DIR, and an abstract one, and reach each (`allowed` is what a box \
+         must be able to do)",
+    ),
+    (
         "egress:PORT",
         "ask the egress proxy at 127.0.0.1:PORT to answer, then connect past it to the internet: \
          `allowed` only when the proxy answers, the box's network has loopback alone and every \
@@ -90,6 +103,27 @@ pub fn run(name: &str) -> i32 {
             errno_of(r)
         }
         "mount" => rustix::mount::mount("tmpfs", "/tmp", "tmpfs", rustix::mount::MountFlags::empty(), None),
+        other if other.starts_with("unix-connect:") => {
+            std::os::unix::net::UnixStream::connect(&other["unix-connect:".len()..])
+                .map(drop)
+                .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::INVAL))
+        }
+        other if other.starts_with("unix-sendto:") => std::os::unix::net::UnixDatagram::unbound()
+            .and_then(|s| s.send_to(b"agentbox-probe", &other["unix-sendto:".len()..]))
+            .map(drop)
+            .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::INVAL)),
+        other if other.starts_with("unix-self:") => {
+            return match unix_self(std::path::Path::new(&other["unix-self:".len()..])) {
+                Ok(()) => {
+                    println!("allowed");
+                    0
+                }
+                Err(why) => {
+                    println!("refused: {why}");
+                    3
+                }
+            };
+        }
         other if other.starts_with("abstract-unix:") => {
             use std::os::linux::net::SocketAddrExt;
             let name = &other["abstract-unix:".len()..];
@@ -123,6 +157,45 @@ fn errno_of<T: Into<i64>>(r: T) -> rustix::io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// The `unix-self:DIR` probe: a stream socket and a datagram socket made in `dir`, each
+/// reached by a connect (and a write) and a sendto from another socket of this process.
+fn unix_self(dir: &std::path::Path) -> Result<(), String> {
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+    let stream = dir.join(format!("agentbox-probe-{}.sock", std::process::id()));
+    let dgram = dir.join(format!("agentbox-probe-{}.dgram", std::process::id()));
+    let _ = std::fs::remove_file(&stream);
+    let _ = std::fs::remove_file(&dgram);
+    let r = (|| {
+        let l = UnixListener::bind(&stream).map_err(|e| format!("binding {}: {e}", stream.display()))?;
+        let mut c = UnixStream::connect(&stream).map_err(|e| format!("connecting {}: {e}", stream.display()))?;
+        c.write_all(b"hi").map_err(|e| format!("writing: {e}"))?;
+        let (mut s, _) = l.accept().map_err(|e| format!("accepting: {e}"))?;
+        let mut got = [0u8; 2];
+        s.read_exact(&mut got).map_err(|e| format!("reading: {e}"))?;
+        let d = UnixDatagram::bind(&dgram).map_err(|e| format!("binding {}: {e}", dgram.display()))?;
+        let n = UnixDatagram::unbound()
+            .and_then(|u| u.send_to(b"hello", &dgram))
+            .map_err(|e| format!("sendto {}: {e}", dgram.display()))?;
+        let mut buf = [0u8; 16];
+        let m = d.recv(&mut buf).map_err(|e| format!("receiving: {e}"))?;
+        if &got != b"hi" || n != 5 || &buf[..m] != b"hello" {
+            return Err(format!("the bytes did not arrive whole ({n} sent, {m} received)"));
+        }
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("agentbox-probe-{}", std::process::id());
+        let a = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .map_err(|e| format!("the abstract name @{name}: {e}"))?;
+        let l = UnixListener::bind_addr(&a).map_err(|e| format!("binding @{name}: {e}"))?;
+        UnixStream::connect_addr(&a).map_err(|e| format!("connecting @{name}: {e}"))?;
+        l.accept().map_err(|e| format!("accepting on @{name}: {e}"))?;
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&stream);
+    let _ = std::fs::remove_file(&dgram);
+    r
 }
 
 /// The `egress:PORT` probe: the proxy answers its own path, and nothing outside is reached

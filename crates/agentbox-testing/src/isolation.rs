@@ -129,6 +129,12 @@ const CASES: &[(&str, Case)] = &[
     ("daemon_socket_reachable", |p| Box::pin(p.daemon_socket_reachable())),
     ("host_loopback_reached", |p| Box::pin(loopback_reached(p.b.as_ref()))),
     ("host_interfaces_seen", |p| Box::pin(interfaces_seen(p.b.as_ref()))),
+    ("host_socket_made_after_the_box_reached", |p| {
+        Box::pin(host_socket_reached(p.b.as_ref(), &p.runner))
+    }),
+    ("host_abstract_socket_reached", |p| {
+        Box::pin(host_abstract_socket_reached(p.b.as_ref(), &p.runner))
+    }),
     ("capabilities_held", |p| Box::pin(p.capabilities_held())),
     ("privileges_gained_by_exec", |p| Box::pin(p.privileges_gained_by_exec())),
     ("io_uring_set_up", |p| Box::pin(p.io_uring_set_up())),
@@ -487,5 +493,104 @@ fi"#
         )),
         Ok(_) => Verdict::Held,
         Err(e) => Verdict::NotRun(format!("finish: {e}")),
+    }
+}
+
+/// Run `script` in `b` with `sh -c`: its exit code and its output, both streams.
+async fn sh_in(b: &dyn Sandbox, script: String) -> Result<(i32, String), String> {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(30));
+    let argv = vec!["sh".to_string(), "-c".to_string(), script];
+    let p = b
+        .exec(&argv, &ExecOptions::default(), &ctx)
+        .await
+        .map_err(|e| format!("exec: {e}"))?;
+    let f = finish(p, FinishOptions::default())
+        .await
+        .map_err(|e| format!("finish: {e}"))?;
+    Ok((f.status.code, format!("{}{}", f.stdout_text(), f.stderr_text())))
+}
+
+/// Whether a program of `b` reaches a unix socket this machine makes after the box started,
+/// in a directory of this machine's no box masks (a new one under `/var/tmp`): a stream
+/// socket it connects to and a datagram socket it sends to, with the runner's probes at
+/// `runner` in the box. Breached when either probe says so or the host's side got anything;
+/// the sockets are mode 0777, so only the box's isolation stands in the way.
+pub async fn host_socket_reached(b: &dyn Sandbox, runner: &str) -> Verdict {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::PathBuf::from("/var/tmp").join(format!(
+        "agentbox-isolation-sockets-{}-{}",
+        std::process::id(),
+        unique()
+    ));
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    if let Err(e) = std::fs::create_dir(&dir) {
+        return Verdict::NotRun(format!("making {}: {e}", dir.display()));
+    }
+    let _remove = Remove(dir.clone());
+    let stream = dir.join("stream.sock");
+    let dgram = dir.join("dgram.sock");
+    let made = (|| {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        let l = std::os::unix::net::UnixListener::bind(&stream)?;
+        l.set_nonblocking(true)?;
+        let d = std::os::unix::net::UnixDatagram::bind(&dgram)?;
+        d.set_nonblocking(true)?;
+        for p in [&stream, &dgram] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777))?;
+        }
+        Ok::<_, std::io::Error>((l, d))
+    })();
+    let (listener, datagrams) = match made {
+        Ok(x) => x,
+        Err(e) => return Verdict::NotRun(format!("the host's sockets in {}: {e}", dir.display())),
+    };
+    let script = format!(
+        "'{runner}' probe 'unix-connect:{}'; echo \"connect=$?\"; '{runner}' probe 'unix-sendto:{}'; echo \"sendto=$?\"",
+        stream.display(),
+        dgram.display()
+    );
+    let ran = sh_in(b, script).await;
+    let accepted = listener.accept().is_ok();
+    let received = datagrams.recv(&mut [0u8; 64]).is_ok();
+    match ran {
+        _ if accepted || received => Verdict::Breach(format!(
+            "the host's socket in {} got {}",
+            dir.display(),
+            if accepted { "a connection" } else { "a datagram" }
+        )),
+        Ok((_, out)) if out.contains("connect=0") || out.contains("sendto=0") => {
+            Verdict::Breach(format!("reached a socket of the host's: {}", out.trim()))
+        }
+        Ok((_, out)) if out.contains("connect=3") && out.contains("sendto=3") => Verdict::Held,
+        Ok((_, out)) => Verdict::NotRun(format!("the probes did not run: {}", out.trim())),
+        Err(e) => Verdict::NotRun(e),
+    }
+}
+
+/// Whether a program of `b` reaches an abstract unix socket this machine listens on (made
+/// for the call), with the runner's probe at `runner` in the box.
+pub async fn host_abstract_socket_reached(b: &dyn Sandbox, runner: &str) -> Verdict {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("agentbox-isolation-{}-{}", std::process::id(), unique());
+    let listener = match std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|a| std::os::unix::net::UnixListener::bind_addr(&a))
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+    {
+        Ok(l) => l,
+        Err(e) => return Verdict::NotRun(format!("the host's abstract socket @{name}: {e}")),
+    };
+    let ran = sh_in(b, format!("'{runner}' probe 'abstract-unix:{name}'")).await;
+    let accepted = listener.accept().is_ok();
+    match ran {
+        _ if accepted => Verdict::Breach(format!("the host's abstract socket @{name} got a connection")),
+        Ok((0, out)) => Verdict::Breach(format!("reached @{name}: {}", out.trim())),
+        Ok((3, _)) => Verdict::Held,
+        Ok((code, out)) => Verdict::NotRun(format!("the probe did not run (exit {code}): {}", out.trim())),
+        Err(e) => Verdict::NotRun(e),
     }
 }

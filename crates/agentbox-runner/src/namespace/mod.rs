@@ -5,7 +5,9 @@
 //! cgroup namespace (and a net namespace for `network: none`), waits while the host writes its
 //! id maps, then starts the box's **init** (`agentbox-runner namespace-init DIR`, pid 1 of the
 //! new pid namespace) and waits for it to end, then exits. It stays outside the
-//! box's pid namespace, so no program of the box can see or signal it.
+//! box's pid namespace, so no program of the box can see or signal it. Before the pid
+//! namespace it forks the box's unix socket supervisor ([`sockets`]), which answers every
+//! `connect` (and addressed `sendto`) of the box so that no socket of this machine's is reached.
 //!
 //! The init builds the box's file system ([`fs`]), hardens itself ([`harden`]: rlimits,
 //! no_new_privs, landlock, every capability dropped, seccomp), starts the runner (pid 2, which
@@ -30,6 +32,7 @@
 mod fs;
 mod harden;
 mod ports;
+mod sockets;
 
 use std::io::{BufRead, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -108,6 +111,7 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     if cfg.network_none || cfg.egress.is_some() {
         flags |= UnshareFlags::NEWNET;
     }
+    let host_network = sockets::net_namespace();
     // The egress proxy, started while this process is still in the host's network (and its
     // user), so it resolves and connects from there. Its stdin is held until this process
     // exits, which is the box's end; then it ends too.
@@ -123,7 +127,14 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     // SAFETY: unshare's hazard is CLONE_FILES with other threads holding descriptors; it is not
     // asked for, and this program has started no thread.
     #[allow(unsafe_code)]
-    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(explain_unshare)?;
+    unsafe { rustix::thread::unshare_unsafe(flags - UnshareFlags::NEWPID) }.map_err(explain_unshare)?;
+    // The unix socket supervisor ([`sockets`]): a process of the box's user, mount and network
+    // namespaces, but of this machine's pid namespace (so, made before the new one, it has
+    // threads and no program of the box sees it).
+    let mut supervisor = sockets::Supervisor::start(host_network)?;
+    // SAFETY: as above.
+    #[allow(unsafe_code)]
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }.map_err(explain_unshare)?;
     say(UNSHARED);
     let mut line = String::new();
     std::io::stdin()
@@ -140,26 +151,29 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     // permissions still apply (a root host's box is another id of the host's, which may not
     // search the directories its box lives under), and handed down as descriptors.
     let handles = Handles::open(&cfg)?;
+    // The init's stdin is a socket pair: its config goes down, and its unix socket filter's
+    // listener comes back up, to the supervisor.
     let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
     // The init is root of the box's user namespace (the one id the host mapped), so it holds
     // every capability there until it drops them.
-    let mut init = Command::new(&exe)
+    let init = Command::new(&exe)
         .args(prefix("namespace"))
         .arg("namespace-init")
         .arg(dir)
         .env_clear()
         .uid(0)
         .gid(0)
-        .stdin(Stdio::piped())
+        .stdin(supervisor.init_stdin()?)
         .spawn()
         .map_err(|e| format!("starting the box's init: {e}"))?;
     {
-        let mut to_init = init.stdin.take().ok_or("the init has no stdin")?;
+        let to_init = supervisor.init_config();
         let config = serde_json::to_string(&cfg).map_err(|e| e.to_string())?;
         let fds = serde_json::to_string(&handles.numbers()).map_err(|e| e.to_string())?;
         writeln!(to_init, "{config}\n{fds}").map_err(|e| format!("handing the init its config: {e}"))?;
     }
     drop(handles);
+    drop(supervisor);
     let pid = init.id();
     say(&format!("{INIT_PREFIX}{pid}"));
     // The init talks to the host on this same pipe; the keeper lets go of it.
@@ -275,6 +289,7 @@ fn init_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
         None => None,
     };
     let landlock = harden::apply(&cfg)?;
+    sockets::hand_over(sockets::confine()?)?;
     if let Some(l) = bridge {
         std::thread::Builder::new()
             .name("egress-bridge".into())
