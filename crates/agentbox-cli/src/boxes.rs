@@ -320,7 +320,7 @@ fn mount(s: &str) -> Result<Mount> {
     };
     let (src, dst) = rest
         .split_once(':')
-        .ok_or_else(|| Error::invalid(format!("--mount: {s:?} is not SRC:DST or SRC:DST:ro")))?;
+        .ok_or_else(|| crate::usage(Error::invalid(format!("--mount: {s:?} is not SRC:DST or SRC:DST:ro"))))?;
     let source = std::fs::canonicalize(src).map_err(|e| Error::io(e, format!("--mount: source {src}")))?;
     Ok(Mount {
         source: source.to_string_lossy().into_owned(),
@@ -440,9 +440,13 @@ pub(crate) fn environment() -> Result<Environment> {
     Ok(Environment::from_process().with_program(HelperCommand::new(exe, vec!["runner".into()])))
 }
 
-/// The registry's entry for `name`, an unknown one's error naming `flag` and every provider.
+/// The registry's entry for `name`, an unknown one's error naming `flag` and every provider
+/// (a usage error where `flag` is one: `--provider`).
 pub(crate) fn entry(name: &str, flag: &str) -> Result<&'static Entry> {
-    registry::find(name).map_err(|e| e.context(flag))
+    registry::find(name).map_err(|e| {
+        let e = e.context(flag);
+        if flag.starts_with("--") { crate::usage(e) } else { e }
+    })
 }
 
 /// The provider called `name`, on its defaults (a runner in each box where it can start one):
@@ -729,15 +733,19 @@ async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
         None => None,
         Some("open") => Some(Network::Open),
         Some("none") => Some(Network::None),
-        Some(other) => return Err(Error::invalid(format!("--network: {other:?} is not open or none"))),
+        Some(other) => {
+            return Err(crate::usage(Error::invalid(format!(
+                "--network: {other:?} is not open or none"
+            ))));
+        }
     };
     if !a.allow.is_empty() {
         // Each entry is checked here too, so the flag is named in what is wrong.
         agentbox_core::Allowlist::parse(&a.allow).map_err(|e| {
-            Error::invalid(format!(
+            crate::usage(Error::invalid(format!(
                 "--allow: {}",
                 e.message().trim_start_matches("spec.network.allow: ")
-            ))
+            )))
         })?;
         spec.network = Some(Network::Allow(a.allow));
     }
@@ -816,12 +824,12 @@ async fn copy(src: &str, dst: &str, ctx: &Ctx) -> Result<()> {
                 .await
                 .map_err(|e| Error::io(e, format!("writing {dst}")))
         }
-        (Some(_), Some(_)) => Err(Error::invalid(
+        (Some(_), Some(_)) => Err(crate::usage(Error::invalid(
             "cp: copy between two boxes through this machine, in two steps",
-        )),
-        (None, None) => Err(Error::invalid(
+        ))),
+        (None, None) => Err(crate::usage(Error::invalid(
             "cp: one side must be ID:PATH (for example local:3f9a…:notes.txt)",
-        )),
+        ))),
     }
 }
 
@@ -858,8 +866,18 @@ async fn exec(a: ExecArgs) -> Result<i32> {
     } else {
         procs::Input::Forward
     };
-    procs::session(p, a.tty, input, procs::OnSignal::Kill).await
+    match procs::session(p, a.tty, input, procs::OnSignal::Kill).await {
+        // The box ended the program at its --timeout: 124, as timeout(1) exits.
+        Err(e) if a.timeout.is_some() && e.code() == agentbox_core::ErrorCode::Timeout => {
+            term::say(&format!("box exec: {}", crate::one_line(e.message())));
+            Ok(TIMED_OUT)
+        }
+        r => r,
+    }
 }
+
+/// `box exec`'s exit when its `--timeout` ended the program, as `timeout(1)`'s.
+const TIMED_OUT: i32 = 124;
 
 /// The box's shell: bash where it has it, else sh.
 const SHELL: &str = "command -v bash >/dev/null 2>&1 && exec bash; exec sh";

@@ -33,7 +33,6 @@ fn usage_errors_exit_2_with_one_line() {
 fn other_errors_exit_1_with_one_line_naming_the_problem() {
     let h = Home::new();
     one_line_error(&h.run(&["box", "create", "--image", "debian"], b""), 1, "spec.image");
-    one_line_error(&h.run(&["box", "create", "--provider", "nowhere"], b""), 1, "nowhere");
     one_line_error(
         &h.run(&["box", "create", "--provider", "local", "--pids-limit", "5"], b""),
         1,
@@ -134,7 +133,7 @@ fn a_box_from_create_to_rm() {
     let back = dir.path().join("back.bin");
     h.ok(&["box", "cp", &format!("{id}:sub/in.bin"), back.to_str().unwrap()]);
     assert_eq!(std::fs::read(&back).unwrap(), bytes);
-    one_line_error(&h.run(&["box", "cp", "a", "b"], b""), 1, "ID:PATH");
+    one_line_error(&h.run(&["box", "cp", "a", "b"], b""), 2, "ID:PATH");
 
     assert_eq!(h.ok(&["box", "rm", &id]).trim(), id);
     one_line_error(&h.run(&["box", "exec", &id, "true"], b""), 1, "no such box");
@@ -484,7 +483,8 @@ fn an_unknown_provider_names_every_provider_there_is() {
         vec!["bench", "--provider", "nowhere", "--iterations", "3"],
     ] {
         let out = h.run(&args, b"");
-        one_line_error(&out, 1, "\"nowhere\" is not a provider");
+        // A usage error: the flag names no provider.
+        one_line_error(&out, 2, "\"nowhere\" is not a provider");
         let err = String::from_utf8_lossy(&out.stderr);
         for name in &names {
             assert!(err.contains(name), "{args:?}: {err} should name {name}");
