@@ -624,28 +624,54 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
                 Some(p) => provider(&p).await?.list(&labels, &ctx).await?,
                 None => list_everywhere(&labels).await,
             };
+            let mut rows = Vec::with_capacity(boxes.len());
+            for b in &boxes {
+                rows.push((b, state_of(&**b).await));
+            }
             if json {
-                let rows: Vec<_> = boxes
+                let rows: Vec<_> = rows
                     .iter()
-                    .map(|b| serde_json::json!({ "id": b.id(), "labels": b.labels(), "facts": b.facts() }))
+                    .map(|(b, state)| {
+                        let mut row = serde_json::json!({
+                            "id": b.id(),
+                            "state": state.word(),
+                            "labels": b.labels(),
+                            "facts": b.facts(),
+                        });
+                        if let State::Unknown(why) = state {
+                            row["why"] = why.clone().into();
+                        }
+                        row
+                    })
                     .collect();
                 println!("{}", serde_json::Value::Array(rows));
-            } else {
-                for b in boxes {
-                    let left = b.facts().ends_at_ms.map(|e| {
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_millis() as u64)
-                            .unwrap_or(0);
-                        format!("{}s", e.saturating_sub(now) / 1000)
-                    });
-                    let labels: Vec<String> = b.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
-                    println!(
-                        "{}\t{}\t{}",
-                        b.id(),
-                        left.unwrap_or_else(|| "-".into()),
-                        labels.join(",")
-                    );
+                return Ok(0);
+            }
+            let now = now_ms();
+            let width = rows
+                .iter()
+                .map(|(b, _)| b.id().as_str().len())
+                .max()
+                .unwrap_or(0)
+                .max(2);
+            println!("{:<width$}  {:<10} {:<9} LABELS", "ID", "STATE", "LEFT");
+            for (b, state) in &rows {
+                let left = b
+                    .facts()
+                    .ends_at_ms
+                    .map(|e| duration(e.saturating_sub(now)))
+                    .unwrap_or_else(|| "-".into());
+                let labels: Vec<String> = b.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let labels = if labels.is_empty() {
+                    "-".to_string()
+                } else {
+                    labels.join(",")
+                };
+                println!("{:<width$}  {:<10} {left:<9} {labels}", b.id().as_str(), state.word());
+            }
+            for (_, state) in &rows {
+                if let State::Unknown(why) = state {
+                    term::say(&format!("box ls: {why}"));
                 }
             }
             Ok(0)
@@ -781,10 +807,12 @@ fn print_box(b: &dyn Sandbox, json: bool) {
     }
 }
 
-/// The boxes of every provider this build has; a provider that cannot be made or cannot list
-/// (no Docker engine) is left out with a line on stderr, within a deadline each.
+/// The boxes of every provider this build has, within a deadline each; the providers that
+/// cannot be made or cannot list (no Docker engine) are left out, named in one line on stderr,
+/// each one's reason logged (`-v` shows them).
 async fn list_everywhere(labels: &Labels) -> Vec<Arc<dyn Sandbox>> {
     let mut all = Vec::new();
+    let mut left_out = Vec::new();
     for name in registry::names() {
         let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
         let listed = match provider(name).await {
@@ -793,13 +821,66 @@ async fn list_everywhere(labels: &Labels) -> Vec<Arc<dyn Sandbox>> {
         };
         match listed {
             Ok(boxes) => all.extend(boxes),
-            Err(e) => eprintln!(
-                "agentbox: box ls: {name} boxes left out: {} (--provider {name} to see it fail)",
-                crate::one_line(e.message())
-            ),
+            Err(e) => {
+                tracing::info!(provider = name, reason = %crate::one_line(e.message()), "box ls: provider left out");
+                left_out.push(name);
+            }
         }
     }
+    if !left_out.is_empty() {
+        term::say(&format!(
+            "box ls: left out {} boxes: they could not be listed here (-v says why; --provider NAME to see one fail)",
+            left_out.join(", ")
+        ));
+    }
     all
+}
+
+/// A listed box's state, as `box ls` prints it.
+enum State {
+    Running,
+    Asleep,
+    Ended,
+    /// Its status could not be read: why.
+    Unknown(String),
+}
+
+impl State {
+    fn word(&self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Asleep => "asleep",
+            State::Ended => "ended",
+            State::Unknown(_) => "unknown",
+        }
+    }
+}
+
+/// The state of `b`, asked of its box within 10 s.
+async fn state_of(b: &dyn Sandbox) -> State {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(10));
+    match b.status(&ctx).await {
+        Ok(agentbox_core::Status::Running) => State::Running,
+        Ok(agentbox_core::Status::Sleeping) => State::Asleep,
+        Ok(agentbox_core::Status::Ended) => State::Ended,
+        Err(e) => State::Unknown(crate::one_line(e.message())),
+    }
+}
+
+fn now_ms() -> u64 {
+    use agentbox_core::Clock;
+    agentbox_core::SystemClock.now_ms()
+}
+
+/// A duration as a person reads it: `42s`, `9m12s`, `3h05m`, `2d04h`.
+pub(crate) fn duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
 }
 
 /// Split `ID:PATH`, when `s` starts with a box id.
@@ -919,5 +1000,14 @@ mod tests {
         assert_eq!(memory_mb("512").unwrap(), 512);
         assert!(memory_mb("lots").is_err());
         assert!(memory_mb("0").is_err());
+    }
+
+    #[test]
+    fn durations_read_as_a_person_reads_them() {
+        assert_eq!(duration(999), "0s");
+        assert_eq!(duration(42_000), "42s");
+        assert_eq!(duration(552_000), "9m12s");
+        assert_eq!(duration(3_600_000 + 5 * 60_000 + 59_000), "1h05m");
+        assert_eq!(duration(2 * 86_400_000 + 4 * 3_600_000), "2d04h");
     }
 }

@@ -90,3 +90,89 @@ fn exec_whose_timeout_kills_the_program_exits_124() {
     );
     assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
 }
+
+/// A container labelled as a Docker box with a runner whose runner cannot start (another
+/// agentbox home or version made it), removed when the test ends.
+struct Foreign(String);
+
+impl Foreign {
+    fn run(label: &str) -> Self {
+        let name = format!("agentbox-foreign{}", std::process::id());
+        let ends = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 600_000;
+        let out = std::process::Command::new("docker")
+            .args(["run", "-d", "--rm", "--name", &name])
+            .args(["--label", "agentbox.provider=docker", "--label", "agentbox.runner=1"])
+            .args(["--label", &format!("agentbox.ends_at_ms={ends}")])
+            .args(["--label", &format!("agentbox.labels={{\"foreign\":\"{label}\"}}")])
+            .args([agentbox_providers::docker::DEFAULT_IMAGE, "sleep", "600"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "docker run: {}", text(&out.stderr));
+        Foreign(name)
+    }
+
+    /// The execs the engine ran in it: none, where nothing was started in it.
+    fn execs(&self) -> String {
+        let out = std::process::Command::new("docker")
+            .args(["inspect", "-f", "{{json .ExecIDs}}", &self.0])
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn ls_lists_a_docker_box_it_cannot_read_as_such_and_starts_nothing_in_it() {
+    if !agentbox_testing::services::docker_available(
+        "ls_lists_a_docker_box_it_cannot_read_as_such_and_starts_nothing_in_it",
+    ) {
+        return;
+    }
+    let h = Home::new();
+    let label = format!("f{}", std::process::id());
+    let foreign = Foreign::run(&label);
+    let id = format!("docker:{}", foreign.0);
+    let by = format!("foreign={label}");
+    for args in [
+        vec!["box", "ls", "--provider", "docker", "--label", &by, "--json"],
+        vec!["box", "ls", "--label", &by, "--json"],
+    ] {
+        let out = h.run(&args, b"");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let ls: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = ls.as_array().unwrap();
+        assert_eq!(rows.len(), 1, "{ls}");
+        assert_eq!(rows[0]["id"], id.as_str());
+        assert_eq!(rows[0]["state"], "unknown", "{ls}");
+        let why = rows[0]["why"].as_str().unwrap_or_default();
+        assert!(why.contains("unreadable") && why.contains("runner"), "{why}");
+    }
+    // In a table: its state, with the reason on stderr.
+    let out = h.run(&["box", "ls", "--provider", "docker", "--label", &by], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains(" unknown "), "{row}");
+    assert!(
+        text(&out.stderr).contains(&format!("box {id}: unreadable")),
+        "{}",
+        text(&out.stderr)
+    );
+    // Listing ran nothing in the box.
+    assert!(matches!(foreign.execs().as_str(), "null" | "[]"), "{}", foreign.execs());
+}

@@ -1,5 +1,5 @@
 //! What every provider's lifecycle shares: the provider's own name for a box opened by name,
-//! and the handle of a box that sleeps.
+//! the handle of a box that sleeps, and that of a box a list could not read.
 //!
 //! See `agentbox_core::Provider::open` and friends for the contract.
 
@@ -134,6 +134,66 @@ impl Sandbox for Asleep {
     async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {
         // The proxy's log is the host's: readable while the box sleeps.
         self.inner.net_refusals(max, ctx).await
+    }
+}
+
+/// A box a list found and could not read (its runner does not answer this machine, say): its
+/// id, facts and labels as found, [`Sandbox::status`] and every program or file refused with
+/// the reason, and destroy as the box under it does. A list hands it out rather than leaving
+/// the box out or starting anything in it.
+pub struct Unreadable {
+    inner: Arc<dyn Sandbox>,
+    why: String,
+}
+
+impl Unreadable {
+    /// The unreadable handle of `inner`, `why` saying what could not be read.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(inner: Arc<dyn Sandbox>, why: impl Into<String>) -> Arc<dyn Sandbox> {
+        Arc::new(Unreadable { inner, why: why.into() })
+    }
+
+    fn error(&self) -> Error {
+        Error::unknown(format!("box {}: unreadable: {}", self.id(), self.why))
+    }
+}
+
+#[async_trait]
+impl Sandbox for Unreadable {
+    fn id(&self) -> &SandboxId {
+        self.inner.id()
+    }
+
+    fn facts(&self) -> &Facts {
+        self.inner.facts()
+    }
+
+    fn labels(&self) -> &Labels {
+        self.inner.labels()
+    }
+
+    async fn exec(&self, _argv: &[String], _opts: &ExecOptions, _ctx: &Ctx) -> Result<Process> {
+        Err(self.error())
+    }
+
+    async fn status(&self, _ctx: &Ctx) -> Result<Status> {
+        Err(self.error())
+    }
+
+    async fn upload(&self, _path: &str, _data: &[u8], _ctx: &Ctx) -> Result<()> {
+        Err(self.error())
+    }
+
+    async fn download(&self, _path: &str, _max_bytes: u64, _ctx: &Ctx) -> Result<Vec<u8>> {
+        Err(self.error())
+    }
+
+    async fn endpoint(&self, _port: u16, _ctx: &Ctx) -> Result<Endpoint> {
+        Err(self.error())
+    }
+
+    async fn destroy(&self, ctx: &Ctx) -> Result<()> {
+        self.inner.destroy(ctx).await
     }
 }
 
