@@ -31,13 +31,27 @@ pub(crate) enum BoxCommand {
         #[arg(long)]
         cwd: Option<String>,
     },
-    /// List the processes a box keeps (running, and ended ones not yet forgotten).
+    /// List the processes a box keeps (running, and ended ones not yet forgotten), one line
+    /// each; agentbox's own helpers in the box (its runner's probes and relays) only with --all.
     Ps {
         /// The box's id.
         id: SandboxId,
+        /// Agentbox's own helper processes too.
+        #[arg(short, long)]
+        all: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Send a signal to a process of a box (`box exec --detach` prints its handle).
+    Kill {
+        /// The box's id.
+        id: SandboxId,
+        /// The process's handle.
+        handle: u64,
+        /// The signal: TERM, KILL, INT, HUP... (with or without SIG), or its number.
+        #[arg(short, long, default_value = "TERM", value_parser = procs::signal)]
+        signal: i32,
     },
     /// Print a process's output (stdout on stdout, stderr on stderr), from a byte number on.
     Logs {
@@ -93,6 +107,9 @@ pub(crate) enum BoxCommand {
         id: SandboxId,
         /// The port in the box.
         port: u16,
+        /// Print JSON: host, port, and url where it has one.
+        #[arg(long)]
+        json: bool,
     },
     /// What a box's egress proxy refused (a box made with `--allow`): time, host, port, the
     /// address the name resolved to, and the rule, oldest first.
@@ -172,6 +189,9 @@ pub(crate) enum BoxCommand {
         /// To this long from now.
         #[arg(long = "in", value_parser = lifetime)]
         within: Option<Duration>,
+        /// Print JSON: the id and the deadline (`ends_at`, and `ends_at_ms` since the epoch).
+        #[arg(long)]
+        json: bool,
     },
     /// Keep a box's files as the snapshot NAME (`create --from-snapshot NAME` starts from it).
     Snapshot {
@@ -206,6 +226,9 @@ pub(crate) enum BoxCommand {
         /// A label of each (repeatable).
         #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
         labels: Vec<(String, String)>,
+        /// Print JSON: an array of each box's id and facts.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -231,6 +254,9 @@ pub(crate) struct ExecArgs {
     /// `box attach`); stdin is left open for a later attach.
     #[arg(short, long)]
     detach: bool,
+    /// With --detach, print JSON: the box's id and the process's handle.
+    #[arg(long, requires = "detach")]
+    json: bool,
     /// The box ends the program this long after it starts (500ms, 90s, 10m, 6h, 2d).
     #[arg(long, value_parser = lifetime)]
     timeout: Option<Duration>,
@@ -516,7 +542,7 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             println!("{}", b.id());
             Ok(0)
         }
-        BoxCommand::Extend { id, by, within } => {
+        BoxCommand::Extend { id, by, within, json } => {
             let p = provider(id.provider()).await?;
             let now = {
                 use agentbox_core::Clock;
@@ -539,7 +565,14 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             };
             let b = p.extend(&id, to, &ctx).await?;
             let ends = b.facts().ends_at_ms.unwrap_or(to);
-            println!("{}", agentbox_core::rfc3339(ends as i64));
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "id": b.id(), "ends_at": agentbox_core::rfc3339(ends as i64), "ends_at_ms": ends })
+                );
+            } else {
+                println!("{}", agentbox_core::rfc3339(ends as i64));
+            }
             Ok(0)
         }
         BoxCommand::Snapshot { id, name } => {
@@ -591,17 +624,28 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             n,
             lifetime,
             labels,
+            json,
         } => {
             let mut spec = Spec::new(lifetime);
             spec.labels = labels.into_iter().collect();
-            for b in provider(id.provider()).await?.fork(&id, n, &spec, &ctx).await? {
-                println!("{}", b.id());
+            let forks = provider(id.provider()).await?.fork(&id, n, &spec, &ctx).await?;
+            if json {
+                let rows: Vec<_> = forks
+                    .iter()
+                    .map(|b| serde_json::json!({ "id": b.id(), "facts": b.facts() }))
+                    .collect();
+                println!("{}", serde_json::Value::Array(rows));
+            } else {
+                for b in forks {
+                    println!("{}", b.id());
+                }
             }
             Ok(0)
         }
         BoxCommand::Exec(a) => exec(*a).await,
         BoxCommand::Shell { id, cwd } => shell(&id, cwd).await,
-        BoxCommand::Ps { id, json } => procs::ps(&*attach(&id, &ctx).await?, &id, json).await,
+        BoxCommand::Ps { id, all, json } => procs::ps(&*attach(&id, &ctx).await?, &id, all, json).await,
+        BoxCommand::Kill { id, handle, signal } => procs::kill(&*attach(&id, &ctx).await?, &id, handle, signal).await,
         BoxCommand::Logs {
             id,
             handle,
@@ -684,8 +728,12 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             );
             Ok(0)
         }
-        BoxCommand::Endpoint { id, port } => {
+        BoxCommand::Endpoint { id, port, json } => {
             let e = attach(&id, &ctx).await?.endpoint(port, &ctx).await?;
+            if json {
+                println!("{}", serde_json::json!(e));
+                return Ok(0);
+            }
             match &e.url {
                 Some(url) => println!("{url}"),
                 None => println!("{}:{}", e.host, e.port),
@@ -939,7 +987,11 @@ async fn exec(a: ExecArgs) -> Result<i32> {
         let handle = p
             .handle()
             .ok_or_else(|| Error::unknown(format!("box {}: the detached program got no handle", a.id)))?;
-        println!("{handle}");
+        if a.json {
+            println!("{}", serde_json::json!({ "id": a.id, "handle": handle }));
+        } else {
+            println!("{handle}");
+        }
         return Ok(0);
     }
     let input = if a.tty && !a.interactive {
@@ -976,6 +1028,7 @@ async fn shell(id: &SandboxId, cwd: Option<String>) -> Result<i32> {
         interactive: true,
         tty: true,
         detach: false,
+        json: false,
         timeout: None,
         argv: vec!["sh".into(), "-c".into(), SHELL.into()],
     };

@@ -176,3 +176,103 @@ fn ls_lists_a_docker_box_it_cannot_read_as_such_and_starts_nothing_in_it() {
     // Listing ran nothing in the box.
     assert!(matches!(foreign.execs().as_str(), "null" | "[]"), "{}", foreign.execs());
 }
+
+#[test]
+fn kill_signals_a_detached_process_and_ps_prints_one_line_each() {
+    let h = Home::new();
+    let b = Boxed::new(&h, &["--provider", "local"]);
+    // exec --detach --json: the box and the handle.
+    let out = h.ok(&[
+        "box",
+        "exec",
+        "--detach",
+        "--json",
+        &b.id,
+        "--",
+        "sh",
+        "-c",
+        "trap 'exit 7' USR1\nwhile :; do sleep 0.1; done",
+    ]);
+    let started: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(started["id"], b.id.as_str(), "{started}");
+    let handle = started["handle"].as_u64().unwrap_or_else(|| panic!("{started}"));
+    // One line a process, its newline written as an escape.
+    let table = h.ok(&["box", "ps", &b.id]);
+    assert_eq!(table.lines().count(), 2, "a header and one line: {table}");
+    assert!(table.contains(r"$'trap \'exit 7\' USR1\nwhile"), "{table}");
+    h.ok(&["box", "kill", &b.id, &handle.to_string(), "--signal", "usr1"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let ps: serde_json::Value = serde_json::from_str(&h.ok(&["box", "ps", &b.id, "--json"])).unwrap();
+        let row = ps.as_array().unwrap().iter().find(|p| p["handle"] == handle).cloned();
+        let row = row.unwrap_or_else(|| panic!("{ps}"));
+        if row["state"] == "exited" {
+            assert_eq!(row["status"]["code"], 7, "{row}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ended: {row}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // An ended process, one the box never had, and a signal there is not.
+    one_line_error(
+        &h.run(&["box", "kill", &b.id, &handle.to_string()], b""),
+        1,
+        "already ended",
+    );
+    one_line_error(&h.run(&["box", "kill", &b.id, "999"], b""), 1, "no process 999");
+    one_line_error(&h.run(&["box", "kill", &b.id, "1", "--signal", "NOPE"], b""), 2, "NOPE");
+}
+
+#[test]
+fn commands_a_script_reads_print_json() {
+    let h = Home::new();
+    let b = Boxed::new(&h, &["--provider", "local"]);
+    let out = h.ok(&["box", "extend", &b.id, "--in", "7m", "--json"]);
+    let ext: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(ext["id"], b.id.as_str(), "{ext}");
+    assert!(
+        ext["ends_at_ms"].as_u64().is_some() && ext["ends_at"].as_str().is_some(),
+        "{ext}"
+    );
+    let out = h.ok(&["box", "fork", &b.id, "-n", "2", "--lifetime", "2m", "--json"]);
+    let forks: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let forks = forks.as_array().unwrap().clone();
+    assert_eq!(forks.len(), 2, "{forks:?}");
+    for f in &forks {
+        let id = f["id"].as_str().unwrap();
+        assert!(id.starts_with("local:") && f["facts"]["provider"] == "local", "{f}");
+        h.ok(&["box", "rm", id]);
+    }
+    let out = h.ok(&["box", "endpoint", &b.id, "8080", "--json"]);
+    let e: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (e["host"].as_str(), e["port"].as_u64()),
+        (Some("127.0.0.1"), Some(8080)),
+        "{e}"
+    );
+    // box ls: a header, the state and the time left as a duration.
+    let table = h.ok(&["box", "ls", "--provider", "local"]);
+    let mut lines = table.lines();
+    let header = lines.next().unwrap_or_default();
+    assert!(
+        header.starts_with("ID") && header.contains("STATE") && header.contains("LEFT"),
+        "{table}"
+    );
+    let row = lines
+        .find(|l| l.starts_with(&b.id))
+        .unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1], "running", "{row}");
+    assert!(
+        cells[2].starts_with('6') && cells[2].contains('m') && cells[2].ends_with('s'),
+        "{row}"
+    );
+    let ls: serde_json::Value = serde_json::from_str(&h.ok(&["box", "ls", "--provider", "local", "--json"])).unwrap();
+    let mine = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == b.id.as_str())
+        .cloned();
+    assert_eq!(mine.unwrap_or_default()["state"], "running", "{ls}");
+}
