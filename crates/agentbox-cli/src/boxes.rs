@@ -151,9 +151,15 @@ pub(crate) enum BoxCommand {
     },
     /// The box of a name (and labels): made as `create` would when there is none, woken when
     /// it sleeps. Prints its id.
+    ///
+    /// A box of the name opened with another spec (lifetime, env, image...) is refused,
+    /// naming each field that differs, unless --replace.
     Open {
         /// Its name: 1 to 63 lowercase letters, digits and '-'.
         name: String,
+        /// End the box of the name, if any, and make one of this spec.
+        #[arg(long)]
+        replace: bool,
         #[command(flatten)]
         create: Box<CreateArgs>,
     },
@@ -506,10 +512,10 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             print_box(&*b, json);
             Ok(0)
         }
-        BoxCommand::Open { name, create } => {
+        BoxCommand::Open { name, replace, create } => {
             let json = create.json;
             let (spec, provider) = spec_and_provider(*create).await?;
-            let b = provider.open(&name, &spec, &ctx).await?;
+            let b = agentbox_providers::lifecycle::open_as_asked(&*provider, &name, &spec, replace, &ctx).await?;
             tracing::info!(box_id = %b.id(), name, "box opened");
             print_box(&*b, json);
             Ok(0)
@@ -521,7 +527,9 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
                 .make(&Options::default(), &env)
                 .await?;
             let labels: Labels = labels.into_iter().collect();
-            if p.discard(&name, &labels, &ctx).await? {
+            let discarded = p.discard(&name, &labels, &ctx).await?;
+            agentbox_providers::lifecycle::forget_opened(p.name(), &name, &labels)?;
+            if discarded {
                 println!("{name}");
                 Ok(0)
             } else {

@@ -276,3 +276,63 @@ fn commands_a_script_reads_print_json() {
         .cloned();
     assert_eq!(mine.unwrap_or_default()["state"], "running", "{ls}");
 }
+
+#[test]
+fn open_refuses_a_box_of_another_spec_unless_replace() {
+    let h = Home::new();
+    let name = format!("spec{}", std::process::id());
+    let open = |extra: &[&str]| {
+        let mut args = vec!["box", "open", &name, "--provider", "local"];
+        args.extend(extra);
+        h.run(&args, b"")
+    };
+    let first = open(&["--lifetime", "5m"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let id = text(&first.stdout).trim().to_string();
+    let _b = Boxed {
+        home: &h,
+        id: id.clone(),
+    };
+    // The same spec again: the same box.
+    let again = open(&["--lifetime", "5m"]);
+    assert_eq!(text(&again.stdout).trim(), id, "{}", text(&again.stderr));
+    // Another lifetime and env: refused, naming both.
+    let other = open(&["--lifetime", "10m", "--env", "K=V"]);
+    one_line_error(&other, 1, "another spec");
+    let err = text(&other.stderr);
+    assert!(
+        err.contains("env") && err.contains("lifetime") && err.contains("--replace"),
+        "{err}"
+    );
+    // --replace ends it and makes one of the spec asked.
+    let replaced = open(&["--lifetime", "10m", "--env", "K=V", "--replace"]);
+    assert!(replaced.status.success(), "{}", text(&replaced.stderr));
+    let new_id = text(&replaced.stdout).trim().to_string();
+    assert_eq!(h.ok(&["box", "exec", &new_id, "--", "printenv", "K"]), "V\n");
+    let again = open(&["--lifetime", "10m", "--env", "K=V"]);
+    assert_eq!(text(&again.stdout).trim(), new_id, "{}", text(&again.stderr));
+    // Discarded, the name takes any spec.
+    h.ok(&["box", "discard", &name, "--provider", "local"]);
+    let fresh = open(&["--lifetime", "3m"]);
+    assert!(fresh.status.success(), "{}", text(&fresh.stderr));
+    let fresh_id = text(&fresh.stdout).trim().to_string();
+    let _f = Boxed { home: &h, id: fresh_id };
+}
+
+#[test]
+fn ps_leaves_out_agentboxs_own_helpers_unless_all() {
+    let h = Home::new();
+    let b = Boxed::new(&h, &["--provider", "local"]);
+    let dir = tempfile::tempdir().unwrap();
+    let helper = dir.path().join("agentbox-runner");
+    std::os::unix::fs::symlink("/bin/sleep", &helper).unwrap();
+    h.ok(&["box", "exec", "--detach", &b.id, "--", helper.to_str().unwrap(), "30"]);
+    h.ok(&["box", "exec", "--detach", &b.id, "--", "sleep", "30"]);
+    let shown = h.ok(&["box", "ps", &b.id]);
+    assert_eq!(shown.lines().count(), 2, "a header and the one of the user's: {shown}");
+    assert!(!shown.contains("agentbox-runner"), "{shown}");
+    let all = h.ok(&["box", "ps", &b.id, "--all"]);
+    assert_eq!(all.lines().count(), 3, "{all}");
+    assert!(all.contains("agentbox-runner"), "{all}");
+}
+
