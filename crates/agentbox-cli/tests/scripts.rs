@@ -336,3 +336,20 @@ fn ps_leaves_out_agentboxs_own_helpers_unless_all() {
     assert!(all.contains("agentbox-runner"), "{all}");
 }
 
+#[test]
+fn a_program_still_running_at_its_boxs_lifetime_is_told_so() {
+    let h = Home::new();
+    let id = h
+        .ok(&["box", "create", "--provider", "namespace", "--lifetime", "3s"])
+        .trim()
+        .to_string();
+    let _b = Boxed {
+        home: &h,
+        id: id.clone(),
+    };
+    let out = h.run(&["box", "exec", &id, "--", "sleep", "60"], b"");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("the box reached its lifetime at 20"), "{err}");
+    assert!(!err.contains("Connection refused"), "{err}");
+}
