@@ -353,3 +353,14 @@ fn a_program_still_running_at_its_boxs_lifetime_is_told_so() {
     assert!(err.contains("the box reached its lifetime at 20"), "{err}");
     assert!(!err.contains("Connection refused"), "{err}");
 }
+
+#[test]
+fn human_output_gives_times_as_dates_not_epoch_milliseconds() {
+    let h = Home::new();
+    let b = Boxed::new(&h, &["--provider", "local"]);
+    let args = r#"{"path":"a.txt","content":"x"}"#;
+    h.ok(&["tool", &b.id, "write", "--run", "r1", "--args", args]);
+    let line = h.ok(&["ledger", "--run", "r1"]);
+    let at = line.split_whitespace().next().unwrap_or_default();
+    assert!(at.starts_with("20") && at.contains('T'), "a date first: {line}");
+}
