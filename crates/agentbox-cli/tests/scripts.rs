@@ -364,3 +364,16 @@ fn human_output_gives_times_as_dates_not_epoch_milliseconds() {
     let at = line.split_whitespace().next().unwrap_or_default();
     assert!(at.starts_with("20") && at.contains('T'), "a date first: {line}");
 }
+
+#[test]
+fn a_parked_runs_deadline_reads_as_a_date() {
+    let h = Home::new();
+    h.ok(&["runs", "new", "later"]);
+    let out = h.ok(&["runs", "park", "later", "--for", "1h"]);
+    let deadline = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("deadline="))
+        .unwrap_or_else(|| panic!("a deadline: {out}"));
+    assert!(deadline.starts_with("20") && deadline.contains('T'), "{out}");
+    assert!(!out.contains("deadline_ms"), "{out}");
+}
