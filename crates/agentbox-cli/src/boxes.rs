@@ -28,13 +28,27 @@ pub(crate) enum BoxCommand {
         #[arg(long)]
         cwd: Option<String>,
     },
-    /// List the processes a box keeps (running, and ended ones not yet forgotten).
+    /// List the processes a box keeps (running, and ended ones not yet forgotten), one line
+    /// each; agentbox's own helpers in the box (its runner's probes and relays) only with --all.
     Ps {
         /// The box's id.
         id: SandboxId,
+        /// Agentbox's own helper processes too.
+        #[arg(short, long)]
+        all: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Send a signal to a process of a box (`box exec --detach` prints its handle).
+    Kill {
+        /// The box's id.
+        id: SandboxId,
+        /// The process's handle.
+        handle: u64,
+        /// The signal: TERM, KILL, INT, HUP... (with or without SIG), or its number.
+        #[arg(short, long, default_value = "TERM", value_parser = procs::signal)]
+        signal: i32,
     },
     /// Print a process's output (stdout on stdout, stderr on stderr), from a byte number on.
     Logs {
@@ -90,6 +104,9 @@ pub(crate) enum BoxCommand {
         id: SandboxId,
         /// The port in the box.
         port: u16,
+        /// Print JSON: host, port, and url where it has one.
+        #[arg(long)]
+        json: bool,
     },
     /// What a box's egress proxy refused (a box made with `--allow`): time, host, port, the
     /// address the name resolved to, and the rule, oldest first.
@@ -135,9 +152,15 @@ pub(crate) enum BoxCommand {
     },
     /// The box of a name (and labels): made as `create` would when there is none, woken when
     /// it sleeps. Prints its id.
+    ///
+    /// A box of the name opened with another spec (lifetime, env, image...) is refused,
+    /// naming each field that differs, unless --replace.
     Open {
         /// Its name: 1 to 63 lowercase letters, digits and '-'.
         name: String,
+        /// End the box of the name, if any, and make one of this spec.
+        #[arg(long)]
+        replace: bool,
         #[command(flatten)]
         create: Box<CreateArgs>,
     },
@@ -173,6 +196,9 @@ pub(crate) enum BoxCommand {
         /// To this long from now.
         #[arg(long = "in", value_parser = lifetime)]
         within: Option<Duration>,
+        /// Print JSON: the id and the deadline (`ends_at`, and `ends_at_ms` since the epoch).
+        #[arg(long)]
+        json: bool,
     },
     /// Keep a box's files as the snapshot NAME (`create --from-snapshot NAME` starts from it).
     Snapshot {
@@ -207,6 +233,9 @@ pub(crate) enum BoxCommand {
         /// A label of each (repeatable).
         #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
         labels: Vec<(String, String)>,
+        /// Print JSON: an array of each box's id and facts.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -232,6 +261,9 @@ pub(crate) struct ExecArgs {
     /// `box attach`); stdin is left open for a later attach.
     #[arg(short, long)]
     detach: bool,
+    /// With --detach, print JSON: the box's id and the process's handle.
+    #[arg(long, requires = "detach")]
+    json: bool,
     /// The box ends the program this long after it starts (500ms, 90s, 10m, 6h, 2d).
     #[arg(long, value_parser = lifetime)]
     timeout: Option<Duration>,
@@ -323,7 +355,7 @@ fn mount(s: &str) -> Result<Mount> {
     };
     let (src, dst) = rest
         .split_once(':')
-        .ok_or_else(|| Error::invalid(format!("--mount: {s:?} is not SRC:DST or SRC:DST:ro")))?;
+        .ok_or_else(|| crate::usage(Error::invalid(format!("--mount: {s:?} is not SRC:DST or SRC:DST:ro"))))?;
     let source = std::fs::canonicalize(src).map_err(|e| Error::io(e, format!("--mount: source {src}")))?;
     Ok(Mount {
         source: source.to_string_lossy().into_owned(),
@@ -443,9 +475,13 @@ pub(crate) fn environment() -> Result<Environment> {
     Ok(Environment::from_process().with_program(HelperCommand::new(exe, vec!["runner".into()])))
 }
 
-/// The registry's entry for `name`, an unknown one's error naming `flag` and every provider.
+/// The registry's entry for `name`, an unknown one's error naming `flag` and every provider
+/// (a usage error where `flag` is one: `--provider`).
 pub(crate) fn entry(name: &str, flag: &str) -> Result<&'static Entry> {
-    registry::find(name).map_err(|e| e.context(flag))
+    registry::find(name).map_err(|e| {
+        let e = e.context(flag);
+        if flag.starts_with("--") { crate::usage(e) } else { e }
+    })
 }
 
 /// The provider called `name`, on its defaults (a runner in each box where it can start one):
@@ -479,10 +515,10 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             print_box(&*b, json);
             Ok(0)
         }
-        BoxCommand::Open { name, create } => {
+        BoxCommand::Open { name, replace, create } => {
             let json = create.json;
             let (spec, provider) = spec_and_provider(*create).await?;
-            let b = provider.open(&name, &spec, &ctx).await?;
+            let b = agentbox_providers::lifecycle::open_as_asked(&*provider, &name, &spec, replace, &ctx).await?;
             tracing::info!(box_id = %b.id(), name, "box opened");
             print_box(&*b, json);
             Ok(0)
@@ -494,7 +530,9 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
                 .make(&Options::default(), &env)
                 .await?;
             let labels: Labels = labels.into_iter().collect();
-            if p.discard(&name, &labels, &ctx).await? {
+            let discarded = p.discard(&name, &labels, &ctx).await?;
+            agentbox_providers::lifecycle::forget_opened(p.name(), &name, &labels)?;
+            if discarded {
                 println!("{name}");
                 Ok(0)
             } else {
@@ -515,7 +553,7 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             println!("{}", b.id());
             Ok(0)
         }
-        BoxCommand::Extend { id, by, within } => {
+        BoxCommand::Extend { id, by, within, json } => {
             let p = provider(id.provider()).await?;
             let now = {
                 use agentbox_core::Clock;
@@ -538,7 +576,14 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             };
             let b = p.extend(&id, to, &ctx).await?;
             let ends = b.facts().ends_at_ms.unwrap_or(to);
-            println!("{}", agentbox_core::rfc3339(ends as i64));
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "id": b.id(), "ends_at": agentbox_core::rfc3339(ends as i64), "ends_at_ms": ends })
+                );
+            } else {
+                println!("{}", agentbox_core::rfc3339(ends as i64));
+            }
             Ok(0)
         }
         BoxCommand::Snapshot { id, name } => {
@@ -590,17 +635,28 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             n,
             lifetime,
             labels,
+            json,
         } => {
             let mut spec = Spec::new(lifetime);
             spec.labels = labels.into_iter().collect();
-            for b in provider(id.provider()).await?.fork(&id, n, &spec, &ctx).await? {
-                println!("{}", b.id());
+            let forks = provider(id.provider()).await?.fork(&id, n, &spec, &ctx).await?;
+            if json {
+                let rows: Vec<_> = forks
+                    .iter()
+                    .map(|b| serde_json::json!({ "id": b.id(), "facts": b.facts() }))
+                    .collect();
+                println!("{}", serde_json::Value::Array(rows));
+            } else {
+                for b in forks {
+                    println!("{}", b.id());
+                }
             }
             Ok(0)
         }
         BoxCommand::Exec(a) => exec(*a).await,
         BoxCommand::Shell { id, cwd } => shell(&id, cwd).await,
-        BoxCommand::Ps { id, json } => procs::ps(&*attach(&id, &ctx).await?, &id, json).await,
+        BoxCommand::Ps { id, all, json } => procs::ps(&*attach(&id, &ctx).await?, &id, all, json).await,
+        BoxCommand::Kill { id, handle, signal } => procs::kill(&*attach(&id, &ctx).await?, &id, handle, signal).await,
         BoxCommand::Logs {
             id,
             handle,
@@ -623,28 +679,54 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
                 Some(p) => provider(&p).await?.list(&labels, &ctx).await?,
                 None => list_everywhere(&labels).await,
             };
+            let mut rows = Vec::with_capacity(boxes.len());
+            for b in &boxes {
+                rows.push((b, state_of(&**b).await));
+            }
             if json {
-                let rows: Vec<_> = boxes
+                let rows: Vec<_> = rows
                     .iter()
-                    .map(|b| serde_json::json!({ "id": b.id(), "labels": b.labels(), "facts": b.facts() }))
+                    .map(|(b, state)| {
+                        let mut row = serde_json::json!({
+                            "id": b.id(),
+                            "state": state.word(),
+                            "labels": b.labels(),
+                            "facts": b.facts(),
+                        });
+                        if let State::Unknown(why) = state {
+                            row["why"] = why.clone().into();
+                        }
+                        row
+                    })
                     .collect();
                 println!("{}", serde_json::Value::Array(rows));
-            } else {
-                for b in boxes {
-                    let left = b.facts().ends_at_ms.map(|e| {
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_millis() as u64)
-                            .unwrap_or(0);
-                        format!("{}s", e.saturating_sub(now) / 1000)
-                    });
-                    let labels: Vec<String> = b.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
-                    println!(
-                        "{}\t{}\t{}",
-                        b.id(),
-                        left.unwrap_or_else(|| "-".into()),
-                        labels.join(",")
-                    );
+                return Ok(0);
+            }
+            let now = now_ms();
+            let width = rows
+                .iter()
+                .map(|(b, _)| b.id().as_str().len())
+                .max()
+                .unwrap_or(0)
+                .max(2);
+            println!("{:<width$}  {:<10} {:<9} LABELS", "ID", "STATE", "LEFT");
+            for (b, state) in &rows {
+                let left = b
+                    .facts()
+                    .ends_at_ms
+                    .map(|e| duration(e.saturating_sub(now)))
+                    .unwrap_or_else(|| "-".into());
+                let labels: Vec<String> = b.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let labels = if labels.is_empty() {
+                    "-".to_string()
+                } else {
+                    labels.join(",")
+                };
+                println!("{:<width$}  {:<10} {left:<9} {labels}", b.id().as_str(), state.word());
+            }
+            for (_, state) in &rows {
+                if let State::Unknown(why) = state {
+                    term::say(&format!("box ls: {why}"));
                 }
             }
             Ok(0)
@@ -657,8 +739,12 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
             );
             Ok(0)
         }
-        BoxCommand::Endpoint { id, port } => {
+        BoxCommand::Endpoint { id, port, json } => {
             let e = attach(&id, &ctx).await?.endpoint(port, &ctx).await?;
+            if json {
+                println!("{}", serde_json::json!(e));
+                return Ok(0);
+            }
             match &e.url {
                 Some(url) => println!("{url}"),
                 None => println!("{}:{}", e.host, e.port),
@@ -740,18 +826,18 @@ async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
             Some(Network::Host)
         }
         Some(other) => {
-            return Err(Error::invalid(format!(
+            return Err(crate::usage(Error::invalid(format!(
                 "--network: {other:?} is not open, none or host"
-            )));
+            ))));
         }
     };
     if !a.allow.is_empty() {
         // Each entry is checked here too, so the flag is named in what is wrong.
         agentbox_core::Allowlist::parse(&a.allow).map_err(|e| {
-            Error::invalid(format!(
+            crate::usage(Error::invalid(format!(
                 "--allow: {}",
                 e.message().trim_start_matches("spec.network.allow: ")
-            ))
+            )))
         })?;
         spec.network = Some(Network::Allow(a.allow));
     }
@@ -787,10 +873,12 @@ fn print_box(b: &dyn Sandbox, json: bool) {
     }
 }
 
-/// The boxes of every provider this build has; a provider that cannot be made or cannot list
-/// (no Docker engine) is left out with a line on stderr, within a deadline each.
+/// The boxes of every provider this build has, within a deadline each; the providers that
+/// cannot be made or cannot list (no Docker engine) are left out, named in one line on stderr,
+/// each one's reason logged (`-v` shows them).
 async fn list_everywhere(labels: &Labels) -> Vec<Arc<dyn Sandbox>> {
     let mut all = Vec::new();
+    let mut left_out = Vec::new();
     for name in registry::names() {
         let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
         let listed = match provider(name).await {
@@ -799,13 +887,66 @@ async fn list_everywhere(labels: &Labels) -> Vec<Arc<dyn Sandbox>> {
         };
         match listed {
             Ok(boxes) => all.extend(boxes),
-            Err(e) => eprintln!(
-                "agentbox: box ls: {name} boxes left out: {} (--provider {name} to see it fail)",
-                crate::one_line(e.message())
-            ),
+            Err(e) => {
+                tracing::info!(provider = name, reason = %crate::one_line(e.message()), "box ls: provider left out");
+                left_out.push(name);
+            }
         }
     }
+    if !left_out.is_empty() {
+        term::say(&format!(
+            "box ls: left out {} boxes: they could not be listed here (-v says why; --provider NAME to see one fail)",
+            left_out.join(", ")
+        ));
+    }
     all
+}
+
+/// A listed box's state, as `box ls` prints it.
+enum State {
+    Running,
+    Asleep,
+    Ended,
+    /// Its status could not be read: why.
+    Unknown(String),
+}
+
+impl State {
+    fn word(&self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Asleep => "asleep",
+            State::Ended => "ended",
+            State::Unknown(_) => "unknown",
+        }
+    }
+}
+
+/// The state of `b`, asked of its box within 10 s.
+async fn state_of(b: &dyn Sandbox) -> State {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(10));
+    match b.status(&ctx).await {
+        Ok(agentbox_core::Status::Running) => State::Running,
+        Ok(agentbox_core::Status::Sleeping) => State::Asleep,
+        Ok(agentbox_core::Status::Ended) => State::Ended,
+        Err(e) => State::Unknown(crate::one_line(e.message())),
+    }
+}
+
+fn now_ms() -> u64 {
+    use agentbox_core::Clock;
+    agentbox_core::SystemClock.now_ms()
+}
+
+/// A duration as a person reads it: `42s`, `9m12s`, `3h05m`, `2d04h`.
+pub(crate) fn duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
 }
 
 /// Split `ID:PATH`, when `s` starts with a box id.
@@ -873,7 +1014,11 @@ async fn exec(a: ExecArgs) -> Result<i32> {
         let handle = p
             .handle()
             .ok_or_else(|| Error::unknown(format!("box {}: the detached program got no handle", a.id)))?;
-        println!("{handle}");
+        if a.json {
+            println!("{}", serde_json::json!({ "id": a.id, "handle": handle }));
+        } else {
+            println!("{handle}");
+        }
         return Ok(0);
     }
     let input = if a.tty && !a.interactive {
@@ -881,7 +1026,14 @@ async fn exec(a: ExecArgs) -> Result<i32> {
     } else {
         procs::Input::Forward
     };
-    procs::session(p, a.tty, input, procs::OnSignal::Kill).await
+    match procs::session(p, a.tty, input, procs::OnSignal::Kill).await {
+        // The box ended the program at its --timeout: 124, as timeout(1) exits.
+        Err(e) if a.timeout.is_some() && e.code() == agentbox_core::ErrorCode::Timeout => {
+            term::say(&format!("box exec: {}", crate::one_line(e.message())));
+            Ok(TIMED_OUT)
+        }
+        r => r,
+    }
 }
 
 /// How long `box exec` waits for stdin's first bytes (or its end) before it runs a program in a
@@ -905,6 +1057,9 @@ fn no_input(id: &SandboxId, what: &str) -> Error {
     ))
 }
 
+/// `box exec`'s exit when its `--timeout` ended the program, as `timeout(1)`'s.
+const TIMED_OUT: i32 = 124;
+
 /// The box's shell: bash where it has it, else sh.
 const SHELL: &str = "command -v bash >/dev/null 2>&1 && exec bash; exec sh";
 
@@ -921,6 +1076,7 @@ async fn shell(id: &SandboxId, cwd: Option<String>) -> Result<i32> {
         interactive: true,
         tty: true,
         detach: false,
+        json: false,
         timeout: None,
         argv: vec!["sh".into(), "-c".into(), SHELL.into()],
     };
@@ -945,5 +1101,14 @@ mod tests {
         assert_eq!(memory_mb("512").unwrap(), 512);
         assert!(memory_mb("lots").is_err());
         assert!(memory_mb("0").is_err());
+    }
+
+    #[test]
+    fn durations_read_as_a_person_reads_them() {
+        assert_eq!(duration(999), "0s");
+        assert_eq!(duration(42_000), "42s");
+        assert_eq!(duration(552_000), "9m12s");
+        assert_eq!(duration(3_600_000 + 5 * 60_000 + 59_000), "1h05m");
+        assert_eq!(duration(2 * 86_400_000 + 4 * 3_600_000), "2d04h");
     }
 }

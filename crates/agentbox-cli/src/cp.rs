@@ -84,12 +84,12 @@ pub(crate) async fn copy(src: &str, dst: &str, ctx: &Ctx) -> Result<()> {
         (End::Stdio, End::InBox(id, to)) => stdin_to_box(&id, &to, ctx).await,
         (End::InBox(id, from), End::Here(to)) => box_to_here(&id, &from, &to, ctx).await,
         (End::InBox(id, from), End::Stdio) => box_to_stdout(&id, &from, ctx).await,
-        (End::InBox(..), End::InBox(..)) => Err(Error::invalid(
+        (End::InBox(..), End::InBox(..)) => Err(crate::usage(Error::invalid(
             "cp: copy between two boxes through this machine, in two steps",
-        )),
-        _ => Err(Error::invalid(
+        ))),
+        _ => Err(crate::usage(Error::invalid(
             "cp: one side must be ID:PATH (for example local:3f9a…:notes.txt), the other a path here or - for stdin/stdout",
-        )),
+        ))),
     }
 }
 

@@ -112,7 +112,7 @@ pub(crate) async fn ledger(a: LedgerArgs) -> Result<i32> {
 }
 
 fn line(r: &Record) -> String {
-    let at = r.at;
+    let at = agentbox_core::rfc3339(i64::try_from(r.at).unwrap_or(i64::MAX));
     let outcome = if r.ok {
         "ok".to_string()
     } else {

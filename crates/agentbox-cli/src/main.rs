@@ -1,7 +1,8 @@
 //! `agentbox`: make boxes, run programs in them, measure them.
 //!
-//! Exit codes: a usage error is 2, any other error 1, each with one line naming the problem
-//! on stderr; `box exec` exits with the program's own code.
+//! Exit codes: a usage error is 2 (clap's, and agentbox's own checks of arguments marked with
+//! [`usage`]), any other error 1, each with one line naming the problem on stderr; `box exec`
+//! exits with the program's own code, or 124 when its `--timeout` ended it.
 
 mod bench;
 mod bench_egress;
@@ -128,9 +129,33 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("agentbox: {}", one_line(&e.to_string()));
-            ExitCode::from(1)
+            ExitCode::from(if is_usage(&e) { 2 } else { 1 })
         }
     }
+}
+
+/// What marks an error as one of the command line's arguments (see [`usage`]).
+#[derive(Debug)]
+struct Usage;
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a usage error")
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// `e`, marked as a usage error: an argument agentbox's own checks refused (an unknown
+/// `--provider`, `box cp` with neither side a box), so the command exits 2 as clap's own
+/// usage errors do.
+pub(crate) fn usage(e: agentbox_core::Error) -> agentbox_core::Error {
+    e.with_source(Usage)
+}
+
+/// Whether [`usage`] marked `e`.
+fn is_usage(e: &agentbox_core::Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<Usage>().is_some())
 }
 
 /// Logs go to stderr, so stdout carries only what a command prints (for `mcp`, only protocol

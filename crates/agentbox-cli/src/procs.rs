@@ -264,10 +264,55 @@ async fn info(ps: &dyn Processes, id: &SandboxId, handle: u64, ctx: &Ctx) -> Res
         .ok_or_else(|| Error::not_found(format!("box {id}: no process {handle} (see agentbox box ps {id})")))
 }
 
-/// `box ps`: a table, or JSON.
-pub(crate) async fn ps(b: &dyn Sandbox, id: &SandboxId, json: bool) -> Result<i32> {
+/// Whether a process is agentbox's own helper in the box (its runner's probe, relay or
+/// init, run by the runner's program), which `box ps` leaves out without `--all`.
+fn is_helper(p: &ProcessInfo) -> bool {
+    let Some(program) = p.argv.first() else { return false };
+    let name = program.rsplit('/').next().unwrap_or(program);
+    name == "agentbox" || name == "agentbox-runner" || program.starts_with("/opt/agentbox/")
+}
+
+/// A signal by name (`TERM`, with or without `SIG`, in any case) or number, one of those a
+/// box's programs may be sent.
+pub(crate) fn signal(s: &str) -> std::result::Result<i32, String> {
+    let upper = s.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    agentbox_core::SIGNALS
+        .iter()
+        .find(|(name, n)| *name == bare || bare.parse::<i32>() == Ok(*n))
+        .map(|(_, n)| *n)
+        .ok_or_else(|| {
+            let names: Vec<&str> = agentbox_core::SIGNALS.iter().map(|(name, _)| *name).collect();
+            format!(
+                "{s:?} is not a signal a box's program can be sent (one of {})",
+                names.join(", ")
+            )
+        })
+}
+
+/// `box kill`: `signal` to the process `handle`, which must be one the box keeps.
+pub(crate) async fn kill(b: &dyn Sandbox, id: &SandboxId, handle: u64, signal: i32) -> Result<i32> {
+    let ps = of(b, id)?;
     let ctx = Ctx::background().with_timeout(ANSWER_DEADLINE);
-    let list = of(b, id)?.list(&ctx).await?;
+    let p = info(ps, id, handle, &ctx).await?;
+    if p.state != ProcessState::Running {
+        return Err(Error::gone(format!(
+            "box {id}: process {handle} already ended ({})",
+            state(&p.state)
+        )));
+    }
+    ps.signal(handle, signal, &ctx).await?;
+    tracing::info!(box_id = %id, handle, signal, "signal sent");
+    Ok(0)
+}
+
+/// `box ps`: a table, one line a process, or JSON; agentbox's own helpers only with `all`.
+pub(crate) async fn ps(b: &dyn Sandbox, id: &SandboxId, all: bool, json: bool) -> Result<i32> {
+    let ctx = Ctx::background().with_timeout(ANSWER_DEADLINE);
+    let mut list = of(b, id)?.list(&ctx).await?;
+    if !all {
+        list.retain(|p| !is_helper(p));
+    }
     if json {
         println!(
             "{}",
@@ -324,7 +369,8 @@ fn ago(ms: i64) -> String {
     }
 }
 
-/// An argv as one line a shell would read back: arguments with spaces or quotes are quoted.
+/// An argv as one line a shell would read back: arguments with spaces or quotes are quoted,
+/// and those with a newline or another control character are written `$'…'` with escapes.
 fn argv_line(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
@@ -333,6 +379,21 @@ fn argv_line(argv: &[String]) -> String {
                     .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b) || b >= 0x80);
             if plain {
                 a.clone()
+            } else if a.chars().any(char::is_control) {
+                let mut out = String::from("$'");
+                for c in a.chars() {
+                    match c {
+                        '\n' => out.push_str("\\n"),
+                        '\t' => out.push_str("\\t"),
+                        '\r' => out.push_str("\\r"),
+                        '\\' => out.push_str("\\\\"),
+                        '\'' => out.push_str("\\'"),
+                        c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32 & 0xff)),
+                        c => out.push(c),
+                    }
+                }
+                out.push('\'');
+                out
             } else {
                 format!("'{}'", a.replace('\'', r"'\''"))
             }
@@ -430,6 +491,13 @@ mod tests {
             argv_line(&["sh".into(), "-c".into(), "echo it's".into(), "".into()]),
             r"sh -c 'echo it'\''s' ''"
         );
+        assert_eq!(
+            argv_line(&["sh".into(), "-c".into(), "sleep 1\necho 'a'\\".into()]),
+            r"sh -c $'sleep 1\necho \'a\'\\'"
+        );
+        assert_eq!(signal("sigkill"), Ok(9));
+        assert_eq!(signal("15"), Ok(15));
+        assert!(signal("NOPE").unwrap_err().contains("TERM"));
         assert_eq!(state(&ProcessState::Running), "running");
         let killed = agentbox_core::ExitStatus::signaled(9);
         assert_eq!(

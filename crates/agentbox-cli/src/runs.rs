@@ -228,7 +228,15 @@ pub(crate) fn show(r: &RunRecord) -> String {
         .map(|h| format!(" holder=pid {} on {}", h.pid, h.host))
         .unwrap_or_default();
     let parent = r.parent.as_ref().map(|p| format!(" parent={p}")).unwrap_or_default();
-    let deadline = r.deadline_ms.map(|d| format!(" deadline_ms={d}")).unwrap_or_default();
+    let deadline = r
+        .deadline_ms
+        .map(|d| {
+            format!(
+                " deadline={}",
+                agentbox_core::rfc3339(i64::try_from(d).unwrap_or(i64::MAX))
+            )
+        })
+        .unwrap_or_default();
     format!(
         "{} {:?} generation={}{holder}{parent}{deadline}",
         r.id, r.status, r.generation
@@ -347,7 +355,8 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
                 .due(agentbox_core::SystemClock.now_ms())?
                 .into_iter()
                 .map(|rec| {
-                    let why = format!("parked until {} ms", rec.deadline_ms.unwrap_or(0));
+                    let until = i64::try_from(rec.deadline_ms.unwrap_or(0)).unwrap_or(i64::MAX);
+                    let why = format!("parked until {}", agentbox_core::rfc3339(until));
                     (rec, why)
                 })
                 .collect();

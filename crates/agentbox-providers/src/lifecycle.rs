@@ -1,5 +1,5 @@
 //! What every provider's lifecycle shares: the provider's own name for a box opened by name,
-//! and the handle of a box that sleeps.
+//! the handle of a box that sleeps, and that of a box a list could not read.
 //!
 //! See `agentbox_core::Provider::open` and friends for the contract.
 
@@ -70,6 +70,99 @@ where
     Ok(made)
 }
 
+/// What [`open_as_asked`] keeps of an open under `$AGENTBOX_HOME/opened`: the spec asked and
+/// the box's deadline then (past it, the box may have ended and been made again).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Opened {
+    spec: serde_json::Value,
+    ends_at_ms: Option<u64>,
+}
+
+/// [`Provider::open`](agentbox_core::Provider::open), refusing (`refused`) a box found by the
+/// name whose spec differs from `spec` in any field but its labels (the labels are part of the
+/// name's place), naming each field that differs; the lifetime compared is the one asked, not
+/// the time left. With `replace`, the box of the name is discarded first and one made from
+/// `spec`. The spec each open asked is kept in this home, so a box another home made (or one
+/// made before this home kept specs) is taken as it is and its spec kept from then on.
+pub async fn open_as_asked(
+    p: &dyn agentbox_core::Provider,
+    name: &str,
+    spec: &agentbox_core::Spec,
+    replace: bool,
+    ctx: &Ctx,
+) -> Result<Arc<dyn Sandbox>> {
+    let dir = crate::home::default_home()?.join("opened").join(p.name());
+    let path = dir.join(format!("{}.json", name_key(name, &spec.labels)?));
+    let asked = serde_json::to_value(spec).map_err(|e| Error::unknown(format!("open {name:?}: the spec: {e}")))?;
+    if replace {
+        if p.discard(name, &spec.labels, ctx).await? {
+            tracing::info!(
+                provider = p.name(),
+                name,
+                "open --replace: the box of the name discarded"
+            );
+        }
+        forget_opened(p.name(), name, &spec.labels)?;
+    }
+    let b = p.open(name, spec, ctx).await?;
+    let kept: Option<Opened> = std::fs::read(&path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    if let Some(kept) = kept
+        && kept.ends_at_ms.is_some_and(|e| e > crate::util::now_ms())
+    {
+        let differ = differing(&kept.spec, &asked);
+        if !differ.is_empty() {
+            return Err(Error::refused(format!(
+                "open {name:?}: box {} was opened with another spec ({} differ); open it as it was, \
+                 or --replace to end it and make one of this spec",
+                b.id(),
+                differ.join(", ")
+            )));
+        }
+        return Ok(b);
+    }
+    let record = Opened {
+        spec: asked,
+        ends_at_ms: b.facts().ends_at_ms,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(e, format!("creating {}", dir.display())))?;
+    let bytes = serde_json::to_vec(&record).map_err(|e| Error::unknown(e.to_string()))?;
+    crate::util::write_atomic(&path, &bytes)?;
+    Ok(b)
+}
+
+/// Forget the spec [`open_as_asked`] kept of the box named `name` (labels `labels`) of the
+/// provider `provider`: the box was discarded, and the next open makes one of its own spec.
+pub fn forget_opened(provider: &str, name: &str, labels: &Labels) -> Result<()> {
+    let path = crate::home::default_home()?
+        .join("opened")
+        .join(provider)
+        .join(format!("{}.json", name_key(name, labels)?));
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(e, format!("removing {}", path.display()))),
+    }
+}
+
+/// The fields of two specs (as JSON) that differ, labels apart, by the names a person gives
+/// them (`lifetime` for the one asked).
+fn differing(was: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let (was, now) = (was.as_object().unwrap_or(&empty), now.as_object().unwrap_or(&empty));
+    let mut keys: Vec<&String> = was.keys().chain(now.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| k.as_str() != "labels" && was.get(*k) != now.get(*k))
+        .map(|k| match k.as_str() {
+            "max_lifetime_ms" => "lifetime".to_string(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
 /// The refusal of a sleeping box for anything but status and destroy.
 pub(crate) fn asleep_error(id: &SandboxId) -> Error {
     Error::refused(format!("box {id}: it sleeps; wake it first (agentbox box wake {id})"))
@@ -137,6 +230,66 @@ impl Sandbox for Asleep {
     }
 }
 
+/// A box a list found and could not read (its runner does not answer this machine, say): its
+/// id, facts and labels as found, [`Sandbox::status`] and every program or file refused with
+/// the reason, and destroy as the box under it does. A list hands it out rather than leaving
+/// the box out or starting anything in it.
+pub struct Unreadable {
+    inner: Arc<dyn Sandbox>,
+    why: String,
+}
+
+impl Unreadable {
+    /// The unreadable handle of `inner`, `why` saying what could not be read.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(inner: Arc<dyn Sandbox>, why: impl Into<String>) -> Arc<dyn Sandbox> {
+        Arc::new(Unreadable { inner, why: why.into() })
+    }
+
+    fn error(&self) -> Error {
+        Error::unknown(format!("box {}: unreadable: {}", self.id(), self.why))
+    }
+}
+
+#[async_trait]
+impl Sandbox for Unreadable {
+    fn id(&self) -> &SandboxId {
+        self.inner.id()
+    }
+
+    fn facts(&self) -> &Facts {
+        self.inner.facts()
+    }
+
+    fn labels(&self) -> &Labels {
+        self.inner.labels()
+    }
+
+    async fn exec(&self, _argv: &[String], _opts: &ExecOptions, _ctx: &Ctx) -> Result<Process> {
+        Err(self.error())
+    }
+
+    async fn status(&self, _ctx: &Ctx) -> Result<Status> {
+        Err(self.error())
+    }
+
+    async fn upload(&self, _path: &str, _data: &[u8], _ctx: &Ctx) -> Result<()> {
+        Err(self.error())
+    }
+
+    async fn download(&self, _path: &str, _max_bytes: u64, _ctx: &Ctx) -> Result<Vec<u8>> {
+        Err(self.error())
+    }
+
+    async fn endpoint(&self, _port: u16, _ctx: &Ctx) -> Result<Endpoint> {
+        Err(self.error())
+    }
+
+    async fn destroy(&self, ctx: &Ctx) -> Result<()> {
+        self.inner.destroy(ctx).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +309,19 @@ mod tests {
         let abc = Labels::from([("ab".to_string(), "c".to_string())]);
         assert_ne!(name_key("x", &ab).unwrap(), name_key("x", &abc).unwrap());
         assert!(name_key("Dev", &none).is_err());
+    }
+
+    #[test]
+    fn specs_differ_by_the_fields_asked_not_the_labels() {
+        let mut a = agentbox_core::Spec::new(std::time::Duration::from_secs(60));
+        a.labels.insert("team".into(), "a".into());
+        let mut b = a.clone();
+        b.labels.clear();
+        let v = |s: &agentbox_core::Spec| serde_json::to_value(s).unwrap();
+        assert!(differing(&v(&a), &v(&b)).is_empty());
+        b.max_lifetime = std::time::Duration::from_secs(120);
+        b.env.insert("K".into(), "V".into());
+        b.image = Some("x".into());
+        assert_eq!(differing(&v(&a), &v(&b)), ["env", "image", "lifetime"]);
     }
 }

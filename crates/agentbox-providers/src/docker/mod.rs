@@ -726,6 +726,8 @@ impl DockerProvider {
 
     /// [`Self::find_container`], answering `None` for a box that lacks one of `want` before
     /// anything but its inspect is done (a list reaches no runner of a box it does not answer).
+    /// A list (`want` given) starts nothing in a box: a box whose runner does not answer is
+    /// listed [`Unreadable`](crate::lifecycle::Unreadable), saying why.
     async fn find_labelled(&self, name: &str, want: Option<&Labels>) -> Result<Option<Arc<dyn Sandbox>>> {
         let info = match self
             .docker
@@ -791,9 +793,68 @@ impl DockerProvider {
         }
         if all_labels.get(LABEL_RUNNER).map(String::as_str) == Some("1") {
             let ip = container_ip(&info);
+            if want.is_some() {
+                let ctx = Ctx::background().with_timeout(std::time::Duration::from_secs(10));
+                return Ok(Some(self.runner_answering(b, ip, &ctx).await));
+            }
             return Ok(Some(self.through_runner(b, ip, false, &Ctx::background()).await?));
         }
         Ok(Some(b))
+    }
+
+    /// The box through a runner that already answers, by a held connection, its socket or the
+    /// container's address: nothing is started or run in the box (a list's way). A runner that
+    /// answers none of them (a box another agentbox home or version made) leaves the box
+    /// [`Unreadable`](crate::lifecycle::Unreadable), with the reason.
+    async fn runner_answering(&self, b: Arc<dyn Sandbox>, ip: Option<String>, ctx: &Ctx) -> Arc<dyn Sandbox> {
+        if self.opts.runner.is_none() {
+            return b;
+        }
+        let held = self
+            .clients
+            .lock()
+            .unwrap()
+            .get(b.id().name())
+            .and_then(std::sync::Weak::upgrade);
+        if let Some(client) = held {
+            let r = RunnerSandbox::with_client(b.clone(), client);
+            if r.check(ctx).await.is_ok() {
+                return Arc::new(r);
+            }
+        }
+        let mut ways: Vec<Arc<dyn Dial>> = Vec::new();
+        match runner_dir(b.id().name(), false) {
+            Ok(dir) => ways.push(Arc::new(Address::Unix(dir.join("runner.sock")))),
+            Err(e) => tracing::debug!(box_id = %b.id(), error = %e, "no runner directory"),
+        }
+        if let Some(ip) = &ip {
+            match crate::home::default_home().and_then(|h| key::runner_token(&h, b.id().name())) {
+                Ok(token) => ways.push(Arc::new(Address::Tcp {
+                    addr: format!("{ip}:{}", agentbox_protocol::runner::PORT),
+                    token: Some(token),
+                })),
+                Err(e) => tracing::debug!(box_id = %b.id(), error = %e, "no runner token"),
+            }
+        }
+        let mut last = None;
+        for dial in ways {
+            let r = RunnerSandbox::new(b.clone(), dial);
+            match r.check(ctx).await {
+                Ok(()) => {
+                    self.hold(b.id().name(), r.client());
+                    return Arc::new(r);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let why = match last {
+            Some(e) => format!(
+                "its runner does not answer this machine ({}); another agentbox home or version may have made it",
+                e.message().lines().map(str::trim).collect::<Vec<_>>().join(" ")
+            ),
+            None => "its runner cannot be reached from this machine".to_string(),
+        };
+        crate::lifecycle::Unreadable::new(b, why)
     }
 
     /// The box through its runner: over the container's address with this machine's token

@@ -134,6 +134,9 @@ pub struct Client {
     me: Weak<Client>,
     closed: Mutex<Option<String>>,
     instance: std::sync::OnceLock<u32>,
+    /// The box's deadline as last known, in ms since the epoch (0: unknown): a runner that
+    /// cannot be reached again past it ended with its box, and a process's end says so.
+    ends_at_ms: std::sync::atomic::AtomicU64,
 }
 
 /// Every client of this process, for [`drop_connections`].
@@ -179,7 +182,20 @@ impl Client {
             me: me.clone(),
             closed: Mutex::new(None),
             instance: std::sync::OnceLock::new(),
+            ends_at_ms: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The box's deadline as its facts state it (`None`: unknown), for what a process that
+    /// outlives it is told.
+    pub fn set_deadline(&self, ends_at_ms: Option<u64>) {
+        self.ends_at_ms.store(ends_at_ms.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The box's deadline when it has passed: the runner ended with its box.
+    fn lifetime_passed(&self) -> Option<u64> {
+        let ends = self.ends_at_ms.load(Ordering::Relaxed);
+        (ends > 0 && crate::util::now_ms() >= ends).then_some(ends)
     }
 
     /// Where the runner is, for messages.
@@ -818,13 +834,24 @@ async fn read(
         }
         match c.link(&Ctx::background().with_timeout(Duration::from_secs(10))).await {
             Ok(_) => return,
-            Err(e) if started.elapsed() > RECONNECT_FOR || e.code() == ErrorCode::Unsupported => {
+            Err(e)
+                if started.elapsed() > RECONNECT_FOR
+                    || e.code() == ErrorCode::Unsupported
+                    || c.lifetime_passed().is_some() =>
+            {
+                // Past the box's deadline the runner ended with its box: that is the reason,
+                // not the refused connection.
+                let message = match c.lifetime_passed() {
+                    Some(ends) => format!(
+                        "the box reached its lifetime at {}, which ended the program ({})",
+                        agentbox_core::rfc3339(i64::try_from(ends).unwrap_or(i64::MAX)),
+                        c.describe()
+                    ),
+                    None => format!("the runner could not be reached again after a drop: {e}"),
+                };
                 let mut sh = shared.lock().unwrap();
                 for (_, mut p) in sh.procs.drain() {
-                    let why = Error::new(
-                        ErrorCode::Gone,
-                        format!("the runner could not be reached again after a drop: {e}"),
-                    );
+                    let why = Error::new(ErrorCode::Gone, message.clone());
                     if let Some(x) = p.exit.take() {
                         let _ = x.send(Err(why));
                     }

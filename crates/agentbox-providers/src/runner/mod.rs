@@ -145,11 +145,9 @@ impl RunnerSandbox {
     pub fn new(inner: Arc<dyn Sandbox>, dial: Arc<dyn Dial>) -> Self {
         let mut facts = inner.facts().clone();
         facts.runner = Some(dial.describe());
-        RunnerSandbox {
-            inner,
-            client: Client::new(dial),
-            facts,
-        }
+        let client = Client::new(dial);
+        client.set_deadline(facts.ends_at_ms);
+        RunnerSandbox { inner, client, facts }
     }
 
     /// Over `inner`, through a `client` the caller shares with it (a box whose own exec,
@@ -157,6 +155,7 @@ impl RunnerSandbox {
     pub fn with_client(inner: Arc<dyn Sandbox>, client: Arc<Client>) -> Self {
         let mut facts = inner.facts().clone();
         facts.runner = Some(client.describe());
+        client.set_deadline(facts.ends_at_ms);
         RunnerSandbox { inner, client, facts }
     }
 
