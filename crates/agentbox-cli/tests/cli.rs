@@ -720,6 +720,70 @@ fn a_fresh_install_finds_its_runner_for_docker_boxes() {
     assert!(run(&["box", "rm", &id]).status.success());
 }
 
+/// With `agentbox` alone installed (no `agentbox-runner` beside it, no `AGENTBOX_RUNNER`),
+/// every part of the runner a box needs is `agentbox` itself: the namespace box's keeper, init
+/// and runner, the allowlist's probe inside the box, a Docker box's init, runner, relay and
+/// egress proxy, and the probe inside it.
+#[test]
+fn agentbox_alone_serves_as_every_part_of_the_runner() {
+    let (_root, exe) = fresh_install();
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(&exe)
+            .args(args)
+            .env("AGENTBOX_HOME", home.path())
+            .env_remove("AGENTBOX_RUNNER")
+            .env_remove("AGENTBOX_PROVIDER")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut providers = vec!["namespace"];
+    if agentbox_testing::services::docker_available("agentbox_alone_serves_as_every_part_of_the_runner (docker)") {
+        providers.push("docker");
+    }
+    for provider in providers {
+        // A box with an allowlist is proven from inside before it is handed out.
+        let id = run(&[
+            "box",
+            "create",
+            "--provider",
+            provider,
+            "--lifetime",
+            "2m",
+            "--allow",
+            "example.com",
+        ]);
+        let id = id.trim();
+        assert!(id.starts_with(&format!("{provider}:")), "{id}");
+        let out = run(&[
+            "box",
+            "exec",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "echo in the box; echo $HTTPS_PROXY",
+        ]);
+        assert!(out.starts_with("in the box\nhttp://127.0.0.1:"), "{provider}: {out}");
+        assert_eq!(run(&["box", "rm", id]).trim(), id);
+        // And one with no allowlist.
+        let id = run(&["box", "create", "--provider", provider, "--lifetime", "2m"]);
+        let id = id.trim();
+        assert_eq!(
+            run(&["box", "exec", id, "--", "echo", "plain"]),
+            "plain\n",
+            "{provider}"
+        );
+        assert_eq!(run(&["box", "rm", id]).trim(), id);
+    }
+}
+
 #[test]
 fn a_runner_that_cannot_run_in_the_box_says_what_to_do() {
     if !agentbox_testing::services::docker_available("a_runner_that_cannot_run_in_the_box_says_what_to_do") {
