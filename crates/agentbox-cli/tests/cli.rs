@@ -784,6 +784,58 @@ fn agentbox_alone_serves_as_every_part_of_the_runner() {
     }
 }
 
+/// An image the engine does not have is pulled through the engine, its progress in the logs;
+/// where no registry can be reached (here a registry at a port nothing listens on, as a
+/// machine with no way out meets Docker Hub), the error says so plainly, naming the image,
+/// and no container is left.
+#[test]
+fn an_image_not_on_the_engine_is_pulled_or_the_error_says_no_registry_is_reachable() {
+    if !agentbox_testing::services::docker_available("an_image_not_on_the_engine_is_pulled") {
+        return;
+    }
+    let h = Home::new();
+    let label = format!("cli-pull={}", std::process::id());
+    let image = "127.0.0.1:1/agentbox-test/none:1";
+    let out = h.run(
+        &[
+            "box",
+            "create",
+            "--provider",
+            "docker",
+            "--lifetime",
+            "2m",
+            "--image",
+            image,
+            "--label",
+            &label,
+        ],
+        b"",
+    );
+    one_line_error(
+        &out,
+        1,
+        &format!("image {image}: not on the Docker daemon, and no registry is reachable"),
+    );
+    assert_eq!(docker_ps(&label), "", "no container is left");
+    // With -v the pull is logged as it starts.
+    let out = h.run(
+        &[
+            "-v",
+            "box",
+            "create",
+            "--provider",
+            "docker",
+            "--lifetime",
+            "2m",
+            "--image",
+            image,
+        ],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pulling it") && err.contains(image), "{err}");
+}
+
 #[test]
 fn a_runner_that_cannot_run_in_the_box_says_what_to_do() {
     if !agentbox_testing::services::docker_available("a_runner_that_cannot_run_in_the_box_says_what_to_do") {
