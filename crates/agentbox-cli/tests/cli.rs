@@ -836,6 +836,38 @@ fn an_image_not_on_the_engine_is_pulled_or_the_error_says_no_registry_is_reachab
     assert!(err.contains("pulling it") && err.contains(image), "{err}");
 }
 
+/// A default Docker box (agentbox's image, `scripts/box-image`) has what agents expect of a
+/// base image: python3, curl and git, as other sandboxes' base images do.
+#[test]
+fn a_default_docker_box_has_python3_curl_and_git() {
+    if !agentbox_testing::services::docker_available("a_default_docker_box_has_python3_curl_and_git") {
+        return;
+    }
+    let h = Home::new();
+    let id = h.ok(&["box", "create", "--provider", "docker", "--lifetime", "2m"]);
+    let id = id.trim();
+    let out = h.run(
+        &[
+            "box",
+            "exec",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "python3 -c 'print(6 * 7)' && curl --version >/dev/null && git --version >/dev/null && echo all",
+        ],
+        b"",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "42\nall\n",
+        "python3, curl and git in the box (an image older than scripts/box-image's package list is \
+         built again by scripts/box-image): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(h.ok(&["box", "rm", id]).trim(), id);
+}
+
 #[test]
 fn a_runner_that_cannot_run_in_the_box_says_what_to_do() {
     if !agentbox_testing::services::docker_available("a_runner_that_cannot_run_in_the_box_says_what_to_do") {
