@@ -73,8 +73,48 @@ enum Command {
     },
 }
 
+/// The file name a box's copy of its runner has (`/run/agentbox-runner` in a namespace box,
+/// `/opt/agentbox/agentbox-runner` in a container), whichever binary was copied there.
+const RUNNER_NAME: &str = "agentbox-runner";
+
+/// The runner's arguments when this executable runs under the runner's own name: providers
+/// start a box's runner by its path with the runner's subcommands (`probe`, `serve`, `relay`,
+/// ...), and with `agentbox` alone installed that path is this binary, so it answers them as
+/// `agentbox-runner` would. A leading `runner` (the prefix `agentbox` passes itself) is
+/// dropped, so `agentbox-runner runner serve` is `agentbox-runner serve`. `None` under any
+/// other name.
+fn as_runner(argv: &[std::ffi::OsString]) -> Option<Result<Vec<String>, String>> {
+    let name = std::path::Path::new(argv.first()?).file_name()?;
+    if name != RUNNER_NAME {
+        return None;
+    }
+    let args: Result<Vec<String>, String> = argv[1..]
+        .iter()
+        .map(|a| {
+            a.clone()
+                .into_string()
+                .map_err(|a| format!("argument {a:?} is not UTF-8"))
+        })
+        .collect();
+    Some(args.map(|mut a| {
+        if a.first().map(String::as_str) == Some("runner") {
+            a.remove(0);
+        }
+        a
+    }))
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match as_runner(&argv) {
+        Some(Ok(args)) => return ExitCode::from(agentbox_runner::main_with_args(&args).clamp(0, 255) as u8),
+        Some(Err(e)) => {
+            eprintln!("{RUNNER_NAME}: {e}");
+            return ExitCode::from(2);
+        }
+        None => {}
+    }
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;

@@ -720,6 +720,154 @@ fn a_fresh_install_finds_its_runner_for_docker_boxes() {
     assert!(run(&["box", "rm", &id]).status.success());
 }
 
+/// With `agentbox` alone installed (no `agentbox-runner` beside it, no `AGENTBOX_RUNNER`),
+/// every part of the runner a box needs is `agentbox` itself: the namespace box's keeper, init
+/// and runner, the allowlist's probe inside the box, a Docker box's init, runner, relay and
+/// egress proxy, and the probe inside it.
+#[test]
+fn agentbox_alone_serves_as_every_part_of_the_runner() {
+    let (_root, exe) = fresh_install();
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(&exe)
+            .args(args)
+            .env("AGENTBOX_HOME", home.path())
+            .env_remove("AGENTBOX_RUNNER")
+            .env_remove("AGENTBOX_PROVIDER")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut providers = vec!["namespace"];
+    if agentbox_testing::services::docker_available("agentbox_alone_serves_as_every_part_of_the_runner (docker)") {
+        providers.push("docker");
+    }
+    for provider in providers {
+        // A box with an allowlist is proven from inside before it is handed out.
+        let id = run(&[
+            "box",
+            "create",
+            "--provider",
+            provider,
+            "--lifetime",
+            "2m",
+            "--allow",
+            "example.com",
+        ]);
+        let id = id.trim();
+        assert!(id.starts_with(&format!("{provider}:")), "{id}");
+        let out = run(&[
+            "box",
+            "exec",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "echo in the box; echo $HTTPS_PROXY",
+        ]);
+        assert!(out.starts_with("in the box\nhttp://127.0.0.1:"), "{provider}: {out}");
+        assert_eq!(run(&["box", "rm", id]).trim(), id);
+        // And one with no allowlist.
+        let id = run(&["box", "create", "--provider", provider, "--lifetime", "2m"]);
+        let id = id.trim();
+        assert_eq!(
+            run(&["box", "exec", id, "--", "echo", "plain"]),
+            "plain\n",
+            "{provider}"
+        );
+        assert_eq!(run(&["box", "rm", id]).trim(), id);
+    }
+}
+
+/// An image the engine does not have is pulled through the engine, its progress in the logs;
+/// where no registry can be reached (here a registry at a port nothing listens on, as a
+/// machine with no way out meets Docker Hub), the error says so plainly, naming the image,
+/// and no container is left.
+#[test]
+fn an_image_not_on_the_engine_is_pulled_or_the_error_says_no_registry_is_reachable() {
+    if !agentbox_testing::services::docker_available("an_image_not_on_the_engine_is_pulled") {
+        return;
+    }
+    let h = Home::new();
+    let label = format!("cli-pull={}", std::process::id());
+    let image = "127.0.0.1:1/agentbox-test/none:1";
+    let out = h.run(
+        &[
+            "box",
+            "create",
+            "--provider",
+            "docker",
+            "--lifetime",
+            "2m",
+            "--image",
+            image,
+            "--label",
+            &label,
+        ],
+        b"",
+    );
+    one_line_error(
+        &out,
+        1,
+        &format!("image {image}: not on the Docker daemon, and no registry is reachable"),
+    );
+    assert_eq!(docker_ps(&label), "", "no container is left");
+    // With -v the pull is logged as it starts.
+    let out = h.run(
+        &[
+            "-v",
+            "box",
+            "create",
+            "--provider",
+            "docker",
+            "--lifetime",
+            "2m",
+            "--image",
+            image,
+        ],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pulling it") && err.contains(image), "{err}");
+}
+
+/// A default Docker box (agentbox's image, `scripts/box-image`) has what agents expect of a
+/// base image: python3, curl and git, as other sandboxes' base images do.
+#[test]
+fn a_default_docker_box_has_python3_curl_and_git() {
+    if !agentbox_testing::services::docker_available("a_default_docker_box_has_python3_curl_and_git") {
+        return;
+    }
+    let h = Home::new();
+    let id = h.ok(&["box", "create", "--provider", "docker", "--lifetime", "2m"]);
+    let id = id.trim();
+    let out = h.run(
+        &[
+            "box",
+            "exec",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "python3 -c 'print(6 * 7)' && curl --version >/dev/null && git --version >/dev/null && echo all",
+        ],
+        b"",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "42\nall\n",
+        "python3, curl and git in the box (an image older than scripts/box-image's package list is \
+         built again by scripts/box-image): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(h.ok(&["box", "rm", id]).trim(), id);
+}
+
 #[test]
 fn a_runner_that_cannot_run_in_the_box_says_what_to_do() {
     if !agentbox_testing::services::docker_available("a_runner_that_cannot_run_in_the_box_says_what_to_do") {

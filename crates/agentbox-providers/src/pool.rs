@@ -7,8 +7,10 @@
 //! from `max_lifetime` and `labels` takes a ready box: its deadline is moved to now plus the
 //! asked lifetime (`Provider::extend`) and its labels become the caller's
 //! (`Provider::relabel`), so it is the box the inner provider would have made, found by
-//! `attach` and `list` like any other. Any other spec, or an empty pool, is the inner
-//! provider's create.
+//! `attach` and `list` like any other. A create that finds no ready box while the pool makes
+//! one waits for it (one create a make at most), so a pool never makes a first call slower.
+//! Any other spec, or an empty pool with no make for the caller, is the inner provider's
+//! create.
 //!
 //! Nothing leaks: a ready box is made with the short [`PoolOptions::idle_lifetime`], which the
 //! provider enforces with no call from the host, and the pool moves its deadline on while the
@@ -81,6 +83,10 @@ struct State {
     ready: VecDeque<Ready>,
     /// Makes under way.
     making: usize,
+    /// Creates waiting for a box a make under way adds, at most `making` (each make is
+    /// waited for by one create at most, so a burst of creates is not queued behind a few
+    /// makes).
+    waiting: usize,
     /// Ready boxes out of `ready` for a keep-alive (extended or replaced), or being destroyed.
     transit: usize,
     /// Ids of every box the pool holds and has not handed out: ready, in transit.
@@ -109,6 +115,8 @@ struct Shared {
     ready_count: watch::Sender<usize>,
     /// The count of makes and keep-alives under way, for [`Pool::close`].
     busy_count: watch::Sender<usize>,
+    /// Any count changed (a box ready, a make over, a close), for creates waiting on a make.
+    counts_changed: Notify,
     /// Ends the maintainer at close.
     shutdown: Ctx,
     rt: tokio::runtime::Handle,
@@ -176,11 +184,22 @@ impl Pool {
             changed: Notify::new(),
             ready_count: watch::channel(0).0,
             busy_count: watch::channel(0).0,
+            counts_changed: Notify::new(),
             shutdown: Ctx::background(),
             rt,
         });
         if s.opts.size > 0 {
             tracing::debug!(pool = %s.id, provider = s.inner.name(), size = s.opts.size, "pool filling");
+            // The first makes are counted before `new` returns, so a create right after it
+            // waits for one of them (see [`Pool::await_make`]) rather than make a box more.
+            {
+                let mut st = s.state.lock().unwrap();
+                st.making = s.opts.size;
+                s.publish(&st);
+            }
+            for _ in 0..s.opts.size {
+                s.rt.spawn(make(s.clone()));
+            }
             s.rt.spawn(maintain(s.clone()));
         }
         Ok(Pool { s })
@@ -248,30 +267,88 @@ impl Pool {
     fn take(&self, spec: &Spec) -> Option<Ready> {
         let s = &self.s;
         let now = now_ms();
-        let ask = spec.max_lifetime.as_millis() as u64;
         let mut st = s.state.lock().unwrap();
         if st.closed {
             return None;
         }
-        // Without extend, a ready box serves an ask its deadline meets: never later than the
-        // ask (a box lives at most its spec's lifetime), and at most a twentieth (or a second)
-        // sooner.
-        let slack = (ask / 20).max(1000);
-        let fits = |r: &Ready| {
-            let lifetime_ok = s.honours.extend
-                || (r.ends_at_ms <= now.saturating_add(ask) && r.ends_at_ms + slack >= now.saturating_add(ask));
-            // Still ended on time: one about to end is the keep-alive's.
-            let alive = r.ends_at_ms > now.saturating_add(1000);
-            let labels_ok = s.honours.relabel || spec.labels == s.spec.labels;
-            lifetime_ok && alive && labels_ok
-        };
-        let at = st.ready.iter().position(fits)?;
+        let at = st.ready.iter().position(|r| self.fits(r.ends_at_ms, spec, now))?;
         let r = st.ready.remove(at)?;
         st.members.remove(r.sandbox.id().as_str());
         s.publish(&st);
         // The refill waits for the hand-out ([`Provider::create`] tells the maintainer once it
         // is over): a make started now would compete with it for the engine.
         Some(r)
+    }
+
+    /// Whether a ready box that ends at `ends_at_ms` can serve `spec` at `now`. Without
+    /// extend, a ready box serves an ask its deadline meets: never later than the ask (a box
+    /// lives at most its spec's lifetime), and at most a twentieth (or a second) sooner.
+    fn fits(&self, ends_at_ms: u64, spec: &Spec, now: u64) -> bool {
+        let s = &self.s;
+        let ask = spec.max_lifetime.as_millis() as u64;
+        let slack = (ask / 20).max(1000);
+        let lifetime_ok = s.honours.extend
+            || (ends_at_ms <= now.saturating_add(ask) && ends_at_ms + slack >= now.saturating_add(ask));
+        // Still ended on time: one about to end is the keep-alive's.
+        let alive = ends_at_ms > now.saturating_add(1000);
+        let labels_ok = s.honours.relabel || spec.labels == s.spec.labels;
+        lifetime_ok && alive && labels_ok
+    }
+
+    /// Wait for the box a make under way adds, where no ready box serves `spec` but a make
+    /// is under way that no other create waits for: a create that comes while the pool fills
+    /// (an MCP session's first call, made as the pool starts) takes the pool's box rather than
+    /// make one more beside the pool's, which would compete with them for the engine and be
+    /// no sooner. `Ok(true)` once a ready box serves `spec` (take again); `Ok(false)` when no
+    /// make is left for this create to wait for, or a box made now could not serve it (the
+    /// caller makes its own); the end of `ctx` is its error.
+    async fn await_make(&self, spec: &Spec, ctx: &Ctx) -> Result<bool> {
+        let s = &self.s;
+        // A box made now would end at now plus the idle lifetime: whether that could serve.
+        if !self.fits(
+            now_ms().saturating_add(s.opts.idle_lifetime.as_millis() as u64),
+            spec,
+            now_ms(),
+        ) {
+            return Ok(false);
+        }
+        {
+            let mut st = s.state.lock().unwrap();
+            if st.closed || st.making <= st.waiting {
+                return Ok(false);
+            }
+            st.waiting += 1;
+        }
+        /// One fewer create waiting, however the wait ends (a drop of the create included).
+        struct Waiting<'a>(&'a Shared);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                let mut st = self.0.state.lock().unwrap();
+                st.waiting = st.waiting.saturating_sub(1);
+            }
+        }
+        let _waiting = Waiting(s);
+        tracing::debug!(pool = %s.id, "pool: a create waits for a ready box being made");
+        loop {
+            let changed = s.counts_changed.notified();
+            tokio::pin!(changed);
+            // Registered before the state is read, so no change between the two is missed.
+            changed.as_mut().enable();
+            {
+                let st = s.state.lock().unwrap();
+                let now = now_ms();
+                if st.ready.iter().any(|r| self.fits(r.ends_at_ms, spec, now)) {
+                    return Ok(true);
+                }
+                // Fewer makes than waiters: one of them (this one) makes its own.
+                if st.closed || st.making < st.waiting {
+                    return Ok(false);
+                }
+            }
+            ctx.run(changed)
+                .await
+                .map_err(|e| e.context("pool: waiting for a ready box"))?;
+        }
     }
 
     /// Make a taken box the caller's: its deadline now plus the ask, the caller's labels.
@@ -299,6 +376,36 @@ impl Pool {
             "pooled box handed out"
         );
         Ok(b)
+    }
+
+    /// Hand out ready boxes serving `spec` until one is the caller's (`Some`), or none is left
+    /// (`None`).
+    async fn take_and_hand_out(&self, spec: &Spec, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
+        while let Some(r) = self.take(spec) {
+            // Out of the pool and not yet the caller's: a hand-out that fails, or whose caller
+            // drops this create part way (a timeout around it, a cancelled request), ends
+            // the box rather than leave it in no one's hands.
+            let mut handing = Handing {
+                sandbox: Some(r.sandbox.clone()),
+                rt: self.s.rt.clone(),
+                timeout: self.s.opts.call_timeout,
+            };
+            let handed = self.hand_out(&r, spec, ctx).await;
+            self.s.changed.notify_one();
+            match handed {
+                Ok(b) => {
+                    handing.sandbox = None;
+                    return Ok(Some(b));
+                }
+                Err(e) => {
+                    tracing::warn!(pool = %self.s.id, box_id = %r.sandbox.id(), code = %e.code(), "pool: a ready box failed its hand-out (destroyed; the next is tried): {}", e.message());
+                    drop(handing);
+                    // The caller's own end is its error, not a reason to try the next box.
+                    ctx.check()?;
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Whether `spec` is the pool's, its lifetime and labels aside.
@@ -383,6 +490,7 @@ impl Shared {
     fn publish(&self, st: &State) {
         self.ready_count.send_replace(st.ready.len());
         self.busy_count.send_replace(st.making + st.transit);
+        self.counts_changed.notify_waiters();
     }
 
     async fn destroy_member(&self, b: &Arc<dyn Sandbox>, ctx: &Ctx) -> Result<()> {
@@ -577,28 +685,13 @@ impl Provider for Pool {
         check_spec(spec, &self.s.honours, self.s.inner.name())?;
         // A caller already gone takes no ready box (its hand-out would fail and waste it).
         ctx.check()?;
-        while let Some(r) = self.take(spec) {
-            // Out of the pool and not yet the caller's: a hand-out that fails, or whose caller
-            // drops this create part way (a timeout around it, a cancelled request), ends
-            // the box rather than leave it in no one's hands.
-            let mut handing = Handing {
-                sandbox: Some(r.sandbox.clone()),
-                rt: self.s.rt.clone(),
-                timeout: self.s.opts.call_timeout,
-            };
-            let handed = self.hand_out(&r, spec, ctx).await;
-            self.s.changed.notify_one();
-            match handed {
-                Ok(b) => {
-                    handing.sandbox = None;
-                    return Ok(b);
-                }
-                Err(e) => {
-                    tracing::warn!(pool = %self.s.id, box_id = %r.sandbox.id(), code = %e.code(), "pool: a ready box failed its hand-out (destroyed; the next is tried): {}", e.message());
-                    drop(handing);
-                    // The caller's own end is its error, not a reason to try the next box.
-                    ctx.check()?;
-                }
+        loop {
+            if let Some(b) = self.take_and_hand_out(spec, ctx).await? {
+                return Ok(b);
+            }
+            // None ready: a box the pool is making already is the sooner one.
+            if !self.await_make(spec, ctx).await? {
+                break;
             }
         }
         self.s.inner.create(spec, ctx).await

@@ -124,6 +124,46 @@ async fn fifty_concurrent_creates_from_a_pool_of_four_are_fifty_boxes() {
     pool.close(&ctx()).await.unwrap();
 }
 
+/// A create that comes while the pool's first boxes are still being made (an MCP session's
+/// first call, made as its pool starts) takes one of them rather than make a box more beside
+/// them: a pool of 2 and a first call make 2 boxes, not 3, and the call's box is the pool's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_while_the_pool_fills_takes_a_box_being_made() {
+    let fake = FakeProvider::new("fake");
+    // The pool's makes are still under way when the creates come.
+    fake.on(
+        Match::op(Op::Create),
+        Outcome::Delay(Duration::from_millis(300)),
+        Some(2),
+    );
+    let pool = Arc::new(
+        Pool::new(
+            Arc::new(fake.clone()),
+            Spec::new(Duration::from_secs(60)),
+            opts(2, Duration::from_secs(60)),
+        )
+        .unwrap(),
+    );
+    let first = pool
+        .create(&Spec::new(Duration::from_secs(60)).label("task", "first"), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(first.labels(), &labels(&[("task", "first")]));
+    let creates = fake.calls_of(Op::Create);
+    let own: Vec<_> = creates
+        .iter()
+        .filter(|c| c.spec.as_ref().is_some_and(|s| !s.labels.contains_key(POOL_LABEL)))
+        .collect();
+    assert!(own.is_empty(), "the first call made a box of its own: {own:?}");
+    let pools: Vec<&str> = creates.iter().filter_map(|c| c.box_id.as_deref()).collect();
+    assert!(
+        pools.contains(&first.id().name()),
+        "the first call's box {} is one the pool made: {pools:?}",
+        first.id()
+    );
+    pool.close(&ctx()).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_box_is_the_callers_with_its_lifetime_and_labels() {
     let fake = FakeProvider::new("fake");

@@ -69,6 +69,14 @@ impl DockerProvider {
     /// Remove a container this provider made and the files it keeps for it.
     pub(super) async fn discard_container(&self, name: &str) {
         let _ = self.docker.remove_container(name, Some(remove_options())).await;
+        // A container whose init already ended is being removed by the engine (auto-remove),
+        // and the remove above answers at once ("removal in progress"): wait, at most ten
+        // seconds, until the engine no longer knows it (or cannot be asked), so a failed create leaves nothing
+        // listed behind it.
+        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while let Ok(Ok(_)) = tokio::time::timeout_at(until, self.docker.inspect_container(name, None)).await {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         state::remove(name);
         if let Ok(dir) = super::runner_dir(name, false) {
             let _ = std::fs::remove_dir_all(dir);

@@ -24,6 +24,7 @@ pub mod daemon;
 mod key;
 mod lifecycle;
 mod network;
+mod pull;
 mod sandbox;
 mod seccomp;
 mod state;
@@ -580,18 +581,31 @@ impl DockerProvider {
             host_config: Some(host),
             ..Default::default()
         };
-        let create = self.docker.create_container(
-            Some(CreateContainerOptions {
-                name: Some(name.clone()),
-                ..Default::default()
-            }),
-            body,
-        );
-        let made = match ctx.run(create).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(map_create_error(e, &image, self.opts.disk_bytes)),
-            Err(e) => Err(e),
+        let create = |body: ContainerCreateBody| {
+            let create = self.docker.create_container(
+                Some(CreateContainerOptions {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                }),
+                body,
+            );
+            async {
+                match ctx.run(create).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(map_create_error(e, &image, self.opts.disk_bytes)),
+                    Err(e) => Err(e),
+                }
+            }
         };
+        let mut made = create(body.clone()).await;
+        // An image the engine does not have is pulled where the engine can reach a registry,
+        // then the container made again.
+        if matches!(&made, Err(e) if e.code() == agentbox_core::ErrorCode::NotFound) {
+            made = match pull::pull(&self.docker, &image, ctx).await {
+                Ok(()) => create(body).await,
+                Err(e) => Err(e),
+            };
+        }
         if let Err(e) = made {
             // The name's files are this make's only if the container is (a conflict is
             // another's make of the same name).
