@@ -197,7 +197,9 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
         /// How many bytes of its output the client already has (0 for none): the replay starts
-        /// at that byte's number.
+        /// at that byte's number, and every byte before it counts as acknowledged, so the
+        /// reader starts with its whole window free (acknowledgements a drop lost before it
+        /// are never waited for).
         after: u64,
         /// Whether this reader holds the process up (true when absent): output it was sent is
         /// kept until it acknowledges it, and the process waits at the bound for it, also
@@ -216,7 +218,8 @@ pub enum Request {
         id: u32,
     },
     /// Forget a process whose exit the client saw: its kept output is freed, and `ps` no longer
-    /// lists it. A running process is forgotten once it ends.
+    /// lists it. A running process is forgotten once it ends. Answered `ok`, also for a process
+    /// the runner no longer knows (forgetting is idempotent).
     Forget {
         /// The process's id, or the request's id when `handle` is given.
         id: u32,

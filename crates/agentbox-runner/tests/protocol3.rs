@@ -574,3 +574,77 @@ async fn an_unacked_stream_does_not_starve_the_other() {
     }
     assert_eq!(out, 1 << 20, "all of stdout, with stderr never acked");
 }
+
+/// A resume starts with a free window: `after` is what the client already has, so bytes it
+/// was sent before a drop that lost their acknowledgements are not charged to the new reader.
+/// The drop here comes after exactly one window was read and before any ack: the resumed
+/// reader is sent what follows with no ack first (it used to get nothing, forever).
+#[tokio::test]
+async fn a_resume_after_acks_lost_in_a_drop_starts_with_a_free_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&[], dir.path());
+    let mut ws = connect(&r.addr).await;
+    let window = 256u64 << 10;
+    send_text(&mut ws, json!({"op":"hello","id":0,"protocol":3,"window":window})).await;
+    let Got::Text(h) = next(&mut ws).await else { panic!() };
+    assert_eq!(h["window"].as_u64(), Some(window), "the window is granted: {h}");
+    let total = 8u64 << 20;
+    send_text(
+        &mut ws,
+        json!({"op":"run","id":1,"argv":["head","-c",total.to_string(),"/dev/zero"],"stdin":false}),
+    )
+    .await;
+    let Got::Text(s) = next(&mut ws).await else { panic!() };
+    let handle = s["handle"].as_u64().unwrap();
+    // Read the window's bytes, acknowledging none of them, then drop.
+    let mut got = 0u64;
+    while got < window {
+        match next(&mut ws).await {
+            Got::Binary(b) => {
+                let (seq, _, bytes) = seq_frames(&[Got::Binary(b)])[0].clone();
+                assert_eq!(seq, got, "no gap");
+                got += bytes.len() as u64;
+            }
+            Got::Text(t) => panic!("no answer before the window is acked: {t}"),
+        }
+    }
+    assert_eq!(got, window, "the runner sent one window");
+    drop(ws);
+    let mut ws = connect(&r.addr).await;
+    send_text(&mut ws, json!({"op":"hello","id":0,"protocol":3,"window":window})).await;
+    let Got::Text(_) = next(&mut ws).await else { panic!() };
+    send_text(
+        &mut ws,
+        json!({"op":"resume","id":2,"handle":handle,"after":window,"hold":true}),
+    )
+    .await;
+    let Got::Text(res) = next(&mut ws).await else { panic!() };
+    assert_eq!(
+        (res["op"].as_str(), res["from"].as_u64()),
+        (Some("resumed"), Some(window)),
+        "resumed where the client was: {res}"
+    );
+    // Before any ack: what follows `after` comes (within `next`'s deadline), one window of it.
+    let Got::Binary(b) = next(&mut ws).await else {
+        panic!("output after a resume, before any ack")
+    };
+    let (seq, stream, chunk) = seq_frames(&[Got::Binary(b)])[0].clone();
+    assert_eq!(seq, window, "the replay starts at `after`");
+    let mut seen = seq + chunk.len() as u64;
+    send_text(&mut ws, json!({"op":"ack","id":2,"stream":stream,"seq":seen})).await;
+    loop {
+        match next(&mut ws).await {
+            Got::Binary(b) => {
+                let (seq, stream, chunk) = seq_frames(&[Got::Binary(b)])[0].clone();
+                assert_eq!(seq, seen, "no gap");
+                seen = seq + chunk.len() as u64;
+                send_text(&mut ws, json!({"op":"ack","id":2,"stream":stream,"seq":seen})).await;
+            }
+            Got::Text(t) => {
+                assert_eq!((t["op"].as_str(), t["code"].as_i64()), (Some("exit"), Some(0)), "{t}");
+                break;
+            }
+        }
+    }
+    assert_eq!(seen, total, "every byte arrives, none twice");
+}

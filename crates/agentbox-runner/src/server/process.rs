@@ -213,20 +213,6 @@ impl State {
         }
         self.out.max.saturating_sub(self.out.bytes)
     }
-
-    /// Bytes in `[from, to)` of `acks`' streams that `acks` does not cover.
-    fn unacked(&self, acks: Acks, to: u64) -> u64 {
-        self.out
-            .chunks
-            .iter()
-            .take_while(|c| c.start < to)
-            .filter(|c| !c.gone)
-            .map(|c| {
-                let a = acks.of(c.stream).max(c.start);
-                (c.start + c.len).min(to).saturating_sub(a)
-            })
-            .sum()
-    }
 }
 
 /// A process the runner holds.
@@ -358,28 +344,21 @@ impl Proc {
         let (from, end, ended) = {
             let mut st = self.state.lock().unwrap();
             let from = after.max(st.out.first());
-            let acks = match (r.hold, st.ghost) {
-                // The holder that dropped comes back (or another takes its place): what it
-                // acknowledged stands, and what it was sent and has not is in its window.
-                // (Never past where this reader starts: what it is sent, it acknowledges.)
-                (true, Some(g)) => {
-                    st.ghost = None;
-                    let first = st.out.first();
-                    Acks {
-                        out: g.out.max(first).min(from),
-                        err: g.err.max(first).min(from),
-                    }
-                }
-                _ => Acks::at(from),
-            };
-            let unacked = if r.window.is_some() { st.unacked(acks, from) } else { 0 };
+            // A holder that comes takes the place of one that dropped (if any). `after` is what
+            // the client already has: the new reader starts with every byte before it taken
+            // and a free window, whatever acknowledgements the drop lost (charging it the old
+            // reader's unacknowledged bytes would hold it at a full window for acks that
+            // never come).
+            if r.hold {
+                st.ghost = None;
+            }
             st.readers.insert(
                 key,
                 Reader {
                     r,
                     sent: from,
-                    acks,
-                    unacked,
+                    acks: Acks::at(from),
+                    unacked: 0,
                     exit_sent: false,
                 },
             );
