@@ -342,7 +342,8 @@ impl Client {
             }
         }
         // Processes started before the drop: resume those that had started from the byte each
-        // expects next, and send again the `run` of those whose answer was lost (its key makes
+        // expects next (which acknowledges, at the runner, every byte before it: the window
+        // starts free, whatever acks the drop lost), and send again the `run` of those whose answer was lost (its key makes
         // it the same process). Readers that do not hold theirs are told of the drop.
         type Resume = (u32, u64, u64);
         let (again, resume, watching): (Vec<Request>, Vec<Resume>, Vec<_>) = {
@@ -677,7 +678,9 @@ async fn pump_acks(client: Arc<Client>, id: u32, mut rx: mpsc::UnboundedReceiver
                 return;
             }
             if client.tell(Request::Ack { id, stream, seq }).await.is_err() {
-                // A drop: the resume on the next connection re-counts the window.
+                // A drop: nothing to send again. The resume on the next connection says
+                // `after`, the next byte this client expects, and the runner counts every byte
+                // before it as acknowledged (this one's among them), with a free window.
                 break;
             }
         }
