@@ -18,8 +18,8 @@ use agentbox_providers::pool::{Pool, PoolOptions};
 use agentbox_sync::{Mark, PullOptions, SeedOptions, pull_dir, seed_dir};
 use clap::Args;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerInfo, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -217,8 +217,8 @@ fn listed(served: &[Box<dyn tools::Tool>]) -> Vec<Tool> {
 }
 
 impl ServerHandler for Hands {
-    fn get_info(&self) -> ServerInfo {
-        let mut info = ServerInfo::new(ServerCapabilities::builder().enable_tools().build());
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
         info.protocol_version = ProtocolVersion::V_2025_11_25;
         info.server_info = Implementation::new("agentbox", env!("CARGO_PKG_VERSION"));
         let mut instructions =
@@ -245,6 +245,18 @@ impl ServerHandler for Hands {
     }
 
     async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await.map(CallToolResponse::from)
+    }
+}
+
+impl Hands {
+    /// One tool call, answered as the model reads it (a tool's failure is a result with
+    /// `isError`, never a protocol error).
+    async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,

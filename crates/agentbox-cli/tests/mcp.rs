@@ -76,7 +76,7 @@ async fn leave(s: Server) {
 async fn every_tool(s: &Server) {
     let info = s.client.peer_info().unwrap();
     assert_eq!(info.protocol_version.to_string(), "2025-11-25");
-    assert_eq!(info.server_info.name, "agentbox");
+    assert_eq!(info.server_info.as_ref().map(|i| i.name.as_str()), Some("agentbox"));
     let tools = s.client.list_all_tools().await.unwrap();
     let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
     assert_eq!(
@@ -745,4 +745,79 @@ async fn a_configs_pool_warms_its_environment_and_a_pool_past_64_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--pool") && err.contains("65"), "{err}");
+}
+
+/// A process's resident memory in bytes, from `/proc/PID/status` (`VmRSS`, in kB).
+fn rss_of(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or_else(|| panic!("no VmRSS in {status:?}"))
+}
+
+/// Rounds of write, read and bash: three tool calls each.
+async fn soak_rounds(s: &Server, rounds: usize) {
+    for i in 0..rounds {
+        let content = format!("round {i}\n");
+        let w = call(s, "write", json!({"path": "soak.txt", "content": content})).await;
+        assert_eq!(w.is_error, Some(false), "{}", text(&w));
+        let r = call(s, "read", json!({"path": "soak.txt"})).await;
+        assert!(text(&r).contains(&content), "{}", text(&r));
+        let b = call(s, "bash", json!({"command": "echo ok"})).await;
+        assert_eq!(text(&b).trim(), "ok");
+    }
+}
+
+/// The resident memory of the runner in the box: the parent of a bash the runner started.
+async fn runner_rss(s: &Server) -> u64 {
+    let b = call(
+        s,
+        "bash",
+        json!({"command": "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; cat /proc/$PPID/status"}),
+    )
+    .await;
+    let out = text(&b);
+    assert!(
+        out.lines().next().unwrap_or_default().contains("serve"),
+        "the runner is bash's parent: {out}"
+    );
+    rss_of(&out)
+}
+
+/// Memory stays flat over a long session: thousands of tool calls (write, read, bash) on a
+/// namespace box, the server's and the in-box runner's resident memory measured after a
+/// warm-up and at the end. Each call used to keep about 2.6 KB in the server. A bound on
+/// memory per call, with room for the allocator's noise, not on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_stays_flat_over_thousands_of_tool_calls() {
+    const WARM: usize = 200;
+    const ROUNDS: usize = 2000;
+    const BOUND: u64 = 300;
+    let home = tempfile::tempdir().unwrap();
+    let s = start(home.path(), &["--provider", "namespace", "--lifetime", "10m"]).await;
+    let pid = s.child.id().expect("the server runs");
+    let server_rss = || rss_of(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap());
+    soak_rounds(&s, WARM).await;
+    let (server0, runner0) = (server_rss(), runner_rss(&s).await);
+    soak_rounds(&s, ROUNDS).await;
+    let (server1, runner1) = (server_rss(), runner_rss(&s).await);
+    let calls = (ROUNDS * 3 + 1) as u64;
+    let per_call = |a: u64, b: u64| b.saturating_sub(a) / calls;
+    eprintln!(
+        "soak: {calls} calls: server {server0} -> {server1} bytes ({} per call), runner {runner0} -> {runner1} bytes ({} per call)",
+        per_call(server0, server1),
+        per_call(runner0, runner1)
+    );
+    assert!(
+        per_call(server0, server1) <= BOUND,
+        "the server grew from {server0} to {server1} bytes over {calls} tool calls: over {BOUND} bytes a call"
+    );
+    assert!(
+        per_call(runner0, runner1) <= BOUND,
+        "the box's runner grew from {runner0} to {runner1} bytes over {calls} tool calls: over {BOUND} bytes a call"
+    );
+    leave(s).await;
 }
