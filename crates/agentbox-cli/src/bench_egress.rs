@@ -2,8 +2,8 @@
 //! same traffic on a direct loopback connection, in one run.
 //!
 //! Both sides are a program in a namespace box reading from a server this process runs on
-//! `127.0.0.1`: the baseline box has the open network (this machine's, so it connects
-//! straight to the server); the subject box has an allowlist naming the server
+//! `127.0.0.1`: the baseline box has network host (this machine's, so it connects straight to
+//! the server); the subject box has an allowlist naming the server
 //! (`127.0.0.1/32:PORT`), so its connection goes to the bridge on the box's loopback, over the
 //! unix socket to the proxy on the host, and from there to the server. The program is the
 //! same on both sides (bash's `/dev/tcp` and `cat`), so the ratio is what the proxy's path
@@ -136,7 +136,9 @@ pub(crate) async fn egress(args: BenchArgs) -> Result<()> {
             .map_err(|e| Error::unsupported(format!("bench egress needs namespace boxes: {e}")))?;
     let port = serve().await?;
     let ctx = Ctx::background();
-    let open = provider.create(&Spec::new(Duration::from_secs(1800)), &ctx).await?;
+    let mut host = Spec::new(Duration::from_secs(1800));
+    host.network = Some(Network::Host);
+    let open = provider.create(&host, &ctx).await?;
     let mut spec = Spec::new(Duration::from_secs(1800));
     spec.network = Some(Network::Allow(vec![format!("127.0.0.1/32:{port}")]));
     let guarded = match provider.create(&spec, &ctx).await {
@@ -148,7 +150,7 @@ pub(crate) async fn egress(args: BenchArgs) -> Result<()> {
     };
     let n = args.iterations;
     eprintln!(
-        "agentbox bench egress: {n} samples of each side, interleaved; boxes {} (open) and {} (allowlist)",
+        "agentbox bench egress: {n} samples of each side, interleaved; boxes {} (network host) and {} (allowlist)",
         open.id(),
         guarded.id()
     );

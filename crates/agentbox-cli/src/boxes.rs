@@ -818,13 +818,8 @@ async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
         None => None,
         Some("open") => Some(Network::Open),
         Some("none") => Some(Network::None),
-        Some("host") => {
-            eprintln!(
-                "agentbox: warning: --network host: the box shares this machine's network, and its \
-                 programs reach every service of this machine's, loopback included"
-            );
-            Some(Network::Host)
-        }
+        // The namespace provider warns once the box is made (a refused one needs no warning).
+        Some("host") => Some(Network::Host),
         Some(other) => {
             return Err(crate::usage(Error::invalid(format!(
                 "--network: {other:?} is not open, none or host"

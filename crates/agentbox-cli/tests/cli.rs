@@ -1320,7 +1320,19 @@ fn an_allowlisted_box_and_what_its_proxy_refused() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     one_line_error(
-        &h.run(&["box", "create", "--provider", "namespace", "--port", "8080:tcp"], b""),
+        &h.run(
+            &[
+                "box",
+                "create",
+                "--provider",
+                "namespace",
+                "--network",
+                "host",
+                "--port",
+                "8080:tcp",
+            ],
+            b"",
+        ),
         1,
         "shares this machine's network",
     );
@@ -1624,7 +1636,7 @@ fn box_cp_copies_directories_streams_and_into_directories() {
         1,
         "is a directory in the box",
     );
-    one_line_error(&h.run(&["box", "cp", "-", "-"], b""), 1, "ID:PATH");
+    one_line_error(&h.run(&["box", "cp", "-", "-"], b""), 2, "ID:PATH");
     one_line_error(&h.run(&["box", "cp", &at("nothing-here"), "-"], b""), 1, "nothing-here");
     h.ok(&["box", "rm", &id]);
 }

@@ -650,9 +650,10 @@ async fn no_box_outlives_its_pod_even_one_deleted_while_it_was_made() {
     );
     kube.wait_phase("default", "kept", "Running", WAIT).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // Only the running pod's box (its keeper and init) is left while the fake runs.
+    // Only the running pod's box (its keeper, the keeper's unix socket supervisor, the egress
+    // proxy of its network and its init) is left while the fake runs.
     let live = processes_under(&dir);
-    assert_eq!(live.len(), 2, "{live:?}");
+    assert_eq!(live.len(), 4, "{live:?}");
     drop(kube);
     let t = std::time::Instant::now();
     while !processes_under(&dir).is_empty() && t.elapsed() < Duration::from_secs(5) {

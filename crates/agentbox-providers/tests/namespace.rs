@@ -242,8 +242,9 @@ async fn a_setuid_root_program_gives_the_box_no_privilege_and_the_hosts_homes_an
     );
     let (_, run) = sh(b.as_ref(), "ls -A /run").await;
     assert_eq!(run, "agentbox\nagentbox-runner\n", "no daemon's socket under /run");
+    // The runner's socket, and the way out to its egress proxy (the default network's).
     let (_, run) = sh(b.as_ref(), "ls -A /run/agentbox").await;
-    assert_eq!(run, "runner.sock\n");
+    assert_eq!(run, "egress.sock\nrunner.sock\n");
     b.destroy(&ctx).await.unwrap();
 }
 
@@ -440,8 +441,8 @@ async fn a_specs_mounts_are_bound_where_asked_read_only_or_not_and_an_impossible
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn landlock_keeps_a_box_from_the_hosts_abstract_sockets_and_a_box_without_it_reaches_them() {
     use std::os::linux::net::SocketAddrExt;
-    // Abstract unix sockets belong to the net namespace, which a box with the open network
-    // shares with this machine: only landlock's scope stands between the box and them.
+    // Abstract unix sockets belong to the net namespace, which a box with network host shares
+    // with this machine: only landlock's scope stands between the box and them.
     let name = format!("agentbox-landlock-test-{}", std::process::id());
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let _listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
@@ -456,7 +457,11 @@ async fn landlock_keeps_a_box_from_the_hosts_abstract_sockets_and_a_box_without_
             })
             .unwrap(),
         );
-        let b = p.create(&Spec::new(Duration::from_secs(60)), &ctx).await.unwrap();
+        let host = Spec {
+            network: Some(agentbox_core::Network::Host),
+            ..Spec::new(Duration::from_secs(60))
+        };
+        let b = p.create(&host, &ctx).await.unwrap();
         let fact = b.facts().landlock.clone().unwrap_or_default();
         let (code, out) = sh(b.as_ref(), &probe).await;
         if landlock {

@@ -55,7 +55,8 @@
 //!   loopback, read at the pod's start; one with egress rules leaves the network open (the
 //!   fake enforces no partial policy, and never pretends to); ingress is never enforced.
 //!   Without network isolation the box has its box provider's default network (a namespace
-//!   box's own, whose way out is agentbox's egress proxy); `podIP` is 127.0.0.1 all the same,
+//!   box's own, whose way out is agentbox's egress proxy), or, where the fake plays a cluster
+//!   whose network plugin ignores policies, this machine's; `podIP` is 127.0.0.1 all the same,
 //!   and port-forward reaches the pod's ports from inside its network (see `stream`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -503,9 +504,15 @@ impl Kubelet {
         spec.image = Some(rootfs.to_string_lossy().into_owned());
         spec.env = env;
         spec.mounts = mounts;
-        if isolated {
-            spec.network = Some(Network::None);
-        }
+        spec.network = if isolated {
+            Some(Network::None)
+        } else if !self.network_policy {
+            // A cluster whose network plugin ignores policies: pods on an open network that
+            // reaches out (this machine's), as such a cluster's pods do.
+            Some(Network::Host)
+        } else {
+            None
+        };
         // Made on a task of its own, which keeps the box or ends it: this future may be dropped
         // (the pod deleted, its deadline) while the box is being made, and a box made then must
         // not outlive its pod.

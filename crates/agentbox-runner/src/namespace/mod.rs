@@ -131,7 +131,8 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     // The unix socket supervisor ([`sockets`]): a process of the box's user, mount and network
     // namespaces, but of this machine's pid namespace (so, made before the new one, it has
     // threads and no program of the box sees it).
-    let mut supervisor = sockets::Supervisor::start(host_network)?;
+    let given: Vec<String> = cfg.mounts.iter().map(|m| m.target.clone()).collect();
+    let mut supervisor = sockets::Supervisor::start(host_network, given)?;
     // SAFETY: as above.
     #[allow(unsafe_code)]
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }.map_err(explain_unshare)?;

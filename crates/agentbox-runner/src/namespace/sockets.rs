@@ -21,8 +21,9 @@
 //!   copy itself, so rewriting the address after the check changes nothing: a pathname is
 //!   opened `O_PATH` with `openat2` (`RESOLVE_IN_ROOT` in the caller's root, or from its
 //!   working directory), allowed only when it is a socket on a mount that is writable in the
-//!   box (its own `/tmp`, `/workspace`, `/root`, `/run`, `/dev/shm`, writable `--mount`s:
-//!   this machine's root is bound read-only), and then connected (or sent to) through
+//!   box (its own `/tmp`, `/workspace`, `/root`, `/run`, `/dev/shm`, writable `--mount`s), or
+//!   on a mount the spec asked for, read-only or not (a socket directory given on purpose;
+//!   this machine's root is bound read-only, and is neither), and then connected (or sent to) through
 //!   `/proc/self/fd/N` of that very descriptor, so a symlink swapped after the check changes
 //!   nothing either; a refused one answers `EACCES` and is logged on the box's log;
 //! - an abstract address is connected by the supervisor too when the box has a network
@@ -224,9 +225,10 @@ pub(super) struct Supervisor {
 }
 
 impl Supervisor {
-    /// Fork the supervisor; `host_network` is [`net_namespace`] before the keeper unshared.
-    /// The keeper must have no other thread (one is forked).
-    pub(super) fn start(host_network: Option<u64>) -> Result<Supervisor, String> {
+    /// Fork the supervisor; `host_network` is [`net_namespace`] before the keeper unshared,
+    /// `given` the targets of the spec's mounts (whose sockets the spec gave the box, read-only
+    /// or not). The keeper must have no other thread (one is forked).
+    pub(super) fn start(host_network: Option<u64>, given: Vec<String>) -> Result<Supervisor, String> {
         let (ours, theirs) = UnixStream::pair().map_err(|e| format!("a socket pair for the init: {e}"))?;
         let proc = rustix::fs::open(
             "/proc",
@@ -261,7 +263,7 @@ impl Supervisor {
                 let _ = rustix::stdio::dup2_stdin(&null);
                 let _ = rustix::stdio::dup2_stdout(&null);
             }
-            supervise(ours, proc, own_network);
+            supervise(ours, proc, own_network, &given);
             std::process::exit(0);
         }
         drop(proc);
@@ -284,17 +286,33 @@ impl Supervisor {
 }
 
 /// The supervisor's life: take the init's listener, once it sends it, and serve it.
-fn supervise(ours: UnixStream, proc: OwnedFd, own_network: bool) {
+fn supervise(ours: UnixStream, proc: OwnedFd, own_network: bool, given: &[String]) {
     let listener = match recv_fd(ours.as_raw_fd()) {
         Ok(l) => l,
         // The init ended before it hardened: it said why to the host.
         Err(_) => return,
     };
     drop(ours);
+    // The init sends its listener once the box's mounts are made, and it has pivoted into
+    // the box's root, which is this process's too: each spec mount's target is its bind.
+    let given_mounts = given
+        .iter()
+        .filter_map(|t| {
+            rustix::fs::statx(
+                rustix::fs::CWD,
+                t.as_str(),
+                rustix::fs::AtFlags::empty(),
+                rustix::fs::StatxFlags::MNT_ID,
+            )
+            .ok()
+        })
+        .map(|st| st.stx_mnt_id)
+        .collect();
     let s = Arc::new(Serve {
         listener,
         proc,
         own_network,
+        given_mounts,
         workers: AtomicUsize::new(0),
     });
     if let Err(e) = s.run() {
@@ -308,6 +326,9 @@ struct Serve {
     listener: OwnedFd,
     proc: OwnedFd,
     own_network: bool,
+    /// The mounts the spec asked for (`--mount`), by mount id: their sockets are the box's to
+    /// reach, read-only or not.
+    given_mounts: Vec<u64>,
     workers: AtomicUsize,
 }
 
@@ -568,7 +589,11 @@ impl Serve {
             return Err(libc::ECONNREFUSED);
         }
         let fs = rustix::fs::fstatfs(&fd).map_err(|e| e.raw_os_error())?;
-        if fs.f_flags as u64 & libc::ST_RDONLY != 0 {
+        let given = || {
+            rustix::fs::statx(&fd, "", rustix::fs::AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::MNT_ID)
+                .is_ok_and(|st| self.given_mounts.contains(&st.stx_mnt_id))
+        };
+        if fs.f_flags as u64 & libc::ST_RDONLY != 0 && !given() {
             eprintln!(
                 "agentbox-runner namespace: refused a box's connect to the unix socket {} (pid {pid} of this machine): it is not the box's (a read-only mount)",
                 path.to_string_lossy()
