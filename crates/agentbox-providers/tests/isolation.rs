@@ -299,11 +299,13 @@ async fn a_namespace_box_whose_unix_socket_supervisor_is_gone_reaches_no_unix_so
     b.destroy(&ctx).await.unwrap();
 }
 
-/// A socket is the box's to reach when it is on a mount the box may write: in a directory of
-/// the host's given as a writable mount, the host's socket is reached (the user shared that
-/// directory); in one given read-only, it is refused, as on the host's read-only root.
+/// A socket is the box's to reach when it is on a mount the box may write, or one its spec
+/// gave it: in a directory of the host's given as a mount, read-only or not, the host's socket
+/// is reached (the user shared that directory, as a bind of a socket shares it with a Docker
+/// container, `:ro` or not); in one of the host's the spec did not give (seen through the
+/// host's read-only root), it is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_namespace_box_reaches_a_socket_in_a_writable_mount_and_not_in_a_read_only_one() {
+async fn a_namespace_box_reaches_a_socket_in_a_mount_its_spec_gave_read_only_or_not_and_no_other() {
     use agentbox_core::{Ctx, ExecOptions, FinishOptions, Mount, Spec, finish};
     use std::os::unix::fs::PermissionsExt;
     let root = tempfile::tempdir().unwrap();
@@ -311,7 +313,9 @@ async fn a_namespace_box_reaches_a_socket_in_a_writable_mount_and_not_in_a_read_
     let ctx = Ctx::background();
     let runner = agentbox_protocol::namespace::RUNNER;
     let (rw, ro) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    for d in [&rw, &ro] {
+    // Not given: under /var/tmp, which the box sees through this machine's root.
+    let other = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+    for d in [&rw, &ro, &other] {
         // The box's root is another id of the host's when the host is root: let it search.
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -333,7 +337,7 @@ async fn a_namespace_box_reaches_a_socket_in_a_writable_mount_and_not_in_a_read_
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
         l
     };
-    let (rw_listener, ro_listener) = (listen(&rw), listen(&ro));
+    let (rw_listener, ro_listener, other_listener) = (listen(&rw), listen(&ro), listen(&other));
     let probe = |target: &str| {
         let argv: Vec<String> = vec![runner.into(), "probe".into(), format!("unix-connect:{target}/s.sock")];
         let b = b.clone();
@@ -351,12 +355,18 @@ async fn a_namespace_box_reaches_a_socket_in_a_writable_mount_and_not_in_a_read_
         "the host's listener in the writable mount got nothing"
     );
     let (code, out) = probe("/workspace/ro").await;
-    assert_eq!(code, 3, "the read-only mount's socket: {out}");
+    assert_eq!(code, 0, "the read-only mount's socket: {out}");
+    assert!(
+        ro_listener.accept().is_ok(),
+        "the host's listener in the read-only mount got nothing"
+    );
+    let (code, out) = probe(&other.path().to_string_lossy()).await;
+    assert_eq!(code, 3, "a socket the spec did not give: {out}");
     let denied = std::io::Error::from_raw_os_error(rustix::io::Errno::ACCESS.raw_os_error()).to_string();
     assert!(out.contains(&denied), "{out} (expected {denied})");
     assert!(
-        ro_listener.accept().is_err(),
-        "the host's listener in the read-only mount was reached"
+        other_listener.accept().is_err(),
+        "the host's listener the spec did not give was reached"
     );
     b.destroy(&ctx).await.unwrap();
 }
