@@ -816,6 +816,19 @@ impl DockerProvider {
         Ok(Some(b))
     }
 
+    /// The box through a connection this provider already holds to its runner, if it still
+    /// answers one message: no connection made, nothing started in the box.
+    async fn held_runner(&self, b: &Arc<dyn Sandbox>, ctx: &Ctx) -> Option<Arc<dyn Sandbox>> {
+        let client = self
+            .clients
+            .lock()
+            .unwrap()
+            .get(b.id().name())
+            .and_then(std::sync::Weak::upgrade)?;
+        let r = RunnerSandbox::with_client(b.clone(), client);
+        r.check(ctx).await.is_ok().then(|| Arc::new(r) as Arc<dyn Sandbox>)
+    }
+
     /// The box through a runner that already answers, by a held connection, its socket or the
     /// container's address: nothing is started or run in the box (a list's way). A runner that
     /// answers none of them (a box another agentbox home or version made) leaves the box
@@ -824,17 +837,8 @@ impl DockerProvider {
         if self.opts.runner.is_none() {
             return b;
         }
-        let held = self
-            .clients
-            .lock()
-            .unwrap()
-            .get(b.id().name())
-            .and_then(std::sync::Weak::upgrade);
-        if let Some(client) = held {
-            let r = RunnerSandbox::with_client(b.clone(), client);
-            if r.check(ctx).await.is_ok() {
-                return Arc::new(r);
-            }
+        if let Some(r) = self.held_runner(&b, ctx).await {
+            return r;
         }
         let mut ways: Vec<Arc<dyn Dial>> = Vec::new();
         match runner_dir(b.id().name(), false) {
@@ -956,17 +960,8 @@ impl DockerProvider {
         // A connection this provider already holds to the box's runner serves a new handle
         // too: one message to check it, rather than a connection made (a pool's hand-out
         // attaches a box it holds twice).
-        let held = self
-            .clients
-            .lock()
-            .unwrap()
-            .get(b.id().name())
-            .and_then(std::sync::Weak::upgrade);
-        if let Some(client) = held {
-            let r = RunnerSandbox::with_client(b.clone(), client);
-            if r.check(ctx).await.is_ok() {
-                return Ok(Arc::new(r));
-            }
+        if let Some(r) = self.held_runner(&b, ctx).await {
+            return Ok(r);
         }
         let mut ways: Vec<Arc<dyn Dial>> = vec![Arc::new(Address::Unix(socket))];
         ways.extend(tcp.map(|t| Arc::new(t) as Arc<dyn Dial>));
