@@ -66,7 +66,11 @@ pub(crate) const LIST: &str = r#"k=$(stat -L -c '%F' -- "$1") || exit 1
 [ "$k" = directory ] || { echo "agentbox:not_directory $1: Not a directory" >&2; exit 1; }
 exec find "$1/" -mindepth 1 -maxdepth 1 -printf '%f\0%y\0%s\0%T@\0'"#;
 
-pub(crate) const CANONICAL: &str = r#"exec realpath -e -z -- "$1""#;
+/// The kernel resolves the path first (`stat -L`): GNU realpath 9.1 never ends on a link that
+/// names itself through `.` (`b -> b/./b`: each turn makes the path longer, so its loop check
+/// never sees a repeat) where the kernel answers ELOOP.
+pub(crate) const CANONICAL: &str = r#"stat -L -c '' -- "$1" >/dev/null || exit 1
+exec realpath -e -z -- "$1""#;
 
 pub(crate) const READ_LINK: &str = r#"stat -c '' -- "$1" >/dev/null || exit 1
 readlink -z -- "$1" || { echo "agentbox:invalid $1: Invalid argument (not a symbolic link)" >&2; exit 1; }"#;
