@@ -134,6 +134,12 @@ fn plan_of_args(args: &[String]) -> Result<Plan, String> {
     })
 }
 
+/// The device and inode of the file at `path`, to tell one socket bound there from the next.
+fn socket_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 fn serve(plan: Plan) -> Result<(), String> {
     let Plan {
         allow,
@@ -154,6 +160,9 @@ fn serve(plan: Plan) -> Result<(), String> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))
             .map_err(|e| format!("opening {} to the box: {e}", socket.display()))?;
+        // The socket this proxy bound, to remove at its end only if it is still there: a box
+        // made again under the same name has a new proxy bound at the same path by then.
+        let bound = socket_identity(&socket);
         let log = RefusalLog::new(log, LOG_MAX);
         let lines = LineBudget::default();
         // At most this many connections at once: a box cannot take this machine's memory or
@@ -196,7 +205,9 @@ fn serve(plan: Plan) -> Result<(), String> {
         loop {
             tokio::select! {
                 _ = &mut ended => {
-                    let _ = std::fs::remove_file(&socket);
+                    if bound.is_some() && socket_identity(&socket) == bound {
+                        let _ = std::fs::remove_file(&socket);
+                    }
                     return Ok(());
                 }
                 got = listener.accept() => {
