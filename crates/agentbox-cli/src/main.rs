@@ -206,8 +206,9 @@ fn logging(verbose: u8) {
     use tracing_subscriber::EnvFilter;
     let from_verbosity = || {
         EnvFilter::new(match verbose {
-            // Other crates' warnings (rmcp's for every client error, say) only with -v.
-            0 => "error,agentbox=warn",
+            // Other crates' warnings (rmcp's for every client error, say) only with -v; an
+            // image pull's progress (its layers and bytes) always, as `docker pull` shows it.
+            0 => "error,agentbox=warn,agentbox_providers::docker::pull=info",
             1 => "warn,agentbox=info",
             _ => "warn,agentbox=debug",
         })
