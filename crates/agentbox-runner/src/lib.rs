@@ -84,7 +84,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
         Some("--help" | "-h" | "help") => {
             println!(
-                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner init --deadline-file PATH [--egress-port PORT --egress-socket PATH]\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner egress BOX_DIR\n       agentbox-runner egress --socket PATH --log PATH --deadline-file PATH --allow ENTRY...\n       agentbox-runner probe io_uring|user-namespace|mount-namespace|ptrace|keyctl|mount|abstract-unix:NAME|unix-connect:PATH|unix-sendto:PATH|unix-self:DIR|egress:PORT",
+                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner init --deadline-file PATH [--egress-port PORT --egress-socket PATH]\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner egress BOX_DIR\n       agentbox-runner egress --socket PATH --log PATH --deadline-file PATH --allow ENTRY...\n       agentbox-runner probe io_uring|user-namespace|mount-namespace|ptrace|keyctl|mount|abstract-unix:NAME|unix-connect:PATH|unix-sendto:PATH|unix-sendmsg:PATH|unix-sendmmsg:PATH|unix-self:DIR|egress:PORT",
                 server::USAGE
             );
             0

@@ -36,6 +36,14 @@ pub const PROBES: &[(&str, &str)] = &[
         "send a datagram with sendto to the unix socket at PATH: a socket the box did not make",
     ),
     (
+        "unix-sendmsg:PATH",
+        "send a datagram with sendmsg, the address in its message, to the unix socket at PATH: a socket the box did not make",
+    ),
+    (
+        "unix-sendmmsg:PATH",
+        "send two datagrams with sendmmsg to the unix socket at PATH: a socket the box did not make",
+    ),
+    (
         "unix-self:DIR",
         "make a stream and a datagram unix socket in DIR, and an abstract one, and reach each (`allowed` is what a box \
          must be able to do)",
@@ -112,6 +120,8 @@ pub fn run(name: &str) -> i32 {
             .and_then(|s| s.send_to(b"agentbox-probe", &other["unix-sendto:".len()..]))
             .map(drop)
             .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::INVAL)),
+        other if other.starts_with("unix-sendmsg:") => send_msgs(&other["unix-sendmsg:".len()..], 1),
+        other if other.starts_with("unix-sendmmsg:") => send_msgs(&other["unix-sendmmsg:".len()..], 2),
         other if other.starts_with("unix-self:") => {
             return match unix_self(std::path::Path::new(&other["unix-self:".len()..])) {
                 Ok(()) => {
@@ -159,6 +169,56 @@ fn errno_of<T: Into<i64>>(r: T) -> rustix::io::Result<()> {
     }
 }
 
+/// `count` datagrams to the unix socket at `path` from an unbound socket, the address in each
+/// message: one `sendmsg`, or one `sendmmsg` of them all; `Ok` when every one was sent.
+fn send_msgs(path: &str, count: usize) -> rustix::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let s = std::os::unix::net::UnixDatagram::unbound()
+        .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::INVAL))?;
+    // SAFETY: a zeroed sockaddr_un is valid; the path is copied into it within its bound.
+    #[allow(unsafe_code)]
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    if path.len() >= addr.sun_path.len() {
+        return Err(rustix::io::Errno::NAMETOOLONG);
+    }
+    for (d, b) in addr.sun_path.iter_mut().zip(path.as_bytes()) {
+        *d = *b as libc::c_char;
+    }
+    let mut body = *b"agentbox-probe";
+    let mut iov = libc::iovec {
+        iov_base: body.as_mut_ptr().cast(),
+        iov_len: body.len(),
+    };
+    // SAFETY: each msghdr points at `addr` and `iov`, live locals whose sizes are given with
+    // them; sendmsg and sendmmsg only read them (sendmmsg writes each msg_len, in `msgs`).
+    #[allow(unsafe_code)]
+    let sent = unsafe {
+        let mut msgs: Vec<libc::mmsghdr> = (0..count)
+            .map(|_| {
+                let mut m: libc::mmsghdr = std::mem::zeroed();
+                m.msg_hdr.msg_name = (&mut addr as *mut libc::sockaddr_un).cast();
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+                m.msg_hdr.msg_iov = &mut iov;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        if count == 1 {
+            (libc::sendmsg(s.as_raw_fd(), &msgs[0].msg_hdr, 0) >= 0) as i64
+        } else {
+            libc::sendmmsg(s.as_raw_fd(), msgs.as_mut_ptr(), count as u32, 0) as i64
+        }
+    };
+    if sent < 0 || (sent == 0 && count == 1) {
+        return errno_of(-1);
+    }
+    if sent as usize != count {
+        return Err(rustix::io::Errno::AGAIN);
+    }
+    Ok(())
+}
+
 /// The `unix-self:DIR` probe: a stream socket and a datagram socket made in `dir`, each
 /// reached by a connect (and a write) and a sendto from another socket of this process.
 fn unix_self(dir: &std::path::Path) -> Result<(), String> {
@@ -184,6 +244,21 @@ fn unix_self(dir: &std::path::Path) -> Result<(), String> {
         if &got != b"hi" || n != 5 || &buf[..m] != b"hello" {
             return Err(format!("the bytes did not arrive whole ({n} sent, {m} received)"));
         }
+        let dgram_path = dgram.to_string_lossy();
+        send_msgs(&dgram_path, 1).map_err(|e| format!("sendmsg {dgram_path}: {e}"))?;
+        send_msgs(&dgram_path, 2).map_err(|e| format!("sendmmsg {dgram_path}: {e}"))?;
+        for i in 0..3 {
+            let m = d
+                .recv(&mut buf)
+                .map_err(|e| format!("receiving datagram {i} of sendmsg and sendmmsg: {e}"))?;
+            if &buf[..m] != b"agentbox-probe" {
+                return Err(format!(
+                    "datagram {i} of sendmsg and sendmmsg arrived as {:?}",
+                    &buf[..m]
+                ));
+            }
+        }
+        pass_descriptor()?;
         use std::os::linux::net::SocketAddrExt;
         let name = format!("agentbox-probe-{}", std::process::id());
         let a = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
@@ -196,6 +271,64 @@ fn unix_self(dir: &std::path::Path) -> Result<(), String> {
     let _ = std::fs::remove_file(&stream);
     let _ = std::fs::remove_file(&dgram);
     r
+}
+
+/// A pipe's write end sent over a connected pair of stream sockets (`sendmsg` with
+/// `SCM_RIGHTS`), received, and written through: the bytes come out of the pipe.
+fn pass_descriptor() -> Result<(), String> {
+    use std::io::{Read, Write};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("a socket pair: {e}"))?;
+    let (mut reader, writer) = std::io::pipe().map_err(|e| format!("a pipe: {e}"))?;
+    let mut byte = [b'x'];
+    // SAFETY: as in the runner's own descriptor passing: every pointer is to a live local
+    // sized as its header says, and CMSG_* stay inside `space`.
+    #[allow(unsafe_code)]
+    let received = unsafe {
+        let mut space = [0u64; 8];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), writer.as_raw_fd());
+        if libc::sendmsg(a.as_raw_fd(), &msg, 0) != 1 {
+            return Err(format!(
+                "sendmsg with a descriptor: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        drop(writer);
+        space = [0; 8];
+        msg.msg_controllen = std::mem::size_of_val(&space) as _;
+        if libc::recvmsg(b.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) != 1 {
+            return Err(format!("recvmsg of a descriptor: {}", std::io::Error::last_os_error()));
+        }
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null() || (*c).cmsg_type != libc::SCM_RIGHTS {
+            return Err("the descriptor sent with sendmsg did not arrive".into());
+        }
+        OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()))
+    };
+    std::fs::File::from(received)
+        .write_all(b"through")
+        .map_err(|e| format!("writing through the descriptor received: {e}"))?;
+    let mut got = [0u8; 7];
+    reader
+        .read_exact(&mut got)
+        .map_err(|e| format!("reading the pipe: {e}"))?;
+    if &got != b"through" {
+        return Err(format!("the pipe gave {got:?}"));
+    }
+    Ok(())
 }
 
 /// The `egress:PORT` probe: the proxy answers its own path, and nothing outside is reached

@@ -512,7 +512,8 @@ async fn sh_in(b: &dyn Sandbox, script: String) -> Result<(i32, String), String>
 
 /// Whether a program of `b` reaches a unix socket this machine makes after the box started,
 /// in a directory of this machine's no box masks (a new one under `/var/tmp`): a stream
-/// socket it connects to and a datagram socket it sends to, with the runner's probes at
+/// socket it connects to and a datagram socket it sends to (with `sendto`, `sendmsg` and
+/// `sendmmsg`, each naming the address), with the runner's probes at
 /// `runner` in the box. Breached when either probe says so or the host's side got anything;
 /// the sockets are mode 0777, so only the box's isolation stands in the way.
 pub async fn host_socket_reached(b: &dyn Sandbox, runner: &str) -> Verdict {
@@ -549,11 +550,16 @@ pub async fn host_socket_reached(b: &dyn Sandbox, runner: &str) -> Verdict {
         Ok(x) => x,
         Err(e) => return Verdict::NotRun(format!("the host's sockets in {}: {e}", dir.display())),
     };
-    let script = format!(
-        "'{runner}' probe 'unix-connect:{}'; echo \"connect=$?\"; '{runner}' probe 'unix-sendto:{}'; echo \"sendto=$?\"",
-        stream.display(),
-        dgram.display()
-    );
+    // Every call that can name a socket's address: a connect, and a datagram sent each way.
+    let probes = ["connect", "sendto", "sendmsg", "sendmmsg"];
+    let script = probes
+        .iter()
+        .map(|p| {
+            let target = if *p == "connect" { &stream } else { &dgram };
+            format!("'{runner}' probe 'unix-{p}:{}'; echo \"{p}=$?\"", target.display())
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     let ran = sh_in(b, script).await;
     let accepted = listener.accept().is_ok();
     let received = datagrams.recv(&mut [0u8; 64]).is_ok();
@@ -563,10 +569,10 @@ pub async fn host_socket_reached(b: &dyn Sandbox, runner: &str) -> Verdict {
             dir.display(),
             if accepted { "a connection" } else { "a datagram" }
         )),
-        Ok((_, out)) if out.contains("connect=0") || out.contains("sendto=0") => {
+        Ok((_, out)) if probes.iter().any(|p| out.contains(&format!("{p}=0"))) => {
             Verdict::Breach(format!("reached a socket of the host's: {}", out.trim()))
         }
-        Ok((_, out)) if out.contains("connect=3") && out.contains("sendto=3") => Verdict::Held,
+        Ok((_, out)) if probes.iter().all(|p| out.contains(&format!("{p}=3"))) => Verdict::Held,
         Ok((_, out)) => Verdict::NotRun(format!("the probes did not run: {}", out.trim())),
         Err(e) => Verdict::NotRun(e),
     }
