@@ -1,7 +1,8 @@
 //! The repository's docs stand alone and stay true to the workspace: README.md,
 //! ARCHITECTURE.md and docs/*.md point at nothing outside the repository, every repository
-//! path they name exists, and ARCHITECTURE's layer diagram names every workspace member and
-//! nothing else, with exactly the dependencies the members' manifests declare.
+//! path, source file, module and type they name exists, and ARCHITECTURE's layer diagram names
+//! every workspace member and nothing else, with exactly the dependencies the members'
+//! manifests declare.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -136,6 +137,166 @@ fn every_repository_path_a_doc_names_exists() {
         "paths the docs name that the repository does not hold:\n{}",
         missing.join("\n")
     );
+}
+
+/// Every Rust source of the workspace (crates and fuzz targets), as the repository names it.
+fn sources() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            let name = e.file_name();
+            if p.is_dir() && name != "target" && name != "node_modules" {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = root();
+    let mut out = Vec::new();
+    walk(&root.join("crates"), &mut out);
+    walk(&root.join("fuzz"), &mut out);
+    out.iter().map(|p| shown(p)).collect()
+}
+
+/// The code spans of prose (not of code blocks), with the line each is on.
+fn spans(text: &str) -> Vec<(usize, &str)> {
+    lines(text)
+        .into_iter()
+        .filter(|(_, fenced, _)| !fenced)
+        .flat_map(|(n, _, line)| line.split('`').skip(1).step_by(2).map(move |w| (n, w)))
+        .collect()
+}
+
+#[test]
+fn every_source_file_a_doc_names_exists() {
+    let sources = sources();
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for (path, text) in docs() {
+        for (n, w) in spans(&text) {
+            // `sockets.rs`, `namespace/sockets.rs`: a file of the workspace, by the end of its
+            // path (a whole path from the root is the test above's).
+            let is_file = w.ends_with(".rs")
+                && w.len() > 3
+                && w.chars().all(|c| c.is_ascii_alphanumeric() || "_-/.".contains(c));
+            if !is_file || TOP.iter().any(|t| w.starts_with(t)) {
+                continue;
+            }
+            checked += 1;
+            if !sources.iter().any(|s| s.ends_with(&format!("/{w}"))) {
+                missing.push(format!("{}:{n}: {w}", shown(&path)));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} source files found in the docs: is the parse right?");
+    assert!(
+        missing.is_empty(),
+        "source files the docs name that the workspace does not hold:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// Every identifier in the sources under `dir` (its words of `[A-Za-z0-9_]`).
+fn words_in(files: &[String], prefix: &str) -> BTreeSet<String> {
+    let root = root();
+    let mut words = BTreeSet::new();
+    for f in files.iter().filter(|f| f.starts_with(prefix)) {
+        let text = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        for w in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !w.is_empty() {
+                words.insert(w.to_string());
+            }
+        }
+    }
+    words
+}
+
+/// The types the workspace defines: the names after `struct`, `enum`, `trait`, `type`, `union`.
+fn types_defined(files: &[String]) -> BTreeSet<String> {
+    let root = root();
+    let mut types = BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        let tokens: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for pair in tokens.windows(2) {
+            if ["struct", "enum", "trait", "type", "union"].contains(&pair[0]) {
+                types.insert(pair[1].to_string());
+            }
+        }
+    }
+    types
+}
+
+#[test]
+fn every_module_and_type_a_doc_names_is_in_the_code() {
+    let files = sources();
+    let all = words_in(&files, "");
+    let types = types_defined(&files);
+    let mut by_crate: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let root = root();
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for (path, text) in docs() {
+        for (n, w) in spans(&text) {
+            // A Rust path as the docs write one: `agentbox_core::durability`,
+            // `Sandbox::files()`, `LazyEnv::new`: segments of identifiers joined by `::`, a
+            // call's parentheses at the end.
+            let bare = w.split('(').next().unwrap_or_default().trim_end_matches("::");
+            let segments: Vec<&str> = bare.split("::").collect();
+            let ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if segments.len() < 2 || !segments.iter().all(|s| ident(s)) {
+                continue;
+            }
+            let first = segments[0];
+            let words = if let Some(krate) = first.strip_prefix("agentbox_") {
+                let dir = format!("crates/agentbox-{}/", krate.replace('_', "-"));
+                if !root.join(&dir).is_dir() {
+                    missing.push(format!("{}:{n}: {w}: no crate {dir}", shown(&path)));
+                    continue;
+                }
+                &*by_crate.entry(dir.clone()).or_insert_with(|| words_in(&files, &dir))
+            } else if first.starts_with(|c: char| c.is_ascii_uppercase()) && first.chars().any(|c| c.is_lowercase()) {
+                if !types.contains(first) {
+                    missing.push(format!("{}:{n}: {w}: no type {first} in the workspace", shown(&path)));
+                    continue;
+                }
+                &all
+            } else {
+                continue;
+            };
+            let rest = &segments[1..];
+            checked += 1;
+            if let Some(gone) = rest.iter().find(|s| !words.contains(**s)) {
+                missing.push(format!("{}:{n}: {w}: {gone} is in none of its sources", shown(&path)));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} Rust paths found in the docs: is the parse right?");
+    assert!(
+        missing.is_empty(),
+        "modules and types the docs name that the code does not hold:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_readme_asks_for_the_rust_the_workspace_declares() {
+    let workspace = toml_file(&root().join("Cargo.toml"));
+    let declared = workspace["workspace"]["package"]["rust-version"]
+        .as_str()
+        .expect("workspace.package.rust-version");
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let asked = readme
+        .split("Rust (")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("the README's quick start says which Rust: \"Rust (1.NN or later\"");
+    assert_eq!(asked, declared, "the README's Rust is not the workspace's rust-version");
 }
 
 /// A workspace member as its manifest declares it.
