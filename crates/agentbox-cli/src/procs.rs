@@ -1,7 +1,7 @@
 //! The processes a box keeps, as a person uses them: `box exec -it` and `box shell` (a
 //! terminal in the box), `box exec --detach`, `box ps`, `box logs` and `box attach`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Error, OutputGap, Process, ProcessInfo, ProcessState, Processes, Result, Sandbox, SandboxId, Stream,
@@ -339,10 +339,7 @@ pub(crate) async fn ps(b: &dyn Sandbox, id: &SandboxId, all: bool, json: bool) -
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    agentbox_core::now_ms() as i64
 }
 
 /// A state as `box ps` prints it.

@@ -178,9 +178,8 @@ fn every_source_file_a_doc_names_exists() {
         for (n, w) in spans(&text) {
             // `sockets.rs`, `namespace/sockets.rs`: a file of the workspace, by the end of its
             // path (a whole path from the root is the test above's).
-            let is_file = w.ends_with(".rs")
-                && w.len() > 3
-                && w.chars().all(|c| c.is_ascii_alphanumeric() || "_-/.".contains(c));
+            let is_file =
+                w.ends_with(".rs") && w.len() > 3 && w.chars().all(|c| c.is_ascii_alphanumeric() || "_-/.".contains(c));
             if !is_file || TOP.iter().any(|t| w.starts_with(t)) {
                 continue;
             }
@@ -190,7 +189,10 @@ fn every_source_file_a_doc_names_exists() {
             }
         }
     }
-    assert!(checked > 20, "only {checked} source files found in the docs: is the parse right?");
+    assert!(
+        checked > 20,
+        "only {checked} source files found in the docs: is the parse right?"
+    );
     assert!(
         missing.is_empty(),
         "source files the docs name that the workspace does not hold:\n{}",
@@ -276,7 +278,10 @@ fn every_module_and_type_a_doc_names_is_in_the_code() {
             }
         }
     }
-    assert!(checked > 20, "only {checked} Rust paths found in the docs: is the parse right?");
+    assert!(
+        checked > 20,
+        "only {checked} Rust paths found in the docs: is the parse right?"
+    );
     assert!(
         missing.is_empty(),
         "modules and types the docs name that the code does not hold:\n{}",

@@ -263,9 +263,19 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
+        now_ms()
     }
+}
+
+/// The system's time in milliseconds since the Unix epoch (0 for a clock set before it): the
+/// one place every crate reads it from where no [`Clock`] is passed in.
+///
+/// ```
+/// assert!(agentbox_core::now_ms() > 1_700_000_000_000);
+/// ```
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

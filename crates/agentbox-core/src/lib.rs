@@ -24,7 +24,7 @@ mod time;
 pub use allow::{AllowEntry, AllowTarget, Allowlist, NetRefusal, canonical};
 pub use ctx::Ctx;
 pub use error::{Error, ErrorCode, Result};
-pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock};
+pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock, now_ms};
 pub use files::{FileError, FileMeta, FileType, Files, within_workspace};
 pub use id::SandboxId;
 pub use lifecycle::{MAX_FORK, Snapshot, check_deadline, check_fork, check_fork_count, refuse, validate_name};
@@ -38,4 +38,4 @@ pub use spec::{
     Honours, Labels, MAX_LIFETIME, MAX_MOUNTS, Mount, Network, PortKind, PortSpec, RESERVED_LABEL_PREFIX, Spec,
     check_spec, is_normal_absolute, is_reserved_label, parse_duration, validate_env, validate_labels,
 };
-pub use time::{rfc3339, utc_seconds};
+pub use time::{epoch_ms, http_date, rfc3339, utc_seconds};

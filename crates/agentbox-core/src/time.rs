@@ -7,14 +7,7 @@
 /// assert_eq!(agentbox_core::rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
 /// ```
 pub fn rfc3339(ms: i64) -> String {
-    let (y, m, d, rest) = civil(ms);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        (rest / 60) % 60,
-        rest % 60,
-        ms.rem_euclid(1000)
-    )
+    format!("{}.{:03}Z", utc(ms, "%Y-%m-%dT%H:%M:%S"), ms.rem_euclid(1000))
 }
 
 /// `ms` since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC, as a listing shows it.
@@ -23,30 +16,40 @@ pub fn rfc3339(ms: i64) -> String {
 /// assert_eq!(agentbox_core::utc_seconds(1_796_013_600_123), "2026-11-30 04:40:00");
 /// ```
 pub fn utc_seconds(ms: i64) -> String {
-    let (y, m, d, rest) = civil(ms);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        (rest / 60) % 60,
-        rest % 60
-    )
+    utc(ms, "%Y-%m-%d %H:%M:%S")
 }
 
-/// Year, month, day and the second of that day: Howard Hinnant's days-to-civil, the
-/// proleptic Gregorian date of a day number.
-fn civil(ms: i64) -> (i64, i64, i64, i64) {
-    let secs = ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, rest)
+/// `t` as milliseconds since the epoch (negative before it), for the functions above.
+///
+/// ```
+/// let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1500);
+/// assert_eq!(agentbox_core::epoch_ms(t), 1500);
+/// ```
+pub fn epoch_ms(t: std::time::SystemTime) -> i64 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// An HTTP date (`Last-Modified`) of `ms` since the epoch: `Sun, 06 Nov 1994 08:49:37 GMT`.
+///
+/// ```
+/// assert_eq!(agentbox_core::http_date(784_111_777_000), "Sun, 06 Nov 1994 08:49:37 GMT");
+/// ```
+pub fn http_date(ms: i64) -> String {
+    utc(ms, "%a, %d %b %Y %H:%M:%S GMT")
+}
+
+/// `ms` since the epoch in UTC, to the second, as `format` (jiff's strftime) writes it; an
+/// instant past jiff's range (years -9999 to 9999) is written as the range's end.
+fn utc(ms: i64, format: &str) -> String {
+    let t = jiff::Timestamp::from_second(ms.div_euclid(1000)).unwrap_or(if ms < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    });
+    t.strftime(format).to_string()
 }
 
 #[cfg(test)]

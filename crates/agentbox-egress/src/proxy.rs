@@ -205,12 +205,7 @@ enum Reached {
     Failed(String),
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use agentbox_core::now_ms;
 
 /// The request head (through its blank line) and whatever came after it.
 async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<(Vec<u8>, Vec<u8>), String> {

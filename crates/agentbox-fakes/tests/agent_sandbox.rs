@@ -560,7 +560,9 @@ async fn shutdown_time_ends_the_pod_and_the_policy_decides_the_sandbox() {
     let Some(kube) = installed("shutdown_time_ends_the_pod_and_the_policy_decides_the_sandbox").await else {
         return;
     };
-    let soon = (chrono::Utc::now() + chrono::Duration::seconds(4)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let soon = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(4))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     for (name, policy) in [("gone", "Delete"), ("kept", "Retain")] {
         let sb = sandbox(name, json!({"spec": {"shutdownTime": soon, "shutdownPolicy": policy}}));
         assert_eq!(call(&kube, "POST", SANDBOXES, Some(&sb)).await.status, 201);
@@ -806,7 +808,9 @@ async fn a_claim_without_a_warm_member_gets_its_own_sandbox_and_its_shutdown_tim
             .status,
         201
     );
-    let soon = (chrono::Utc::now() + chrono::Duration::seconds(6)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let soon = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(6))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     let claim = json!({"metadata": {"name": "cold"}, "spec": {
         "warmPoolRef": {"name": "empty"},
         "env": [{"name": "GREETING", "value": "hello"}],

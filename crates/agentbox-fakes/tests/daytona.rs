@@ -497,9 +497,9 @@ async fn ttl_ends_a_stopped_sandbox_and_auto_delete_follows_a_stop() {
     // ttl: 2 of the API's minutes from creation, whatever the state.
     let sb = create(&d, json!({"ttlMinutes": 2, "autoStopInterval": 0})).await;
     let id = sb["id"].as_str().unwrap().to_string();
-    let created = chrono::DateTime::parse_from_rfc3339(sb["createdAt"].as_str().unwrap()).unwrap();
-    let ends = chrono::DateTime::parse_from_rfc3339(sb["autoDestroyAt"].as_str().unwrap()).unwrap();
-    assert_eq!(ends - created, chrono::Duration::milliseconds(1000));
+    let created: jiff::Timestamp = sb["createdAt"].as_str().unwrap().parse().unwrap();
+    let ends: jiff::Timestamp = sb["autoDestroyAt"].as_str().unwrap().parse().unwrap();
+    assert_eq!(ends.duration_since(created), jiff::SignedDuration::from_millis(1000));
     let t0 = Instant::now();
     assert_eq!(
         call(&d, "POST", &format!("/api/sandbox/{id}/stop"), None).await.json()["state"],
@@ -559,25 +559,25 @@ async fn a_ttl_set_later_counts_from_its_request() {
     };
     let sb = create(&d, json!({"ttlMinutes": 4, "autoStopInterval": 0})).await;
     let id = sb["id"].as_str().unwrap().to_string();
-    let time = |v: &Value, f: &str| chrono::DateTime::parse_from_rfc3339(v[f].as_str().unwrap()).unwrap();
+    let time = |v: &Value, f: &str| v[f].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
     assert_eq!(
-        time(&sb, "autoDestroyAt") - time(&sb, "createdAt"),
-        chrono::Duration::milliseconds(2000)
+        time(&sb, "autoDestroyAt").duration_since(time(&sb, "createdAt")),
+        jiff::SignedDuration::from_millis(2000)
     );
     tokio::time::sleep(Duration::from_millis(800)).await;
     // The API re-anchors a ttl set later at the request (`set_ttl`: "re-anchored from the
     // current time"): 4 minutes from now, not from the creation.
-    let asked = chrono::Utc::now();
+    let asked = jiff::Timestamp::now();
     let t0 = Instant::now();
     let a = call(&d, "POST", &format!("/api/sandbox/{id}/ttl/4"), None).await;
     assert_eq!(a.status, 200);
     let ends = time(&a.json(), "autoDestroyAt");
     assert!(
-        ends >= asked + chrono::Duration::milliseconds(1999),
+        ends >= asked + jiff::SignedDuration::from_millis(1999),
         "autoDestroyAt {ends} is not 4 minutes after the request at {asked}"
     );
     assert!(
-        ends <= chrono::Utc::now() + chrono::Duration::milliseconds(2000),
+        ends <= jiff::Timestamp::now() + jiff::SignedDuration::from_millis(2000),
         "{ends}"
     );
     until(Duration::from_secs(10), "the ttl's end", async || {

@@ -3,18 +3,12 @@
 
 use std::path::Path;
 use std::time::Duration;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use agentbox_core::{Error, Result};
 use tokio::io::AsyncReadExt;
 
 /// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use agentbox_core::now_ms;
 
 /// `n` random bytes as lowercase hex, from the kernel (`getrandom`); its failure is an error,
 /// never a predictable name.

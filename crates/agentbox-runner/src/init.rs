@@ -12,7 +12,7 @@
 //! so nothing runs in a signal handler.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The longest the init goes without reading its deadline again.
 const POLL: Duration = Duration::from_secs(2);
@@ -77,12 +77,7 @@ pub fn read_deadline(path: &Path) -> Option<u64> {
     text.trim().parse().ok()
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use agentbox_core::now_ms;
 
 /// Run the init until the deadline; returns the exit code. A deadline that cannot be read at
 /// the start is no box: it exits at once (1), never runs unbounded.

@@ -17,7 +17,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use agentbox_protocol::frame;
 use agentbox_protocol::supervisor::{READY_PREFIX, Reply, Request, SOCKET_NAME};
@@ -373,12 +373,7 @@ fn error(code: &str, message: &str) -> Reply {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use agentbox_core::now_ms;
 
 /// Read one request frame, taking the descriptors that ride with its first bytes.
 fn recv_with_fds(conn: &UnixStream) -> Result<Option<(Request, Vec<OwnedFd>)>, String> {

@@ -156,14 +156,12 @@ impl Shared {
 }
 
 pub(crate) fn rfc3339(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    agentbox_core::rfc3339(agentbox_core::epoch_ms(t))
 }
 
 /// An HTTP date (`Last-Modified`): `Sun, 06 Nov 1994 08:49:37 GMT`.
 pub(crate) fn http_date(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t)
-        .format("%a, %d %b %Y %H:%M:%S GMT")
-        .to_string()
+    agentbox_core::http_date(agentbox_core::epoch_ms(t))
 }
 
 /// `prefix` and 16 random hex digits, as Archil's ids (`dsk-0123456789abcdef`).

@@ -42,7 +42,7 @@ pub(crate) fn now_rfc3339() -> String {
 }
 
 pub(crate) fn rfc3339(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    agentbox_core::rfc3339(agentbox_core::epoch_ms(t))
 }
 
 /// What every request handler shares.
@@ -484,10 +484,7 @@ impl Shared {
         if sbx.deleting() {
             return Err(DError::state_change_in_progress());
         }
-        let ms = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
+        let ms = agentbox_core::now_ms();
         let rec = sbx.change(|r| {
             r.desired_state = "destroyed".into();
             r.name = format!("DESTROYED_{}_{ms}", r.name);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use agentbox_core::{Ctx, Killer, Network, Provider, Sandbox, Spec, Stdin};
 use agentbox_providers::namespace::NamespaceProvider;
@@ -37,18 +37,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use agentbox_core::now_ms;
 
 /// RFC 3339 in UTC with milliseconds, as E2B's times.
 pub(crate) fn rfc3339(ms: u64) -> String {
-    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    agentbox_core::rfc3339(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 /// `n` random characters of `alphabet`.

@@ -586,13 +586,15 @@ pub(crate) fn name_hash(s: &str) -> String {
     format!("{h:08x}")
 }
 
-fn parse_time(s: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
-    chrono::DateTime::parse_from_rfc3339(s).ok()
+fn parse_time(s: &str) -> Option<jiff::Timestamp> {
+    s.parse().ok()
 }
 
 /// Whether a `shutdownTime` is given and reached.
 fn expired(t: &Value) -> bool {
-    t.as_str().and_then(parse_time).is_some_and(|t| t <= chrono::Utc::now())
+    t.as_str()
+        .and_then(parse_time)
+        .is_some_and(|t| t <= jiff::Timestamp::now())
 }
 
 /// A key upstream keeps for itself: a template may not set it on a pod.
@@ -1173,10 +1175,11 @@ fn claimed(s: &Arc<Shared>, c: &Value) -> Result<Option<Value>, Unready> {
         }
         let pending = candidates.iter().any(|sb| pod_ips(sb).is_empty());
         let young = meta(c, "creationTimestamp")
-            .parse::<chrono::DateTime<chrono::Utc>>()
+            .parse::<jiff::Timestamp>()
             .ok()
             .is_some_and(|t| {
-                chrono::Utc::now() - t < chrono::Duration::from_std(WARM_CANDIDATE_GRACE).unwrap_or_default()
+                jiff::Timestamp::now().duration_since(t)
+                    < jiff::SignedDuration::try_from(WARM_CANDIDATE_GRACE).unwrap_or_default()
             });
         if pending && young {
             return Ok(None);

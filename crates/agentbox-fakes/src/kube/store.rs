@@ -158,11 +158,7 @@ pub(crate) struct Store {
 
 /// Now as the API writes times: RFC 3339 in UTC, whole seconds.
 pub(crate) fn now_rfc3339() -> String {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    let s = agentbox_core::rfc3339(ms);
+    let s = agentbox_core::rfc3339(agentbox_core::now_ms() as i64);
     // `2026-11-30T06:59:01.123Z` → `2026-11-30T06:59:01Z`
     match s.rfind('.') {
         Some(dot) => format!("{}Z", &s[..dot]),

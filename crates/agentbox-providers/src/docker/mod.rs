@@ -1151,25 +1151,11 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
     }
 }
 
-/// `2026-11-30T04:40:00.123456789Z` as milliseconds since the epoch (UTC only, as Docker writes).
+/// `2026-11-30T04:40:00.123456789Z` as milliseconds since the epoch (as Docker writes its
+/// times); `None` for anything else or a time before the epoch.
 fn parse_rfc3339_ms(s: &str) -> Option<u64> {
-    let (date, time) = s.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let time = time.strip_suffix('Z')?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    let ms: i64 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let total = ((days * 24 + hh) * 60 + mm) * 60 + ss;
-    u64::try_from(total * 1000 + ms).ok()
+    let t: jiff::Timestamp = s.parse().ok()?;
+    u64::try_from(t.as_millisecond()).ok()
 }
 
 #[async_trait]

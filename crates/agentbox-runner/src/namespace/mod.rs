@@ -38,7 +38,7 @@ use std::io::{BufRead, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use agentbox_protocol::frame;
 use agentbox_protocol::namespace::{
@@ -608,9 +608,4 @@ fn start_runner(cfg: &BoxConfig, prefix: &[String]) -> Result<u32, String> {
     Err("the runner ended before it listened (its log is the box's box.log)".into())
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use agentbox_core::now_ms;
