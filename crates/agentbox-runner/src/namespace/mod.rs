@@ -2,12 +2,15 @@
 //!
 //! `agentbox-runner namespace DIR` is the **keeper**. It reads `DIR/box.json`
 //! ([`agentbox_protocol::namespace::BoxConfig`]), unshares a user, mount, pid, ipc, uts and
-//! cgroup namespace (and a net namespace for `network: none`), waits while the host writes its
+//! cgroup namespace (and a net namespace of its own unless the box's network is `host`: with
+//! `network: none` it has loopback alone, otherwise loopback and the bridge to the egress
+//! proxy), waits while the host writes its
 //! id maps, then starts the box's **init** (`agentbox-runner namespace-init DIR`, pid 1 of the
 //! new pid namespace) and waits for it to end, then exits. It stays outside the
 //! box's pid namespace, so no program of the box can see or signal it. Before the pid
 //! namespace it forks the box's unix socket supervisor ([`sockets`]), which answers every
-//! `connect` (and addressed `sendto`) of the box so that no socket of this machine's is reached.
+//! `connect`, `sendmsg`, `sendmmsg` and addressed `sendto` of the box so that no socket of
+//! this machine's is reached.
 //!
 //! The init builds the box's file system ([`fs`]), hardens itself ([`harden`]: rlimits,
 //! no_new_privs, landlock, every capability dropped, seccomp), starts the runner (pid 2, which
