@@ -36,7 +36,7 @@ use crate::kube::api::{ApiResult, Shared, body_json, check_kind, check_namespace
 use crate::kube::status::{ApiError, Cause, json_response};
 use crate::kube::store::{Kind, Store, now_rfc3339};
 use crate::kube::validate;
-use crate::shared::{B64, b64_encode};
+use crate::shared::b64_encode;
 
 /// The finalizer the StorageObjectInUseProtection admission plugin gives every claim.
 pub(crate) const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
@@ -403,6 +403,9 @@ pub(crate) fn secret_keys(secret: &Value) -> Vec<String> {
         .map(|m| m.keys().cloned().collect())
         .unwrap_or_default()
 }
+
+/// The standard base64 alphabet.
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Decode as Go's `base64.StdEncoding` does for `encoding/json`'s `[]byte`: the standard
 /// alphabet, padding required, `\r` and `\n` skipped; the error is Go's, at the same byte.

@@ -332,17 +332,8 @@ fn jwt(task_id: &str, secret: &[u8]) -> String {
 }
 
 fn b64url(b: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for c in b.chunks(3) {
-        let n =
-            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
-        let k = c.len() + 1;
-        for i in 0..k {
-            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
 }
 
 /// `bin/nvidia-smi` printing `names`, one a line, for `--query-gpu=name` (nothing for none).
