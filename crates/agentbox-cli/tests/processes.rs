@@ -245,3 +245,45 @@ fn an_unknown_handle_is_named() {
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("/dev/pts/"), "{}", text(&out.stdout));
 }
+
+/// A shell without job control starts a background command with SIGINT and SIGQUIT ignored
+/// (`trap '' INT QUIT` does the same), and an ignored signal stays ignored across exec: a box
+/// made from such a command still starts its programs with every signal's default action, so
+/// Ctrl-C reaches them (before, an interactive bash in the box kept them ignored for its
+/// children, and `exec -it`'s Ctrl-C never ended a `sleep`).
+#[test]
+fn a_box_made_with_signals_ignored_starts_its_programs_with_the_default_actions() {
+    for provider in ["local", "namespace"] {
+        let h = Home::new();
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "trap '' INT QUIT; exec \"$0\" box create --provider \"$1\" --lifetime 2m",
+                env!("CARGO_BIN_EXE_agentbox"),
+                provider,
+            ])
+            .env("AGENTBOX_HOME", h.0.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{provider}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let status = h.ok(&["box", "exec", &id, "--", "cat", "/proc/self/status"]);
+        let ignored = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("{provider}: no SigIgn in {status}"));
+        // Bit N-1 is signal N: SIGINT is 2, SIGQUIT 3.
+        assert_eq!(
+            ignored & 0b110,
+            0,
+            "{provider}: a program of the box starts with SIGINT or SIGQUIT ignored (SigIgn {ignored:016x})"
+        );
+        h.ok(&["box", "rm", &id]);
+    }
+}

@@ -14,9 +14,35 @@ pub mod probe;
 pub mod server;
 pub mod supervisor;
 
+/// Put back the default action of every signal this process was started ignoring, but
+/// SIGPIPE (which the Rust runtime ignores on purpose, and a child gets back at its spawn).
+///
+/// A shell without job control starts a background command with SIGINT and SIGQUIT ignored,
+/// and an ignored signal stays ignored across fork and exec: a runner started from such a
+/// command would start every program of the box deaf to Ctrl-C (an interactive bash keeps a
+/// signal it was started ignoring ignored for its children too). The runner, the supervisor,
+/// the keeper and the init each start from here, so a box's programs start as a login's do.
+fn default_signals() {
+    for sig in 1..=31 {
+        if [libc::SIGKILL, libc::SIGSTOP, libc::SIGPIPE].contains(&sig) {
+            continue;
+        }
+        // SAFETY: sigaction with a null new action only reads the current one into `old`, a
+        // live local; the second call sets the default action, which needs no handler.
+        #[allow(unsafe_code)]
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+    }
+}
+
 /// The program's entry for a list of arguments (without the program name): what both the
 /// `agentbox-runner` binary and `agentbox runner` run. Returns the exit code.
 pub fn main_with_args(args: &[String]) -> i32 {
+    default_signals();
     match args.first().map(String::as_str) {
         Some("supervise") => match supervisor::Config::from_args(&args[1..]).and_then(supervisor::run) {
             Ok(never) => match never {},
