@@ -99,6 +99,16 @@ fn no_doc_points_outside_the_repository() {
     assert!(wrong.is_empty(), "the docs must stand alone:\n{}", wrong.join("\n"));
 }
 
+/// More than a few `what` were checked (else the parse is wrong), and none of them is
+/// `missing`, which lists each as `doc:line: name` under `says`.
+fn found_all(checked: usize, what: &str, missing: &[String], says: &str) {
+    assert!(
+        checked > 20,
+        "only {checked} {what} found in the docs: is the parse right?"
+    );
+    assert!(missing.is_empty(), "{says}:\n{}", missing.join("\n"));
+}
+
 /// Where a repository path a doc names may start.
 const TOP: &[&str] = &["crates/", "docs/", "scripts/", "fuzz/", ".ci/"];
 
@@ -128,14 +138,11 @@ fn every_repository_path_a_doc_names_exists() {
             }
         }
     }
-    assert!(
-        checked > 20,
-        "only {checked} paths found in the docs: is the parse right?"
-    );
-    assert!(
-        missing.is_empty(),
-        "paths the docs name that the repository does not hold:\n{}",
-        missing.join("\n")
+    found_all(
+        checked,
+        "paths",
+        &missing,
+        "paths the docs name that the repository does not hold",
     );
 }
 
@@ -189,14 +196,11 @@ fn every_source_file_a_doc_names_exists() {
             }
         }
     }
-    assert!(
-        checked > 20,
-        "only {checked} source files found in the docs: is the parse right?"
-    );
-    assert!(
-        missing.is_empty(),
-        "source files the docs name that the workspace does not hold:\n{}",
-        missing.join("\n")
+    found_all(
+        checked,
+        "source files",
+        &missing,
+        "source files the docs name that the workspace does not hold",
     );
 }
 
@@ -278,14 +282,11 @@ fn every_module_and_type_a_doc_names_is_in_the_code() {
             }
         }
     }
-    assert!(
-        checked > 20,
-        "only {checked} Rust paths found in the docs: is the parse right?"
-    );
-    assert!(
-        missing.is_empty(),
-        "modules and types the docs name that the code does not hold:\n{}",
-        missing.join("\n")
+    found_all(
+        checked,
+        "Rust paths",
+        &missing,
+        "modules and types the docs name that the code does not hold",
     );
 }
 
