@@ -624,3 +624,31 @@ async fn namespace_processes_outlive_the_host_process_that_started_them() {
     .await
     .unwrap();
 }
+
+/// The probe for user namespaces runs once per runner and process: the CLI's choice of a
+/// default provider and the provider's make both ask, and the second is answered from the
+/// first (a runner that logs each start counts them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_namespace_probe_runs_once_per_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("starts");
+    let runner = agentbox_testing::runner::ensure();
+    let counted = HelperCommand::new(
+        "/bin/sh",
+        vec![
+            "-c".into(),
+            format!("echo start >> '{}'; exec '{}' \"$@\"", log.display(), runner.display()),
+            "sh".into(),
+        ],
+    );
+    for _ in 0..3 {
+        agentbox_providers::namespace::available(&counted).await.unwrap();
+    }
+    let starts = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        starts.lines().count(),
+        1,
+        "the probe ran {} times",
+        starts.lines().count()
+    );
+}

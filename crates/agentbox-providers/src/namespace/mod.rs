@@ -118,8 +118,50 @@ impl NamespaceOptions {
 }
 
 /// Whether namespace boxes can be made on this machine, and if not, why (the sysctl, the
-/// kernel feature or the missing binary), from a probe that costs one short process.
+/// kernel feature or the missing binary), from a probe that costs one short process: once per
+/// runner and process (the CLI's choice of a default provider and the provider's own make
+/// both ask; the answer does not change while the process runs).
 pub async fn available(runner: &HelperCommand) -> Result<()> {
+    type Answers = std::sync::Mutex<
+        Vec<(
+            HelperCommand,
+            std::result::Result<(), (agentbox_core::ErrorCode, String)>,
+        )>,
+    >;
+    static ANSWERS: std::sync::OnceLock<Answers> = std::sync::OnceLock::new();
+    let answers = ANSWERS.get_or_init(Default::default);
+    let known = |answers: &Answers| {
+        answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(r, _)| r == runner)
+            .map(|(_, a)| a.clone())
+    };
+    if let Some(a) = known(answers) {
+        return a.map_err(|(code, message)| Error::new(code, message));
+    }
+    let answer = probe_user_namespaces(runner).await;
+    // A timeout is this moment's, not the machine's: asked again next time.
+    if answer
+        .as_ref()
+        .is_err_and(|e| e.code() == agentbox_core::ErrorCode::Timeout)
+    {
+        return answer;
+    }
+    let kept = answer
+        .as_ref()
+        .map(|_| ())
+        .map_err(|e| (e.code(), e.message().to_string()));
+    answers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((runner.clone(), kept));
+    answer
+}
+
+/// [`available`]'s probe: `RUNNER probe user-namespace`, run now.
+async fn probe_user_namespaces(runner: &HelperCommand) -> Result<()> {
     let out = tokio::time::timeout(
         Duration::from_secs(5),
         tokio::process::Command::new(&runner.program)
