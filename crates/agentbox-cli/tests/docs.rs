@@ -109,6 +109,11 @@ fn found_all(checked: usize, what: &str, missing: &[String], says: &str) {
     assert!(missing.is_empty(), "{says}:\n{}", missing.join("\n"));
 }
 
+/// The code spans of one line of prose: what stands between backticks.
+fn code_spans(line: &str) -> impl Iterator<Item = &str> {
+    line.split('`').skip(1).step_by(2)
+}
+
 /// Where a repository path a doc names may start.
 const TOP: &[&str] = &["crates/", "docs/", "scripts/", "fuzz/", ".ci/"];
 
@@ -124,7 +129,7 @@ fn every_repository_path_a_doc_names_exists() {
             let words: Vec<&str> = if fenced {
                 line.split_whitespace().collect()
             } else {
-                line.split('`').skip(1).step_by(2).collect()
+                code_spans(line).collect()
             };
             for w in words {
                 let w = w.trim_end_matches([',', '.', ';', ':', ')']);
@@ -172,7 +177,7 @@ fn spans(text: &str) -> Vec<(usize, &str)> {
     lines(text)
         .into_iter()
         .filter(|(_, fenced, _)| !fenced)
-        .flat_map(|(n, _, line)| line.split('`').skip(1).step_by(2).map(move |w| (n, w)))
+        .flat_map(|(n, _, line)| code_spans(line).map(move |w| (n, w)))
         .collect()
 }
 
