@@ -50,7 +50,7 @@ pub struct Facts {
     pub ends_at_ms: Option<u64>,
     /// Programs keep running between calls and take stdin.
     pub live_processes: bool,
-    /// The box's name, when it was opened by one (`Provider::open`).
+    /// The box's name, when it was opened by one (`Lifecycle::open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// What a sleep keeps: `files` (its programs end) or `frozen` (they are kept, stopped).

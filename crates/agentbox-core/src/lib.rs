@@ -27,7 +27,9 @@ pub use error::{Error, ErrorCode, Result};
 pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock, now_ms};
 pub use files::{FileError, FileMeta, FileType, Files, within_workspace};
 pub use id::SandboxId;
-pub use lifecycle::{MAX_FORK, Snapshot, check_deadline, check_fork, check_fork_count, refuse, validate_name};
+pub use lifecycle::{
+    Lifecycle, MAX_FORK, Snapshot, check_deadline, check_fork, check_fork_count, refuse, validate_name,
+};
 pub use process::{
     ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, MAX_TTY, NoInput, OutputGap,
     Process, ProcessControl, SIGKILL, SIGNALS, SIGTERM, Stdin, Tty, finish, read_bounded,

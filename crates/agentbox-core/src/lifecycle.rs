@@ -1,21 +1,29 @@
 //! A box's life beyond create and destroy: names, sleep and wake, a moved deadline,
 //! snapshots, forks and labels changed after the make.
 //!
-//! Each operation is a method of [`crate::Provider`] whose default refuses it
-//! (`unsupported`, naming the operation and the provider), and a field of
-//! [`crate::Honours`] a caller can read first. A provider fills what its platform can do and
-//! leaves the default for the rest: the contract never emulates one operation with another
-//! behind the caller's back.
+//! The operations are one optional capability, [`Lifecycle`], which a provider answers from
+//! [`crate::Provider::lifecycle`] (as a box answers [`crate::Sandbox::files`]). Each method's
+//! default refuses it (`unsupported`, naming the operation and the provider), and each is a
+//! field of [`crate::Honours`] a caller can read first. A provider with no lifecycle writes
+//! nothing; one with a lifecycle implements it in one file, filling what its platform can do
+//! and leaving the default for the rest: the contract never emulates one operation with
+//! another behind the caller's back. Callers use the same methods on `dyn Provider`, which
+//! refuse them where a provider has no lifecycle.
 //!
 //! The operations act on a box by id and answer a fresh handle where the box changed, so a
 //! handle's facts and labels are always those of its making: the one an operation answers
 //! says the new deadline, the new labels, the woken box.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::ctx::Ctx;
 use crate::error::{Error, Result};
 use crate::id::SandboxId;
-use crate::spec::MAX_LIFETIME;
+use crate::sandbox::{Provider, Sandbox};
+use crate::spec::{Labels, MAX_LIFETIME, Spec};
 
 /// At most this many boxes from one fork.
 pub const MAX_FORK: usize = 16;
@@ -115,6 +123,112 @@ pub fn check_fork(n: usize, spec: &crate::spec::Spec) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The lifecycle of a provider's boxes beyond create and destroy. A provider that has one
+/// implements it (in its `lifecycle.rs`) and answers `Some(self)` from
+/// [`Provider::lifecycle`]; every method it leaves out is refused `unsupported`, and
+/// [`crate::Honours`] says which it fills.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use agentbox_core::{Ctx, Honours, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec};
+/// struct Mine;
+/// #[async_trait::async_trait]
+/// impl Provider for Mine {
+///     fn name(&self) -> &str { "mine" }
+///     fn honours(&self) -> Honours { Honours { relabel: true, ..Honours::default() } }
+///     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> { todo!() }
+///     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> { todo!() }
+///     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> { todo!() }
+///     fn lifecycle(&self) -> Option<&dyn Lifecycle> { Some(self) }
+/// }
+/// #[async_trait::async_trait]
+/// impl Lifecycle for Mine {
+///     // Only this; every other operation is refused.
+///     async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+///         todo!()
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Lifecycle: Provider {
+    /// The box named `name` among this provider's boxes whose labels are exactly
+    /// `spec.labels`: made from `spec` when there is none (or it ended), woken when it sleeps.
+    /// Two opens of one name at once answer one box. `Honours::names`.
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let _ = (name, spec, ctx);
+        Err(refuse(self.name(), "open"))
+    }
+
+    /// End the box named `name` (labels exactly `labels`) and delete whatever was kept of it:
+    /// the next [`Lifecycle::open`] finds none. `false` when there was none. `Honours::names`.
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+        let _ = (name, labels, ctx);
+        Err(refuse(self.name(), "discard"))
+    }
+
+    /// Put the box to sleep: its files are kept, its programs end (or are frozen, where the
+    /// box's facts say `sleep: frozen`), and its lifetime goes on being enforced with no call
+    /// from the host. A sleeping box is listed and attached as [`Status::Sleeping`] and
+    /// refuses programs and files until woken. Sleeping a sleeping box is no error.
+    /// `Honours::sleep`.
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        let _ = (id, ctx);
+        Err(refuse(self.name(), "sleep"))
+    }
+
+    /// Wake a sleeping box (a running one is answered as it is). `gone` for a box that ended.
+    /// `Honours::sleep`.
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let _ = (id, ctx);
+        Err(refuse(self.name(), "wake"))
+    }
+
+    /// Move the box's deadline to `ends_at_ms` (milliseconds since the Unix epoch), later or
+    /// earlier, still enforced with no call from the host. Refuses a deadline that
+    /// [`crate::check_deadline`] refuses. Answers the box with its new facts.
+    /// `Honours::extend`.
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let _ = (id, ends_at_ms, ctx);
+        Err(refuse(self.name(), "extend"))
+    }
+
+    /// Replace the host's labels of the box (the provider's own are kept). Answers the box with
+    /// its new labels. `Honours::relabel`.
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let _ = (id, labels, ctx);
+        Err(refuse(self.name(), "relabel"))
+    }
+
+    /// Keep the box's files (and its memory, where [`Snapshot::memory`] says so) under `name`,
+    /// unique per provider: `refused` when one of that name exists. A spec naming it in
+    /// `snapshot` makes boxes from it. `Honours::snapshots`.
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
+        let _ = (id, name, ctx);
+        Err(refuse(self.name(), "snapshot"))
+    }
+
+    /// The snapshots this provider keeps. `Honours::snapshots`.
+    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
+        let _ = ctx;
+        Err(refuse(self.name(), "snapshots"))
+    }
+
+    /// Delete the snapshot `name`; `false` when there was none. Boxes made from it are not
+    /// touched. `Honours::snapshots`.
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        let _ = (name, ctx);
+        Err(refuse(self.name(), "delete_snapshot"))
+    }
+
+    /// `n` new boxes made from `spec` holding the box's files as they are now, each on its own
+    /// from then on (its own lifetime, its own changes). All or none: a fork that fails part
+    /// way destroys the boxes it made. `spec.snapshot` must be unset. `Honours::fork`.
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        let _ = (id, n, spec, ctx);
+        Err(refuse(self.name(), "fork"))
+    }
 }
 
 /// The refusal every provider answers for an operation it does not fill: `unsupported`,

@@ -9,7 +9,7 @@ use crate::ctx::Ctx;
 use crate::error::Result;
 use crate::facts::Facts;
 use crate::id::SandboxId;
-use crate::lifecycle::{Snapshot, refuse};
+use crate::lifecycle::{Lifecycle, Snapshot, refuse};
 use crate::process::{ExecOptions, Process};
 use crate::spec::{Honours, Labels, Spec};
 
@@ -48,84 +48,14 @@ pub trait Provider: Send + Sync + 'static {
     /// asleep ([`Status::Sleeping`]).
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>>;
 
-    // The lifecycle beyond create and destroy (see `lifecycle`): each declared in `Honours`,
-    // each refused `unsupported` by default, so a provider fills what it can and no more.
-
-    /// The box named `name` among this provider's boxes whose labels are exactly
-    /// `spec.labels`: made from `spec` when there is none (or it ended), woken when it sleeps.
-    /// Two opens of one name at once answer one box. `Honours::names`.
-    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let _ = (name, spec, ctx);
-        Err(refuse(self.name(), "open"))
-    }
-
-    /// End the box named `name` (labels exactly `labels`) and delete whatever was kept of it:
-    /// the next [`Provider::open`] finds none. `false` when there was none. `Honours::names`.
-    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
-        let _ = (name, labels, ctx);
-        Err(refuse(self.name(), "discard"))
-    }
-
-    /// Put the box to sleep: its files are kept, its programs end (or are frozen, where the
-    /// box's facts say `sleep: frozen`), and its lifetime goes on being enforced with no call
-    /// from the host. A sleeping box is listed and attached as [`Status::Sleeping`] and
-    /// refuses programs and files until woken. Sleeping a sleeping box is no error.
-    /// `Honours::sleep`.
-    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
-        let _ = (id, ctx);
-        Err(refuse(self.name(), "sleep"))
-    }
-
-    /// Wake a sleeping box (a running one is answered as it is). `gone` for a box that ended.
-    /// `Honours::sleep`.
-    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let _ = (id, ctx);
-        Err(refuse(self.name(), "wake"))
-    }
-
-    /// Move the box's deadline to `ends_at_ms` (milliseconds since the Unix epoch), later or
-    /// earlier, still enforced with no call from the host. Refuses a deadline that
-    /// [`crate::check_deadline`] refuses. Answers the box with its new facts.
-    /// `Honours::extend`.
-    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let _ = (id, ends_at_ms, ctx);
-        Err(refuse(self.name(), "extend"))
-    }
-
-    /// Replace the host's labels of the box (the provider's own are kept). Answers the box with
-    /// its new labels. `Honours::relabel`.
-    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let _ = (id, labels, ctx);
-        Err(refuse(self.name(), "relabel"))
-    }
-
-    /// Keep the box's files (and its memory, where [`Snapshot::memory`] says so) under `name`,
-    /// unique per provider: `refused` when one of that name exists. A spec naming it in
-    /// `snapshot` makes boxes from it. `Honours::snapshots`.
-    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
-        let _ = (id, name, ctx);
-        Err(refuse(self.name(), "snapshot"))
-    }
-
-    /// The snapshots this provider keeps. `Honours::snapshots`.
-    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
-        let _ = ctx;
-        Err(refuse(self.name(), "snapshots"))
-    }
-
-    /// Delete the snapshot `name`; `false` when there was none. Boxes made from it are not
-    /// touched. `Honours::snapshots`.
-    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
-        let _ = (name, ctx);
-        Err(refuse(self.name(), "delete_snapshot"))
-    }
-
-    /// `n` new boxes made from `spec` holding the box's files as they are now, each on its own
-    /// from then on (its own lifetime, its own changes). All or none: a fork that fails part
-    /// way destroys the boxes it made. `spec.snapshot` must be unset. `Honours::fork`.
-    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
-        let _ = (id, n, spec, ctx);
-        Err(refuse(self.name(), "fork"))
+    /// The lifecycle beyond create and destroy (names, sleep and wake, a moved deadline,
+    /// snapshots, forks, labels changed after the make), for a provider whose platform has one:
+    /// `Some(self)` from a provider that implements [`Lifecycle`] (in one file of its own),
+    /// `None`, the default, from one that has none, whose every such operation is then refused
+    /// `unsupported`. Callers reach it through the methods of `dyn Provider` below
+    /// ([`Provider::lifecycle`] is found the way [`Sandbox::files`] is).
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        None
     }
 }
 
@@ -197,7 +127,7 @@ pub trait Sandbox: Send + Sync + 'static {
 pub enum Status {
     /// It runs and takes execs.
     Running,
-    /// It sleeps: its files are kept and it takes no exec until woken (`Provider::wake`).
+    /// It sleeps: its files are kept and it takes no exec until woken (`Lifecycle::wake`).
     Sleeping,
     /// It ended: destroyed, or its lifetime passed.
     Ended,
@@ -213,6 +143,74 @@ pub struct Endpoint {
     /// An URL, for a port served over https.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+}
+
+/// The lifecycle's operations on any provider: each goes to the provider's [`Lifecycle`] and is
+/// refused `unsupported` (naming the operation and the provider) where it has none, so a
+/// caller never asks which providers have one.
+///
+/// ```no_run
+/// # async fn f(provider: &dyn agentbox_core::Provider, id: &agentbox_core::SandboxId) -> agentbox_core::Result<()> {
+/// use agentbox_core::Ctx;
+/// if provider.honours().sleep {
+///     provider.sleep(id, &Ctx::background()).await?;
+/// }
+/// # Ok(()) }
+/// ```
+impl dyn Provider {
+    fn lifecycle_for(&self, operation: &str) -> Result<&dyn Lifecycle> {
+        self.lifecycle().ok_or_else(|| refuse(self.name(), operation))
+    }
+
+    /// [`Lifecycle::open`].
+    pub async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.lifecycle_for("open")?.open(name, spec, ctx).await
+    }
+
+    /// [`Lifecycle::discard`].
+    pub async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+        self.lifecycle_for("discard")?.discard(name, labels, ctx).await
+    }
+
+    /// [`Lifecycle::sleep`].
+    pub async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        self.lifecycle_for("sleep")?.sleep(id, ctx).await
+    }
+
+    /// [`Lifecycle::wake`].
+    pub async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.lifecycle_for("wake")?.wake(id, ctx).await
+    }
+
+    /// [`Lifecycle::extend`].
+    pub async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.lifecycle_for("extend")?.extend(id, ends_at_ms, ctx).await
+    }
+
+    /// [`Lifecycle::relabel`].
+    pub async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.lifecycle_for("relabel")?.relabel(id, labels, ctx).await
+    }
+
+    /// [`Lifecycle::snapshot`].
+    pub async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
+        self.lifecycle_for("snapshot")?.snapshot(id, name, ctx).await
+    }
+
+    /// [`Lifecycle::snapshots`].
+    pub async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
+        self.lifecycle_for("snapshots")?.snapshots(ctx).await
+    }
+
+    /// [`Lifecycle::delete_snapshot`].
+    pub async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        self.lifecycle_for("delete_snapshot")?.delete_snapshot(name, ctx).await
+    }
+
+    /// [`Lifecycle::fork`].
+    pub async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
+        self.lifecycle_for("fork")?.fork(id, n, spec, ctx).await
+    }
 }
 
 impl std::fmt::Debug for dyn Sandbox {

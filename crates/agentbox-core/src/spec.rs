@@ -43,7 +43,7 @@ pub struct Spec {
     /// The image to start from (Docker, cloud providers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// A snapshot to start from: one `Provider::snapshot` took, or the vendor's own (Daytona,
+    /// A snapshot to start from: one `Lifecycle::snapshot` took, or the vendor's own (Daytona,
     /// Modal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
@@ -361,23 +361,23 @@ pub struct Honours {
     pub env: bool,
     /// Programs keep running between calls and take stdin.
     pub live_processes: bool,
-    /// `Provider::open` and `discard`: boxes by name.
+    /// `Lifecycle::open` and `discard`: boxes by name.
     #[serde(default)]
     pub names: bool,
-    /// `Provider::sleep` and `wake`.
+    /// `Lifecycle::sleep` and `wake`.
     #[serde(default)]
     pub sleep: bool,
-    /// `Provider::extend`: a deadline moved after the make.
+    /// `Lifecycle::extend`: a deadline moved after the make.
     #[serde(default)]
     pub extend: bool,
-    /// `Provider::relabel`: labels changed after the make.
+    /// `Lifecycle::relabel`: labels changed after the make.
     #[serde(default)]
     pub relabel: bool,
-    /// `Provider::snapshot`, `snapshots` and `delete_snapshot`: a box's files taken under a
+    /// `Lifecycle::snapshot`, `snapshots` and `delete_snapshot`: a box's files taken under a
     /// name (which a spec's `snapshot` then starts from, see `snapshot` above).
     #[serde(default)]
     pub snapshots: bool,
-    /// `Provider::fork`.
+    /// `Lifecycle::fork`.
     #[serde(default)]
     pub fork: bool,
 }

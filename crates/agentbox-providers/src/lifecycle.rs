@@ -1,7 +1,7 @@
 //! What every provider's lifecycle shares: the provider's own name for a box opened by name,
 //! the handle of a box that sleeps, and that of a box a list could not read.
 //!
-//! See `agentbox_core::Provider::open` and friends for the contract.
+//! See `agentbox_core::Lifecycle::open` and friends for the contract.
 
 use std::sync::Arc;
 
@@ -78,7 +78,7 @@ struct Opened {
     ends_at_ms: Option<u64>,
 }
 
-/// [`Provider::open`](agentbox_core::Provider::open), refusing (`refused`) a box found by the
+/// [`Lifecycle::open`](agentbox_core::Lifecycle::open), refusing (`refused`) a box found by the
 /// name whose spec differs from `spec` in any field but its labels (the labels are part of the
 /// name's place), naming each field that differs; the lifetime compared is the one asked, not
 /// the time left. With `replace`, the box of the name is discarded first and one made from

@@ -5,8 +5,8 @@
 //! inner provider's). It keeps [`PoolOptions::size`] ready boxes of its spec, made by tasks in
 //! the background and made again after each hand-out. A create whose spec is the pool's apart
 //! from `max_lifetime` and `labels` takes a ready box: its deadline is moved to now plus the
-//! asked lifetime (`Provider::extend`) and its labels become the caller's
-//! (`Provider::relabel`), so it is the box the inner provider would have made, found by
+//! asked lifetime (`Lifecycle::extend`) and its labels become the caller's
+//! (`Lifecycle::relabel`), so it is the box the inner provider would have made, found by
 //! `attach` and `list` like any other. A create that finds no ready box while the pool makes
 //! one waits for it (one create a make at most), so a pool never makes a first call slower.
 //! Any other spec, or an empty pool with no make for the caller, is the inner provider's
@@ -29,7 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, Honours, Labels, MAX_LIFETIME, Provider, Result, Sandbox, SandboxId, Snapshot, Spec, Status, check_spec,
+    Ctx, Error, Honours, Labels, Lifecycle, MAX_LIFETIME, Provider, Result, Sandbox, SandboxId, Snapshot, Spec, Status,
+    check_spec,
 };
 use async_trait::async_trait;
 use tokio::sync::{Notify, watch};
@@ -718,6 +719,13 @@ impl Provider for Pool {
             .collect())
     }
 
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for Pool {
     async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         refuse_pool_label(&spec.labels)?;
         self.s.inner.open(name, spec, ctx).await

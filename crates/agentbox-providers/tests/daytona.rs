@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ErrorCode, Labels, Network, NetworkFact, Provider, Spec, Status};
+use agentbox_core::{Ctx, ErrorCode, Labels, Lifecycle, Network, NetworkFact, Provider, Spec, Status};
 use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions, FakeSnapshot};
 use agentbox_providers::daytona::{ApiKey, DaytonaOptions, DaytonaProvider};
 use agentbox_providers::helper::HelperCommand;

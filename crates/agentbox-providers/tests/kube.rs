@@ -9,7 +9,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ErrorCode, Labels, Mount, Network, NetworkFact, PortKind, PortSpec, Provider, Spec};
+use agentbox_core::{
+    Ctx, ErrorCode, Labels, Lifecycle, Mount, Network, NetworkFact, PortKind, PortSpec, Provider, Spec,
+};
 use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_providers::kube::{KubeOptions, KubeProvider};

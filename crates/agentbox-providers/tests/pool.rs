@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Clock, Ctx, ErrorCode, Labels, Provider, Sandbox, Spec, Status, finish};
+use agentbox_core::{Clock, Ctx, ErrorCode, Labels, Lifecycle, Provider, Sandbox, Spec, Status, finish};
 use agentbox_providers::pool::{POOL_LABEL, Pool, PoolOptions};
 use agentbox_providers::{LocalOptions, LocalProvider};
 use agentbox_testing::fake::{FakeProvider, Match, Op, Outcome};

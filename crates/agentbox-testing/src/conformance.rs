@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentbox_core::{
-    Ctx, ErrorCode, ExecOptions, FinishOptions, Finished, Honours, Labels, Network, PortKind, PortSpec, Process,
-    Provider, Sandbox, SandboxId, Spec, Status, finish,
+    Ctx, ErrorCode, ExecOptions, FinishOptions, Finished, Honours, Labels, Lifecycle, Network, PortKind, PortSpec,
+    Process, Provider, Sandbox, SandboxId, Spec, Status, finish,
 };
 use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -621,35 +621,52 @@ impl Provider for Tracked {
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> agentbox_core::Result<Vec<Arc<dyn Sandbox>>> {
         self.inner.list(labels, ctx).await
     }
+
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for Tracked {
     async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
         let b = self.inner.open(name, spec, ctx).await?;
         self.note(&b);
         Ok(b)
     }
+
     async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> agentbox_core::Result<bool> {
         self.inner.discard(name, labels, ctx).await
     }
+
     async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> agentbox_core::Result<()> {
         self.inner.sleep(id, ctx).await
     }
+
     async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
         self.inner.wake(id, ctx).await
     }
+
     async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
         self.inner.extend(id, ends_at_ms, ctx).await
     }
+
     async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> agentbox_core::Result<Arc<dyn Sandbox>> {
         self.inner.relabel(id, labels, ctx).await
     }
+
     async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> agentbox_core::Result<agentbox_core::Snapshot> {
         self.inner.snapshot(id, name, ctx).await
     }
+
     async fn snapshots(&self, ctx: &Ctx) -> agentbox_core::Result<Vec<agentbox_core::Snapshot>> {
         self.inner.snapshots(ctx).await
     }
+
     async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> agentbox_core::Result<bool> {
         self.inner.delete_snapshot(name, ctx).await
     }
+
     async fn fork(
         &self,
         id: &SandboxId,

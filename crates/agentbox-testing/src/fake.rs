@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentbox_core::{
-    Clock, Ctx, Endpoint, Error, ErrorCode, ExecOptions, ExitStatus, Facts, Honours, Labels, NetworkFact, Process,
-    ProcessControl, Provider, Result, SIGKILL, Sandbox, SandboxId, Spec, Status, check_spec,
+    Clock, Ctx, Endpoint, Error, ErrorCode, ExecOptions, ExitStatus, Facts, Honours, Labels, Lifecycle, NetworkFact,
+    Process, ProcessControl, Provider, Result, SIGKILL, Sandbox, SandboxId, Spec, Status, check_spec,
 };
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
@@ -118,9 +118,9 @@ pub enum Op {
     Download,
     /// `Sandbox::destroy`.
     Destroy,
-    /// `Provider::extend`.
+    /// `Lifecycle::extend`.
     Extend,
-    /// `Provider::relabel`.
+    /// `Lifecycle::relabel`.
     Relabel,
 }
 
@@ -621,68 +621,6 @@ impl Provider for FakeProvider {
         }
     }
 
-    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let mut call = Self::call(Op::Extend);
-        call.box_id = Some(id.name().to_string());
-        let (seq, outcome) = self.begin(call);
-        let r = async {
-            id.expect_provider(&self.s.name)?;
-            if !self.honours().extend {
-                return Err(agentbox_core::refuse(&self.s.name, "extend"));
-            }
-            agentbox_core::check_deadline(ends_at_ms, self.s.clock.now_ms())?;
-            self.common(&outcome, ctx).await?;
-            if !self.live(id.name()) {
-                return Err(Error::gone(format!("box {id}: it has ended")));
-            }
-            if let Some(p) = &self.s.backing {
-                let b = p.extend(id, ends_at_ms, ctx).await?;
-                if let Some(f) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
-                    f.backing = Some(b);
-                }
-            }
-            if let Some(b) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
-                b.ends_ms = ends_at_ms;
-            }
-            self.handle(id.name())
-                .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))
-        }
-        .await;
-        self.finish(seq, &r);
-        r
-    }
-
-    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let mut call = Self::call(Op::Relabel);
-        call.box_id = Some(id.name().to_string());
-        let (seq, outcome) = self.begin(call);
-        let r = async {
-            id.expect_provider(&self.s.name)?;
-            if !self.honours().relabel {
-                return Err(agentbox_core::refuse(&self.s.name, "relabel"));
-            }
-            agentbox_core::validate_labels(labels)?;
-            self.common(&outcome, ctx).await?;
-            if !self.live(id.name()) {
-                return Err(Error::gone(format!("box {id}: it has ended")));
-            }
-            if let Some(p) = &self.s.backing {
-                let b = p.relabel(id, labels, ctx).await?;
-                if let Some(f) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
-                    f.backing = Some(b);
-                }
-            }
-            if let Some(b) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
-                b.spec.labels = labels.clone();
-            }
-            self.handle(id.name())
-                .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))
-        }
-        .await;
-        self.finish(seq, &r);
-        r
-    }
-
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         let mut call = Self::call(Op::Create);
         call.spec = Some(spec.clone());
@@ -772,6 +710,75 @@ impl Provider for FakeProvider {
                 .filter(|n| self.live(n))
                 .filter_map(|n| self.handle(&n))
                 .collect())
+        }
+        .await;
+        self.finish(seq, &r);
+        r
+    }
+
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for FakeProvider {
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let mut call = Self::call(Op::Extend);
+        call.box_id = Some(id.name().to_string());
+        let (seq, outcome) = self.begin(call);
+        let r = async {
+            id.expect_provider(&self.s.name)?;
+            if !self.honours().extend {
+                return Err(agentbox_core::refuse(&self.s.name, "extend"));
+            }
+            agentbox_core::check_deadline(ends_at_ms, self.s.clock.now_ms())?;
+            self.common(&outcome, ctx).await?;
+            if !self.live(id.name()) {
+                return Err(Error::gone(format!("box {id}: it has ended")));
+            }
+            if let Some(p) = &self.s.backing {
+                let b = p.extend(id, ends_at_ms, ctx).await?;
+                if let Some(f) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
+                    f.backing = Some(b);
+                }
+            }
+            if let Some(b) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
+                b.ends_ms = ends_at_ms;
+            }
+            self.handle(id.name())
+                .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))
+        }
+        .await;
+        self.finish(seq, &r);
+        r
+    }
+
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let mut call = Self::call(Op::Relabel);
+        call.box_id = Some(id.name().to_string());
+        let (seq, outcome) = self.begin(call);
+        let r = async {
+            id.expect_provider(&self.s.name)?;
+            if !self.honours().relabel {
+                return Err(agentbox_core::refuse(&self.s.name, "relabel"));
+            }
+            agentbox_core::validate_labels(labels)?;
+            self.common(&outcome, ctx).await?;
+            if !self.live(id.name()) {
+                return Err(Error::gone(format!("box {id}: it has ended")));
+            }
+            if let Some(p) = &self.s.backing {
+                let b = p.relabel(id, labels, ctx).await?;
+                if let Some(f) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
+                    f.backing = Some(b);
+                }
+            }
+            if let Some(b) = self.s.boxes.lock().unwrap().get_mut(id.name()) {
+                b.spec.labels = labels.clone();
+            }
+            self.handle(id.name())
+                .ok_or_else(|| Error::gone(format!("box {id}: it has ended")))
         }
         .await;
         self.finish(seq, &r);

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Endpoint, ExecOptions, ExitStatus, Facts, FinishOptions, Honours, Labels, Process, ProcessControl, Provider,
-    Result, Sandbox, SandboxId, Spec, Status, finish,
+    Ctx, Endpoint, ExecOptions, ExitStatus, Facts, FinishOptions, Honours, Labels, Lifecycle, Process, ProcessControl,
+    Provider, Result, Sandbox, SandboxId, Spec, Status, finish,
 };
 use agentbox_providers::{LocalOptions, LocalProvider};
 use agentbox_testing::conformance::{self, CASES, Options, Outcome, Outside, Report};
@@ -448,27 +448,40 @@ impl Provider for Lying {
     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         self.inner.list(labels, ctx).await
     }
+
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for Lying {
     async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
         match self.lie {
             Lie::Sleep => Ok(()),
             _ => self.inner.sleep(id, ctx).await,
         }
     }
+
     async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         self.inner.wake(id, ctx).await
     }
+
     async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         match self.lie {
             Lie::Extend => Ok(self.inner.attach(id, ctx).await?.expect("the box runs")),
             _ => self.inner.extend(id, ends_at_ms, ctx).await,
         }
     }
+
     async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<agentbox_core::Snapshot> {
         self.inner.snapshot(id, name, ctx).await
     }
+
     async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
         self.inner.delete_snapshot(name, ctx).await
     }
+
     async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         if self.lie != Lie::Fork {
             return self.inner.fork(id, n, spec, ctx).await;

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agentbox_core::{
-    Clock, Ctx, Endpoint, Error, ErrorCode, ExecOptions, Facts, Files, Labels, Process, Provider, Result, Sandbox,
-    SandboxId, Spec, Status, SystemClock,
+    Clock, Ctx, Endpoint, Error, ErrorCode, ExecOptions, Facts, Files, Labels, Lifecycle, Process, Provider, Result,
+    Sandbox, SandboxId, Spec, Status, SystemClock,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -260,6 +260,14 @@ impl Provider for ReceiptProvider {
             .map(|b| self.ours(b))
             .collect())
     }
+
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for ReceiptProvider {
     // The lifecycle passes through: a box opened or forked here is receipted as one made here;
     // one woken, extended or relabelled keeps the receipt it had.
     async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
@@ -269,30 +277,39 @@ impl Provider for ReceiptProvider {
         }
         Ok(self.ours(b))
     }
+
     async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
         self.inner.discard(name, labels, ctx).await
     }
+
     async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
         self.inner.sleep(id, ctx).await
     }
+
     async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         Ok(self.ours(self.inner.wake(id, ctx).await?))
     }
+
     async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         Ok(self.ours(self.inner.extend(id, ends_at_ms, ctx).await?))
     }
+
     async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         Ok(self.ours(self.inner.relabel(id, labels, ctx).await?))
     }
+
     async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<agentbox_core::Snapshot> {
         self.inner.snapshot(id, name, ctx).await
     }
+
     async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<agentbox_core::Snapshot>> {
         self.inner.snapshots(ctx).await
     }
+
     async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
         self.inner.delete_snapshot(name, ctx).await
     }
+
     async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         let made = self.inner.fork(id, n, spec, ctx).await?;
         Ok(made

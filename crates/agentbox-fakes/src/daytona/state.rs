@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use agentbox_core::{Ctx, Network, Provider, Sandbox, Spec};
+use agentbox_core::{Ctx, Lifecycle, Network, Provider, Sandbox, Spec};
 use agentbox_providers::namespace::NamespaceProvider;
 use serde_json::{Value, json};
 

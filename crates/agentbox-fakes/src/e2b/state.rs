@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Killer, Network, Provider, Sandbox, Spec, Stdin};
+use agentbox_core::{Ctx, Killer, Lifecycle, Network, Provider, Sandbox, Spec, Stdin};
 use agentbox_providers::namespace::NamespaceProvider;
 use axum::body::Bytes;
 use serde_json::Value;

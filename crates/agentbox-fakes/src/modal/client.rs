@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ExecOptions, Mount, Network, Provider, Spec};
+use agentbox_core::{Ctx, ExecOptions, Lifecycle, Mount, Network, Provider, Spec};
 use agentbox_modal_proto::client as pb;
 use agentbox_modal_proto::client::generic_result::GenericStatus;
 use agentbox_modal_proto::client::modal_client_server::ModalClient;

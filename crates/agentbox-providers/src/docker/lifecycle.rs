@@ -24,10 +24,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentbox_core::Lifecycle;
 use agentbox_core::{
     Ctx, Error, ErrorCode, Facts, Labels, Provider, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline,
     check_fork, validate_labels, validate_name,
 };
+use async_trait::async_trait;
 use bollard::query_parameters::{
     CommitContainerOptions, KillContainerOptions, ListImagesOptions, PruneImagesOptions, RemoveImageOptions,
 };
@@ -132,149 +134,6 @@ impl DockerProvider {
         Ok(labels)
     }
 
-    pub(super) async fn open_named(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        let cname = format!("agentbox-{}", name_key(name, &spec.labels)?);
-        self.check(spec)?;
-        let image = self.image_of(spec, ctx).await?;
-        let id = SandboxId::new(NAME, &cname)?;
-        let t0 = tokio::time::Instant::now();
-        loop {
-            ctx.check()?;
-            let found = match self.find_container(&cname).await {
-                Ok(found) => found,
-                // Found while another open makes it (its runner not yet up): again shortly.
-                Err(e) if t0.elapsed() < OPEN_WAIT && e.code() != ErrorCode::Invalid => {
-                    tracing::debug!(box_id = %id, error = %e, "the name's box is being made: waiting for it");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if let Some(b) = found {
-                if b.facts().name.as_deref() != Some(name) || b.labels() != &spec.labels {
-                    return Err(Error::refused(format!(
-                        "open {name:?}: the container {cname} that holds this name's place is another's"
-                    )));
-                }
-                if b.status(ctx).await? == agentbox_core::Status::Sleeping {
-                    tracing::info!(box_id = %id, name, "opened asleep: waking it");
-                    return self.wake_box(&id, ctx).await;
-                }
-                tracing::info!(box_id = %id, name, "opened");
-                return Ok(b);
-            }
-            match self.make(&cname, Some(name), image.clone(), spec, ctx).await {
-                Ok(b) => {
-                    tracing::info!(box_id = %id, name, "opened: made");
-                    return Ok(b);
-                }
-                // Another make of this name holds it, or an ended box of it is being removed.
-                Err(e) if e.code() == ErrorCode::Refused && t0.elapsed() < OPEN_WAIT => {
-                    tracing::debug!(box_id = %id, error = %e, "the name's container exists: waiting for it");
-                    // One that ended but is still there (its removal stuck), or the files of
-                    // one that ended that no sweep has removed yet (older than a make takes),
-                    // is removed.
-                    let stale = match self.docker.inspect_container(&cname, None).await {
-                        Ok(info) => {
-                            !info.state.and_then(|s| s.running).unwrap_or(false)
-                                && t0.elapsed() > Duration::from_secs(5)
-                        }
-                        Err(e) if is_not_found(&e) => super::runner_dir(&cname, false)
-                            .ok()
-                            .and_then(|d| d.metadata().ok()?.modified().ok()?.elapsed().ok())
-                            .is_some_and(|age| age > Duration::from_secs(60)),
-                        Err(_) => false,
-                    };
-                    if stale {
-                        self.discard_container(&cname).await;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => return Err(e.context(format!("open {name:?}"))),
-            }
-        }
-    }
-
-    pub(super) async fn discard_named(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
-        let cname = format!("agentbox-{}", name_key(name, labels)?);
-        let Some(b) = ctx.run_result(self.find_container(&cname)).await? else {
-            return Ok(false);
-        };
-        if b.facts().name.as_deref() != Some(name) || b.labels() != labels {
-            return Ok(false);
-        }
-        b.destroy(ctx).await?;
-        tracing::info!(box_id = %b.id(), name, "discarded");
-        Ok(true)
-    }
-
-    pub(super) async fn sleep_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
-        self.needs_init("sleep")?;
-        id.expect_provider(NAME)?;
-        self.with_init(id, "sleep", ctx).await?;
-        let _lock = state::lock(id.name(), "sleep").await?;
-        if !state::read(id.name())?.asleep {
-            // Marked first: a host that attaches meanwhile must not start a runner again.
-            state::update(id.name(), |s| s.asleep = true)?;
-        }
-        // Told again of an asleep box too (a sleep cut short may have marked it only).
-        let told = ctx.run(self.docker.kill_container(
-            id.name(),
-            Some(KillContainerOptions {
-                signal: "SIGUSR1".into(),
-            }),
-        ));
-        if let Err(e) = told
-            .await?
-            .map_err(|e| Error::unknown(format!("sleep: signalling the init of {id}: {e}")))
-        {
-            state::update(id.name(), |s| s.asleep = false)?;
-            return Err(e);
-        }
-        // The init kills every other process when it takes the signal: the sleep is over
-        // once the engine sees the init alone (so a wake that follows starts a runner the
-        // sleep will not kill).
-        let t0 = tokio::time::Instant::now();
-        loop {
-            let top = ctx
-                .run(
-                    self.docker
-                        .top_processes(id.name(), None::<bollard::query_parameters::TopOptions>),
-                )
-                .await?;
-            match top {
-                Ok(t) if t.processes.as_ref().is_some_and(|p| p.len() <= 1) => break,
-                Ok(_) if t0.elapsed() < SLEEP_WAIT => tokio::time::sleep(Duration::from_millis(50)).await,
-                Ok(t) => {
-                    return Err(Error::timeout(format!(
-                        "sleep: box {id} still runs {} processes {}s after its init was told to end them",
-                        t.processes.map(|p| p.len()).unwrap_or(0),
-                        SLEEP_WAIT.as_secs()
-                    )));
-                }
-                Err(e) if is_not_found(&e) => return Err(Error::gone(format!("sleep: box {id} ended"))),
-                Err(e) => return Err(Error::unknown(format!("sleep: listing the processes of {id}: {e}"))),
-            }
-        }
-        tracing::info!(box_id = %id, "asleep");
-        Ok(())
-    }
-
-    pub(super) async fn wake_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.needs_init("wake")?;
-        id.expect_provider(NAME)?;
-        {
-            self.with_init(id, "wake", ctx).await?;
-            let _lock = state::lock(id.name(), "wake").await?;
-            if state::read(id.name())?.asleep {
-                state::update(id.name(), |s| s.asleep = false)?;
-                tracing::info!(box_id = %id, "awake");
-            }
-        }
-        // Its runner ended with its programs: attach starts it again.
-        self.running_box(id, ctx).await
-    }
-
     /// The labels of the running container of box `id`, read with one inspect (no runner is
     /// reached): `gone` when it has ended or is not this provider's.
     async fn labels_of(&self, id: &SandboxId, ctx: &Ctx) -> Result<HashMap<String, String>> {
@@ -291,57 +150,6 @@ impl DockerProvider {
             return Err(gone());
         }
         Ok(labels)
-    }
-
-    pub(super) async fn extend_box(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.needs_init("extend")?;
-        check_deadline(ends_at_ms, now_ms())?;
-        id.expect_provider(NAME)?;
-        // Quick, for a pool hands a box out with an extend: the deadline file is rewritten,
-        // and the attach that answers the box says whether it still runs.
-        let before = state::read_deadline(id.name());
-        if let Err(e) = state::write_deadline(id.name(), ends_at_ms, false) {
-            // No file: a box made without agentbox's init, or by another home, or none.
-            if self.labels_of(id, ctx).await?.get(LABEL_INIT).map(String::as_str) != Some("1") {
-                return Err(Error::unsupported(format!(
-                    "extend: box {id} was made without agentbox's init (no runner): its first process is `sleep`, which cannot be extended"
-                )));
-            }
-            return Err(e);
-        }
-        // The init reads its file every few seconds: told at once only where that could be
-        // too late (a deadline moved earlier, or one close at hand).
-        let soon = before.is_none_or(|b| ends_at_ms < b || b.saturating_sub(now_ms()) < 3 * INIT_POLL_MS);
-        if soon {
-            ctx.run(self.docker.kill_container(
-                id.name(),
-                Some(KillContainerOptions {
-                    signal: "SIGHUP".into(),
-                }),
-            ))
-            .await?
-            .map_err(|e| Error::unknown(format!("extend: signalling the init of {id}: {e}")))?;
-        }
-        tracing::info!(box_id = %id, ends_at = %agentbox_core::rfc3339(ends_at_ms as i64), "deadline moved");
-        self.running_box(id, ctx).await
-    }
-
-    pub(super) async fn relabel_box(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.needs_init("relabel")?;
-        validate_labels(labels)?;
-        id.expect_provider(NAME)?;
-        {
-            let found = self.with_init(id, "relabel", ctx).await?;
-            let _lock = state::lock(id.name(), "relabel").await?;
-            if let Some(name) = found.get(LABEL_NAME).filter(|n| !n.is_empty()) {
-                return Err(Error::refused(format!(
-                    "relabel {id}: it was opened by the name {name:?}, whose labels are part of that name"
-                )));
-            }
-            state::update(id.name(), |s| s.labels = Some(labels.clone()))?;
-        }
-        tracing::info!(box_id = %id, "relabelled");
-        self.running_box(id, ctx).await
     }
 
     /// Commit box `id` into `repo:tag`, labelled as snapshot `name` (empty for a fork's).
@@ -373,68 +181,8 @@ impl DockerProvider {
         Ok(())
     }
 
-    pub(super) async fn snapshot_box(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
-        validate_name("snapshot", name)?;
-        self.running_box(id, ctx).await?;
-        // A commit onto a tag that exists moves the tag: the check and the commit are made
-        // one under a lock of this home's, so of two snapshots of one name one is refused.
-        let lock_path = state::snapshot_lock(name)?;
-        let _lock = crate::util::lock(&lock_path, Duration::from_secs(120), "snapshot")
-            .await?
-            .ok_or_else(|| Error::unknown(format!("snapshot: {} cannot be made", lock_path.display())))?;
-        let image = format!("{SNAPSHOT_REPO}:{name}");
-        match ctx.run(self.docker.inspect_image(&image)).await? {
-            Ok(_) => {
-                return Err(Error::refused(format!(
-                    "snapshot {name:?}: one of that name exists; delete it first"
-                )));
-            }
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(Error::unknown(format!("inspecting {image}: {e}"))),
-        }
-        self.commit(id, SNAPSHOT_REPO, name, name, ctx).await?;
-        tracing::info!(box_id = %id, snapshot = name, "snapshot taken");
-        self.snapshot_info(name, ctx).await?.ok_or_else(|| {
-            Error::unknown(format!(
-                "snapshot {name:?}: the engine does not show the image it committed"
-            ))
-        })
-    }
-
     async fn snapshot_info(&self, name: &str, ctx: &Ctx) -> Result<Option<Snapshot>> {
-        Ok(self.snapshot_list(ctx).await?.into_iter().find(|s| s.name == name))
-    }
-
-    pub(super) async fn snapshot_list(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
-        let opts = ListImagesOptions {
-            filters: Some(HashMap::from([(
-                "reference".to_string(),
-                vec![format!("{SNAPSHOT_REPO}:*")],
-            )])),
-            ..Default::default()
-        };
-        let images = ctx
-            .run(self.docker.list_images(Some(opts)))
-            .await?
-            .map_err(|e| Error::unknown(format!("listing snapshots: {e}")))?;
-        let mut out = Vec::new();
-        for i in images {
-            for tag in &i.repo_tags {
-                let Some(name) = tag.strip_prefix(&format!("{SNAPSHOT_REPO}:")) else {
-                    continue;
-                };
-                out.push(Snapshot {
-                    name: name.to_string(),
-                    provider: NAME.into(),
-                    from: i.labels.get(LABEL_SNAPSHOT_FROM).and_then(|f| f.parse().ok()),
-                    created_at_ms: i.labels.get(LABEL_SNAPSHOT_AT).and_then(|a| a.parse().ok()),
-                    bytes: u64::try_from(i.size).ok(),
-                    memory: false,
-                });
-            }
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok(self.snapshots(ctx).await?.into_iter().find(|s| s.name == name))
     }
 
     /// Untag `image`; its layers stay while a box uses them, and [`Self::prune_images`]
@@ -450,15 +198,6 @@ impl DockerProvider {
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(Error::unknown(format!("removing {image}: {e}"))),
         }
-    }
-
-    pub(super) async fn remove_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
-        validate_name("snapshot", name)?;
-        let removed = self.untag(&format!("{SNAPSHOT_REPO}:{name}"), ctx).await?;
-        if removed {
-            tracing::info!(snapshot = name, "snapshot deleted");
-        }
-        Ok(removed)
     }
 
     /// Remove the untagged images of snapshots and forks no box uses any more (at most once a
@@ -515,14 +254,274 @@ impl DockerProvider {
             }
         }
     }
+}
 
-    pub(super) async fn fork_box(
-        &self,
-        id: &SandboxId,
-        n: usize,
-        spec: &Spec,
-        ctx: &Ctx,
-    ) -> Result<Vec<Arc<dyn Sandbox>>> {
+#[async_trait]
+impl Lifecycle for DockerProvider {
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        let cname = format!("agentbox-{}", name_key(name, &spec.labels)?);
+        self.check(spec)?;
+        let image = self.image_of(spec, ctx).await?;
+        let id = SandboxId::new(NAME, &cname)?;
+        let t0 = tokio::time::Instant::now();
+        loop {
+            ctx.check()?;
+            let found = match self.find_container(&cname).await {
+                Ok(found) => found,
+                // Found while another open makes it (its runner not yet up): again shortly.
+                Err(e) if t0.elapsed() < OPEN_WAIT && e.code() != ErrorCode::Invalid => {
+                    tracing::debug!(box_id = %id, error = %e, "the name's box is being made: waiting for it");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(b) = found {
+                if b.facts().name.as_deref() != Some(name) || b.labels() != &spec.labels {
+                    return Err(Error::refused(format!(
+                        "open {name:?}: the container {cname} that holds this name's place is another's"
+                    )));
+                }
+                if b.status(ctx).await? == agentbox_core::Status::Sleeping {
+                    tracing::info!(box_id = %id, name, "opened asleep: waking it");
+                    return self.wake(&id, ctx).await;
+                }
+                tracing::info!(box_id = %id, name, "opened");
+                return Ok(b);
+            }
+            match self.make(&cname, Some(name), image.clone(), spec, ctx).await {
+                Ok(b) => {
+                    tracing::info!(box_id = %id, name, "opened: made");
+                    return Ok(b);
+                }
+                // Another make of this name holds it, or an ended box of it is being removed.
+                Err(e) if e.code() == ErrorCode::Refused && t0.elapsed() < OPEN_WAIT => {
+                    tracing::debug!(box_id = %id, error = %e, "the name's container exists: waiting for it");
+                    // One that ended but is still there (its removal stuck), or the files of
+                    // one that ended that no sweep has removed yet (older than a make takes),
+                    // is removed.
+                    let stale = match self.docker.inspect_container(&cname, None).await {
+                        Ok(info) => {
+                            !info.state.and_then(|s| s.running).unwrap_or(false)
+                                && t0.elapsed() > Duration::from_secs(5)
+                        }
+                        Err(e) if is_not_found(&e) => super::runner_dir(&cname, false)
+                            .ok()
+                            .and_then(|d| d.metadata().ok()?.modified().ok()?.elapsed().ok())
+                            .is_some_and(|age| age > Duration::from_secs(60)),
+                        Err(_) => false,
+                    };
+                    if stale {
+                        self.discard_container(&cname).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e.context(format!("open {name:?}"))),
+            }
+        }
+    }
+
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+        let cname = format!("agentbox-{}", name_key(name, labels)?);
+        let Some(b) = ctx.run_result(self.find_container(&cname)).await? else {
+            return Ok(false);
+        };
+        if b.facts().name.as_deref() != Some(name) || b.labels() != labels {
+            return Ok(false);
+        }
+        b.destroy(ctx).await?;
+        tracing::info!(box_id = %b.id(), name, "discarded");
+        Ok(true)
+    }
+
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+        self.needs_init("sleep")?;
+        id.expect_provider(NAME)?;
+        self.with_init(id, "sleep", ctx).await?;
+        let _lock = state::lock(id.name(), "sleep").await?;
+        if !state::read(id.name())?.asleep {
+            // Marked first: a host that attaches meanwhile must not start a runner again.
+            state::update(id.name(), |s| s.asleep = true)?;
+        }
+        // Told again of an asleep box too (a sleep cut short may have marked it only).
+        let told = ctx.run(self.docker.kill_container(
+            id.name(),
+            Some(KillContainerOptions {
+                signal: "SIGUSR1".into(),
+            }),
+        ));
+        if let Err(e) = told
+            .await?
+            .map_err(|e| Error::unknown(format!("sleep: signalling the init of {id}: {e}")))
+        {
+            state::update(id.name(), |s| s.asleep = false)?;
+            return Err(e);
+        }
+        // The init kills every other process when it takes the signal: the sleep is over
+        // once the engine sees the init alone (so a wake that follows starts a runner the
+        // sleep will not kill).
+        let t0 = tokio::time::Instant::now();
+        loop {
+            let top = ctx
+                .run(
+                    self.docker
+                        .top_processes(id.name(), None::<bollard::query_parameters::TopOptions>),
+                )
+                .await?;
+            match top {
+                Ok(t) if t.processes.as_ref().is_some_and(|p| p.len() <= 1) => break,
+                Ok(_) if t0.elapsed() < SLEEP_WAIT => tokio::time::sleep(Duration::from_millis(50)).await,
+                Ok(t) => {
+                    return Err(Error::timeout(format!(
+                        "sleep: box {id} still runs {} processes {}s after its init was told to end them",
+                        t.processes.map(|p| p.len()).unwrap_or(0),
+                        SLEEP_WAIT.as_secs()
+                    )));
+                }
+                Err(e) if is_not_found(&e) => return Err(Error::gone(format!("sleep: box {id} ended"))),
+                Err(e) => return Err(Error::unknown(format!("sleep: listing the processes of {id}: {e}"))),
+            }
+        }
+        tracing::info!(box_id = %id, "asleep");
+        Ok(())
+    }
+
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.needs_init("wake")?;
+        id.expect_provider(NAME)?;
+        {
+            self.with_init(id, "wake", ctx).await?;
+            let _lock = state::lock(id.name(), "wake").await?;
+            if state::read(id.name())?.asleep {
+                state::update(id.name(), |s| s.asleep = false)?;
+                tracing::info!(box_id = %id, "awake");
+            }
+        }
+        // Its runner ended with its programs: attach starts it again.
+        self.running_box(id, ctx).await
+    }
+
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.needs_init("extend")?;
+        check_deadline(ends_at_ms, now_ms())?;
+        id.expect_provider(NAME)?;
+        // Quick, for a pool hands a box out with an extend: the deadline file is rewritten,
+        // and the attach that answers the box says whether it still runs.
+        let before = state::read_deadline(id.name());
+        if let Err(e) = state::write_deadline(id.name(), ends_at_ms, false) {
+            // No file: a box made without agentbox's init, or by another home, or none.
+            if self.labels_of(id, ctx).await?.get(LABEL_INIT).map(String::as_str) != Some("1") {
+                return Err(Error::unsupported(format!(
+                    "extend: box {id} was made without agentbox's init (no runner): its first process is `sleep`, which cannot be extended"
+                )));
+            }
+            return Err(e);
+        }
+        // The init reads its file every few seconds: told at once only where that could be
+        // too late (a deadline moved earlier, or one close at hand).
+        let soon = before.is_none_or(|b| ends_at_ms < b || b.saturating_sub(now_ms()) < 3 * INIT_POLL_MS);
+        if soon {
+            ctx.run(self.docker.kill_container(
+                id.name(),
+                Some(KillContainerOptions {
+                    signal: "SIGHUP".into(),
+                }),
+            ))
+            .await?
+            .map_err(|e| Error::unknown(format!("extend: signalling the init of {id}: {e}")))?;
+        }
+        tracing::info!(box_id = %id, ends_at = %agentbox_core::rfc3339(ends_at_ms as i64), "deadline moved");
+        self.running_box(id, ctx).await
+    }
+
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+        self.needs_init("relabel")?;
+        validate_labels(labels)?;
+        id.expect_provider(NAME)?;
+        {
+            let found = self.with_init(id, "relabel", ctx).await?;
+            let _lock = state::lock(id.name(), "relabel").await?;
+            if let Some(name) = found.get(LABEL_NAME).filter(|n| !n.is_empty()) {
+                return Err(Error::refused(format!(
+                    "relabel {id}: it was opened by the name {name:?}, whose labels are part of that name"
+                )));
+            }
+            state::update(id.name(), |s| s.labels = Some(labels.clone()))?;
+        }
+        tracing::info!(box_id = %id, "relabelled");
+        self.running_box(id, ctx).await
+    }
+
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
+        validate_name("snapshot", name)?;
+        self.running_box(id, ctx).await?;
+        // A commit onto a tag that exists moves the tag: the check and the commit are made
+        // one under a lock of this home's, so of two snapshots of one name one is refused.
+        let lock_path = state::snapshot_lock(name)?;
+        let _lock = crate::util::lock(&lock_path, Duration::from_secs(120), "snapshot")
+            .await?
+            .ok_or_else(|| Error::unknown(format!("snapshot: {} cannot be made", lock_path.display())))?;
+        let image = format!("{SNAPSHOT_REPO}:{name}");
+        match ctx.run(self.docker.inspect_image(&image)).await? {
+            Ok(_) => {
+                return Err(Error::refused(format!(
+                    "snapshot {name:?}: one of that name exists; delete it first"
+                )));
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::unknown(format!("inspecting {image}: {e}"))),
+        }
+        self.commit(id, SNAPSHOT_REPO, name, name, ctx).await?;
+        tracing::info!(box_id = %id, snapshot = name, "snapshot taken");
+        self.snapshot_info(name, ctx).await?.ok_or_else(|| {
+            Error::unknown(format!(
+                "snapshot {name:?}: the engine does not show the image it committed"
+            ))
+        })
+    }
+
+    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
+        let opts = ListImagesOptions {
+            filters: Some(HashMap::from([(
+                "reference".to_string(),
+                vec![format!("{SNAPSHOT_REPO}:*")],
+            )])),
+            ..Default::default()
+        };
+        let images = ctx
+            .run(self.docker.list_images(Some(opts)))
+            .await?
+            .map_err(|e| Error::unknown(format!("listing snapshots: {e}")))?;
+        let mut out = Vec::new();
+        for i in images {
+            for tag in &i.repo_tags {
+                let Some(name) = tag.strip_prefix(&format!("{SNAPSHOT_REPO}:")) else {
+                    continue;
+                };
+                out.push(Snapshot {
+                    name: name.to_string(),
+                    provider: NAME.into(),
+                    from: i.labels.get(LABEL_SNAPSHOT_FROM).and_then(|f| f.parse().ok()),
+                    created_at_ms: i.labels.get(LABEL_SNAPSHOT_AT).and_then(|a| a.parse().ok()),
+                    bytes: u64::try_from(i.size).ok(),
+                    memory: false,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        validate_name("snapshot", name)?;
+        let removed = self.untag(&format!("{SNAPSHOT_REPO}:{name}"), ctx).await?;
+        if removed {
+            tracing::info!(snapshot = name, "snapshot deleted");
+        }
+        Ok(removed)
+    }
+
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         check_fork(n, spec)?;
         if spec.image.is_some() {
             return Err(Error::invalid(

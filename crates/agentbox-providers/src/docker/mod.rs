@@ -33,8 +33,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agentbox_core::{
-    Ctx, Error, Facts, Honours, Labels, Network, NetworkFact, PortKind, Provider, Result, Sandbox, SandboxId, Spec,
-    check_spec, is_normal_absolute,
+    Ctx, Error, Facts, Honours, Labels, Lifecycle, Network, NetworkFact, PortKind, Provider, Result, Sandbox,
+    SandboxId, Spec, check_spec, is_normal_absolute,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -1246,44 +1246,8 @@ impl Provider for DockerProvider {
         Ok(out)
     }
 
-    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.open_named(name, spec, ctx).await
-    }
-
-    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
-        self.discard_named(name, labels, ctx).await
-    }
-
-    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
-        self.sleep_box(id, ctx).await
-    }
-
-    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.wake_box(id, ctx).await
-    }
-
-    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.extend_box(id, ends_at_ms, ctx).await
-    }
-
-    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.relabel_box(id, labels, ctx).await
-    }
-
-    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<agentbox_core::Snapshot> {
-        self.snapshot_box(id, name, ctx).await
-    }
-
-    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<agentbox_core::Snapshot>> {
-        self.snapshot_list(ctx).await
-    }
-
-    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
-        self.remove_snapshot(name, ctx).await
-    }
-
-    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
-        self.fork_box(id, n, spec, ctx).await
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
     }
 }
 

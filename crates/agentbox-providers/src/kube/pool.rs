@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, Honours, Labels, Network, Provider, Result, Sandbox, SandboxId, Spec};
+use agentbox_core::{Ctx, Error, Honours, Labels, Lifecycle, Network, Provider, Result, Sandbox, SandboxId, Spec};
 use async_trait::async_trait;
 
 use super::{KubeProvider, pod};
@@ -232,6 +232,13 @@ impl Provider for ClaimPool {
         self.inner.list(labels, ctx).await
     }
 
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for ClaimPool {
     async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         self.inner.open(name, spec, ctx).await
     }

@@ -16,11 +16,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentbox_core::Lifecycle;
 use agentbox_core::{
     Ctx, Error, Labels, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork, validate_labels,
     validate_name,
 };
 use agentbox_protocol::supervisor::Request;
+use async_trait::async_trait;
 
 use super::{LocalProvider, NAME, Record, ask_supervisor};
 use crate::boxdir::snapshots::Snapshots;
@@ -62,8 +64,11 @@ impl LocalProvider {
             .await?
             .ok_or_else(|| Error::gone(format!("box {id}: it ended")))
     }
+}
 
-    pub(super) async fn open_named(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+#[async_trait]
+impl Lifecycle for LocalProvider {
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         let key = name_key(name, &spec.labels)?;
         self.check(spec)?;
         let seed = match &spec.snapshot {
@@ -82,7 +87,7 @@ impl LocalProvider {
                 }
                 if record.asleep {
                     tracing::info!(box_id = %id, name, "opened asleep: waking it");
-                    return self.wake_box(&id, ctx).await;
+                    return self.wake(&id, ctx).await;
                 }
                 tracing::info!(box_id = %id, name, "opened");
                 return self.again(&id, ctx).await;
@@ -103,7 +108,7 @@ impl LocalProvider {
         }
     }
 
-    pub(super) async fn discard_named(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
         let key = name_key(name, labels)?;
         let Some((_, record)) = self.find(&key)? else {
             return Ok(false);
@@ -122,7 +127,7 @@ impl LocalProvider {
         Ok(true)
     }
 
-    pub(super) async fn sleep_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
         let (dir, mut record, _lock) = self.locked(id, "sleep").await?;
         // Asked again of an asleep box too: the supervisor is what holds, and asking is harmless.
         ctx.run_result(ask_supervisor(&dir, Request::Sleep, ASK_LIMIT)).await?;
@@ -132,7 +137,7 @@ impl LocalProvider {
         Ok(())
     }
 
-    pub(super) async fn wake_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         {
             let (dir, mut record, _lock) = self.locked(id, "wake").await?;
             // Asked whatever the record says: a sleep whose caller gave up after the
@@ -148,7 +153,7 @@ impl LocalProvider {
         self.again(id, ctx).await
     }
 
-    pub(super) async fn extend_box(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         check_deadline(ends_at_ms, now_ms())?;
         {
             let (dir, mut record, _lock) = self.locked(id, "extend").await?;
@@ -168,7 +173,7 @@ impl LocalProvider {
         self.again(id, ctx).await
     }
 
-    pub(super) async fn relabel_box(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         validate_labels(labels)?;
         {
             let (dir, mut record, _lock) = self.locked(id, "relabel").await?;
@@ -184,7 +189,7 @@ impl LocalProvider {
         self.again(id, ctx).await
     }
 
-    pub(super) async fn snapshot_box(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
         validate_name("snapshot", name)?;
         id.expect_provider(NAME)?;
         let (dir, _) = self
@@ -195,21 +200,17 @@ impl LocalProvider {
         Ok(snap)
     }
 
-    pub(super) fn list_snapshots(&self) -> Result<Vec<Snapshot>> {
+    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
+        ctx.check()?;
         snapshots(self).list()
     }
 
-    pub(super) async fn remove_snapshot(&self, name: &str) -> Result<bool> {
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+        ctx.check()?;
         snapshots(self).delete(name).await
     }
 
-    pub(super) async fn fork_box(
-        &self,
-        id: &SandboxId,
-        n: usize,
-        spec: &Spec,
-        ctx: &Ctx,
-    ) -> Result<Vec<Arc<dyn Sandbox>>> {
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         check_fork(n, spec)?;
         self.check(spec)?;
         id.expect_provider(NAME)?;

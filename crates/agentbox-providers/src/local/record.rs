@@ -26,7 +26,7 @@ pub(super) struct Record {
     /// directory).
     #[serde(default)]
     pub runner: bool,
-    /// The name it was opened by (`Provider::open`), where it was.
+    /// The name it was opened by (`Lifecycle::open`), where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// It sleeps: its supervisor takes no exec until it wakes.

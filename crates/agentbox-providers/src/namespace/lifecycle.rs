@@ -26,11 +26,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentbox_core::Lifecycle;
 use agentbox_core::{
     Ctx, Error, Labels, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork, is_reserved_label,
     validate_labels, validate_name,
 };
 use agentbox_protocol::supervisor::Request;
+use async_trait::async_trait;
 
 use super::record::{self, LOCK, LOCK_WAIT, Record};
 use super::{NAME, NamespaceProvider, control, end_box, remove_ended};
@@ -126,8 +128,16 @@ impl NamespaceProvider {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
 
-    pub(super) async fn open_named(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+/// `e`, its message led by the operation that refused it.
+fn named(operation: &str, e: Error) -> Error {
+    Error::new(e.code(), format!("{operation}: {}", e.message()))
+}
+
+#[async_trait]
+impl Lifecycle for NamespaceProvider {
+    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         let key = name_key(name, &spec.labels).map_err(|e| named("open", e))?;
         self.check(spec)?;
         let seed = self.snapshot_seed(spec)?;
@@ -150,7 +160,7 @@ impl NamespaceProvider {
                     let id = r.id.clone();
                     if r.asleep {
                         tracing::info!(box_id = %id, name, "open: waking it");
-                        return self.wake_box(&id, ctx).await;
+                        return self.wake(&id, ctx).await;
                     }
                     tracing::info!(box_id = %id, name, "open: found");
                     return Ok(self.sandbox(dir, r));
@@ -169,7 +179,7 @@ impl NamespaceProvider {
         }
     }
 
-    pub(super) async fn discard_named(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
+    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
         validate_labels(labels).map_err(|e| named("discard", e))?;
         let key = name_key(name, labels).map_err(|e| named("discard", e))?;
         let dir = self.boxes.join(&key);
@@ -191,7 +201,7 @@ impl NamespaceProvider {
         Ok(was)
     }
 
-    pub(super) async fn sleep_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
+    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
         ctx.check()?;
         self.change(id, "sleep", async |dir: &Path, r: &mut Record| {
             if r.asleep {
@@ -206,7 +216,7 @@ impl NamespaceProvider {
         Ok(())
     }
 
-    pub(super) async fn wake_box(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         ctx.check()?;
         let b = self
             .change(id, "wake", async |dir: &Path, r: &mut Record| {
@@ -223,7 +233,7 @@ impl NamespaceProvider {
         Ok(b)
     }
 
-    pub(super) async fn extend_box(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         ctx.check()?;
         check_deadline(ends_at_ms, now_ms())?;
         let b = self
@@ -245,7 +255,7 @@ impl NamespaceProvider {
         Ok(b)
     }
 
-    pub(super) async fn relabel_box(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
+    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         ctx.check()?;
         validate_labels(labels).map_err(|e| named("relabel", e))?;
         let b = self
@@ -267,7 +277,7 @@ impl NamespaceProvider {
         Ok(b)
     }
 
-    pub(super) async fn snapshot_box(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
+    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
         ctx.check()?;
         validate_name("snapshot name", name).map_err(|e| named("snapshot", e))?;
         let (dir, r) = self.found(id, "snapshot")?;
@@ -276,24 +286,18 @@ impl NamespaceProvider {
         Ok(snap)
     }
 
-    pub(super) async fn list_snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
+    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
         ctx.check()?;
         self.snapshots().list()
     }
 
-    pub(super) async fn remove_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
+    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
         ctx.check()?;
         validate_name("snapshot name", name).map_err(|e| named("delete_snapshot", e))?;
         self.snapshots().delete(name).await
     }
 
-    pub(super) async fn fork_box(
-        &self,
-        id: &SandboxId,
-        n: usize,
-        spec: &Spec,
-        ctx: &Ctx,
-    ) -> Result<Vec<Arc<dyn Sandbox>>> {
+    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
         check_fork(n, spec)?;
         self.check(spec)?;
         let (dir, _) = self.found(id, "fork")?;
@@ -310,9 +314,4 @@ impl NamespaceProvider {
         })
         .await
     }
-}
-
-/// `e`, its message led by the operation that refused it.
-fn named(operation: &str, e: Error) -> Error {
-    Error::new(e.code(), format!("{operation}: {}", e.message()))
 }

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, Honours, Labels, Network, Provider, Result, Sandbox, SandboxId, Snapshot, Spec, check_spec,
+    Ctx, Error, Honours, Labels, Lifecycle, Network, Provider, Result, Sandbox, SandboxId, Spec, check_spec,
 };
 use agentbox_protocol::namespace::{
     Bind, BoxConfig, CONFIG_FILE, ERROR_PREFIX, HOME, INIT_PREFIX, MAPPED, READY_PREFIX, Root, UNSHARED, WORKSPACE,
@@ -774,44 +774,8 @@ impl Provider for NamespaceProvider {
         Ok(out)
     }
 
-    async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.open_named(name, spec, ctx).await
-    }
-
-    async fn discard(&self, name: &str, labels: &Labels, ctx: &Ctx) -> Result<bool> {
-        self.discard_named(name, labels, ctx).await
-    }
-
-    async fn sleep(&self, id: &SandboxId, ctx: &Ctx) -> Result<()> {
-        self.sleep_box(id, ctx).await
-    }
-
-    async fn wake(&self, id: &SandboxId, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.wake_box(id, ctx).await
-    }
-
-    async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.extend_box(id, ends_at_ms, ctx).await
-    }
-
-    async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-        self.relabel_box(id, labels, ctx).await
-    }
-
-    async fn snapshot(&self, id: &SandboxId, name: &str, ctx: &Ctx) -> Result<Snapshot> {
-        self.snapshot_box(id, name, ctx).await
-    }
-
-    async fn snapshots(&self, ctx: &Ctx) -> Result<Vec<Snapshot>> {
-        self.list_snapshots(ctx).await
-    }
-
-    async fn delete_snapshot(&self, name: &str, ctx: &Ctx) -> Result<bool> {
-        self.remove_snapshot(name, ctx).await
-    }
-
-    async fn fork(&self, id: &SandboxId, n: usize, spec: &Spec, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> {
-        self.fork_box(id, n, spec, ctx).await
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
     }
 }
 

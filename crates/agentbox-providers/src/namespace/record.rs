@@ -35,7 +35,7 @@ pub(crate) struct Record {
     pub init_start: u64,
     pub facts: agentbox_core::Facts,
     pub runner_files: bool,
-    /// The name the box was opened by (`Provider::open`); its labels are part of it.
+    /// The name the box was opened by (`Lifecycle::open`); its labels are part of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The box sleeps: its programs were ended and it takes none until woken.
