@@ -50,6 +50,9 @@ const QUEUE: usize = 16;
 /// How much of a program's output one frame carries.
 const CHUNK: usize = 32 * 1024;
 
+/// How long a finished session still reads what its client sends, waiting for it to close.
+const LINGER: Duration = Duration::from_secs(5);
+
 /// The pod, its run, and the container a request names, or the real server's refusal.
 /// A running pod: its object, its run and its box.
 type Running = (Value, Arc<PodRun>, Arc<dyn Sandbox>);
@@ -445,6 +448,15 @@ async fn session(
     drop(tx);
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
     ctx.cancel();
+    linger(from).await;
+}
+
+/// The closing handshake's end, as a real server's: read (and drop) what the client still
+/// sends, its answering close, a late ping or stdin's end, until it closes, for at most
+/// [`LINGER`]. A socket closed with bytes unread is answered with a reset, which the client
+/// may read before the frames it was sent last.
+async fn linger<S: futures_util::Stream + Unpin>(mut from: S) {
+    let _ = tokio::time::timeout(LINGER, async { while from.next().await.is_some() {} }).await;
 }
 
 /// `GET .../portforward?ports=N[,M]`, upgraded to a WebSocket.
@@ -671,4 +683,5 @@ async fn forward(
     for c in ctxs {
         c.cancel();
     }
+    linger(from).await;
 }

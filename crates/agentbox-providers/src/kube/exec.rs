@@ -296,13 +296,7 @@ fn start(opened: Opened, header: Option<oneshot::Sender<Result<Header>>>, target
         stdin_task.abort();
         writer.abort();
         flag.store(true, Ordering::SeqCst);
-        let result = match (outcome, status) {
-            (Err(e), _) => Err(e),
-            (Ok(()), Some(s)) => s,
-            (Ok(()), None) => Err(Error::gone(format!(
-                "exec in pod {pod}: the stream ended with no exit status (the pod may have ended)"
-            ))),
-        };
+        let result = exit_of_stream(outcome, status, &pod);
         if let Some(tx) = header.take() {
             let _ = tx.send(Err(match &result {
                 Err(e) => e.clone(),
@@ -318,6 +312,20 @@ fn start(opened: Opened, header: Option<oneshot::Sender<Result<Header>>>, target
         exit: exit_rx,
         ended,
         target,
+    }
+}
+
+/// The exec's outcome from how its stream ended (`outcome`) and the status it sent, if any.
+/// The status is the exec's last word, sent after all its output, so whatever befalls the
+/// connection after it changes nothing: a server that closes with the client's late frames
+/// unread (a ping, stdin's end) answers them with a reset, which is no failure of the program.
+fn exit_of_stream(outcome: Result<()>, status: Option<Result<ExitStatus>>, pod: &str) -> Result<ExitStatus> {
+    match (outcome, status) {
+        (_, Some(s)) => s,
+        (Err(e), None) => Err(e),
+        (Ok(()), None) => Err(Error::gone(format!(
+            "exec in pod {pod}: the stream ended with no exit status (the pod may have ended)"
+        ))),
     }
 }
 
@@ -437,5 +445,33 @@ mod tests {
         assert!(exit_of(b"not json", "p").is_err());
         let no_code = br#"{"status":"Failure","reason":"NonZeroExitCode"}"#;
         assert!(exit_of(no_code, "p").is_err());
+    }
+
+    /// A stream that breaks after the status (a reset from a server that closed with a late
+    /// ping unread) ends the exec with that status; one that breaks before it is the failure.
+    #[test]
+    fn a_stream_broken_after_the_status_keeps_the_status() {
+        let broke = || {
+            Err(Error::unknown(
+                "exec in pod p: the stream broke: Connection reset by peer",
+            ))
+        };
+        let exited = |code| {
+            Some(exit_of(format!(r#"{{"status":"Failure","reason":"NonZeroExitCode","details":{{"causes":[{{"reason":"ExitCode","message":"{code}"}}]}}}}"#).as_bytes(), "p"))
+        };
+        assert_eq!(exit_of_stream(broke(), exited(3), "p").unwrap().code, 3);
+        assert_eq!(exit_of_stream(Ok(()), exited(4), "p").unwrap().code, 4);
+        assert!(
+            exit_of_stream(broke(), None, "p")
+                .unwrap_err()
+                .message()
+                .contains("the stream broke")
+        );
+        assert!(
+            exit_of_stream(Ok(()), None, "p")
+                .unwrap_err()
+                .message()
+                .contains("no exit status")
+        );
     }
 }
