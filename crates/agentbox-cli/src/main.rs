@@ -5,8 +5,6 @@
 //! exits with the program's own code, or 124 when its `--timeout` ended it.
 
 mod bench;
-mod bench_egress;
-mod bench_kube;
 mod boxes;
 mod cp;
 mod demo;

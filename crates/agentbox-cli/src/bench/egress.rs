@@ -16,7 +16,8 @@ use std::time::Duration;
 use agentbox_core::{Ctx, Error, Network, Result, Sandbox, Spec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::bench::{BenchArgs, measure, pair, print_pairs};
+use super::BenchArgs;
+use super::measure::{measure, pair, print_pairs};
 
 /// The body of one bulk download.
 const BULK_BYTES: u64 = 256 << 20;

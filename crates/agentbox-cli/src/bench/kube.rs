@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
-use crate::bench::{BenchArgs, box_true, create_exec_destroy, measure, measure_all, pair, print_pairs, side};
+use super::BenchArgs;
+use super::boxes::{box_true, create_exec_destroy};
+use super::measure::{measure, measure_all, pair, print_pairs, side};
 
 /// The fake API server, a child process, killed when dropped.
 struct Fake {
