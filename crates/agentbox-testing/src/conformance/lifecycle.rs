@@ -184,7 +184,10 @@ pub(super) async fn sleep_keeps_files_and_wakes(cx: &Cx) -> CaseResult {
     ensure!(status == Status::Sleeping, "a sleeping box's status is {status:?}");
     let listed = fresh.list(&spec.labels, &ctx()).await.map_err(|e| e.to_string())?;
     ensure!(listed.iter().any(|l| l.id() == &id), "list leaves a sleeping box out");
-    match asleep.exec(&super::argv(&["true"]), &Default::default(), &ctx()).await {
+    match asleep
+        .exec(&super::cx::argv(&["true"]), &Default::default(), &ctx())
+        .await
+    {
         Err(e) if e.code() == ErrorCode::Refused => {}
         Err(e) => return Err(format!("exec in a sleeping box answered {e}, expected refused")),
         Ok(_) => return Err("a sleeping box ran a program".into()),
