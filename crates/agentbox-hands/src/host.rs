@@ -8,10 +8,10 @@ use std::time::Duration;
 use agentbox_core::Ctx;
 use async_trait::async_trait;
 
-use crate::env::*;
 use crate::output::{Ran, run_command, stopped_message};
 use crate::path::{absolute, base_name};
 use crate::watch::{Seen, Watcher, excluded};
+use crate::*;
 
 /// The PATH a command gets when it inherits no environment and names none.
 pub(crate) const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";

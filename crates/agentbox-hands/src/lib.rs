@@ -7,6 +7,8 @@
 
 pub mod boxenv;
 mod env;
+mod exec;
+mod fs;
 mod host;
 pub mod output;
 pub mod path;
@@ -15,7 +17,10 @@ pub mod watch;
 
 pub use boxenv::{BoxEnv, end_left_commands};
 pub use env::*;
+pub use exec::*;
+pub use fs::*;
 pub use host::HostEnv;
+pub use watch::{Change, ChangeKind, WatchTarget};
 
 /// Split text into lines on `\n` (a trailing newline ends the last line, it starts none),
 /// keeping at most `max` of them.

@@ -6,7 +6,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use std::sync::{Arc, Mutex};
 
-use crate::env::{ExecCode, ExecError, OnOutput, Spill, Stream, Window};
+use crate::{ExecCode, ExecError, OnOutput, Spill, Stream, Window};
 
 /// At most this much output is kept in memory; past it, its tail.
 pub const MAX_KEPT: usize = 32 << 20;
@@ -89,7 +89,7 @@ pub async fn race<T>(
 /// How a started command's run ended.
 pub enum Ran {
     /// It exited; its output was delivered (and spilled, when past the threshold).
-    Exited(crate::env::ExecOutcome),
+    Exited(crate::ExecOutcome),
     /// Its context or timeout ended it first: the caller stops its group, then awaits
     /// `drain` (bounded) so what it prints while ending still reaches `on_output`.
     Stopped {
@@ -104,11 +104,11 @@ pub enum Ran {
 /// (windowed when asked), the race against the context and the timeout, and the spill of
 /// the whole output to a temporary file of `env`. `wait` resolves to the exit code.
 pub async fn run_command(
-    env: &dyn crate::env::ExecutionEnv,
+    env: &dyn crate::ExecutionEnv,
     stdout: Option<impl AsyncRead + Unpin + Send + 'static>,
     stderr: Option<impl AsyncRead + Unpin + Send + 'static>,
     wait: impl std::future::Future<Output = Result<i32, ExecError>>,
-    opts: &crate::env::ExecOptions,
+    opts: &crate::ExecOptions,
     ctx: &agentbox_core::Ctx,
 ) -> Result<Ran, ExecError> {
     let (on_output, window) = match (opts.on_output.clone(), opts.window) {
@@ -132,7 +132,7 @@ pub async fn run_command(
     if let Some(f) = &window {
         f.flush()?;
     }
-    let unknown = |e: crate::env::FsError| ExecError::new(ExecCode::Unknown, e.message);
+    let unknown = |e: crate::FsError| ExecError::new(ExecCode::Unknown, e.message);
     let spill_path = if collected.spills(opts.spill) {
         let bg = agentbox_core::Ctx::background();
         let f = env
@@ -144,7 +144,7 @@ pub async fn run_command(
     } else {
         None
     };
-    Ok(Ran::Exited(crate::env::ExecOutcome { exit_code, spill_path }))
+    Ok(Ran::Exited(crate::ExecOutcome { exit_code, spill_path }))
 }
 
 /// The message of a stop.

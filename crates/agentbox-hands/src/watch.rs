@@ -7,7 +7,38 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::env::{Change, ChangeKind, FileKind};
+use crate::fs::FileKind;
+
+/// One thing to watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchTarget {
+    /// The path.
+    pub path: String,
+    /// Its whole subtree.
+    pub recursive: bool,
+    /// Names (a segment) left out.
+    pub exclude: Vec<String>,
+}
+
+/// A change a watcher saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The path that changed.
+    pub path: String,
+    /// `created`, `changed` or `removed`.
+    pub kind: ChangeKind,
+}
+
+/// What happened to a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// It appeared.
+    Created,
+    /// Its kind, size or time changed.
+    Changed,
+    /// It went away.
+    Removed,
+}
 
 /// How a watcher learns of changes. Every agentbox watcher polls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,10 +121,10 @@ pub fn diff(a: &Seen, b: &Seen) -> Vec<Change> {
 }
 
 /// The targets with their paths made absolute against `cwd`.
-pub fn absolute_targets(cwd: &str, targets: Vec<crate::env::WatchTarget>) -> Vec<crate::env::WatchTarget> {
+pub fn absolute_targets(cwd: &str, targets: Vec<WatchTarget>) -> Vec<WatchTarget> {
     targets
         .into_iter()
-        .map(|t| crate::env::WatchTarget {
+        .map(|t| WatchTarget {
             path: crate::path::absolute(cwd, &t.path),
             ..t
         })

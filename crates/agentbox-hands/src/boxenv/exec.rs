@@ -24,9 +24,9 @@ use agentbox_core::{
 use tokio::io::AsyncReadExt;
 
 use super::{BoxEnv, KILL_BUDGET, START_TIMEOUT, scripts};
-use crate::env::{Command, ExecCode, ExecError, ExecOptions, ExecOutcome, StartOptions};
 use crate::output::{Ran, run_command, stopped_message};
 use crate::path::absolute;
+use crate::{Command, ExecCode, ExecError, ExecOptions, ExecOutcome, StartOptions};
 
 /// Where a box's shell may be, in the order looked for.
 const SHELLS: [&str; 5] = [

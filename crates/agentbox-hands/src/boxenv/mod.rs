@@ -28,8 +28,8 @@ use std::time::Duration;
 use agentbox_core::{Ctx, ErrorCode, FileType, Sandbox};
 use async_trait::async_trait;
 
-use crate::env::*;
 use crate::watch::Watcher;
+use crate::*;
 
 pub use exec::end_left_commands;
 pub use one_call::WORKSPACE_TEMP_DIR;

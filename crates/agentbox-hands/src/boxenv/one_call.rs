@@ -30,9 +30,9 @@ use super::exec::read_header;
 use super::runner::Op;
 use super::script::{parse_info, refused_link, text};
 use super::{BoxEnv, scripts};
-use crate::env::{BinaryReader, Command, ExecCode, ExecError, ExecOptions, ExecOutcome, FsCode, FsError};
 use crate::output::{Ran, race, run_command, stopped_message};
 use crate::path::join;
+use crate::{BinaryReader, Command, ExecCode, ExecError, ExecOptions, ExecOutcome, FsCode, FsError};
 
 /// The directory under the workspace holding an environment's temporary files and the bytes of
 /// appends on their way: the workspace is the one place an upload reaches.

@@ -11,8 +11,8 @@ use std::pin::Pin;
 use agentbox_core::{Ctx, ErrorCode, FileError, FileMeta, FileType, Files};
 
 use super::BoxEnv;
-use crate::env::{FileInfo, FileKind, FsCode, FsError};
 use crate::path::{absolute, base_name};
+use crate::{FileInfo, FileKind, FsCode, FsError};
 
 /// Writes up to this size go through the runner in one message; larger ones by a script.
 pub(super) const FAST_WRITE: usize = 8 << 20;

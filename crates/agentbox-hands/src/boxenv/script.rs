@@ -10,9 +10,9 @@ use agentbox_core::{Ctx, ExecOptions as BoxExecOptions, FinishOptions, Finished,
 
 use super::BoxEnv;
 use super::scripts;
-use crate::env::{FileInfo, FileKind, FsCode, FsError, WatchTarget};
 use crate::path::base_name;
 use crate::watch::Seen;
+use crate::{FileInfo, FileKind, FsCode, FsError, WatchTarget};
 
 impl BoxEnv {
     /// Run a script with its arguments; a box-level failure becomes an `FsError` and, when the

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::args::Seconds;
 use super::truncate::{MAX_BYTES, MAX_LINES, tail};
 use super::{ToolError, ToolResult, Typed};
-use crate::env::{Command, ExecCode, ExecOptions, ExecutionEnv, Spill, StartOptions};
+use crate::{Command, ExecCode, ExecOptions, ExecutionEnv, Spill, StartOptions};
 
 /// What a command is run behind: stderr is stdout for the whole command, so its output is
 /// one stream in the order written.

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use unicode_normalization::UnicodeNormalization;
 
 use super::{ToolError, ToolResult, Typed};
-use crate::env::{ExecutionEnv, FsCode};
+use crate::{ExecutionEnv, FsCode};
 
 pub(super) struct Edit;
 

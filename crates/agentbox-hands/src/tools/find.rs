@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::args::Count;
 use super::{ToolError, ToolResult, Typed, capture, glob, with_notices};
-use crate::env::{ExecutionEnv, FsCode};
+use crate::{ExecutionEnv, FsCode};
 
 pub(super) struct Find;
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::args::Count;
 use super::{ToolError, ToolResult, Typed, capture, glob, with_notices};
-use crate::env::{ExecutionEnv, FileKind, FsCode};
+use crate::{ExecutionEnv, FileKind, FsCode};
 
 pub(super) struct Grep;
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::args::Count;
 use super::{ToolError, ToolResult, Typed, with_notices};
-use crate::env::{ExecutionEnv, FileKind, FsCode};
+use crate::{ExecutionEnv, FileKind, FsCode};
 
 pub(super) struct Ls;
 

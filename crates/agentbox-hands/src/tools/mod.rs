@@ -33,7 +33,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::env::ExecutionEnv;
+use crate::ExecutionEnv;
 
 /// One part of a tool's result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -220,22 +220,22 @@ async fn capture(env: &dyn ExecutionEnv, argv: Vec<String>, ctx: &Ctx) -> Result
     let out = Arc::new(Mutex::new(Vec::<u8>::new()));
     let err = Arc::new(Mutex::new(String::new()));
     let (o, e) = (out.clone(), err.clone());
-    let opts = crate::env::ExecOptions {
+    let opts = crate::ExecOptions {
         on_output: Some(Arc::new(move |t: &str, s| {
             match s {
-                crate::env::Stream::Stdout => {
+                crate::Stream::Stdout => {
                     let mut o = o.lock().unwrap();
                     if o.len() < 16 << 20 {
                         o.extend_from_slice(t.as_bytes());
                     }
                 }
-                crate::env::Stream::Stderr => e.lock().unwrap().push_str(t),
+                crate::Stream::Stderr => e.lock().unwrap().push_str(t),
             }
             Ok(())
         })),
         ..Default::default()
     };
-    env.exec(crate::env::Command::Argv(argv), opts, ctx)
+    env.exec(crate::Command::Argv(argv), opts, ctx)
         .await
         .map_err(|e| ToolError(e.message))?;
     let stdout = out.lock().unwrap().clone();

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::args::{Count, Wait};
 use super::truncate::{MAX_BYTES, MAX_LINES, format_size};
 use super::{ToolError, ToolResult, Typed};
-use crate::env::ExecutionEnv;
+use crate::ExecutionEnv;
 
 /// How long `process_read` waits for new output when not told.
 const DEFAULT_WAIT: Duration = Duration::from_secs(5);

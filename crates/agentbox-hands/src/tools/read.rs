@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::args::Count;
 use super::truncate::{MAX_BYTES, MAX_LINES, format_size, head};
 use super::{Content, ToolError, ToolResult, Typed};
-use crate::env::{ExecutionEnv, FsCode};
+use crate::{ExecutionEnv, FsCode};
 
 pub(super) struct Read;
 
@@ -46,7 +46,7 @@ impl Typed for Read {
     async fn call(&self, env: &dyn ExecutionEnv, args: ReadArgs, ctx: &Ctx) -> Result<ToolResult, ToolError> {
         let ReadArgs { path, offset, limit } = args;
         let (offset, limit) = (offset.map(|c| c.0), limit.map(|c| c.0));
-        let not_found = |e: crate::env::FsError| {
+        let not_found = |e: crate::FsError| {
             if e.code == FsCode::NotFound {
                 ToolError(format!("File not found: {path}"))
             } else {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ToolError, ToolResult, Typed};
-use crate::env::ExecutionEnv;
+use crate::ExecutionEnv;
 
 pub(super) struct Write;
 
