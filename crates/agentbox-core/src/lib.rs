@@ -9,7 +9,6 @@
 
 mod allow;
 mod ctx;
-pub mod durability;
 mod error;
 mod facts;
 mod files;

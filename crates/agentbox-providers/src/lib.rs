@@ -16,6 +16,8 @@
 //! [`pool`] wraps any of them in a warm pool: boxes of one spec made ahead and handed out at
 //! once.
 //!
+//! [`durability`] asks any box whether its disk keeps what a program was told was durable.
+//!
 //! [`registry`] names them all: each provider's name, a line on what its boxes are, whether this
 //! build has it, and how it is made from options and the environment.
 //!
@@ -29,6 +31,7 @@ pub(crate) mod boxdir;
 pub mod daytona;
 #[cfg(feature = "docker")]
 pub mod docker;
+pub mod durability;
 #[cfg(feature = "e2b")]
 pub mod e2b;
 #[cfg(any(feature = "docker", all(feature = "namespace", target_os = "linux")))]

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use agentbox_core::{Ctx, Provider, Spec};
 use agentbox_providers::docker::{DockerOptions, DockerProvider, NamedVolume};
+use agentbox_providers::durability::probe_acknowledged_writes;
 use agentbox_providers::local::{LocalOptions, LocalProvider};
 use agentbox_testing::services::docker_available;
-use agentbox_testing::{probe_acknowledged_writes, sh};
+use agentbox_testing::sh;
 
 fn ctx() -> Ctx {
     Ctx::background().with_timeout(Duration::from_secs(120))

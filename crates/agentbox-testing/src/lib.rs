@@ -16,10 +16,6 @@ pub mod reexec;
 pub mod runner;
 pub mod services;
 
-/// Whether a box's disk keeps every write a program was told was durable: the seed's
-/// `probeAcknowledgedWrites(box)`, which `agentbox box probe ID` also runs.
-pub use agentbox_core::durability::{WriteProbe, probe_acknowledged_writes};
-
 /// Run `sh -c script` in `b` to its end (within two minutes), its output whole: what a test
 /// asks of a box in one line. Panics on a failed exec, which no test goes on after.
 pub async fn sh(b: &dyn agentbox_core::Sandbox, script: &str) -> agentbox_core::Finished {

@@ -264,7 +264,7 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
         }
         BoxCommand::Probe { id, dir, json } => {
             let b = attach(&id, &ctx).await?;
-            let probe = agentbox_core::durability::probe_acknowledged_writes(&*b, dir.as_deref(), &ctx).await?;
+            let probe = agentbox_providers::durability::probe_acknowledged_writes(&*b, dir.as_deref(), &ctx).await?;
             tracing::info!(box_id = %id, %probe, "acknowledged writes probed");
             if json {
                 println!(

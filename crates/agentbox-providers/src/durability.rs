@@ -2,7 +2,7 @@
 //! is fit to hold a run's directory only when every write a program was told was durable
 //! survives that program's death.
 
-use crate::{Ctx, Error, ExecOptions, FinishOptions, Result, Sandbox, finish};
+use agentbox_core::{Ctx, Error, ExecOptions, FinishOptions, Result, Sandbox, finish};
 use serde::Serialize;
 
 /// How many records the writer appends.
@@ -70,7 +70,7 @@ rm -f "$f""#;
 ///
 /// ```no_run
 /// # async fn f(b: &dyn agentbox_core::Sandbox) -> agentbox_core::Result<()> {
-/// let probe = agentbox_core::durability::probe_acknowledged_writes(b, None, &agentbox_core::Ctx::background()).await?;
+/// let probe = agentbox_providers::durability::probe_acknowledged_writes(b, None, &agentbox_core::Ctx::background()).await?;
 /// assert!(probe.passed(), "{probe}");
 /// # Ok(()) }
 /// ```
@@ -109,7 +109,7 @@ pub async fn probe_acknowledged_writes(b: &dyn Sandbox, dir: Option<&str>, ctx: 
         .lines()
         .filter(|l| l.starts_with("acknowledged "))
         .count() as u32;
-    let writer_killed = wrote.status.signal == Some(crate::SIGKILL) || wrote.status.code == 137;
+    let writer_killed = wrote.status.signal == Some(agentbox_core::SIGKILL) || wrote.status.code == 137;
     if !writer_killed && acknowledged == 0 {
         return Err(Error::unknown(format!(
             "the probe's writer could not write in {dir}: {} (exit {})",
