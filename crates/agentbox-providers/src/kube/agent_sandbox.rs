@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use super::{api_error, attempt, retry};
+use super::api::{api_error, attempt, retry};
 
 /// The core group and the version this module speaks.
 pub(super) const GROUP: &str = "agents.x-k8s.io";

@@ -82,7 +82,7 @@ impl Target {
                 kube::Error::Api(s) if s.code == 404 => {
                     Error::gone(format!("exec in pod {}: the pod is gone ({})", self.pod, s.message))
                 }
-                _ => super::api_error(e, &format!("exec in pod {}", self.pod)),
+                _ => super::api::api_error(e, &format!("exec in pod {}", self.pod)),
             })?,
             Err(_) => {
                 return Err(Error::timeout(format!(

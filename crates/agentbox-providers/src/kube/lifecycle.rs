@@ -9,7 +9,9 @@ use agentbox_core::{
 use async_trait::async_trait;
 use kube::api::{Patch, PatchParams};
 
-use super::{KubeProvider, Made, Runner, owned_by_sandbox, pod, pool, retry};
+use super::api::retry;
+use super::pod::owned_by_sandbox;
+use super::{KubeProvider, Made, Runner, pod, pool};
 use crate::util::now_ms;
 
 #[async_trait]

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use agentbox_core::{Error, Facts, Labels, NetworkFact, Result, Spec};
+use agentbox_core::{Error, Facts, Labels, NetworkFact, PortFact, PortKind, Result, Spec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource,
     EnvVar, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::KubeOptions;
+use super::{KubeOptions, agent_sandbox};
 
 /// The label every box's pod carries: list and attach see only those.
 pub(super) const LABEL_PROVIDER: &str = "agentbox.provider";
@@ -414,7 +414,7 @@ pub(super) fn facts(p: &Pod, runtime_probe: Option<NetworkFact>) -> Facts {
     let cpus = limits.and_then(|l| l.get("cpu")).and_then(|q| parse_cpu(&q.0));
     let memory_mb = limits.and_then(|l| l.get("memory")).and_then(|q| parse_memory_mb(&q.0));
     let runtime_class = spec.and_then(|s| s.runtime_class_name.clone());
-    let isolation = super::isolation_of(runtime_class.as_deref());
+    let isolation = isolation_of(runtime_class.as_deref());
     let mut limits_fact = BTreeMap::new();
     if let Some(c) = cpus {
         limits_fact.insert("cpu".to_string(), format!("pod limit {c}"));
@@ -528,6 +528,39 @@ fn label_part_ok(s: &str, empty_ok: bool) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Whether an agent-sandbox Sandbox owns the pod.
+pub(super) fn owned_by_sandbox(p: &Pod) -> bool {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Sandbox" && o.api_version.starts_with(agent_sandbox::GROUP))
+}
+
+/// Every port is reached by port-forward: the facts name the spec's, as TCP.
+pub(super) fn ports_of(p: &Pod) -> Vec<PortFact> {
+    p.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter(|c| c.name == CONTAINER)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|cp| u16::try_from(cp.container_port).ok())
+        .map(|port| PortFact {
+            port,
+            kind: PortKind::Tcp,
+        })
+        .collect()
+}
+
+pub(super) fn isolation_of(runtime_class: Option<&str>) -> String {
+    match runtime_class {
+        None => "container".into(),
+        Some(rc) if rc.contains("gvisor") || rc == "runsc" => "gvisor".into(),
+        Some(rc) if rc.contains("kata") => "vm".into(),
+        Some(rc) => format!("runtime-class:{rc}"),
+    }
 }
 
 #[cfg(test)]

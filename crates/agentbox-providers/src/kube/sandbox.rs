@@ -73,7 +73,7 @@ impl KubeSandbox {
     }
 
     async fn phase(&self, ctx: &Ctx) -> Result<Phase> {
-        match super::retry(ctx, "reading the pod", || self.api.get_opt(&self.target.pod)).await? {
+        match super::api::retry(ctx, "reading the pod", || self.api.get_opt(&self.target.pod)).await? {
             Some(p) => Ok(pod::phase(&p)),
             None => Ok(Phase::Ended),
         }
@@ -290,11 +290,11 @@ impl Sandbox for KubeSandbox {
             None => Ok(()),
         };
         if r.is_ok() {
-            r = super::delete_pod(&self.api, &self.target.pod, ctx).await;
+            r = super::api::delete_pod(&self.api, &self.target.pod, ctx).await;
         }
         if r.is_ok() {
             // Its network policy, where it had one (absent is done).
-            r = super::delete_policy(&self.target.client, &self.target.namespace, &self.target.pod, ctx).await;
+            r = super::api::delete_policy(&self.target.client, &self.target.namespace, &self.target.pod, ctx).await;
         }
         for (_, (_, t)) in self.forwards.lock().unwrap().drain() {
             t.abort();
