@@ -220,7 +220,8 @@ impl Entry {
         self.takes.contains(&opt)
     }
 
-    /// Make the provider, refusing an option it does not take (naming it), within
+    /// Make the provider, refusing an option it does not take (naming it as the CLI's flag,
+    /// the only place such options come from: the one refusal of them), within
     /// [`MAKE_TIMEOUT`].
     pub async fn make(&self, options: &Options, env: &Environment) -> Result<Arc<dyn Provider>> {
         let Some(make) = self.make else {
@@ -228,7 +229,7 @@ impl Entry {
         };
         if let Some(opt) = options.set().into_iter().find(|o| !self.takes(*o)) {
             return Err(Error::unsupported(format!(
-                "{}: {} boxes do not take it",
+                "--{}: {} boxes do not take it",
                 opt.name(),
                 self.name
             )));

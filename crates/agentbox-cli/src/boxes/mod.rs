@@ -315,7 +315,7 @@ pub(crate) async fn run(cmd: BoxCommand) -> Result<i32> {
 }
 
 /// The spec and the provider `create` (and `open`) flags ask for; a provider option the
-/// chosen provider does not take is refused, naming the flag.
+/// chosen provider does not take is refused (by the registry), naming the flag.
 async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
     let mut spec = Spec::new(a.lifetime);
     spec.labels = a.labels.into_iter().collect();
@@ -360,13 +360,7 @@ async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
         keep_capabilities: a.keep_capabilities,
         disk_bytes: a.disk,
     };
-    if let Some(opt) = options.set().into_iter().find(|o| !entry.takes(*o)) {
-        return Err(Error::unsupported(format!(
-            "--{}: {} boxes do not take it",
-            opt.name(),
-            entry.name
-        )));
-    }
+    // The registry refuses a flag the provider does not take, naming it.
     Ok((spec, entry.make(&options, &env).await?))
 }
 

@@ -21,27 +21,28 @@ pub(crate) const PROVIDER_ENV: &str = "AGENTBOX_PROVIDER";
 /// isolated unless the user asks for less; else `local`, which isolates nothing. Whether they
 /// work is the provider's own probe ([`agentbox_providers::namespace::available`]: one short
 /// process of the runner that `env` finds) after the registry says this build has them.
-pub(crate) async fn default_provider(env: &Environment) -> Result<(&'static str, Option<String>)> {
+pub(crate) async fn default_provider(env: &Environment) -> Result<(&'static Entry, Option<String>)> {
     if let Some(name) = env.var(PROVIDER_ENV).filter(|v| !v.is_empty()) {
         let name = name
             .to_str()
             .ok_or_else(|| Error::invalid(format!("{PROVIDER_ENV}: {name:?} is not UTF-8")))?;
-        return Ok((entry(name, PROVIDER_ENV)?.name, None));
+        return Ok((entry(name, PROVIDER_ENV)?, None));
     }
     match namespace_works(env).await {
-        Ok(()) => Ok(("namespace", None)),
-        Err(e) => Ok(("local", Some(crate::one_line(e.message())))),
+        Ok(namespace) => Ok((namespace, None)),
+        Err(e) => Ok((entry("local", "the default provider")?, Some(crate::one_line(e.message())))),
     }
 }
 
-async fn namespace_works(env: &Environment) -> Result<()> {
-    registry::find("namespace")?;
+/// The registry's namespace entry, where its boxes work on this machine.
+async fn namespace_works(env: &Environment) -> Result<&'static Entry> {
+    let namespace = registry::find("namespace")?;
     // The registry has no namespace entry compiled in off Linux, so this is Linux's alone.
     #[cfg(target_os = "linux")]
     agentbox_providers::namespace::available(&env.runner()?).await?;
     #[cfg(not(target_os = "linux"))]
     let _ = env;
-    Ok(())
+    Ok(namespace)
 }
 
 /// The registry's entry for `--provider NAME`, or without one the default
@@ -51,14 +52,14 @@ pub(crate) async fn chosen(flag: Option<&str>, env: &Environment) -> Result<&'st
     if let Some(name) = flag {
         return entry(name, "--provider");
     }
-    let (name, why_not) = default_provider(env).await?;
+    let (chosen, why_not) = default_provider(env).await?;
     if let Some(why) = why_not {
         eprintln!(
             "agentbox: namespace boxes cannot be made here: {why}; using a local box, which isolates nothing \
              (--provider local or {PROVIDER_ENV}=local chooses it without this line)"
         );
     }
-    entry(name, "the default provider")
+    Ok(chosen)
 }
 
 /// What providers are made from: this process's variables, and this executable as the boxes'
