@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+use common::http::{self, Answer};
 
 const KEY: &str = "rules-key";
 
@@ -24,30 +26,12 @@ async fn fake(tweak: impl FnOnce(&mut FakeArchilOptions)) -> FakeArchil {
     FakeArchil::start(o).await.expect("the fake starts")
 }
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// An S3 `<Error>`'s code, with a RequestId beside it.
+trait S3Error {
+    fn s3_code(&self) -> String;
 }
 
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// An S3 `<Error>`'s code, with a RequestId beside it.
+impl S3Error for Answer {
     fn s3_code(&self) -> String {
         let t = self.text();
         assert!(t.contains("<RequestId>"), "no RequestId in {t}");
@@ -73,8 +57,7 @@ fn all(t: &str, a: &str, b: &str) -> Vec<String> {
     out
 }
 
-/// One request (`Connection: close`) with `auth` as the Authorization header, read to its
-/// end within 60 s.
+/// One request with `auth` as the Authorization header, read to its end within 60 s.
 async fn raw(
     a: &FakeArchil,
     auth: Option<&str>,
@@ -83,62 +66,9 @@ async fn raw(
     extra: &[(&str, &str)],
     body: &[u8],
 ) -> Answer {
-    let mut s = tokio::net::TcpStream::connect(a.addr()).await.unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-        a.addr()
-    );
-    if let Some(k) = auth {
-        req.push_str(&format!("Authorization: {k}\r\n"));
-    }
-    let mut has_length = false;
-    for (k, v) in extra {
-        has_length |= k.eq_ignore_ascii_case("content-length");
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if !has_length {
-        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    // A server may answer before the body is read and close: the rest is not ours to send.
-    let _ = s.write_all(body).await;
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out))
-        .await
-        .expect("the fake answers within 60 s")
-        .unwrap();
-    let end = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a head");
-    let head = String::from_utf8_lossy(&out[..end]).into_owned();
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| {
-            l.split_once(':')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect();
-    let mut body = out[end + 4..].to_vec();
-    if headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v == "chunked")
-    {
-        body = dechunk(&body);
-    }
-    Answer { status, headers, body }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(nl) = b.windows(2).position(|w| w == b"\r\n") {
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap().trim(), 16).unwrap();
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&b[nl + 2..nl + 2 + n]);
-        b = &b[nl + 4 + n..];
-    }
-    out
+    let mut headers: Vec<(&str, &str)> = auth.map(|k| ("authorization", k)).into_iter().collect();
+    headers.extend_from_slice(extra);
+    http::request(a.addr(), method, path, &headers, body.to_vec(), Duration::from_secs(60)).await
 }
 
 fn auth() -> String {
@@ -650,13 +580,15 @@ async fn objects_round_trip_every_byte_and_list_with_directories() {
     let r = s3(&a, "PUT", &format!("{disk}/log.txt?append=true"), &big).await;
     assert_eq!((r.status, r.s3_code()), (400, "EntityTooLarge".to_string()));
     // A PUT over the bound is refused from its Content-Length, before its body.
-    let r = raw(
-        &a,
-        Some(&auth()),
+    let r = http::request_never_sending_its_body(
+        a.addr(),
         "PUT",
         &format!("/s3/{disk}/huge"),
-        &[("Content-Length", &(513u64 << 20).to_string())],
-        b"",
+        &[
+            ("authorization", &auth()),
+            ("content-length", &(513u64 << 20).to_string()),
+        ],
+        Duration::from_secs(60),
     )
     .await;
     assert_eq!((r.status, r.s3_code()), (400, "EntityTooLarge".to_string()));

@@ -10,6 +10,9 @@ use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod common;
+use common::http::{self, Answer};
+
 const KEY: &str = "rules-key";
 
 async fn fake(test: &str, tweak: impl FnOnce(&mut FakeDaytonaOptions)) -> Option<FakeDaytona> {
@@ -25,27 +28,7 @@ async fn fake(test: &str, tweak: impl FnOnce(&mut FakeDaytonaOptions)) -> Option
     Some(FakeDaytona::start(o).await.expect("the fake starts"))
 }
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// One request (`Connection: close`), read to its end within 30 s.
+/// One request, read to its end within 30 s.
 async fn call_with(
     d: &FakeDaytona,
     key: Option<&str>,
@@ -54,60 +37,12 @@ async fn call_with(
     extra: &[(&str, &str)],
     body: Option<&Value>,
 ) -> Answer {
-    let mut s = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
     let body = body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-        d.addr()
-    );
-    if let Some(k) = key {
-        req.push_str(&format!("Authorization: Bearer {k}\r\n"));
-    }
-    for (k, v) in extra {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str(&format!(
-        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    ));
-    s.write_all(req.as_bytes()).await.unwrap();
-    s.write_all(&body).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
-        .await
-        .expect("the fake answers within 30 s")
-        .unwrap();
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a head");
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| {
-            l.split_once(':')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect();
-    let mut body = raw[end + 4..].to_vec();
-    if headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v == "chunked")
-    {
-        body = dechunk(&body);
-    }
-    Answer { status, headers, body }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(nl) = b.windows(2).position(|w| w == b"\r\n") {
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap().trim(), 16).unwrap();
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&b[nl + 2..nl + 2 + n]);
-        b = &b[nl + 4 + n..];
-    }
-    out
+    let bearer = key.map(|k| format!("Bearer {k}"));
+    let mut headers: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
+    headers.extend_from_slice(extra);
+    headers.push(("content-type", "application/json"));
+    http::request(d.addr(), method, path, &headers, body, Duration::from_secs(30)).await
 }
 
 async fn call(d: &FakeDaytona, method: &str, path: &str, body: Option<&Value>) -> Answer {

@@ -1,6 +1,6 @@
-//! What the fake's tests share: a fake with the test rootfs, and a small HTTP/1.1 client
-//! over plain TCP (the fake runs without TLS here: these tests judge its answers, the judges
-//! test the TLS that kubectl needs).
+//! What the fake's tests share: a fake with the test rootfs, and one HTTP/1.1 request over
+//! plain TCP through hyper's client (`http`; the fake runs without TLS here: these tests judge
+//! its answers, the judges test the TLS that kubectl needs).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub mod http;
+pub use http::Answer;
 
 /// A fake over the test rootfs (`AGENTBOX_TEST_ROOTFS`), or `None` after the loud notice
 /// (a failure under CI) when there is none.
@@ -25,27 +27,7 @@ pub async fn fake(test: &str, tweak: impl FnOnce(&mut FakeKubeOptions)) -> Optio
     Some(FakeKube::start(opts).await.expect("the fake starts"))
 }
 
-pub struct Answer {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Answer {
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// One request with the fake's token (or `token`), `Connection: close`, read to its end.
+/// One request with the fake's token (or `token`) on a connection of its own, read to its end.
 pub async fn call_as(
     kube: &FakeKube,
     token: Option<&str>,
@@ -54,27 +36,16 @@ pub async fn call_as(
     ct: &str,
     body: Option<&Value>,
 ) -> Answer {
-    let mut s = tokio::net::TcpStream::connect(kube.addr()).await.unwrap();
     let body = body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-        kube.addr()
-    );
-    if let Some(t) = token {
-        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![];
+    if let Some(b) = &bearer {
+        headers.push(("authorization", b.as_str()));
     }
     if !body.is_empty() {
-        req.push_str(&format!("Content-Type: {ct}\r\nContent-Length: {}\r\n", body.len()));
+        headers.push(("content-type", ct));
     }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    s.write_all(&body).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
-        .await
-        .expect("the fake answers within 30 s")
-        .unwrap();
-    parse(&raw)
+    http::request(kube.addr(), method, path, &headers, body, Duration::from_secs(30)).await
 }
 
 pub async fn call(kube: &FakeKube, method: &str, path: &str, body: Option<&Value>) -> Answer {
@@ -83,35 +54,6 @@ pub async fn call(kube: &FakeKube, method: &str, path: &str, body: Option<&Value
 
 pub async fn patch(kube: &FakeKube, path: &str, ct: &str, body: &Value) -> Answer {
     call_as(kube, Some(kube.token()), "PATCH", path, ct, Some(body)).await
-}
-
-fn parse(raw: &[u8]) -> Answer {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a header block");
-    let head = String::from_utf8_lossy(&raw[..end]).to_string();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[end + 4..].to_vec();
-    if headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"))
-    {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        while let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") {
-            let n = usize::from_str_radix(String::from_utf8_lossy(&rest[..nl]).trim(), 16).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[nl + 2..nl + 2 + n]);
-            rest = &rest[nl + 2 + n + 2..];
-        }
-        body = out;
-    }
-    Answer { status, headers, body }
 }
 
 /// A pod running `command` in the test image.
