@@ -30,7 +30,10 @@ pub(crate) async fn default_provider(env: &Environment) -> Result<(&'static Entr
     }
     match namespace_works(env).await {
         Ok(namespace) => Ok((namespace, None)),
-        Err(e) => Ok((entry("local", "the default provider")?, Some(crate::one_line(e.message())))),
+        Err(e) => Ok((
+            entry("local", "the default provider")?,
+            Some(crate::one_line(e.message())),
+        )),
     }
 }
 
