@@ -35,9 +35,23 @@ fn ctx() -> Ctx {
     Ctx::background().with_timeout(Duration::from_secs(120))
 }
 
+/// The fake's and the provider's logs at debug, in the test's captured output: a failing
+/// test shows what the API server and the provider did.
+fn logs() {
+    use tracing_subscriber::prelude::*;
+    let only: tracing_subscriber::filter::Targets = "agentbox_fakes=debug,agentbox_providers=debug"
+        .parse()
+        .expect("a filter");
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_test_writer())
+        .with(only)
+        .try_init();
+}
+
 /// The fake cluster, its pods on the test rootfs; `None` (after a loud notice, or a panic
 /// under CI) where this machine has none.
 async fn cluster(test: &str, tune: impl FnOnce(&mut FakeKubeOptions)) -> Option<FakeKube> {
+    logs();
     let rootfs = rootfs(test)?;
     let mut o = FakeKubeOptions {
         rootfs: Some(rootfs.into()),

@@ -359,6 +359,7 @@ async fn session(
             frame(3, status["message"].as_str().unwrap_or("").as_bytes())
         }
     };
+    let asked = std::time::Instant::now();
     let mut p: Process = match b.exec(&argv, &opts, &ctx).await {
         Ok(p) => p,
         Err(e) => {
@@ -371,6 +372,7 @@ async fn session(
             return;
         }
     };
+    tracing::debug!(box_id = %b.id(), ms = asked.elapsed().as_millis() as u64, "exec started");
     let mut stdin = p.stdin.take();
     if !want_in && let Some(mut s) = stdin.take() {
         let _ = s.close().await;
