@@ -173,11 +173,7 @@ pub struct SandboxView {
 pub struct FakeDaytona {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<()>>,
-    clock: Option<tokio::task::JoinHandle<()>>,
-    // Last: removed after the boxes in it are ended.
-    dir: Option<tempfile::TempDir>,
+    server: crate::shared::Server,
 }
 
 impl FakeDaytona {
@@ -267,8 +263,7 @@ impl FakeDaytona {
             .fallback(dispatch)
             .with_state(shared.clone())
             .layer(DefaultBodyLimit::max(toolbox::MAX_UPLOAD));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(crate::shared::serve(listener, app, stopped));
+        let mut server = crate::shared::Server::spawn(|stopped| crate::shared::serve(listener, app, stopped), dir);
         let clock = {
             let s = shared.clone();
             let tick = (o.minute / 20).clamp(Duration::from_millis(20), Duration::from_secs(1));
@@ -279,15 +274,9 @@ impl FakeDaytona {
                 }
             })
         };
+        server.beside(clock);
         tracing::info!(%addr, "fake Daytona listening");
-        Ok(FakeDaytona {
-            addr,
-            shared,
-            stop: Some(stop),
-            server: Some(server),
-            clock: Some(clock),
-            dir: Some(dir),
-        })
+        Ok(FakeDaytona { addr, shared, server })
     }
 
     /// The address it serves on.
@@ -358,37 +347,17 @@ impl FakeDaytona {
 
     /// Stop serving and end every sandbox's box.
     pub async fn shutdown(mut self) {
-        self.stop_serving();
-        if let Some(c) = self.clock.take() {
-            c.abort();
-            let _ = c.await;
-        }
-        if let Some(s) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
-        }
-        self.shared.end_all().await;
-        if let Some(d) = self.dir.take() {
-            let _ = d.close();
-        }
-    }
-
-    fn stop_serving(&mut self) {
         let _ = self.shared.closing.send(true);
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+        self.server.stopped().await;
+        self.shared.end_all().await;
+        self.server.remove_dir();
     }
 }
 
 impl Drop for FakeDaytona {
     fn drop(&mut self) {
-        self.stop_serving();
-        if let Some(c) = self.clock.take() {
-            c.abort();
-        }
-        if let Some(s) = self.server.take() {
-            s.abort();
-        }
+        let _ = self.shared.closing.send(true);
+        self.server.halt();
         // Drop cannot await: the boxes are ended on a thread of their own.
         let shared = self.shared.clone();
         crate::shared::end_on_own_runtime(async move { shared.end_all().await });

@@ -158,10 +158,7 @@ pub struct RecordedRequest {
 pub struct FakeE2B {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<()>>,
-    // Last: removed after the boxes in it are ended.
-    dir: Option<tempfile::TempDir>,
+    server: crate::shared::Server,
 }
 
 impl FakeE2B {
@@ -227,16 +224,9 @@ impl FakeE2B {
             .fallback(dispatch)
             .with_state(shared.clone())
             .layer(DefaultBodyLimit::disable());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(crate::shared::serve(listener, app, stopped));
+        let server = crate::shared::Server::spawn(|stopped| crate::shared::serve(listener, app, stopped), tmp);
         tracing::info!(%addr, "fake E2B listening");
-        Ok(FakeE2B {
-            addr,
-            shared,
-            stop: Some(stop),
-            server: Some(server),
-            dir: Some(tmp),
-        })
+        Ok(FakeE2B { addr, shared, server })
     }
 
     /// The address it serves on.
@@ -297,29 +287,15 @@ impl FakeE2B {
 
     /// Stop serving and end every sandbox's box.
     pub async fn shutdown(mut self) {
-        self.stop_serving();
-        if let Some(s) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
-        }
+        self.server.stopped().await;
         self.shared.end_all().await;
-        if let Some(d) = self.dir.take() {
-            let _ = d.close();
-        }
-    }
-
-    fn stop_serving(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+        self.server.remove_dir();
     }
 }
 
 impl Drop for FakeE2B {
     fn drop(&mut self) {
-        self.stop_serving();
-        if let Some(s) = self.server.take() {
-            s.abort();
-        }
+        self.server.halt();
         // Drop cannot await: the boxes are ended on a thread of their own.
         let shared = self.shared.clone();
         crate::shared::end_on_own_runtime(async move { shared.end_all().await });

@@ -184,15 +184,11 @@ pub struct FakeKube {
     url: String,
     kubeconfig: PathBuf,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<()>>,
-    /// agent-sandbox's controllers, when installed: stopped before the boxes are ended, so
-    /// none makes a pod meanwhile.
-    controllers: Option<tokio::task::JoinHandle<()>>,
+    /// Its server; and agent-sandbox's controllers, when installed, beside it: stopped before
+    /// the boxes are ended, so none makes a pod meanwhile.
+    server: crate::shared::Server,
     /// The host's ids the pods' programs run as.
     box_ids: (u32, u32),
-    // Last: removed after the boxes in it are ended.
-    dir: Option<tempfile::TempDir>,
 }
 
 impl FakeKube {
@@ -269,7 +265,6 @@ impl FakeKube {
             agent_sandbox: opts.agent_sandbox,
             addr,
         });
-        let controllers = opts.agent_sandbox.then(|| sandbox::spawn(shared.clone()));
         let kubeconfig = opts.kubeconfig.clone().unwrap_or_else(|| dir.path().join("kubeconfig"));
         let tls = if opts.tls {
             let (config, ca) = tls::make(addr.ip())?;
@@ -282,19 +277,19 @@ impl FakeKube {
         let url = format!("{}://{addr}", if tls.is_some() { "https" } else { "http" });
         write_kubeconfig(&kubeconfig, &url, tls.as_ref().map(|t| t.1.as_path()), &shared.token)?;
         let app = axum::Router::new().fallback(api::dispatch).with_state(shared.clone());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(tls::serve(listener, tls.map(|t| t.0), app, stopped));
+        let mut server =
+            crate::shared::Server::spawn(|stopped| tls::serve(listener, tls.map(|t| t.0), app, stopped), dir);
+        if opts.agent_sandbox {
+            server.beside(sandbox::spawn(shared.clone()));
+        }
         tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "fake Kubernetes API server listening");
         Ok(FakeKube {
             addr,
             url,
             kubeconfig,
             shared,
-            stop: Some(stop),
-            server: Some(server),
-            controllers,
+            server,
             box_ids,
-            dir: Some(dir),
         })
     }
 
@@ -311,8 +306,8 @@ impl FakeKube {
     /// The CA certificate (PEM) the kubeconfig trusts, in the fake's own directory (removed
     /// at shutdown); `None` without TLS.
     pub fn ca(&self) -> Option<PathBuf> {
-        let dir = self.dir.as_ref()?;
-        self.url.starts_with("https").then(|| dir.path().join("ca.crt"))
+        let dir = self.server.dir()?;
+        self.url.starts_with("https").then(|| dir.join("ca.crt"))
     }
 
     /// The directory of claim `claim` in `namespace`, as this machine (the cluster's one
@@ -330,10 +325,9 @@ impl FakeKube {
             )));
         }
         let volumes = self
-            .dir
-            .as_ref()
+            .server
+            .dir()
             .ok_or_else(|| Error::unknown("the fake has shut down"))?
-            .path()
             .join("volumes");
         let dir = storage::claim_dir(&volumes, namespace, claim);
         for d in [dir.parent().and_then(Path::parent), dir.parent()]
@@ -426,46 +420,19 @@ impl FakeKube {
 
     /// Stop serving and end every pod's box.
     pub async fn shutdown(mut self) {
-        self.stop_serving();
-        if let Some(c) = self.controllers.take() {
-            c.abort();
-            let _ = c.await;
-        }
-        if let Some(s) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
-        }
+        self.server.stopped().await;
         self.shared.kubelet.stop_all().await;
-        if let Some(d) = self.dir.take() {
-            let _ = d.close();
-        }
-    }
-
-    fn stop_serving(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+        self.server.remove_dir();
     }
 }
 
 impl Drop for FakeKube {
     fn drop(&mut self) {
-        self.stop_serving();
-        if let Some(c) = self.controllers.take() {
-            c.abort();
-        }
-        if let Some(s) = self.server.take() {
-            s.abort();
-        }
+        self.server.halt();
         // Drop cannot await: the boxes are ended on a thread of their own with a runtime of
         // its own, and waited for, so no box outlives the fake.
         let kubelet = self.shared.kubelet.clone();
-        let ended = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), kubelet.stop_all()).await })
-                    .ok();
-            }
-        });
-        let _ = ended.join();
+        crate::shared::end_on_own_runtime(async move { kubelet.stop_all().await });
     }
 }
 

@@ -169,10 +169,7 @@ pub struct RecordedCall {
 pub struct FakeModal {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<()>>,
-    // Last: removed after the boxes in it are ended.
-    dir: Option<tempfile::TempDir>,
+    server: crate::shared::Server,
 }
 
 impl FakeModal {
@@ -254,9 +251,8 @@ impl FakeModal {
         let router = TaskCommandRouterServer::new(router::Router(shared.clone()))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let server = tokio::spawn(async move {
+        let serve = |stopped: tokio::sync::oneshot::Receiver<()>| async move {
             let served = tonic::transport::Server::builder()
                 .add_service(client)
                 .add_service(router)
@@ -267,15 +263,10 @@ impl FakeModal {
             if let Err(e) = served {
                 tracing::warn!(error = %e, "the fake Modal stopped serving");
             }
-        });
+        };
+        let server = crate::shared::Server::spawn(serve, tmp);
         tracing::info!(%addr, "fake Modal listening");
-        Ok(FakeModal {
-            addr,
-            shared,
-            stop: Some(stop),
-            server: Some(server),
-            dir: Some(tmp),
-        })
+        Ok(FakeModal { addr, shared, server })
     }
 
     /// The address it serves on.
@@ -334,29 +325,15 @@ impl FakeModal {
 
     /// Stop serving and end every sandbox's box.
     pub async fn shutdown(mut self) {
-        self.stop_serving();
-        if let Some(s) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
-        }
+        self.server.stopped().await;
         self.shared.end_all().await;
-        if let Some(d) = self.dir.take() {
-            let _ = d.close();
-        }
-    }
-
-    fn stop_serving(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+        self.server.remove_dir();
     }
 }
 
 impl Drop for FakeModal {
     fn drop(&mut self) {
-        self.stop_serving();
-        if let Some(s) = self.server.take() {
-            s.abort();
-        }
+        self.server.halt();
         // Drop cannot await: the boxes are ended on a thread of their own.
         let shared = self.shared.clone();
         crate::shared::end_on_own_runtime(async move { shared.end_all().await });
