@@ -185,6 +185,35 @@ impl Environment {
     }
 }
 
+impl Environment {
+    /// The lookup a vendor's options read their variables through, once each of `vars` is
+    /// checked: `invalid` naming one that is not UTF-8; an empty one counts as unset.
+    #[cfg(any(feature = "daytona", feature = "archil", feature = "modal", feature = "e2b"))]
+    fn vendor_vars(&self, vars: &[&str]) -> Result<impl Fn(&str) -> Option<String> + '_> {
+        if let Some(k) = vars.iter().find(|k| self.var(k).is_some_and(|v| v.to_str().is_none())) {
+            return Err(Error::invalid(format!("{k}: not UTF-8")));
+        }
+        Ok(move |k: &str| {
+            self.var(k)
+                .and_then(|v| v.to_str())
+                .filter(|v| !v.is_empty())
+                .map(String::from)
+        })
+    }
+
+    /// The runner to put in `provider`'s boxes where `options` ask for one; where none is
+    /// found, `None` and a warning (the boxes work without one).
+    #[cfg(any(feature = "docker", feature = "kube", feature = "daytona", feature = "e2b"))]
+    fn runner_for(&self, provider: &str, options: &Options) -> Option<HelperCommand> {
+        if !options.runner {
+            return None;
+        }
+        self.runner()
+            .inspect_err(|e| tracing::warn!("{provider}: boxes get no runner: {}", e.message()))
+            .ok()
+    }
+}
+
 /// How an entry makes its provider.
 pub type Make = for<'a> fn(&'a Options, &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>>;
 
@@ -417,19 +446,11 @@ const DOCKER: Option<Make> = None;
 #[cfg(feature = "docker")]
 fn make_docker<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
     Box::pin(async move {
-        let runner = if !options.runner {
-            None
-        } else if !crate::docker::daemon::is_local() {
+        let runner = if options.runner && !crate::docker::daemon::is_local() {
             tracing::warn!("docker: the engine is another machine's, so its boxes get no runner (a bind mount)");
             None
         } else {
-            match env.runner() {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    tracing::warn!("docker: boxes get no runner: {}", e.message());
-                    None
-                }
-            }
+            env.runner_for("docker", options)
         };
         let provider = crate::docker::DockerProvider::new(crate::docker::DockerOptions {
             user: options.user.clone(),
@@ -495,12 +516,7 @@ fn make_kube<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Re
                 .map_err(|_| Error::invalid(format!("AGENTBOX_KUBE_MAX_LIFETIME: {l:?} is not a number of seconds")))?;
             o.max_lifetime = std::time::Duration::from_secs(secs);
         }
-        if options.runner {
-            match env.runner() {
-                Ok(r) => o.runner = Some(r),
-                Err(e) => tracing::warn!("kube: boxes get no runner: {}", e.message()),
-            }
-        }
+        o.runner = env.runner_for("kube", options);
         let provider = crate::kube::KubeProvider::new(o).await?;
         Ok(Arc::new(provider) as Arc<dyn Provider>)
     })
@@ -517,23 +533,8 @@ const DAYTONA: Option<Make> = None;
 #[cfg(feature = "daytona")]
 fn make_daytona<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
     Box::pin(async move {
-        for k in crate::daytona::VARIABLES {
-            if env.var(k).is_some_and(|v| v.to_str().is_none()) {
-                return Err(Error::invalid(format!("{k}: not UTF-8")));
-            }
-        }
-        let mut o = crate::daytona::DaytonaOptions::from_vars(|k| {
-            env.var(k)
-                .and_then(|v| v.to_str())
-                .filter(|v| !v.is_empty())
-                .map(String::from)
-        })?;
-        if options.runner {
-            match env.runner() {
-                Ok(r) => o.runner = Some(r),
-                Err(e) => tracing::warn!("daytona: boxes get no runner: {}", e.message()),
-            }
-        }
+        let mut o = crate::daytona::DaytonaOptions::from_vars(env.vendor_vars(&crate::daytona::VARIABLES)?)?;
+        o.runner = env.runner_for("daytona", options);
         let provider = crate::daytona::DaytonaProvider::new(o)?;
         Ok(Arc::new(provider) as Arc<dyn Provider>)
     })
@@ -549,17 +550,7 @@ const ARCHIL: Option<Make> = None;
 #[cfg(feature = "archil")]
 fn make_archil<'a>(_options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
     Box::pin(async move {
-        for k in crate::archil::VARIABLES {
-            if env.var(k).is_some_and(|v| v.to_str().is_none()) {
-                return Err(Error::invalid(format!("{k}: not UTF-8")));
-            }
-        }
-        let o = crate::archil::ArchilOptions::from_vars(|k| {
-            env.var(k)
-                .and_then(|v| v.to_str())
-                .filter(|v| !v.is_empty())
-                .map(String::from)
-        })?;
+        let o = crate::archil::ArchilOptions::from_vars(env.vendor_vars(&crate::archil::VARIABLES)?)?;
         let provider = crate::archil::ArchilProvider::new(o)?;
         Ok(Arc::new(provider) as Arc<dyn Provider>)
     })
@@ -575,17 +566,7 @@ const MODAL: Option<Make> = None;
 #[cfg(feature = "modal")]
 fn make_modal<'a>(_options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
     Box::pin(async move {
-        for k in crate::modal::VARIABLES {
-            if env.var(k).is_some_and(|v| v.to_str().is_none()) {
-                return Err(Error::invalid(format!("{k}: not UTF-8")));
-            }
-        }
-        let o = crate::modal::ModalOptions::from_vars(|k| {
-            env.var(k)
-                .and_then(|v| v.to_str())
-                .filter(|v| !v.is_empty())
-                .map(String::from)
-        })?;
+        let o = crate::modal::ModalOptions::from_vars(env.vendor_vars(&crate::modal::VARIABLES)?)?;
         let provider = crate::modal::ModalProvider::new(o)?;
         Ok(Arc::new(provider) as Arc<dyn Provider>)
     })
@@ -601,23 +582,8 @@ const E2B: Option<Make> = None;
 #[cfg(feature = "e2b")]
 fn make_e2b<'a>(options: &'a Options, env: &'a Environment) -> BoxFuture<'a, Result<Arc<dyn Provider>>> {
     Box::pin(async move {
-        for k in crate::e2b::VARIABLES {
-            if env.var(k).is_some_and(|v| v.to_str().is_none()) {
-                return Err(Error::invalid(format!("{k}: not UTF-8")));
-            }
-        }
-        let mut o = crate::e2b::E2bOptions::from_vars(|k| {
-            env.var(k)
-                .and_then(|v| v.to_str())
-                .filter(|v| !v.is_empty())
-                .map(String::from)
-        })?;
-        if options.runner {
-            match env.runner() {
-                Ok(r) => o.runner = Some(r),
-                Err(e) => tracing::warn!("e2b: boxes get no runner: {}", e.message()),
-            }
-        }
+        let mut o = crate::e2b::E2bOptions::from_vars(env.vendor_vars(&crate::e2b::VARIABLES)?)?;
+        o.runner = env.runner_for("e2b", options);
         let provider = crate::e2b::E2bProvider::new(o)?;
         Ok(Arc::new(provider) as Arc<dyn Provider>)
     })
@@ -695,6 +661,18 @@ mod tests {
             .unwrap();
         assert_eq!(e.code(), agentbox_core::ErrorCode::Unsupported);
         assert!(e.message().contains("pids-limit: local boxes"), "{e}");
+    }
+
+    /// A vendor's variable that is not UTF-8 is refused naming it, before anything is asked of
+    /// the vendor.
+    #[cfg(feature = "e2b")]
+    #[tokio::test]
+    async fn a_vendor_variable_that_is_not_utf8_is_refused_naming_it() {
+        use std::os::unix::ffi::OsStringExt;
+        let env = Environment::from_vars([("E2B_API_KEY", OsString::from_vec(vec![0xff, 0xfe]))]);
+        let e = find("e2b").unwrap().make(&Options::default(), &env).await.err().unwrap();
+        assert_eq!(e.code(), agentbox_core::ErrorCode::Invalid);
+        assert_eq!(e.message(), "E2B_API_KEY: not UTF-8");
     }
 
     #[test]
