@@ -515,72 +515,38 @@ fn same(b: &Arc<dyn Sandbox>, ops: &[Op]) -> Result<(), TestCaseError> {
     })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 200, ..ProptestConfig::default() })]
+/// One differential test: `cases` runs of 1 to `ops` operations, each done on the host and on
+/// the box `which` answers, their outcomes the same (`None`: a box this machine cannot have,
+/// said loudly where it was made).
+macro_rules! agree {
+    ($(#[$doc:meta])* $name:ident, $which:expr, cases: $cases:expr, shrink: $shrink:expr, ops: $most:expr) => {
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: $cases, max_shrink_iters: $shrink, ..ProptestConfig::default() })]
 
-    #[test]
-    fn host_and_a_local_box_agree(ops in prop::collection::vec(op(), 1..14)) {
-        same(&boxes().local, &ops)?;
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
-
-    #[test]
-    fn host_and_a_docker_box_agree(ops in prop::collection::vec(op(), 1..12)) {
-        if let Some(d) = &boxes().docker {
-            same(d, &ops)?;
+            $(#[$doc])*
+            #[test]
+            fn $name(ops in prop::collection::vec(op(), 1..$most)) {
+                if let Some(b) = $which {
+                    same(b, &ops)?;
+                }
+            }
         }
-    }
+    };
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 200, ..ProptestConfig::default() })]
+agree!(host_and_a_local_box_agree, Some(&boxes().local), cases: 48, shrink: 200, ops: 14);
 
-    #[test]
-    fn host_and_a_local_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..14)) {
-        same(&boxes().local_runner, &ops)?;
-    }
-}
+agree!(host_and_a_docker_box_agree, boxes().docker.as_ref(), cases: 24, shrink: 100, ops: 12);
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
+agree!(host_and_a_local_box_through_its_runner_agree, Some(&boxes().local_runner), cases: 48, shrink: 200, ops: 14);
 
-    #[test]
-    fn host_and_a_docker_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..12)) {
-        if let Some(d) = &boxes().docker_runner {
-            same(d, &ops)?;
-        }
-    }
-}
+agree!(host_and_a_docker_box_through_its_runner_agree, boxes().docker_runner.as_ref(), cases: 24, shrink: 100, ops: 12);
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 100, ..ProptestConfig::default() })]
+agree!(host_and_a_namespace_box_agree, Some(&boxes().namespace), cases: 32, shrink: 100, ops: 14);
 
-    #[test]
-    fn host_and_a_namespace_box_agree(ops in prop::collection::vec(op(), 1..14)) {
-        same(&boxes().namespace, &ops)?;
-    }
-}
+agree!(host_and_a_namespace_box_through_its_runner_agree, Some(&boxes().namespace_runner), cases: 32, shrink: 100, ops: 14);
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 100, ..ProptestConfig::default() })]
-
-    #[test]
-    fn host_and_a_namespace_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..14)) {
-        same(&boxes().namespace_runner, &ops)?;
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 100, ..ProptestConfig::default() })]
-
-    #[test]
-    fn host_and_a_box_without_live_processes_agree(ops in prop::collection::vec(op(), 1..14)) {
-        same(&boxes().one_call, &ops)?;
-    }
-}
+agree!(host_and_a_box_without_live_processes_agree, Some(&boxes().one_call), cases: 32, shrink: 100, ops: 14);
 
 /// A rename onto the directory a link to it stands for: rename(2) does not follow the link, so
 /// the two are not the same file (a script that compared them with `-ef` answered Ok here).
@@ -601,65 +567,27 @@ fn a_rename_onto_the_target_of_a_link_is_not_of_the_same_file() {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 100, ..ProptestConfig::default() })]
-
+agree!(
     /// An Archil exec box of the fake Archil: each command one exec call in a fresh namespace
     /// box over the disk's directory, files through the object API.
-    #[test]
-    fn host_and_an_archil_box_agree(ops in prop::collection::vec(op(), 1..14)) {
-        if let Some(b) = &boxes().archil {
-            same(b, &ops)?;
-        }
-    }
-}
+    host_and_an_archil_box_agree, boxes().archil.as_ref(), cases: 32, shrink: 100, ops: 14
+);
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
-
+agree!(
     /// A sandbox of the fake E2B: each operation a program through envd's process stream.
-    #[test]
-    fn host_and_an_e2b_box_agree(ops in prop::collection::vec(op(), 1..12)) {
-        if let Some(b) = &boxes().e2b {
-            same(b, &ops)?;
-        }
-    }
+    host_and_an_e2b_box_agree, boxes().e2b.as_ref(), cases: 24, shrink: 100, ops: 12
+);
 
+agree!(
     /// A sandbox of the fake E2B through its runner, reached by the fake's proxy to its port.
-    #[test]
-    fn host_and_an_e2b_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..12)) {
-        if let Some(b) = &boxes().e2b_runner {
-            same(b, &ops)?;
-        }
-    }
+    host_and_an_e2b_box_through_its_runner_agree, boxes().e2b_runner.as_ref(), cases: 24, shrink: 100, ops: 12
+);
 
+agree!(
     /// A sandbox of the fake Modal: each operation a program through its command router.
-    #[test]
-    fn host_and_a_modal_box_agree(ops in prop::collection::vec(op(), 1..12)) {
-        if let Some(b) = &boxes().modal {
-            same(b, &ops)?;
-        }
-    }
-}
+    host_and_a_modal_box_agree, boxes().modal.as_ref(), cases: 24, shrink: 100, ops: 12
+);
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, max_shrink_iters: 50, ..ProptestConfig::default() })]
+agree!(host_and_a_daytona_box_agree, boxes().daytona.as_ref(), cases: 12, shrink: 50, ops: 10);
 
-    #[test]
-    fn host_and_a_daytona_box_agree(ops in prop::collection::vec(op(), 1..10)) {
-        if let Some(d) = &boxes().daytona {
-            same(d, &ops)?;
-        }
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 100, ..ProptestConfig::default() })]
-
-    #[test]
-    fn host_and_a_daytona_box_through_its_runner_agree(ops in prop::collection::vec(op(), 1..12)) {
-        if let Some(d) = &boxes().daytona_runner {
-            same(d, &ops)?;
-        }
-    }
-}
+agree!(host_and_a_daytona_box_through_its_runner_agree, boxes().daytona_runner.as_ref(), cases: 24, shrink: 100, ops: 12);

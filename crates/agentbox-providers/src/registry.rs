@@ -670,7 +670,12 @@ mod tests {
     async fn a_vendor_variable_that_is_not_utf8_is_refused_naming_it() {
         use std::os::unix::ffi::OsStringExt;
         let env = Environment::from_vars([("E2B_API_KEY", OsString::from_vec(vec![0xff, 0xfe]))]);
-        let e = find("e2b").unwrap().make(&Options::default(), &env).await.err().unwrap();
+        let e = find("e2b")
+            .unwrap()
+            .make(&Options::default(), &env)
+            .await
+            .err()
+            .unwrap();
         assert_eq!(e.code(), agentbox_core::ErrorCode::Invalid);
         assert_eq!(e.message(), "E2B_API_KEY: not UTF-8");
     }

@@ -63,8 +63,10 @@
 //! - a watch older than the last 4096 changes answers an ERROR event 410 Expired.
 
 mod api;
+mod discovery;
 mod kubelet;
 mod patch;
+mod reads;
 mod sandbox;
 mod selector;
 mod status;
@@ -73,6 +75,7 @@ mod store;
 mod stream;
 mod tls;
 mod validate;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
