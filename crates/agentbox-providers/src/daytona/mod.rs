@@ -906,7 +906,7 @@ impl DaytonaProvider {
     ///
     /// ```no_run
     /// # async fn f(p: &agentbox_providers::daytona::DaytonaProvider, id: &agentbox_core::SandboxId) -> agentbox_core::Result<()> {
-    /// use agentbox_core::{Ctx, Provider};
+    /// use agentbox_core::{Ctx, Lifecycle};
     /// p.sleep(id, &Ctx::background()).await?;
     /// p.archive(id, &Ctx::background()).await?;
     /// # Ok(()) }
