@@ -132,22 +132,24 @@ pub fn check_fork(n: usize, spec: &crate::spec::Spec) -> Result<()> {
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use agentbox_core::{Ctx, Honours, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec};
+/// use agentbox_core::{Ctx, Error, Honours, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec};
 /// struct Mine;
 /// #[async_trait::async_trait]
 /// impl Provider for Mine {
 ///     fn name(&self) -> &str { "mine" }
 ///     fn honours(&self) -> Honours { Honours { relabel: true, ..Honours::default() } }
-///     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> { todo!() }
-///     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> { todo!() }
-///     async fn list(&self, labels: &Labels, ctx: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> { todo!() }
+///     async fn create(&self, _: &Spec, _: &Ctx) -> Result<Arc<dyn Sandbox>> {
+///         Err(Error::unsupported("mine makes no boxes"))
+///     }
+///     async fn attach(&self, _: &SandboxId, _: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> { Ok(None) }
+///     async fn list(&self, _: &Labels, _: &Ctx) -> Result<Vec<Arc<dyn Sandbox>>> { Ok(vec![]) }
 ///     fn lifecycle(&self) -> Option<&dyn Lifecycle> { Some(self) }
 /// }
 /// #[async_trait::async_trait]
 /// impl Lifecycle for Mine {
 ///     // Only this; every other operation is refused.
-///     async fn relabel(&self, id: &SandboxId, labels: &Labels, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
-///         todo!()
+///     async fn relabel(&self, id: &SandboxId, _: &Labels, _: &Ctx) -> Result<Arc<dyn Sandbox>> {
+///         Err(Error::gone(format!("box {id}: there is none")))
 ///     }
 /// }
 /// ```
