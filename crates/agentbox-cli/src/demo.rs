@@ -153,6 +153,7 @@ pub(crate) async fn step(root: &Path, id: &str, step: usize, in_workspace: bool)
                 session: id.to_string(),
                 labels: BTreeMap::from([("agentbox-demo".to_string(), id.to_string())]),
                 on_lost: None,
+                prepare: None,
             },
         )?;
         let env = transport

@@ -7,15 +7,19 @@
 //! through rmcp, over stdio: stdout carries only protocol messages; everything else goes to
 //! stderr.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, Provider, Result, Sandbox, Spec, parse_duration};
+use agentbox_core::{Ctx, Error, Labels, Result, Spec, parse_duration};
 use agentbox_hands::tools::{self, Content};
 use agentbox_hands::{BoxEnv, ExecutionEnv};
-use agentbox_providers::pool::{Pool, PoolOptions};
 use agentbox_sync::{Mark, PullOptions, SeedOptions, pull_dir, seed_dir};
+use agentbox_transport::{
+    Environment as TransportEnvironment, Hands as HandsConfig, MemoryDocuments, Prepare, Scope, Transport,
+    TransportConfig, TransportHost,
+};
 use clap::Args;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
@@ -23,7 +27,6 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
-use tokio::sync::Mutex;
 
 #[derive(Args)]
 pub(crate) struct McpArgs {
@@ -65,129 +68,120 @@ pub(crate) struct McpArgs {
     no_process_tools: bool,
 }
 
-/// The box of a session, made at the first tool call; a session dropped with its box still
-/// open (an HTTP session that ended) ends it.
-struct Session {
-    provider: Arc<dyn Provider>,
-    spec: Spec,
-    workspace: Option<PathBuf>,
-    open: Mutex<Option<Open>>,
+/// An MCP session's conversation on the transport, whose box the transport makes at the
+/// first tool call. Over HTTP, a session that ends (dropped by rmcp) ends its box; over stdio
+/// the server ends it itself, after pulling the workspace back.
+struct Conversation {
+    transport: Arc<Transport>,
+    name: String,
+    end_on_drop: bool,
 }
 
-struct Open {
-    sandbox: Arc<dyn Sandbox>,
-    env: Arc<BoxEnv>,
-    mark: Option<Mark>,
-    box_dir: String,
-}
-
-impl Session {
-    async fn env(&self) -> Result<Arc<BoxEnv>> {
-        let mut open = self.open.lock().await;
-        if let Some(o) = open.as_ref() {
-            return Ok(o.env.clone());
-        }
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(300));
-        let sandbox = self.provider.create(&self.spec, &ctx).await?;
-        eprintln!(
-            "agentbox mcp: made box {} (lifetime {:?})",
-            sandbox.id(),
-            self.spec.max_lifetime
-        );
-        let env = Arc::new(BoxEnv::new(sandbox.clone()));
-        let box_dir = env.cwd();
-        let mut mark = None;
-        if let Some(dir) = &self.workspace {
-            let seeded = seed_dir(
-                sandbox.as_ref(),
-                &SeedOptions {
-                    from: dir.clone(),
-                    to: box_dir.clone(),
-                    ..Default::default()
-                },
-                &ctx,
-            )
-            .await;
-            match seeded {
-                Ok(s) => {
-                    eprintln!(
-                        "agentbox mcp: seeded {} entries of {} into {box_dir}",
-                        s.sent,
-                        dir.display()
-                    );
-                    mark = Some(s.mark);
-                }
-                Err(e) => {
-                    let _ = sandbox.destroy(&ctx).await;
-                    return Err(e.context(format!("seeding {}", dir.display())));
-                }
-            }
-        }
-        *open = Some(Open {
-            sandbox,
-            env: env.clone(),
-            mark,
-            box_dir,
-        });
-        Ok(env)
-    }
-
-    /// Pull the workspace back (when one was given) and end the box.
-    async fn end(&self) -> Result<()> {
-        let Some(o) = self.open.lock().await.take() else {
-            return Ok(());
-        };
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(300));
-        let mut result = Ok(());
-        if let Some(dir) = &self.workspace {
-            let pulled = pull_dir(
-                o.sandbox.as_ref(),
-                &PullOptions {
-                    from: o.box_dir.clone(),
-                    to: dir.clone(),
-                    since: o.mark.clone(),
-                    mirror_deletes: true,
-                    if_unchanged: true,
-                    ..Default::default()
-                },
-                &ctx,
-            )
-            .await;
-            match pulled {
-                Ok(p) => eprintln!(
-                    "agentbox mcp: pulled {} paths ({} bytes) back into {}",
-                    p.fetched,
-                    p.bytes,
-                    dir.display()
-                ),
-                Err(e) => result = Err(e.context(format!("pulling back into {}", dir.display()))),
-            }
-        }
-        o.sandbox.destroy(&ctx).await?;
-        eprintln!("agentbox mcp: ended box {}", o.sandbox.id());
-        result
-    }
-}
-
-impl Drop for Session {
+impl Drop for Conversation {
     fn drop(&mut self) {
-        let Some(o) = self.open.get_mut().take() else { return };
+        if !self.end_on_drop {
+            return;
+        }
+        let (transport, name) = (self.transport.clone(), std::mem::take(&mut self.name));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-                match o.sandbox.destroy(&ctx).await {
-                    Ok(()) => eprintln!("agentbox mcp: ended box {} with its session", o.sandbox.id()),
-                    Err(e) => eprintln!("agentbox mcp: ending box {}: {e}", o.sandbox.id()),
+                match transport.end(&name, &ctx).await {
+                    Ok(ended) => ended
+                        .iter()
+                        .for_each(|id| eprintln!("agentbox mcp: ended box {id} with its session")),
+                    Err(e) => eprintln!("agentbox mcp: ending the box of session {name}: {e}"),
                 }
             });
         }
     }
 }
 
+/// The directory `--workspace` names, seeded into each box made and pulled back from the last.
+struct Workspace {
+    dir: PathBuf,
+    /// What the box was seeded with: the pull brings back only what changed since.
+    mark: std::sync::Mutex<Option<Mark>>,
+}
+
+impl Workspace {
+    async fn seed(&self, env: &BoxEnv, ctx: &Ctx) -> Result<()> {
+        let to = env.cwd();
+        let options = SeedOptions {
+            from: self.dir.clone(),
+            to: to.clone(),
+            ..Default::default()
+        };
+        let seeded = seed_dir(env.sandbox().as_ref(), &options, ctx)
+            .await
+            .map_err(|e| e.context(format!("seeding {}", self.dir.display())))?;
+        eprintln!(
+            "agentbox mcp: seeded {} entries of {} into {to}",
+            seeded.sent,
+            self.dir.display()
+        );
+        *self.mark.lock().unwrap() = Some(seeded.mark);
+        Ok(())
+    }
+
+    /// Bring back into the directory what changed in the box since it was seeded.
+    async fn pull(&self, env: &BoxEnv, ctx: &Ctx) -> Result<()> {
+        let options = PullOptions {
+            from: env.cwd(),
+            to: self.dir.clone(),
+            since: self.mark.lock().unwrap().clone(),
+            mirror_deletes: true,
+            if_unchanged: true,
+            ..Default::default()
+        };
+        let p = pull_dir(env.sandbox().as_ref(), &options, ctx)
+            .await
+            .map_err(|e| e.context(format!("pulling back into {}", self.dir.display())))?;
+        eprintln!(
+            "agentbox mcp: pulled {} paths ({} bytes) back into {}",
+            p.fetched,
+            p.bytes,
+            self.dir.display()
+        );
+        Ok(())
+    }
+}
+
+/// What the transport calls for each box it makes: say so, and seed the workspace if there
+/// is one.
+fn prepare(workspace: Option<Arc<Workspace>>, lifetime: Duration) -> Prepare {
+    Arc::new(move |env: Arc<BoxEnv>, ctx: Ctx| {
+        let workspace = workspace.clone();
+        Box::pin(async move {
+            eprintln!("agentbox mcp: made box {} (lifetime {lifetime:?})", env.sandbox().id());
+            match workspace {
+                Some(w) => w.seed(&env, &ctx).await,
+                None => Ok(()),
+            }
+        })
+    })
+}
+
 #[derive(Clone)]
 struct Hands {
-    session: Arc<Session>,
+    /// Held for its drop: over HTTP, the session's box ends with the last clone.
+    _conversation: Arc<Conversation>,
+    env: Arc<dyn ExecutionEnv>,
     tools: Arc<Vec<Box<dyn tools::Tool>>>,
+}
+
+impl Hands {
+    fn new(conversation: Conversation, tools: Arc<Vec<Box<dyn tools::Tool>>>) -> Self {
+        let env = conversation
+            .transport
+            .env(&conversation.name)
+            .expect("the MCP server's transport config names its hands");
+        Hands {
+            _conversation: Arc::new(conversation),
+            env,
+            tools,
+        }
+    }
 }
 
 /// The tools served: every tool of the hands, or pi's seven alone.
@@ -270,14 +264,6 @@ impl Hands {
             ));
         };
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let env = match self.session.env().await {
-            Ok(e) => e,
-            Err(e) => {
-                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                    "No box to run in: {e}"
-                ))]));
-            }
-        };
         // A client's cancellation ends the call (and the command it ran).
         let ctx = Ctx::background();
         let cancel = ctx.clone();
@@ -286,7 +272,7 @@ impl Hands {
             ct.cancelled().await;
             cancel.cancel();
         });
-        let r = tools::run(&**tool, &*env, args, &ctx).await;
+        let r = tools::run(&**tool, &*self.env, args, &ctx).await;
         watch.abort();
         let content = r
             .content
@@ -305,58 +291,56 @@ impl Hands {
 }
 
 pub(crate) async fn run(a: McpArgs) -> Result<i32> {
-    let environment = crate::boxes::environment()?;
-    let (entry, spec, pool) = match &a.config {
-        Some(path) => {
-            let config = agentbox_transport::TransportConfig::load(path)?;
-            let hands = config
-                .hands
-                .as_ref()
-                .ok_or_else(|| Error::invalid(format!("{}: names no hands", path.display())))?;
-            let env = &config.environments[&hands.default];
-            let at = format!(
-                "{}: transport config: environments.{}.provider",
-                path.display(),
-                hands.default
-            );
-            (crate::boxes::entry(&env.provider, &at)?, env.spec.clone(), env.pool)
+    let mut config = config(&a)?;
+    let lifetime = the_box(&mut config).spec.max_lifetime;
+    let workspace = match &a.workspace {
+        Some(dir) if !dir.is_dir() => {
+            return Err(Error::not_found(format!(
+                "--workspace {}: not a directory",
+                dir.display()
+            )));
         }
-        None => {
-            let lifetime = parse_duration(&a.lifetime).map_err(|e| e.context("--lifetime"))?;
-            let mut spec = Spec::new(lifetime);
-            spec.image = a.image.clone();
-            (
-                crate::boxes::chosen(a.provider.as_deref(), &environment).await?,
-                spec,
-                0,
-            )
+        Some(_) if a.http.is_some() => {
+            return Err(Error::unsupported(
+                "--workspace: over --http, sessions come and go: use stdio",
+            ));
         }
+        Some(dir) => Some(Arc::new(Workspace {
+            dir: dir.clone(),
+            mark: Default::default(),
+        })),
+        None => None,
     };
-    let pool = a.pool.map_or(pool, usize::from);
-    spec.validate()?;
-    if let Some(dir) = &a.workspace
-        && !dir.is_dir()
-    {
-        return Err(Error::not_found(format!(
-            "--workspace {}: not a directory",
-            dir.display()
-        )));
+    let environment = crate::boxes::environment()?;
+    if the_box(&mut config).provider.is_empty() {
+        // No --provider and no --config: the default provider, chosen here (it may say why).
+        let chosen = crate::boxes::chosen(None, &environment).await?;
+        the_box(&mut config).provider = chosen.name.to_string();
     }
     let options = agentbox_providers::registry::Options {
         runner: !a.no_runner,
         ..Default::default()
     };
-    let mut provider = entry.make(&options, &environment).await?;
-    let spec = spec.label("agentbox-mcp", std::process::id().to_string());
-    let mut warm = None;
+    let providers = config
+        .registry_providers(&options, &environment)
+        .await
+        .map_err(|e| match &a.config {
+            Some(path) => e.context(path.display()),
+            None => e,
+        })?;
+    let pool = the_box(&mut config).pool;
+    let host = TransportHost {
+        providers,
+        documents: Arc::new(MemoryDocuments::default()),
+        session: format!("mcp-{}", std::process::id()),
+        labels: Labels::from([("agentbox-mcp".to_string(), std::process::id().to_string())]),
+        on_lost: None,
+        prepare: Some(prepare(workspace.clone(), lifetime)),
+    };
+    let transport = Arc::new(Transport::new(config, host)?);
     if pool > 0 {
-        let opts = PoolOptions {
-            size: pool,
-            ..Default::default()
-        };
-        let p = Arc::new(Pool::new(provider, spec.clone(), opts).map_err(|e| e.context("--pool"))?);
-        eprintln!("agentbox mcp: keeping {pool} ready boxes warm (pool {})", p.id());
-        let filling = p.clone();
+        eprintln!("agentbox mcp: keeping {pool} ready boxes warm");
+        let filling = transport.clone();
         tokio::spawn(async move {
             let ctx = Ctx::background().with_timeout(Duration::from_secs(600));
             match filling.warm(&ctx).await {
@@ -364,52 +348,107 @@ pub(crate) async fn run(a: McpArgs) -> Result<i32> {
                 Err(e) => eprintln!("agentbox mcp: the pool is not warm: {e}"),
             }
         });
-        provider = p.clone();
-        warm = Some(p);
     }
-    if let Some(addr) = a.http {
-        if a.workspace.is_some() {
-            return Err(Error::unsupported(
-                "--workspace: over --http, sessions come and go: use stdio",
-            ));
-        }
-        let r = http(addr, provider, spec, served(a.no_process_tools)).await;
-        close_pool(warm).await;
-        return r;
-    }
-    let session = Arc::new(Session {
-        provider,
-        spec,
-        workspace: a.workspace.clone(),
-        open: Mutex::new(None),
-    });
-    let hands = Hands {
-        session: session.clone(),
-        tools: served(a.no_process_tools),
+    let served = served(a.no_process_tools);
+    let r = match a.http {
+        Some(addr) => http(addr, transport.clone(), served).await,
+        None => stdio(&transport, workspace.as_deref(), served).await,
     };
-    let served = hands
+    close_pools(&transport).await;
+    r
+}
+
+/// The one environment the server's transport declares.
+fn the_box(config: &mut TransportConfig) -> &mut TransportEnvironment {
+    config
+        .environments
+        .values_mut()
+        .next()
+        .expect("the MCP server's transport config declares its environment")
+}
+
+/// The transport config of the server's boxes: one environment, the default hands of
+/// `--config` or `box` from the flags (its provider left empty when the default is to be
+/// chosen), each MCP session a conversation of its own.
+fn config(a: &McpArgs) -> Result<TransportConfig> {
+    let (name, environment) = match &a.config {
+        Some(path) => {
+            let config = TransportConfig::load(path)?;
+            let hands = config
+                .hands
+                .as_ref()
+                .ok_or_else(|| Error::invalid(format!("{}: names no hands", path.display())))?;
+            (hands.default.clone(), config.environments[&hands.default].clone())
+        }
+        None => {
+            let lifetime = parse_duration(&a.lifetime).map_err(|e| e.context("--lifetime"))?;
+            let mut spec = Spec::new(lifetime);
+            spec.image = a.image.clone();
+            let environment = TransportEnvironment {
+                provider: a.provider.clone().unwrap_or_default(),
+                spec,
+                pool: 0,
+            };
+            ("box".to_string(), environment)
+        }
+    };
+    let environment = TransportEnvironment {
+        pool: a.pool.map_or(environment.pool, usize::from),
+        ..environment
+    };
+    environment.spec.validate()?;
+    if let Some(name) = a.provider.as_deref() {
+        crate::boxes::entry(name, "--provider")?;
+    }
+    Ok(TransportConfig {
+        environments: BTreeMap::from([(name.clone(), environment)]),
+        hands: Some(HandsConfig {
+            default: name,
+            roles: BTreeMap::new(),
+        }),
+        scope: Scope::Conversation,
+    })
+}
+
+/// One MCP session over stdio; when the client leaves, the workspace comes back and the box
+/// ends.
+async fn stdio(
+    transport: &Arc<Transport>,
+    workspace: Option<&Workspace>,
+    tools: Arc<Vec<Box<dyn tools::Tool>>>,
+) -> Result<i32> {
+    const NAME: &str = "stdio";
+    let conversation = Conversation {
+        transport: transport.clone(),
+        name: NAME.to_string(),
+        end_on_drop: false,
+    };
+    let served = Hands::new(conversation, tools)
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| Error::unknown(format!("mcp: the client did not initialize: {e}")))?;
-    let waited = served.waiting().await;
-    if let Err(e) = &waited {
+    if let Err(e) = served.waiting().await {
         eprintln!("agentbox mcp: the session ended: {e}");
     }
-    // The client left: its box goes, with what it ran, and the ready boxes with it.
-    let ended = session.end().await;
-    close_pool(warm).await;
-    ended?;
+    // The client left: its workspace comes back, and its box goes with what it ran.
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(300));
+    let pulled = match (workspace, transport.opened(NAME)) {
+        (Some(w), Some(env)) => w.pull(&env, &ctx).await,
+        _ => Ok(()),
+    };
+    for id in transport.end(NAME, &ctx).await? {
+        eprintln!("agentbox mcp: ended box {id}");
+    }
+    pulled?;
     Ok(0)
 }
 
-/// Destroy the pool's ready boxes (what is left of them after a minute ends by its idle
+/// Destroy the pools' ready boxes (what is left of them after a minute ends by its idle
 /// lifetime).
-async fn close_pool(pool: Option<Arc<Pool>>) {
-    let Some(pool) = pool else { return };
+async fn close_pools(transport: &Transport) {
     let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
-    match pool.close(&ctx).await {
-        Ok(()) => eprintln!("agentbox mcp: ended the pool's ready boxes"),
-        Err(e) => eprintln!("agentbox mcp: ending the pool's ready boxes: {e}"),
+    if let Err(e) = transport.close_pools(&ctx).await {
+        eprintln!("agentbox mcp: ending the pool's ready boxes: {e}");
     }
 }
 
@@ -417,8 +456,7 @@ async fn close_pool(pool: Option<Arc<Pool>>) {
 /// 127.0.0.1, ::1) kept: a page in a browser cannot reach it by DNS rebinding.
 async fn http(
     addr: std::net::SocketAddr,
-    provider: Arc<dyn Provider>,
-    spec: Spec,
+    transport: Arc<Transport>,
     tools: Arc<Vec<Box<dyn tools::Tool>>>,
 ) -> Result<i32> {
     use rmcp::transport::streamable_http_server::session::SessionManager;
@@ -430,17 +468,16 @@ async fn http(
         )));
     }
     let sessions = Arc::new(LocalSessionManager::default());
+    let count = std::sync::atomic::AtomicU64::new(0);
     let service = StreamableHttpService::new(
         move || {
-            Ok(Hands {
-                session: Arc::new(Session {
-                    provider: provider.clone(),
-                    spec: spec.clone(),
-                    workspace: None,
-                    open: Mutex::new(None),
-                }),
-                tools: tools.clone(),
-            })
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let conversation = Conversation {
+                transport: transport.clone(),
+                name: format!("http-{n}"),
+                end_on_drop: true,
+            };
+            Ok(Hands::new(conversation, tools.clone()))
         },
         sessions.clone(),
         StreamableHttpServerConfig::default(),

@@ -23,4 +23,4 @@ pub mod transport;
 
 pub use config::{Environment, Hands, Scope, TransportConfig};
 pub use documents::{Documents, MemoryDocuments, SqliteDocuments};
-pub use transport::{Lost, Transport, TransportHost};
+pub use transport::{Lost, Prepare, Transport, TransportHost};

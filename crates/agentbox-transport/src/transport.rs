@@ -8,12 +8,19 @@
 //! that call's error (with the provider's code), and the next call asks for a box again;
 //! `on_lost` fires once for a lost box, however many calls find it out.
 //!
+//! A host may ready each new box before any tool runs in it ([`TransportHost::prepare`]: the
+//! MCP server seeds a workspace there), and end one conversation's boxes when it leaves
+//! ([`Transport::end`]) while the others go on.
+//!
 //! An environment with `pool = N` makes its boxes through a warm pool
 //! ([`agentbox_providers::pool::Pool`]) of N ready boxes of its spec, so a conversation's first
 //! call takes a ready box instead of waiting for one to start.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use agentbox_core::{Ctx, Error, ErrorCode, Labels, Provider, Result, Sandbox, SandboxId, check_spec};
 use agentbox_hands::watch::Watcher;
@@ -45,6 +52,14 @@ pub struct Lost {
     pub why: String,
 }
 
+/// How long making a box (and readying it) may take when the call asking for it has no
+/// sooner deadline.
+pub const MAKE_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Readies a box the transport has just made, before any tool runs in it (seeds a workspace,
+/// say). An error ends the box and is the error of the call that asked for it.
+pub type Prepare = Arc<dyn Fn(Arc<BoxEnv>, Ctx) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
+
 /// What the host gives a transport.
 #[derive(Clone)]
 pub struct TransportHost {
@@ -58,6 +73,9 @@ pub struct TransportHost {
     pub labels: Labels,
     /// Called once for each box found lost.
     pub on_lost: Option<Arc<dyn Fn(Lost) + Send + Sync>>,
+    /// Called for each box the transport makes (not for one found again through the
+    /// documents), before any tool runs in it.
+    pub prepare: Option<Prepare>,
 }
 
 /// Where a session's conversations run their tools. See the [module documentation](self).
@@ -208,9 +226,30 @@ impl Transport {
     /// End every box of the session, also those only the documents still name, and forget them.
     /// Returns the boxes ended.
     pub async fn destroy(&self, ctx: &Ctx) -> Result<Vec<SandboxId>> {
-        let h = &self.inner.host;
-        let named = h.documents.list(&h.session, BOXES_DOC).await?;
         self.release();
+        self.inner.end_named(BOXES_DOC, ctx).await
+    }
+
+    /// End the boxes of one conversation that is leaving (with scope `session`, the session's
+    /// boxes, which it shares: every box), and forget them; the other conversations' boxes go
+    /// on. Returns the boxes ended.
+    pub async fn end(&self, conversation: &str, ctx: &Ctx) -> Result<Vec<SandboxId>> {
+        let prefix = self.inner.scope_prefix(conversation);
+        self.inner.slots.lock().unwrap().retain(|k, _| !k.starts_with(&prefix));
+        self.inner.end_named(&prefix, ctx).await
+    }
+
+    /// The box a conversation's calls run in now, if one is open.
+    pub fn opened(&self, conversation: &str) -> Option<Arc<BoxEnv>> {
+        self.inner.current(conversation)
+    }
+}
+
+impl Inner {
+    /// End every box the documents name under `prefix`, and remove their documents.
+    async fn end_named(&self, prefix: &str, ctx: &Ctx) -> Result<Vec<SandboxId>> {
+        let h = &self.host;
+        let named = h.documents.list(&h.session, prefix).await?;
         let mut ended = Vec::new();
         let mut first_error = None;
         for (key, value) in named {
@@ -232,7 +271,7 @@ impl Transport {
             match p.attach(&id, ctx).await {
                 Ok(Some(b)) => match b.destroy(ctx).await {
                     Ok(()) => {
-                        tracing::info!(box_id = %id, "box ended with the session");
+                        tracing::info!(box_id = %id, "box ended");
                         ended.push(id)
                     }
                     Err(e) => {
@@ -253,9 +292,26 @@ impl Transport {
             None => Ok(ended),
         }
     }
-}
 
-impl Inner {
+    /// The prefix of the documents (and slots) of the boxes a conversation's calls may use.
+    fn scope_prefix(&self, conversation: &str) -> String {
+        match self.config.scope {
+            Scope::Session => format!("{BOXES_DOC}session/"),
+            Scope::Conversation => format!("{BOXES_DOC}conversation/{conversation}/"),
+        }
+    }
+
+    /// The box open now for a conversation, if any (for the synchronous id and cwd). Any
+    /// open box of its scope: the assigned one is found at the next call.
+    fn current(&self, conversation: &str) -> Option<Arc<BoxEnv>> {
+        let prefix = self.scope_prefix(conversation);
+        let slots = self.slots.lock().unwrap();
+        slots
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .find_map(|(_, s)| s.now.lock().unwrap().clone())
+    }
+
     /// The environment a conversation's next call runs in.
     async fn target(&self, conversation: &str) -> Result<String> {
         let hands = self
@@ -276,10 +332,7 @@ impl Inner {
     }
 
     fn doc_key(&self, conversation: &str, env: &str) -> String {
-        match self.config.scope {
-            Scope::Session => format!("{BOXES_DOC}session/{env}"),
-            Scope::Conversation => format!("{BOXES_DOC}conversation/{conversation}/{env}"),
-        }
+        format!("{}{env}", self.scope_prefix(conversation))
     }
 
     fn slot(&self, key: &str) -> Arc<Slot> {
@@ -313,6 +366,7 @@ impl Inner {
         {
             found = provider.attach(&id, ctx).await?;
         }
+        let mut made = false;
         let sandbox = match found {
             Some(b) => {
                 tracing::info!(box_id = %b.id(), environment = %env_name, "box found through the session's documents");
@@ -325,6 +379,7 @@ impl Inner {
                     Some(pool) => &**pool,
                     None => &**provider,
                 };
+                let ctx = &ctx.with_timeout(MAKE_DEADLINE);
                 let b = maker.create(&spec, ctx).await.map_err(|e| {
                     tracing::warn!(environment = %env_name, code = %e.code(), "no box: {}", e.message());
                     Error::new(e.code(), format!("environment {env_name}: no box: {}", e.message()))
@@ -341,10 +396,24 @@ impl Inner {
                     let _ = b.destroy(ctx).await;
                     return Err(e.context("writing the box's id to the session's documents"));
                 }
+                made = true;
                 b
             }
         };
         let env = Arc::new(BoxEnv::new(sandbox));
+        if made && let Some(prepare) = &h.prepare {
+            let ctx = ctx.with_timeout(MAKE_DEADLINE);
+            if let Err(e) = prepare(env.clone(), ctx.clone()).await {
+                let b = env.sandbox();
+                tracing::warn!(box_id = %b.id(), environment = %env_name, "the host could not ready the box: {e}");
+                // The call may have been cancelled: the box ends on a context of its own.
+                let _ = b
+                    .destroy(&Ctx::background().with_timeout(Duration::from_secs(60)))
+                    .await;
+                let _ = h.documents.delete(&h.session, &key).await;
+                return Err(e);
+            }
+        }
         *open = Some(env.clone());
         *slot.now.lock().unwrap() = Some(env.clone());
         Ok((env, env_name, slot.clone()))
@@ -406,15 +475,7 @@ fn exec_error(e: Error) -> ExecError {
 impl LazyEnv {
     /// The box open now, if any (for the synchronous id and cwd).
     fn current(&self) -> Option<Arc<BoxEnv>> {
-        let slots = self.inner.slots.lock().unwrap();
-        // Any open box of this conversation's scope; the assigned one is found at the next call.
-        slots
-            .iter()
-            .filter(|(k, _)| match self.inner.config.scope {
-                Scope::Session => k.starts_with(&format!("{BOXES_DOC}session/")),
-                Scope::Conversation => k.starts_with(&format!("{BOXES_DOC}conversation/{}/", self.conversation)),
-            })
-            .find_map(|(_, s)| s.now.lock().unwrap().clone())
+        self.inner.current(&self.conversation)
     }
 }
 

@@ -53,6 +53,7 @@ fn transport(provider: Arc<dyn Provider>, docs: Arc<SqliteDocuments>) -> Transpo
             session: "scripted".into(),
             labels: BTreeMap::from([("session".to_string(), "scripted".to_string())]),
             on_lost: None,
+            prepare: None,
         },
     )
     .unwrap()

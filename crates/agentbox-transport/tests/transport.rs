@@ -40,6 +40,7 @@ fn host(w: &World, docs: Arc<dyn Documents>) -> TransportHost {
         session: "session-1".into(),
         labels: BTreeMap::from([("session".to_string(), "session-1".to_string())]),
         on_lost: None,
+        prepare: None,
     }
 }
 
@@ -283,6 +284,67 @@ async fn scope_conversation_gives_each_conversation_its_box() {
     assert_eq!(t.destroy(&ctx()).await.unwrap().len(), 2);
 }
 
+/// A conversation that leaves takes its box with it; the others keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_that_ends_takes_its_box_and_leaves_the_others() {
+    let w = world();
+    let config = format!("scope = \"conversation\"\n{ONE}");
+    let docs: Arc<dyn Documents> = Arc::new(MemoryDocuments::default());
+    let t = Transport::new(TransportConfig::from_toml(&config).unwrap(), host(&w, docs.clone())).unwrap();
+    let (a, b) = (t.env("a").unwrap(), t.env("b").unwrap());
+    assert!(t.opened("a").is_none(), "no box before the first call");
+    a.write_file("x", b"1", &ctx()).await.unwrap();
+    b.write_file("x", b"2", &ctx()).await.unwrap();
+    let a_box = t.opened("a").expect("a's box is open").sandbox().id().clone();
+    assert_eq!(a.id(), format!("agentbox:{a_box}"));
+    let ended = t.end("a", &ctx()).await.unwrap();
+    assert_eq!(ended, vec![a_box.clone()]);
+    assert!(t.opened("a").is_none());
+    assert!(
+        w.fake.attach(&a_box, &ctx()).await.unwrap().is_none(),
+        "a's box is gone"
+    );
+    assert_eq!(b.read_text_file("x", &ctx()).await.unwrap(), "2", "b's box goes on");
+    assert_eq!(docs.list("session-1", "transport.boxes/").await.unwrap().len(), 1);
+    assert_eq!(t.destroy(&ctx()).await.unwrap().len(), 1);
+}
+
+/// The host readies each box it makes before any tool runs in it; a box it could not ready
+/// ends, the call that asked is told why, and the next call makes a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_readies_each_new_box_before_its_first_tool_and_a_box_it_cannot_ready_ends() {
+    let w = world();
+    let readied = Arc::new(AtomicUsize::new(0));
+    let mut h = host(&w, Arc::new(MemoryDocuments::default()));
+    let count = readied.clone();
+    h.prepare = Some(Arc::new(move |env, ctx| {
+        let n = count.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            if n == 0 {
+                return Err(agentbox_core::Error::refused("the seed did not fit"));
+            }
+            use agentbox_hands::ExecutionEnv as _;
+            env.write_file("seeded", b"by the host", &ctx)
+                .await
+                .map_err(|e| agentbox_core::Error::unknown(e.to_string()))
+        })
+    }));
+    let t = Transport::new(TransportConfig::from_toml(ONE).unwrap(), h).unwrap();
+    let env = t.env("c1").unwrap();
+    let e = env.read_text_file("seeded", &ctx()).await.unwrap_err();
+    assert!(e.message.contains("the seed did not fit"), "{e}");
+    assert_eq!(w.fake.calls_of(Op::Create).len(), 1);
+    assert_eq!(
+        w.fake.calls_of(Op::Destroy).len(),
+        1,
+        "the box that could not be readied ended"
+    );
+    assert_eq!(env.read_text_file("seeded", &ctx()).await.unwrap(), "by the host");
+    assert_eq!(env.read_text_file("seeded", &ctx()).await.unwrap(), "by the host");
+    assert_eq!(readied.load(Ordering::SeqCst), 2, "readied once per box made");
+    t.destroy(&ctx()).await.unwrap();
+}
+
 #[test]
 fn what_the_host_cannot_serve_is_refused_at_start() {
     let w = world();
@@ -365,6 +427,7 @@ async fn a_background_command_is_kept_by_the_conversations_box() {
         session: "session-1".into(),
         labels: BTreeMap::new(),
         on_lost: None,
+        prepare: None,
     };
     let t = Transport::new(TransportConfig::from_toml(ONE).unwrap(), host).unwrap();
     let env = t.env("c1").unwrap();
