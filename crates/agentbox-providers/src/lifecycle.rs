@@ -170,7 +170,7 @@ pub(crate) fn asleep_error(id: &SandboxId) -> Error {
 
 /// A box that sleeps: its id, facts and labels as the box under it says, its status
 /// [`Status::Sleeping`] (or ended, once it has), and every program or file refused
-/// ([`asleep_error`]) until the provider wakes it. Destroy ends it as it would an awake one.
+/// (`asleep_error`) until the provider wakes it. Destroy ends it as it would an awake one.
 pub struct Asleep {
     inner: Arc<dyn Sandbox>,
 }

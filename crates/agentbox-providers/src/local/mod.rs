@@ -27,25 +27,26 @@
 //! ```
 
 mod lifecycle;
+mod options;
 mod process;
 mod record;
+mod sandbox;
 
-use std::collections::BTreeMap;
+pub use options::LocalOptions;
+pub use sandbox::LocalSandbox;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Endpoint, Error, ErrorCode, ExecOptions, Facts, Honours, Labels, Lifecycle, NetworkFact, Process, Provider,
-    Result, Sandbox, SandboxId, Spec, Status, check_spec,
+    Ctx, Error, ErrorCode, Honours, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec, check_spec,
 };
 use agentbox_protocol::supervisor::{READY_PREFIX, Reply, Request, SOCKET_NAME};
 use async_trait::async_trait;
 use tokio::io::AsyncBufReadExt;
 
 use crate::boxdir;
-use crate::helper::HelperCommand;
 use crate::runner::{Address, RunnerSandbox};
 use crate::util::{now_ms, random_hex};
 use record::Record;
@@ -63,41 +64,6 @@ const RUNNER_SOCKET: &str = "runner.sock";
 
 /// How long a supervisor may take to say it serves.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a destroy may take when the caller's context has no deadline.
-const DESTROY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How a [`LocalProvider`] is set up.
-#[derive(Clone, Debug)]
-pub struct LocalOptions {
-    /// agentbox's home: boxes live in `<root>/boxes`.
-    pub root: PathBuf,
-    /// The PATH every program gets.
-    pub path: String,
-    /// The command that runs the supervisor (and the runner, which is the same program).
-    pub supervisor: HelperCommand,
-    /// Start a runner in every box made, so each command and file operation is one message
-    /// on its unix socket rather than a process (see [`crate::runner`]).
-    pub runner: bool,
-}
-
-impl LocalOptions {
-    /// Options with `root` and the supervisor found by [`HelperCommand::discover`].
-    pub fn at(root: impl Into<PathBuf>) -> Result<Self> {
-        Ok(LocalOptions {
-            root: root.into(),
-            path: DEFAULT_PATH.into(),
-            supervisor: HelperCommand::discover()?,
-            runner: false,
-        })
-    }
-
-    /// Options from the environment: `$AGENTBOX_HOME`, else `$XDG_DATA_HOME/agentbox`, else
-    /// `~/.local/share/agentbox`.
-    pub fn from_env() -> Result<Self> {
-        LocalOptions::at(default_home()?)
-    }
-}
 
 /// Makes local boxes. See the [module documentation](self).
 pub struct LocalProvider {
@@ -388,221 +354,6 @@ impl Provider for LocalProvider {
 
     fn lifecycle(&self) -> Option<&dyn Lifecycle> {
         Some(self)
-    }
-}
-
-/// One local box.
-pub struct LocalSandbox {
-    dir: PathBuf,
-    record: Record,
-    facts: Facts,
-    path: String,
-}
-
-impl LocalSandbox {
-    fn new(dir: PathBuf, record: Record, path: String) -> Self {
-        let facts = Facts {
-            provider: NAME.into(),
-            isolation: "none".into(),
-            network: Some(NetworkFact::Host),
-            started_at_ms: Some(record.created_at_ms),
-            ends_at_ms: Some(record.ends_at_ms),
-            live_processes: true,
-            name: record.name.clone(),
-            sleep: Some("files".into()),
-            sleep_clock: Some("counting".into()),
-            snapshot: record.snapshot.clone(),
-            secrets_via: Some("fd".into()),
-            workspace: Some(dir.join("work").to_string_lossy().into_owned()),
-            ..Default::default()
-        };
-        LocalSandbox {
-            dir,
-            record,
-            facts,
-            path,
-        }
-    }
-
-    fn workspace(&self) -> PathBuf {
-        self.dir.join("work")
-    }
-
-    fn running(&self) -> bool {
-        self.record.ends_at_ms > now_ms() && self.record.supervisor_alive()
-    }
-
-    fn ensure_running(&self) -> Result<()> {
-        if self.running() {
-            Ok(())
-        } else {
-            Err(Error::gone(format!("box {}: it has ended", self.record.id)))
-        }
-    }
-
-    /// A path in the box: absolute as given, relative from the workspace.
-    fn resolve(&self, path: &str) -> Result<PathBuf> {
-        if path.is_empty() || path.contains('\0') {
-            return Err(Error::invalid(format!("path {path:?}: must be non-empty with no NUL")));
-        }
-        let p = Path::new(path);
-        Ok(if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.workspace().join(p)
-        })
-    }
-
-    fn env_for(&self, opts: &ExecOptions) -> BTreeMap<String, String> {
-        let mut env = BTreeMap::new();
-        env.insert("PATH".to_string(), self.path.clone());
-        env.insert("HOME".into(), self.dir.join("home").to_string_lossy().into_owned());
-        env.insert("TMPDIR".into(), self.dir.join("tmp").to_string_lossy().into_owned());
-        env.extend(self.record.spec.env.clone());
-        env.extend(opts.env.clone());
-        env
-    }
-}
-
-#[async_trait]
-impl Sandbox for LocalSandbox {
-    fn id(&self) -> &SandboxId {
-        &self.record.id
-    }
-
-    fn facts(&self) -> &Facts {
-        &self.facts
-    }
-
-    fn labels(&self) -> &Labels {
-        &self.record.labels
-    }
-
-    async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
-        // The program alone: its arguments and environment may hold what a log must not.
-        tracing::debug!(box_id = %self.id(), program = argv.first().map(String::as_str).unwrap_or(""), "exec");
-        opts.validate(argv)?;
-        opts.refuse(
-            false,
-            false,
-            false,
-            "a local box made without its runner keeps no processes (make it with the runner, the default)",
-        )?;
-        ctx.check()?;
-        self.ensure_running()?;
-        let cwd = match &opts.cwd {
-            Some(c) => self.resolve(c)?,
-            None => self.workspace(),
-        };
-        let req = Request::Exec {
-            argv: argv.to_vec(),
-            env: self.env_for(opts),
-            cwd: cwd.to_string_lossy().into_owned(),
-        };
-        process::start(&self.dir.join(SOCKET_NAME), req, ctx)
-            .await
-            .map_err(|e| {
-                if self.running() {
-                    e
-                } else {
-                    Error::gone(format!("box {}: it has ended", self.record.id))
-                }
-            })
-    }
-
-    async fn status(&self, ctx: &Ctx) -> Result<Status> {
-        ctx.check()?;
-        Ok(if self.running() { Status::Running } else { Status::Ended })
-    }
-
-    async fn upload(&self, path: &str, data: &[u8], ctx: &Ctx) -> Result<()> {
-        ctx.check()?;
-        self.ensure_running()?;
-        let p = self.resolve(path)?;
-        if let Some(parent) = p.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| Error::io(e, format!("creating {}", parent.display())))?;
-        }
-        ctx.run_result(async {
-            tokio::fs::write(&p, data)
-                .await
-                .map_err(|e| Error::io(e, format!("writing {}", p.display())))
-        })
-        .await
-    }
-
-    async fn download(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
-        ctx.check()?;
-        self.ensure_running()?;
-        let p = self.resolve(path)?;
-        let meta = tokio::fs::metadata(&p)
-            .await
-            .map_err(|e| Error::io(e, format!("reading {}", p.display())))?;
-        if meta.is_dir() {
-            return Err(Error::invalid(format!("{}: is a directory", p.display())));
-        }
-        if meta.len() > max_bytes {
-            return Err(Error::too_large(format!(
-                "{}: {} bytes, over the {max_bytes}-byte bound",
-                p.display(),
-                meta.len()
-            )));
-        }
-        ctx.run_result(async {
-            use tokio::io::AsyncReadExt;
-            let f = tokio::fs::File::open(&p)
-                .await
-                .map_err(|e| Error::io(e, format!("reading {}", p.display())))?;
-            let mut buf = Vec::with_capacity(meta.len() as usize);
-            // Bounded again while reading: the file may grow after the check.
-            f.take(max_bytes + 1)
-                .read_to_end(&mut buf)
-                .await
-                .map_err(|e| Error::io(e, format!("reading {}", p.display())))?;
-            if buf.len() as u64 > max_bytes {
-                return Err(Error::too_large(format!(
-                    "{}: grew over the {max_bytes}-byte bound",
-                    p.display()
-                )));
-            }
-            Ok(buf)
-        })
-        .await
-    }
-
-    async fn endpoint(&self, port: u16, ctx: &Ctx) -> Result<Endpoint> {
-        ctx.check()?;
-        self.ensure_running()?;
-        if port == 0 {
-            return Err(Error::invalid("endpoint: port 0 is not a port"));
-        }
-        // No isolation: a program of the box listens on this machine itself.
-        Ok(Endpoint {
-            host: "127.0.0.1".into(),
-            port,
-            url: None,
-        })
-    }
-
-    async fn destroy(&self, ctx: &Ctx) -> Result<()> {
-        tracing::info!(box_id = %self.id(), "destroying");
-        let limit = ctx.remaining().unwrap_or(DESTROY_TIMEOUT).min(DESTROY_TIMEOUT);
-        ctx.run_result(ask_supervisor(&self.dir, Request::Destroy, limit))
-            .await?;
-        // The supervisor answers, then exits: give it a moment to be gone.
-        let t = tokio::time::Instant::now();
-        while self.record.supervisor_alive() {
-            if t.elapsed() > Duration::from_secs(5) {
-                return Err(Error::unknown(format!(
-                    "box {}: its supervisor did not end",
-                    self.record.id
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-        Ok(())
     }
 }
 

@@ -38,9 +38,11 @@
 mod control;
 mod facts;
 mod lifecycle;
+mod options;
 mod record;
 mod sandbox;
 
+pub use options::NamespaceOptions;
 use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -79,43 +81,6 @@ pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
 /// How long making a box may take before it is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 pub use crate::egress::EGRESS_PORT;
-
-/// How a [`NamespaceProvider`] is set up.
-#[derive(Clone, Debug)]
-pub struct NamespaceOptions {
-    /// agentbox's home: boxes live in `<root>/namespace`.
-    pub root: PathBuf,
-    /// The runner binary: the keeper, the init and the runner of every box. For boxes with a
-    /// `rootfs` root it must be static (the image's C library may be older than the host's).
-    pub runner: HelperCommand,
-    /// File operations through the runner (one message each) rather than through programs.
-    pub runner_files: bool,
-    /// The id of the host's that the box's root is mapped to when agentbox runs as root.
-    pub host_id: u32,
-    /// RLIMIT_NPROC of the box's user.
-    pub max_processes: u64,
-    /// Apply landlock where the kernel has it.
-    pub landlock: bool,
-}
-
-impl NamespaceOptions {
-    /// Options with `root` and the runner found by [`HelperCommand::discover`].
-    pub fn at(root: impl Into<PathBuf>) -> Result<Self> {
-        Ok(NamespaceOptions {
-            root: root.into(),
-            runner: HelperCommand::discover()?,
-            runner_files: true,
-            host_id: DEFAULT_HOST_ID,
-            max_processes: DEFAULT_MAX_PROCESSES,
-            landlock: true,
-        })
-    }
-
-    /// Options from the environment's agentbox home (see [`crate::home::default_home`]).
-    pub fn from_env() -> Result<Self> {
-        NamespaceOptions::at(crate::home::default_home()?)
-    }
-}
 
 /// Whether namespace boxes can be made on this machine, and if not, why (the sysctl, the
 /// kernel feature or the missing binary), from a probe that costs one short process: once per

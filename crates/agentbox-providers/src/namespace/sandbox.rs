@@ -50,7 +50,7 @@ pub(super) fn open(dir: PathBuf, record: Record) -> Arc<dyn Sandbox> {
     }
 }
 
-/// A namespace box. See the [module documentation](self).
+/// A namespace box. See the [module documentation](super).
 pub struct NamespaceSandbox {
     dir: PathBuf,
     record: Record,
