@@ -60,7 +60,7 @@ pub mod runner;
 pub(crate) mod shim;
 pub mod transfer;
 pub(crate) mod util;
-#[cfg(any(feature = "daytona", feature = "archil", feature = "modal", feature = "e2b"))]
+#[cfg(feature = "vendor")]
 pub mod vendor;
 
 #[cfg(feature = "local")]

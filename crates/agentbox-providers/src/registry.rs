@@ -183,13 +183,17 @@ impl Environment {
             (Err(e), None) => Err(e),
         }
     }
-}
 
-impl Environment {
     /// The lookup a vendor's options read their variables through, once each of `vars` is
     /// checked: `invalid` naming one that is not UTF-8; an empty one counts as unset.
-    #[cfg(any(feature = "daytona", feature = "archil", feature = "modal", feature = "e2b"))]
-    fn vendor_vars(&self, vars: &[&str]) -> Result<impl Fn(&str) -> Option<String> + '_> {
+    ///
+    /// ```
+    /// use agentbox_providers::registry::Environment;
+    /// let env = Environment::from_vars([("ACME_API_KEY", "k-1"), ("ACME_REGION", "")]);
+    /// let var = env.vendor_vars(&["ACME_API_KEY", "ACME_REGION"]).unwrap();
+    /// assert_eq!((var("ACME_API_KEY").as_deref(), var("ACME_REGION")), (Some("k-1"), None));
+    /// ```
+    pub fn vendor_vars(&self, vars: &[&str]) -> Result<impl Fn(&str) -> Option<String> + '_> {
         if let Some(k) = vars.iter().find(|k| self.var(k).is_some_and(|v| v.to_str().is_none())) {
             return Err(Error::invalid(format!("{k}: not UTF-8")));
         }
@@ -203,8 +207,13 @@ impl Environment {
 
     /// The runner to put in `provider`'s boxes where `options` ask for one; where none is
     /// found, `None` and a warning (the boxes work without one).
-    #[cfg(any(feature = "docker", feature = "kube", feature = "daytona", feature = "e2b"))]
-    fn runner_for(&self, provider: &str, options: &Options) -> Option<HelperCommand> {
+    ///
+    /// ```
+    /// use agentbox_providers::registry::{Environment, Options};
+    /// let off = Options { runner: false, ..Default::default() };
+    /// assert!(Environment::default().runner_for("acme", &off).is_none());
+    /// ```
+    pub fn runner_for(&self, provider: &str, options: &Options) -> Option<HelperCommand> {
         if !options.runner {
             return None;
         }
@@ -602,7 +611,8 @@ mod tests {
             .skip(1)
             .take_while(|l| !l.trim_start().starts_with('['))
             .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim().to_string()))
-            .filter(|k| !k.is_empty() && k != "default")
+            // `vendor*` are what the vendors' providers share, not providers.
+            .filter(|k| !k.is_empty() && k != "default" && !k.starts_with("vendor"))
             .collect()
     }
 

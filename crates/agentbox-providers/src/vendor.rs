@@ -4,10 +4,10 @@
 //! vendor. Each vendor's own error body and retry rules stay in its module.
 
 use std::sync::Arc;
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 use std::time::Duration;
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 use agentbox_core::{Error, ErrorCode, Result};
 
 /// The most of a vendor's error message kept in one of ours.
@@ -39,7 +39,7 @@ impl std::fmt::Debug for ApiKey {
     }
 }
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// The error code an HTTP status stands for, where the vendor says no more.
 pub(crate) fn code_of_status(status: u16) -> ErrorCode {
     match status {
@@ -67,7 +67,7 @@ pub(crate) fn cut(mut s: String) -> String {
     s
 }
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// A transport failure (no answer) as one of ours.
 pub(crate) fn transport_error(e: &reqwest::Error, vendor: &str, what: &str, timeout: Duration) -> Error {
     if e.is_timeout() {
@@ -82,7 +82,7 @@ pub(crate) fn transport_error(e: &reqwest::Error, vendor: &str, what: &str, time
     }
 }
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// An error and its causes on one line (reqwest's top line alone says little).
 pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
@@ -95,7 +95,7 @@ pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// `Retry-After` in whole seconds, else `None`.
 pub(crate) fn retry_after(r: &reqwest::Response) -> Option<Duration> {
     let v = r.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
@@ -103,13 +103,13 @@ pub(crate) fn retry_after(r: &reqwest::Response) -> Option<Duration> {
 }
 
 /// How many times a throttled request is tried.
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 const TRIES: u32 = 6;
 /// The longest pause between tries when the answer names none.
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 const MAX_PAUSE: Duration = Duration::from_secs(10);
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// How [`send`] ended.
 pub(crate) enum Sent {
     /// The answer, whatever its status.
@@ -119,7 +119,7 @@ pub(crate) enum Sent {
     PastDeadline(reqwest::Response, Duration),
 }
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// Send what `build` makes (`authorize` adds the vendor's credentials) with `timeout`; again
 /// on 429 (refused before any work) and, where the request is `idempotent`, on 503, after what
 /// `Retry-After` says or a pause doubling to [`MAX_PAUSE`], while `ctx` allows, at most
@@ -161,7 +161,7 @@ pub(crate) async fn send(
     unreachable!("the last try returns")
 }
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// At most `cap` bytes of an answer's body; a longer one is `too_large`, refused before it is
 /// read where the answer states its length.
 pub(crate) async fn read_capped(mut r: reqwest::Response, cap: usize, vendor: &str, what: &str) -> Result<Vec<u8>> {
@@ -184,7 +184,7 @@ pub(crate) async fn read_capped(mut r: reqwest::Response, cap: usize, vendor: &s
     }
 }
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// The HTTP client for `vendor`: HTTP/1.1 (a WebSocket is an upgrade of it), rustls with ring
 /// and the system's roots, the connect deadline, and no proxy from the environment (the key
 /// must not go to a proxy the user did not name for this vendor).
@@ -207,7 +207,7 @@ pub(crate) fn client(vendor: &str, connect_timeout: Duration) -> Result<reqwest:
         .map_err(|e| Error::unknown(format!("the HTTP client for {vendor}: {}", chain(&e))))
 }
 
-#[cfg(any(feature = "daytona", feature = "archil", feature = "e2b"))]
+#[cfg(feature = "vendor-http")]
 /// A vendor's base URL checked: parsed, http or https, with no trailing slash.
 pub(crate) fn base_url(url: &str, vendor: &str, what: &str) -> Result<String> {
     let base = url.trim_end_matches('/').to_string();
@@ -221,7 +221,7 @@ pub(crate) fn base_url(url: &str, vendor: &str, what: &str) -> Result<String> {
     Ok(base)
 }
 
-#[cfg(any(feature = "daytona", feature = "e2b"))]
+#[cfg(feature = "vendor-runner")]
 /// The bearer token of the runner in a vendor's sandbox: an HMAC of the sandbox's id under the
 /// vendor's key, so every host holding the key reaches the runner another host started, and
 /// nothing of the token is kept in the box or with the vendor.
@@ -234,7 +234,7 @@ pub(crate) fn runner_token(key: &ApiKey, sandbox: &str) -> String {
     mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-#[cfg(any(feature = "daytona", feature = "e2b"))]
+#[cfg(feature = "vendor-runner")]
 /// A WebSocket to the runner in a vendor's sandbox, opened by `request` (the vendor's proxy to a
 /// port of the sandbox, with its own headers) as an HTTP/1.1 upgrade through the vendor's
 /// client: its TLS, its connect deadline. `describe` names the runner in errors. Any answer
@@ -287,7 +287,7 @@ pub(crate) async fn runner_websocket(
     Ok(crate::runner::websocket_link(ws))
 }
 
-#[cfg(all(test, any(feature = "daytona", feature = "archil", feature = "e2b")))]
+#[cfg(all(test, feature = "vendor-http"))]
 mod tests {
     use super::*;
 

@@ -45,6 +45,8 @@ use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
 };
 
+/// The port a box with an allowlist is told is its proxy (on its own loopback).
+pub use crate::egress::EGRESS_PORT;
 use crate::runner::{Address, Dial, Relay, RunnerSandbox};
 use crate::util::{now_ms, random_hex};
 pub use network::BOX_NETWORK;
@@ -421,7 +423,7 @@ impl DockerProvider {
                 if allow.is_some() {
                     argv.extend([
                         "--egress-port".into(),
-                        crate::egress::EGRESS_PORT.to_string(),
+                        EGRESS_PORT.to_string(),
                         "--egress-socket".into(),
                         format!("{RUNNER_DIR_IN_BOX}/{}", agentbox_protocol::namespace::EGRESS_SOCKET),
                     ]);

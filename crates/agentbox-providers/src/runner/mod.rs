@@ -31,7 +31,7 @@ use async_trait::async_trait;
 
 pub use client::{Client, REQUEST_TIMEOUT, drop_connections};
 pub use link::{Address, Dial, Link, Relay};
-#[cfg(feature = "daytona")]
+#[cfg(feature = "vendor-runner")]
 pub(crate) use link::{websocket as websocket_link, ws_config};
 
 /// Where a runner started in a box listens, as it announced.
