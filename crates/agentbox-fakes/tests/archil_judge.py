@@ -12,6 +12,10 @@ control-plane answer into the generated models (`strict`: no field they do not n
 the openapi client's own `Bearer` key.
 """
 
+# /// script
+# dependencies = ["archil==0.18.0", "archil-openapi==0.0.61"]
+# ///
+
 import os
 import sys
 import threading

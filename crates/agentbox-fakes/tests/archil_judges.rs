@@ -5,7 +5,7 @@
 //! meets a delegation checkout, the exec limit's 504, scripted faults (its S3 retries), a
 //! wrong key and missing objects, each raised as its ArchilApiError / ArchilS3Error; the
 //! generated client parses every control-plane answer into its models with no field they do
-//! not name (`tests/archil_judge.py`). `scripts/archil-clients` installs them; `scripts/test`
+//! not name (`tests/archil_judge.py`). `scripts/judge-clients archil` installs them; `scripts/test`
 //! exports the venv's python as `AGENTBOX_TEST_ARCHIL_PYTHON`.
 
 use std::path::Path;
@@ -15,7 +15,6 @@ use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
 #[path = "common/judge.rs"]
 mod judge;
 
-const VAR: &str = "AGENTBOX_TEST_ARCHIL_PYTHON";
 /// The judge's whole run, bounded.
 const JUDGE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The fake's exec limit for the judge (its 504 step waits it out once).
@@ -24,7 +23,7 @@ const EXEC_LIMIT: Duration = Duration::from_secs(5);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_judges_the_fake() {
     let test = "the_python_sdk_judges_the_fake";
-    let Some(py) = judge::python(VAR, "scripts/archil-clients", test) else {
+    let Some(py) = judge::python("archil", test) else {
         return;
     };
     agentbox_testing::runner::ensure();

@@ -13,6 +13,10 @@ configures its own. Every answer is parsed into the generated models, and `stric
 any value the models only tolerate (an enum they do not know, a field they do not name).
 """
 
+# /// script
+# dependencies = ["daytona==0.226.1"]
+# ///
+
 import asyncio
 import enum
 import json

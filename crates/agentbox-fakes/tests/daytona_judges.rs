@@ -3,7 +3,7 @@
 //! own walk, the judge makes every HTTP call the `daytona` provider makes, in the provider's
 //! request shapes, through the SDK or its generated clients (`tests/daytona_judge.py`), so
 //! the fake the provider is tested against answers those calls as Daytona's models read them.
-//! `scripts/daytona-clients` installs it; `scripts/test` exports the venv's python as
+//! `scripts/judge-clients daytona` installs it; `scripts/test` exports the venv's python as
 //! `AGENTBOX_TEST_DAYTONA_PYTHON`.
 
 use std::path::Path;
@@ -14,14 +14,13 @@ use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions};
 #[path = "common/judge.rs"]
 mod judge;
 
-const VAR: &str = "AGENTBOX_TEST_DAYTONA_PYTHON";
 /// The judge's whole run, bounded.
 const JUDGE_TIMEOUT: Duration = Duration::from_secs(360);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_judges_the_fake() {
     let test = "the_python_sdk_judges_the_fake";
-    let Some(py) = judge::python(VAR, "scripts/daytona-clients", test) else {
+    let Some(py) = judge::python("daytona", test) else {
         return;
     };
     let Some(rootfs) = agentbox_testing::services::rootfs(test) else {

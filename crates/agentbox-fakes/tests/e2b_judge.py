@@ -7,6 +7,10 @@ Each step prints `OK <step>`; `WAIT <what>` asks the Rust side to act on the fak
 `VANISH <id>` (printed from a timer, mid-command) asks it to make a sandbox vanish.
 """
 
+# /// script
+# dependencies = ["e2b>=2.63,<3"]
+# ///
+
 import datetime
 import os
 import threading

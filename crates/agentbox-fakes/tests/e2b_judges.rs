@@ -5,7 +5,7 @@
 //! reads files byte for byte and lists, makes, renames, stats and removes them, sets a timeout
 //! and reads it back, meets the plan's most, lists by metadata paging past the fake's small
 //! page, pauses and resumes (the files kept, the programs gone), meets a sandbox that vanishes
-//! mid-command, kills, and meets a wrong key (`tests/e2b_judge.py`). `scripts/e2b-clients`
+//! mid-command, kills, and meets a wrong key (`tests/e2b_judge.py`). `scripts/judge-clients e2b`
 //! installs the SDK; `scripts/test` exports the venv's python as `AGENTBOX_TEST_E2B_PYTHON`.
 
 use std::path::Path;
@@ -15,7 +15,6 @@ use agentbox_fakes::e2b::{FakeE2B, FakeE2BOptions};
 #[path = "common/judge.rs"]
 mod judge;
 
-const VAR: &str = "AGENTBOX_TEST_E2B_PYTHON";
 /// The judge's whole run, bounded.
 const JUDGE_TIMEOUT: Duration = Duration::from_secs(600);
 /// The fake's page for the judge: the SDK pages past it.
@@ -24,7 +23,7 @@ const LIST_PAGE: usize = 2;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_judges_the_fake() {
     let test = "the_python_sdk_judges_the_fake";
-    let Some(py) = judge::python(VAR, "scripts/e2b-clients", test) else {
+    let Some(py) = judge::python("e2b", test) else {
         return;
     };
     agentbox_testing::runner::ensure();

@@ -7,6 +7,10 @@ agentbox provider uses), and JUDGE_LIST_PAGE (the fake's page size).
 Each step prints `OK <step>`; `WAIT <what>` asks the Rust side to act on the fake first.
 """
 
+# /// script
+# dependencies = ["modal>=1.6,<1.7"]
+# ///
+
 import os
 import sys
 import time

@@ -5,7 +5,7 @@
 //! a read cut part way that it resumes, a program not found, poll, an exec timeout), sets and
 //! lists tags (paging past the fake's small page), snapshots a filesystem both ways and starts
 //! from it, reads tunnels, terminates, meets a sandbox ended behind its back and a wrong token
-//! (`tests/modal_judge.py`). `scripts/modal-clients` installs the SDK; `scripts/test` exports
+//! (`tests/modal_judge.py`). `scripts/judge-clients modal` installs the SDK; `scripts/test` exports
 //! the venv's python as `AGENTBOX_TEST_MODAL_PYTHON`.
 
 use std::path::Path;
@@ -15,7 +15,6 @@ use agentbox_fakes::modal::{FakeModal, FakeModalOptions};
 #[path = "common/judge.rs"]
 mod judge;
 
-const VAR: &str = "AGENTBOX_TEST_MODAL_PYTHON";
 /// The judge's whole run, bounded.
 const JUDGE_TIMEOUT: Duration = Duration::from_secs(600);
 /// The fake's page for the judge: the SDK pages past it.
@@ -24,7 +23,7 @@ const LIST_PAGE: usize = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_judges_the_fake() {
     let test = "the_python_sdk_judges_the_fake";
-    let Some(py) = judge::python(VAR, "scripts/modal-clients", test) else {
+    let Some(py) = judge::python("modal", test) else {
         return;
     };
     agentbox_testing::runner::ensure();

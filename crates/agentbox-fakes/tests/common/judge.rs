@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-/// The SDK's python named by `var`, or `None` after the loud notice (a failure under CI);
-/// `installer` is the script that installs it.
-pub(crate) fn python(var: &str, installer: &str, test: &str) -> Option<PathBuf> {
-    if let Ok(p) = std::env::var(var)
+/// The python of `vendor`'s SDK, from `AGENTBOX_TEST_<VENDOR>_PYTHON`, or `None` after the loud
+/// notice (a failure under CI). `scripts/judge-clients <vendor>` installs it.
+pub(crate) fn python(vendor: &str, test: &str) -> Option<PathBuf> {
+    let var = format!("AGENTBOX_TEST_{}_PYTHON", vendor.to_uppercase());
+    let installer = format!("scripts/judge-clients {vendor}");
+    if let Ok(p) = std::env::var(&var)
         && !p.is_empty()
     {
         return Some(PathBuf::from(p));
