@@ -4,6 +4,10 @@
 //! seed's refusals, the network read back, the label index that trails, throttling, a toolbox
 //! that stops answering, errors in Daytona's words, the workspace rule, archive, the key kept
 //! out of the box).
+//!
+//! All of Daytona's proof is in this file: `view` reads Daytona from outside the provider; the
+//! suites at the top run on the fake; `judged` holds the fake to Daytona's own Python SDK; `live`
+//! runs the conformance suite on the real Daytona, where `DAYTONA_API_KEY` is set.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +18,9 @@ use agentbox_providers::daytona::{ApiKey, DaytonaOptions, DaytonaProvider};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_testing::conformance::{self, Options, Outside};
 
-#[path = "common/daytona_view.rs"]
-mod daytona_view;
 use agentbox_testing::services::rootfs;
 use agentbox_testing::sh;
-use daytona_view::View;
+use view::View;
 
 /// The fake's key. Not a secret: the fake's own.
 const KEY: &str = "dtn_fake_key_for_tests_0123456789";
@@ -666,4 +668,302 @@ async fn a_create_whose_answer_is_lost_leaves_no_sandbox_behind() {
     }
     assert!(gone, "the sandbox of the lost answer is left: {:?}", fake.sandboxes());
     fake.shutdown().await;
+}
+
+mod view {
+    //! Daytona seen from outside the provider, shared by the fake's and the live suites.
+
+    use agentbox_core::SandboxId;
+    use agentbox_testing::conformance::Outside;
+    use async_trait::async_trait;
+
+    /// Daytona's sandboxes seen through its API directly, not through the provider: a box has
+    /// ended when its sandbox is gone or not started; a pid is alive while `/proc/PID/stat` in the
+    /// sandbox says so (a toolbox call of this view's own).
+    pub(crate) struct View {
+        http: reqwest::Client,
+        api: String,
+        key: String,
+    }
+
+    impl View {
+        pub(crate) fn new(api: &str, key: &str) -> Self {
+            // The provider brings its own TLS; a client of the test's needs a process default.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            View {
+                http: reqwest::Client::builder().no_proxy().build().unwrap(),
+                api: api.to_string(),
+                key: key.to_string(),
+            }
+        }
+
+        /// The sandbox as the API answers it; `None` where it answers 404.
+        pub(crate) async fn read(&self, id: &SandboxId) -> Option<serde_json::Value> {
+            let r = self
+                .http
+                .get(format!("{}/sandbox/{}", self.api, id.name()))
+                .bearer_auth(&self.key)
+                .send()
+                .await
+                .unwrap();
+            if r.status() == 404 {
+                return None;
+            }
+            Some(r.json().await.unwrap())
+        }
+
+        /// Replace the sandbox's labels, as another client of the API would.
+        #[allow(dead_code)] // Only the fake's suite changes a box behind the provider's back.
+        pub(crate) async fn put_labels(&self, id: &SandboxId, labels: &serde_json::Value) {
+            let r = self
+                .http
+                .put(format!("{}/sandbox/{}/labels", self.api, id.name()))
+                .bearer_auth(&self.key)
+                .json(&serde_json::json!({ "labels": labels }))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "{}", r.status());
+        }
+
+        /// Run `script` in the sandbox by the toolbox, as a client of the API would.
+        pub(crate) async fn run(&self, id: &SandboxId, script: &str) -> (i64, String) {
+            let v: serde_json::Value = self
+                .http
+                .get(format!("{}/sandbox/{}", self.api, id.name()))
+                .bearer_auth(&self.key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let tb = v["toolboxProxyUrl"].as_str().unwrap().to_string();
+            let r: serde_json::Value = self
+                .http
+                .post(format!("{tb}/{}/process/execute", id.name()))
+                .bearer_auth(&self.key)
+                .json(&serde_json::json!({"command": script, "timeout": 30}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            (
+                r["exitCode"].as_i64().unwrap_or(-1),
+                r["result"].as_str().unwrap_or_default().to_string(),
+            )
+        }
+    }
+
+    #[async_trait]
+    impl Outside for View {
+        /// Gone, destroyed or being destroyed; a stopped (sleeping) sandbox has not ended.
+        async fn ended(&self, id: &SandboxId) -> bool {
+            match self.read(id).await {
+                None => true,
+                Some(v) => {
+                    v["desiredState"] == "destroyed"
+                        || matches!(
+                            v["state"].as_str(),
+                            Some("destroyed" | "destroying" | "error" | "build_failed")
+                        )
+                }
+            }
+        }
+
+        async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool {
+            if self.ended(id).await {
+                return false;
+            }
+            for pid in pids {
+                let (_, out) = self
+                    .run(
+                        id,
+                        &format!("sed -n 's/.*) \\(.\\).*/\\1/p' /proc/{pid}/stat 2>/dev/null"),
+                    )
+                    .await;
+                let state = out.trim();
+                if !state.is_empty() && state != "Z" && state != "X" {
+                    return true;
+                }
+            }
+            false
+        }
+    }
+}
+
+mod judged {
+    //! The judge: Daytona's own Python SDK (`daytona` 0.226.1), which nobody here wrote, against
+    //! the fake Daytona. Where the SDK and the fake disagree, the fake is wrong. Besides the SDK's
+    //! own walk, the judge makes every HTTP call the `daytona` provider makes, in the provider's
+    //! request shapes, through the SDK or its generated clients (`tests/daytona_judge.py`), so
+    //! the fake the provider is tested against answers those calls as Daytona's models read them.
+    //! `scripts/judge-clients daytona` installs it; `scripts/test` exports the venv's python as
+    //! `AGENTBOX_TEST_DAYTONA_PYTHON`.
+
+    use std::path::Path;
+    use std::time::Duration;
+
+    use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions};
+
+    use agentbox_testing::judge;
+
+    /// The judge's whole run, bounded.
+    const JUDGE_TIMEOUT: Duration = Duration::from_secs(360);
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_python_sdk_judges_the_fake() {
+        let test = "the_python_sdk_judges_the_fake";
+        let Some(py) = judge::python("daytona", test) else {
+            return;
+        };
+        let Some(rootfs) = agentbox_testing::services::rootfs(test) else {
+            return;
+        };
+        // The boxes' runner, and the server the judge starts in a box behind a preview URL.
+        let runner = agentbox_testing::runner::ensure();
+        let key = "judge-key-0123456789";
+        let fake = FakeDaytona::start(FakeDaytonaOptions {
+            rootfs: Some(rootfs.into()),
+            api_key: key.into(),
+            index_lag: Duration::from_millis(500),
+            ..Default::default()
+        })
+        .await
+        .expect("the fake starts");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests")
+            .join("daytona_judge.py");
+        let mut command = tokio::process::Command::new(&py);
+        command
+            .arg(&script)
+            .env("DAYTONA_API_URL", fake.api_url())
+            .env("DAYTONA_API_KEY", key)
+            .env("DAYTONA_USE_DEPRECATED_POLLING", "true")
+            .env("NO_PROXY", "127.0.0.1")
+            .env("JUDGE_RUNNER", &runner)
+            .env_remove("DAYTONA_SERVER_URL")
+            .env_remove("DAYTONA_JWT_TOKEN")
+            .env_remove("DAYTONA_TARGET");
+        let judged = judge::run(command, JUDGE_TIMEOUT, |line| {
+            if line == "WAIT throttle" {
+                // The SDK's urllib3 retries a GET answered 429 with Retry-After, three times
+                // (`RemoteDisconnectedRetry(total=3)`): the fourth 429 reaches the SDK.
+                fake.throttle(4);
+            }
+            if line == "WAIT fail-after-create" {
+                fake.fail_after_next_create(503).expect("503 is an error status");
+            }
+        })
+        .await;
+        judged.assert_steps(&[
+            "create",
+            "dirs",
+            "exec",
+            "exec-timeout",
+            "session-sync",
+            "session-async-logs",
+            "session-input-delete",
+            "upload-download",
+            "download-missing",
+            "set-labels",
+            "list-labels",
+            "stop",
+            "start",
+            "archive",
+            "rate-limit-429",
+            "not-found-404",
+            "delete",
+            "p-create",
+            "p-get",
+            "p-list-pages",
+            "p-labels",
+            "p-ttl",
+            "p-execute",
+            "p-upload",
+            "p-download",
+            "p-session-exec",
+            "p-preview",
+            "p-session-delete",
+            "p-stop",
+            "p-start",
+            "p-archive",
+            "p-delete",
+            "p-create-lost-answer",
+        ]);
+        assert!(
+            fake.list_queries()
+                .iter()
+                .any(|q| q.as_deref() == Some(r#"{"run": "two"}"#)),
+            "the SDK's labels query: {:?}",
+            fake.list_queries()
+        );
+        // The provider's labels query, as serde_json writes it, reached the fake as sent.
+        assert!(
+            fake.list_queries()
+                .iter()
+                .any(|q| q.as_deref() == Some(r#"{"agentbox.provider":"daytona"}"#)),
+            "the provider's labels query: {:?}",
+            fake.list_queries()
+        );
+        assert!(fake.sandboxes().is_empty(), "the judge left {:?}", fake.sandboxes());
+        fake.shutdown().await;
+    }
+}
+
+mod live {
+    //! Daytona boxes against the real Daytona: the conformance suite, only where `DAYTONA_API_KEY`
+    //! is set (and `DAYTONA_API_URL`, `DAYTONA_TARGET`, `AGENTBOX_DAYTONA_SNAPSHOT` as the SDK and
+    //! the provider read them; see docs/daytona.md). Without a key it says loudly that it did not
+    //! run; CI has no key and runs the fake's suite (`tests/daytona.rs`). It makes real sandboxes,
+    //! which cost money, and takes minutes: a lifetime is at least one of Daytona's minutes.
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use agentbox_core::Provider;
+    use agentbox_providers::daytona::{DaytonaOptions, DaytonaProvider};
+    use agentbox_providers::helper::HelperCommand;
+    use agentbox_testing::conformance::{self, Options};
+
+    use super::view::View;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn daytona_boxes_on_the_real_daytona_pass_the_conformance_suite() {
+        let mut opts = DaytonaOptions::from_env().expect("the Daytona variables read");
+        let Some(key) = opts.api_key.clone() else {
+            eprintln!(
+                "\n!!!! daytona_boxes_on_the_real_daytona_pass_the_conformance_suite: DAYTONA_API_KEY unset: this test \
+             did NOT run (it needs a Daytona account; see docs/daytona.md) !!!!\n"
+            );
+            return;
+        };
+        opts.runner = std::env::var_os("AGENTBOX_RUNNER").map(|p| HelperCommand {
+            program: p.into(),
+            args: Vec::new(),
+        });
+        let view = View::new(
+            &opts.api_url,
+            std::env::var("DAYTONA_API_KEY").as_deref().unwrap_or_default(),
+        );
+        drop(key);
+        let make = opts.clone();
+        let options = Options::new(
+            "daytona-live",
+            Duration::from_secs(70),
+            Duration::from_secs(90),
+            Arc::new(view),
+        );
+        let report = conformance::run(
+            conformance::factory(move || {
+                let o = make.clone();
+                async move { Arc::new(DaytonaProvider::new(o).unwrap()) as Arc<dyn Provider> }
+            }),
+            options,
+        )
+        .await;
+        report.assert_all_passed();
+    }
 }

@@ -1,9 +1,13 @@
 //! Modal boxes against the repository's fake Modal (`agentbox-fakes`), whose sandboxes really
-//! run their programs in namespace boxes and whose API the `modal` Python SDK judges (the
-//! fake's own tests): the conformance suite, and each of the seed's Modal rules: the
+//! run their programs in namespace boxes and whose API the `modal` Python SDK judges (in
+//! `judged` below): the conformance suite, and each of the seed's Modal rules: the
 //! refusals, the lifetime as Modal's timeout, GPU and FUSE read in the box, network and ports,
 //! stdin's end and its chunks, output resumed from its offset, attach that never fails a live
 //! sandbox, labels as tags, snapshots, and the token kept out of the box.
+//!
+//! All of Modal's proof is in this file: `view` reads Modal from outside the provider; the suites
+//! at the top run on the fake; `judged` holds the fake to Modal's own Python SDK; `live` runs the
+//! conformance suite on the real Modal, where `MODAL_TOKEN_ID` is set.
 
 #![cfg(feature = "modal")]
 
@@ -19,9 +23,7 @@ use agentbox_providers::modal::{ApiKey, ModalOptions, ModalProvider};
 use agentbox_testing::conformance::{self, Options};
 use agentbox_testing::services::rootfs;
 
-#[path = "common/modal_view.rs"]
-mod modal_view;
-use modal_view::View;
+use view::View;
 
 /// The fake's token. Not a secret: the fake's own.
 const TOKEN_ID: &str = "ak-agentbox-tests";
@@ -894,4 +896,447 @@ fn a_provider_without_a_token_is_refused_naming_the_variables() {
         e.message().contains("MODAL_TOKEN_ID") && e.message().contains("MODAL_TOKEN_SECRET"),
         "{e}"
     );
+}
+
+mod view {
+    //! Modal seen from outside the provider: Modal's own API called directly (the generated
+    //! client of `agentbox-modal-proto`, never the provider's code), shared by the fake's and
+    //! the live suites.
+
+    use agentbox_core::SandboxId;
+    use agentbox_modal_proto::client as pb;
+    use agentbox_modal_proto::client::modal_client_client::ModalClientClient;
+    use agentbox_modal_proto::task_command_router as tcr;
+    use agentbox_modal_proto::task_command_router::task_command_router_client::TaskCommandRouterClient;
+    use agentbox_testing::conformance::Outside;
+    use async_trait::async_trait;
+    use tonic::Request;
+    use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+    /// A Modal client of the test's own.
+    pub(crate) struct View {
+        channel: Channel,
+        token_id: String,
+        token_secret: String,
+    }
+
+    impl View {
+        pub(crate) fn new(server_url: &str, token_id: &str, token_secret: &str) -> Self {
+            let mut e = Endpoint::from_shared(server_url.trim_end_matches('/').to_string()).unwrap();
+            if server_url.starts_with("https://") {
+                e = e.tls_config(ClientTlsConfig::new().with_native_roots()).unwrap();
+            }
+            View {
+                channel: e.connect_lazy(),
+                token_id: token_id.into(),
+                token_secret: token_secret.into(),
+            }
+        }
+
+        fn req<T>(&self, m: T) -> Request<T> {
+            let mut r = Request::new(m);
+            r.metadata_mut()
+                .insert("x-modal-token-id", self.token_id.parse().unwrap());
+            r.metadata_mut()
+                .insert("x-modal-token-secret", self.token_secret.parse().unwrap());
+            r.metadata_mut().insert("x-modal-client-type", "1".parse().unwrap());
+            r.metadata_mut()
+                .insert("x-modal-client-version", "1.6.4".parse().unwrap());
+            r
+        }
+
+        fn client(&self) -> ModalClientClient<Channel> {
+            ModalClientClient::new(self.channel.clone())
+        }
+
+        /// The sandbox's result, once it ended.
+        pub(crate) async fn result(&self, sandbox_id: &str) -> Option<pb::GenericResult> {
+            let w = self
+                .client()
+                .sandbox_wait(self.req(pb::SandboxWaitRequest {
+                    sandbox_id: sandbox_id.into(),
+                    timeout: 0.0,
+                }))
+                .await;
+            match w {
+                Ok(w) => w
+                    .into_inner()
+                    .result
+                    .filter(|r| r.status != pb::generic_result::GenericStatus::Unspecified as i32),
+                Err(s) if s.code() == tonic::Code::NotFound => Some(pb::GenericResult::default()),
+                Err(s) => panic!("SandboxWait: {s}"),
+            }
+        }
+
+        /// The sandbox's tags.
+        #[allow(dead_code)] // Only the fake's suite changes a box's tags behind the provider.
+        pub(crate) async fn tags(&self, sandbox_id: &str) -> std::collections::BTreeMap<String, String> {
+            let r = self
+                .client()
+                .sandbox_tags_get(self.req(pb::SandboxTagsGetRequest {
+                    sandbox_id: sandbox_id.into(),
+                }))
+                .await
+                .unwrap()
+                .into_inner();
+            r.tags.into_iter().map(|t| (t.tag_name, t.tag_value)).collect()
+        }
+
+        /// Replace the sandbox's tags.
+        #[allow(dead_code)] // Only the fake's suite changes a box's tags behind the provider.
+        pub(crate) async fn set_tags(&self, sandbox_id: &str, tags: &std::collections::BTreeMap<String, String>) {
+            self.client()
+                .sandbox_tags_set(
+                    self.req(pb::SandboxTagsSetRequest {
+                        sandbox_id: sandbox_id.into(),
+                        tags: tags
+                            .iter()
+                            .map(|(k, v)| pb::SandboxTag {
+                                tag_name: k.clone(),
+                                tag_value: v.clone(),
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }),
+                )
+                .await
+                .unwrap();
+        }
+
+        #[allow(dead_code)] // Only the fake's suite reads a sandbox's listing.
+        /// The sandbox as Modal lists it (its timeout, tags…), if it is in `app_id`.
+        pub(crate) async fn info(&self, app_id: &str, sandbox_id: &str) -> Option<pb::SandboxInfo> {
+            let r = self
+                .client()
+                .sandbox_list(self.req(pb::SandboxListRequest {
+                    app_id: app_id.into(),
+                    include_finished: true,
+                    ..Default::default()
+                }))
+                .await
+                .unwrap()
+                .into_inner();
+            r.sandboxes.into_iter().find(|s| s.id == sandbox_id)
+        }
+
+        #[allow(dead_code)] // Only the fake's suite reads a sandbox's listing.
+        /// The app's id by name (looked up, never made).
+        pub(crate) async fn app_id(&self, name: &str) -> String {
+            self.client()
+                .app_get_or_create(self.req(pb::AppGetOrCreateRequest {
+                    app_name: name.into(),
+                    object_creation_type: pb::ObjectCreationType::Unspecified as i32,
+                    ..Default::default()
+                }))
+                .await
+                .unwrap()
+                .into_inner()
+                .app_id
+        }
+
+        /// Run `sh -c script` in the sandbox through its command router; its exit code.
+        pub(crate) async fn sh(&self, sandbox_id: &str, script: &str, args: &[String]) -> Result<i32, tonic::Status> {
+            let task_id = self
+                .client()
+                .sandbox_get_task_id(self.req(pb::SandboxGetTaskIdRequest {
+                    sandbox_id: sandbox_id.into(),
+                    timeout: Some(10.0),
+                    wait_until_ready: false,
+                }))
+                .await?
+                .into_inner()
+                .task_id
+                .unwrap_or_default();
+            let access = self
+                .client()
+                .task_get_command_router_access(self.req(pb::TaskGetCommandRouterAccessRequest {
+                    task_id: task_id.clone(),
+                }))
+                .await?
+                .into_inner();
+            let mut e = Endpoint::from_shared(access.url.clone()).unwrap();
+            if access.url.starts_with("https://") {
+                e = e.tls_config(ClientTlsConfig::new().with_native_roots()).unwrap();
+            }
+            let mut router = TaskCommandRouterClient::new(e.connect_lazy());
+            let bearer: tonic::metadata::AsciiMetadataValue = format!("Bearer {}", access.jwt).parse().unwrap();
+            fn with<T>(bearer: &tonic::metadata::AsciiMetadataValue, m: T) -> Request<T> {
+                let mut r = Request::new(m);
+                r.metadata_mut().insert("authorization", bearer.clone());
+                r
+            }
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let exec_id = format!(
+                "view-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            );
+            let mut command_args = vec!["sh".to_string(), "-c".into(), script.into(), "view".into()];
+            command_args.extend(args.iter().cloned());
+            router
+                .task_exec_start(with(
+                    &bearer,
+                    tcr::TaskExecStartRequest {
+                        task_id: task_id.clone(),
+                        exec_id: exec_id.clone(),
+                        command_args,
+                        stdout_config: tcr::TaskExecStdoutConfig::Devnull as i32,
+                        stderr_config: tcr::TaskExecStderrConfig::Devnull as i32,
+                        ..Default::default()
+                    },
+                ))
+                .await
+                .unwrap();
+            router
+                .task_exec_stdin_write(with(
+                    &bearer,
+                    tcr::TaskExecStdinWriteRequest {
+                        task_id: task_id.clone(),
+                        exec_id: exec_id.clone(),
+                        offset: 0,
+                        data: vec![],
+                        eof: true,
+                    },
+                ))
+                .await
+                .unwrap();
+            let w = router
+                .task_exec_wait(with(&bearer, tcr::TaskExecWaitRequest { task_id, exec_id }))
+                .await?
+                .into_inner();
+            Ok(match w.exit_status {
+                Some(tcr::task_exec_wait_response::ExitStatus::Code(c)) => c,
+                Some(tcr::task_exec_wait_response::ExitStatus::Signal(s)) => 128 + s,
+                None => panic!("TaskExecWait answered no exit"),
+            })
+        }
+    }
+
+    /// Whether any of `pids` runs and is not a zombie: exits 0 when one does.
+    const ANY_ALIVE: &str = r#"for p; do
+  st=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -c1)
+  [ -n "$st" ] && [ "$st" != Z ] && exit 0
+done
+exit 1"#;
+
+    #[async_trait]
+    impl Outside for View {
+        async fn ended(&self, id: &SandboxId) -> bool {
+            self.result(id.name()).await.is_some()
+        }
+
+        async fn any_alive(&self, id: &SandboxId, pids: &[u32]) -> bool {
+            if self.ended(id).await {
+                return false;
+            }
+            let args: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+            // A sandbox that ended under the question runs nothing.
+            self.sh(id.name(), ANY_ALIVE, &args).await.is_ok_and(|c| c == 0)
+        }
+    }
+}
+
+mod judged {
+    //! The judge: Modal's own Python SDK (`modal` 1.6.x), which nobody here wrote, against the
+    //! fake Modal. Where they disagree, the fake is wrong. The SDK looks up an app (and a missing
+    //! one), sets its tags, makes sandboxes (env, blocked network, ports, a GPU, runtime `vm` with FUSE, a short timeout,
+    //! an entrypoint that exits), execs in them (output and exit code, stdin, a few MiB of output,
+    //! a read cut part way that it resumes, a program not found, poll, an exec timeout), sets and
+    //! lists tags (paging past the fake's small page), snapshots a filesystem both ways and starts
+    //! from it, reads tunnels, terminates, meets a sandbox ended behind its back and a wrong token
+    //! (`tests/modal_judge.py`). `scripts/judge-clients modal` installs the SDK; `scripts/test` exports
+    //! the venv's python as `AGENTBOX_TEST_MODAL_PYTHON`.
+
+    use std::path::Path;
+    use std::time::Duration;
+
+    use agentbox_fakes::modal::{FakeModal, FakeModalOptions};
+    use agentbox_testing::judge;
+
+    /// The judge's whole run, bounded.
+    const JUDGE_TIMEOUT: Duration = Duration::from_secs(600);
+    /// The fake's page for the judge: the SDK pages past it.
+    const LIST_PAGE: usize = 3;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_python_sdk_judges_the_fake() {
+        let test = "the_python_sdk_judges_the_fake";
+        let Some(py) = judge::python("modal", test) else {
+            return;
+        };
+        agentbox_testing::runner::ensure();
+        let (token_id, secret) = ("ak-judge0123", "as-judge-secret-0123456789");
+        let fake = FakeModal::start(FakeModalOptions {
+            token_id: token_id.into(),
+            token_secret: secret.into(),
+            rootfs: std::env::var_os("AGENTBOX_TEST_ROOTFS").map(Into::into),
+            gpus: vec![("T4".into(), vec!["Tesla T4".into()])],
+            list_page: LIST_PAGE,
+            fuse: true,
+            ..Default::default()
+        })
+        .await
+        .expect("the fake starts");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let config = dir.path().join("modal.toml");
+        std::fs::write(&config, "").expect("an empty config");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests")
+            .join("modal_judge.py");
+        let mut command = tokio::process::Command::new(&py);
+        command
+            .arg(&script)
+            .env("MODAL_SERVER_URL", fake.url())
+            .env("MODAL_TOKEN_ID", token_id)
+            .env("MODAL_TOKEN_SECRET", secret)
+            .env("MODAL_CONFIG_PATH", &config)
+            .env("MODAL_SANDBOX_V2", "0")
+            .env("JUDGE_LIST_PAGE", LIST_PAGE.to_string())
+            .env("HOME", dir.path())
+            .env("NO_PROXY", "127.0.0.1")
+            .env_remove("MODAL_PROFILE")
+            .env_remove("MODAL_ENVIRONMENT")
+            .env_remove("HTTP_PROXY")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("ALL_PROXY");
+        let judged = judge::run(command, JUDGE_TIMEOUT, |line| {
+            if line.starts_with("WAIT cut ") {
+                // Two reads cut part way: the SDK resumes each from the offset it reached.
+                fake.cut_stdio_after(65_536, 2);
+            } else if let Some(id) = line.strip_prefix("WAIT end ") {
+                assert!(fake.end_sandbox(id), "the sandbox to end runs");
+            }
+        })
+        .await;
+        judged.assert_steps(&[
+            "app-lookup",
+            "app-tags",
+            "create",
+            "exec",
+            "env",
+            "exec-env",
+            "stdin",
+            "large-output",
+            "stdio-resume",
+            "not-found",
+            "exec-poll-timeout",
+            "block-network",
+            "tags",
+            "list-tags",
+            "list-paging",
+            "snapshot-sdk",
+            "snapshot-legacy",
+            "snapshot-memory",
+            "tunnels",
+            "gpu",
+            "fuse",
+            "timeout",
+            "entrypoint-exit",
+            "terminate",
+            "ended",
+            "bad-token",
+        ]);
+        let log = fake.requests();
+        let reads = log.iter().filter(|c| c.method == "TaskExecStdioRead").count();
+        assert!(reads >= 4, "the SDK's stdio reads: {reads}");
+        assert!(
+            log.iter().any(|c| c.method == "SandboxList"),
+            "the SDK listed sandboxes"
+        );
+        assert!(
+            !log.iter().any(|c| format!("{c:?}").contains(secret)),
+            "the secret was recorded"
+        );
+        let all = fake.sandboxes();
+        assert!(all.len() > LIST_PAGE + 5, "sandboxes made: {}", all.len());
+        fake.shutdown().await;
+    }
+}
+
+mod live {
+    //! Modal boxes against the real Modal: the conformance suite, and a VM with FUSE, only where
+    //! `MODAL_TOKEN_ID` and `MODAL_TOKEN_SECRET` are set (see docs/modal.md). Without them it
+    //! says loudly that it did not run; CI has no token and runs the fake's suite
+    //! (`tests/modal.rs`). Its boxes belong to an app of its own (`agentbox-live-PID`, or
+    //! `AGENTBOX_MODAL_APP`), and the suite checks that none is left running. Sandboxes are billed
+    //! by the second.
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use agentbox_core::{Ctx, Labels, Provider, Spec};
+    use agentbox_providers::modal::{ModalOptions, ModalProvider};
+    use agentbox_testing::conformance::{self, Options};
+
+    use super::view::View;
+
+    /// The options from the environment, or `None` (said loudly) where there is no token.
+    fn live(test: &str) -> Option<ModalOptions> {
+        if std::env::var("MODAL_TOKEN_ID").is_err() || std::env::var("MODAL_TOKEN_SECRET").is_err() {
+            eprintln!(
+                "\n!!!! {test}: MODAL_TOKEN_ID or MODAL_TOKEN_SECRET unset: this test did NOT run (it needs a Modal \
+             account; see docs/modal.md) !!!!\n"
+            );
+            return None;
+        }
+        let mut o = ModalOptions::from_env().expect("the Modal variables read");
+        if std::env::var("AGENTBOX_MODAL_APP").is_err() {
+            o.app = format!("agentbox-live-{}", std::process::id());
+        }
+        Some(o)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn modal_boxes_on_the_real_modal_pass_the_conformance_suite() {
+        let Some(o) = live("modal_boxes_on_the_real_modal_pass_the_conformance_suite") else {
+            return;
+        };
+        let view = View::new(
+            &o.server_url,
+            o.token_id.as_deref().unwrap(),
+            &std::env::var("MODAL_TOKEN_SECRET").unwrap(),
+        );
+        let make = o.clone();
+        let report = conformance::run(
+            conformance::factory(move || {
+                let o = make.clone();
+                async move { Arc::new(ModalProvider::new(o).unwrap()) as Arc<dyn Provider> }
+            }),
+            Options::new(
+                "modal-live",
+                Duration::from_secs(20),
+                Duration::from_secs(60),
+                Arc::new(view),
+            ),
+        )
+        .await;
+        // Whatever the report, nothing of the suite's is left running.
+        let p = ModalProvider::new(o).unwrap();
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(120));
+        for b in p.list(&Labels::new(), &ctx).await.expect("listing the suite's app") {
+            eprintln!("modal live suite: ending {} left running", b.id());
+            let _ = b.destroy(&ctx).await;
+        }
+        report.assert_all_passed();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_vm_with_fuse_on_the_real_modal_reads_its_facts_in_the_box() {
+        let Some(o) = live("a_vm_with_fuse_on_the_real_modal_reads_its_facts_in_the_box") else {
+            return;
+        };
+        let p = ModalProvider::new(o).unwrap();
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(300));
+        let spec = Spec {
+            capabilities: vec!["fuse".into()],
+            ..Spec::new(Duration::from_secs(120))
+        };
+        let b = p.create(&spec, &ctx).await.expect("a VM with FUSE");
+        let f = b.facts().clone();
+        b.destroy(&ctx).await.unwrap();
+        assert_eq!(f.isolation, "vm");
+        assert_eq!(f.fuse, Some(true));
+        assert!(f.ptrace_scope.is_some(), "{f:?}");
+        assert!(f.started_at_ms.is_some(), "{f:?}");
+    }
 }

@@ -1,13 +1,14 @@
 //! Testing support for agentbox: the conformance suite every provider passes, the fake
 //! provider, a box without live processes over any box (`one_call`), and what tests share
 //! (outside views, services, re-executed children, networks of a test's own, the runner
-//! binary).
+//! binary, a vendor's SDK run as the judge of its fake).
 //!
 //! Never a dependency of non-test code.
 
 pub mod conformance;
 pub mod fake;
 pub mod isolation;
+pub mod judge;
 pub mod netns;
 pub mod one_call;
 pub mod outside;

@@ -4,7 +4,7 @@
 //!
 //! It is what the `archil` provider is tested against, and it is itself judged by Archil's
 //! own Python SDK (`archil` 0.18.0, with the generated `archil-openapi` 0.0.61, in
-//! `tests/archil_judges.rs`): where the SDK and the fake disagree, the fake is wrong. It
+//! `providers/tests/archil.rs`): where the SDK and the fake disagree, the fake is wrong. It
 //! answers what the real service answers and nothing for agentbox's sake; where the SDK and
 //! the openapi are silent it does what a real service plausibly would, and says so here and
 //! in each module's first lines. `docs/fakes.md` is the overview.

@@ -2,7 +2,7 @@
 //! (`agentbox_providers::namespace`) whose root is its snapshot's directory.
 //!
 //! It is what the `daytona` provider is tested against, and it is itself judged by Daytona's
-//! own Python SDK (`daytona` 0.226.1, in `tests/daytona_judges.rs`): where the SDK and the
+//! own Python SDK (`daytona` 0.226.1, in `providers/tests/daytona.rs`): where the SDK and the
 //! fake disagree, the fake is wrong. It answers what the real service answers and nothing for
 //! agentbox's sake. `docs/fakes.md` is the overview.
 //!

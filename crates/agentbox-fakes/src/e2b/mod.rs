@@ -2,7 +2,7 @@
 //! (`agentbox_providers::namespace`): one long-lived box per sandbox, its programs really run.
 //!
 //! It is what the `e2b` provider is tested against, and it is itself judged by E2B's own
-//! Python SDK (`e2b` 2.63, in `tests/e2b_judges.rs`): where the SDK and the fake disagree, the
+//! Python SDK (`e2b` 2.63, in `providers/tests/e2b.rs`): where the SDK and the fake disagree, the
 //! fake is wrong. It answers what the real service answers and nothing for agentbox's sake;
 //! where the SDK and the spec are silent it does what a real service plausibly would, and says
 //! so here. `docs/fakes.md` is the overview.

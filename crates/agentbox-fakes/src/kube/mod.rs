@@ -2,7 +2,7 @@
 //! (`agentbox_providers::namespace`), its container's command the box's first process.
 //!
 //! It is what the `kube` provider is tested against, and it is itself judged by kubectl
-//! 1.35 and the `kubernetes` Python client (`tests/kube_judges.rs`): where they and the fake
+//! 1.35 and the `kubernetes` Python client (`providers/tests/kube.rs`): where they and the fake
 //! disagree, the fake is wrong. It answers what a real API server answers and nothing for
 //! agentbox's sake. `docs/fakes.md` is the overview; the details are here and in each
 //! module's first lines.

@@ -2,7 +2,7 @@
 //! (`agentbox_providers::namespace`): one long-lived box per sandbox, its execs really run.
 //!
 //! It is what the `modal` provider is tested against, and it is itself judged by Modal's own
-//! Python SDK (`modal` 1.6.x, in `tests/modal_judges.rs`): where the SDK and the fake
+//! Python SDK (`modal` 1.6.x, in `providers/tests/modal.rs`): where the SDK and the fake
 //! disagree, the fake is wrong. It answers what the real service answers and nothing for
 //! agentbox's sake; where the SDK and the protocol are silent it does what a real service
 //! plausibly would, and says so here. `docs/fakes.md` is the overview.

@@ -1,6 +1,6 @@
 """The `kubernetes` Python client's CustomObjectsApi against the fake in agent-sandbox mode
 (KUBECONFIG): one `OK <step>` line per step that held; any failure raises, so the script
-exits non-zero with a traceback. Run by tests/kube_judges.rs with the venv's python from
+exits non-zero with a traceback. Run by tests/kube.rs (its `judged` module) with the venv's python from
 scripts/kube-clients."""
 
 import sys

@@ -1,5 +1,5 @@
 """The judge of agentbox's fake E2B: E2B's own Python SDK (`e2b` 2.x), which nobody here
-wrote, drives the fake and asserts each answer. Run by tests/e2b_judges.rs, which starts the
+wrote, drives the fake and asserts each answer. Run by tests/e2b.rs (its `judged` module), which starts the
 fake and sets E2B_API_URL and E2B_SANDBOX_URL (both the fake's one url: envd calls carry
 `E2b-Sandbox-Id`), E2B_API_KEY, E2B_HTTP_VERSION=1.1 and JUDGE_LIST_PAGE (the fake's page).
 

@@ -1,6 +1,6 @@
 """The judge: Archil's own Python SDK (`archil` 0.18.0) and its generated client
 (`archil-openapi` 0.0.61), which nobody here wrote, against agentbox's fake Archil. Run by
-tests/archil_judges.rs with ARCHIL_BASE_URL, ARCHIL_S3_BASE_URL and ARCHIL_API_KEY in the
+tests/archil.rs (its `judged` module) with ARCHIL_BASE_URL, ARCHIL_S3_BASE_URL and ARCHIL_API_KEY in the
 environment; the fake's exec limit is JUDGE_EXEC_LIMIT_S seconds. Prints `OK <step>` per
 step and exits non-zero at the first failure. Where the test must act on the fake (a
 scripted fault), it prints `WAIT <what> <disk id>` and reads one line from stdin once the test

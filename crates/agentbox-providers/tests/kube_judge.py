@@ -1,6 +1,6 @@
 """The `kubernetes` Python client against the fake (KUBECONFIG): one `OK <step>` line per
 step that held; any failure raises, so the script exits non-zero with a traceback. Run by
-tests/kube_judges.rs with the venv's python from scripts/kube-clients."""
+tests/kube.rs (its `judged` module) with the venv's python from scripts/kube-clients."""
 
 import random
 import socket

@@ -1,5 +1,5 @@
 """The judge: Daytona's own Python SDK (`daytona` 0.226.1), which nobody here wrote, against
-agentbox's fake Daytona. Run by tests/daytona_judges.rs with DAYTONA_API_URL and
+agentbox's fake Daytona. Run by tests/daytona.rs (its `judged` module) with DAYTONA_API_URL and
 DAYTONA_API_KEY in the environment (and JUDGE_RUNNER, a static server to start in a box).
 Prints `OK <step>` per step and exits non-zero at the first failure. Where the test must act
 on the fake (its throttle), it prints `WAIT <what>` and reads one line from stdin once the

@@ -1,5 +1,5 @@
 """The judge of agentbox's fake Modal: Modal's own Python SDK (`modal` 1.6.x), which nobody
-here wrote, drives the fake and asserts each answer. Run by tests/modal_judges.rs, which
+here wrote, drives the fake and asserts each answer. Run by tests/modal.rs (its `judged` module), which
 starts the fake and sets MODAL_SERVER_URL, MODAL_TOKEN_ID, MODAL_TOKEN_SECRET,
 MODAL_CONFIG_PATH (an empty file) and MODAL_SANDBOX_V2=0 (the V1 sandbox calls, which the
 agentbox provider uses), and JUDGE_LIST_PAGE (the fake's page size).

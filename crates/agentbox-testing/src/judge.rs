@@ -1,6 +1,19 @@
-//! Running a vendor's Python SDK as a fake's judge (`tests/*_judge.py`): the SDK's python from
-//! the variable `scripts/test` exports, the script's `OK <step>` lines, its `WAIT <what>`
-//! requests answered once the test acted on the fake, its end within a deadline.
+//! Running a vendor's Python SDK as the judge of its fake (`tests/<vendor>_judge.py` of the
+//! providers crate): the SDK's python from the variable `scripts/test` exports, the script's
+//! `OK <step>` lines, its `WAIT <what>` requests answered once the test acted on the fake, its
+//! end within a deadline.
+//!
+//! ```no_run
+//! # async fn f() {
+//! use std::time::Duration;
+//! use agentbox_testing::judge;
+//! let Some(python) = judge::python("acme", "the_python_sdk_judges_the_fake") else { return };
+//! let mut command = tokio::process::Command::new(python);
+//! command.arg("tests/acme_judge.py").env("ACME_API_URL", "http://127.0.0.1:41234");
+//! let judged = judge::run(command, Duration::from_secs(600), |_line| {}).await;
+//! judged.assert_steps(&["create", "run"]);
+//! # }
+//! ```
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,7 +22,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// The python of `vendor`'s SDK, from `AGENTBOX_TEST_<VENDOR>_PYTHON`, or `None` after the loud
 /// notice (a failure under CI). `scripts/judge-clients <vendor>` installs it.
-pub(crate) fn python(vendor: &str, test: &str) -> Option<PathBuf> {
+pub fn python(vendor: &str, test: &str) -> Option<PathBuf> {
     let var = format!("AGENTBOX_TEST_{}_PYTHON", vendor.to_uppercase());
     let installer = format!("scripts/judge-clients {vendor}");
     if let Ok(p) = std::env::var(&var)
@@ -25,16 +38,16 @@ pub(crate) fn python(vendor: &str, test: &str) -> Option<PathBuf> {
 }
 
 /// What a judge printed.
-pub(crate) struct Judged {
+pub struct Judged {
     /// Its stdout.
-    pub(crate) said: String,
+    pub said: String,
     /// Its stderr.
-    pub(crate) errs: String,
+    pub errs: String,
 }
 
 impl Judged {
     /// Every one of `steps` was passed (`OK <step>`).
-    pub(crate) fn assert_steps(&self, steps: &[&str]) {
+    pub fn assert_steps(&self, steps: &[&str]) {
         for step in steps {
             assert!(
                 self.said.lines().any(|l| l == format!("OK {step}")),
@@ -49,7 +62,7 @@ impl Judged {
 /// Run `judge` (its program, script and environment set) to its end within `limit`: each line
 /// it prints is echoed and given to `act`; after `act` sees a line starting `WAIT `, the judge
 /// is told to go on. Panics, with all it said, unless it exits 0.
-pub(crate) async fn run(mut judge: tokio::process::Command, limit: Duration, mut act: impl FnMut(&str)) -> Judged {
+pub async fn run(mut judge: tokio::process::Command, limit: Duration, mut act: impl FnMut(&str)) -> Judged {
     let mut child = judge
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
