@@ -39,6 +39,10 @@ pub enum ErrorCode {
     PermissionDenied,
     /// A holder whose claim was taken tried to write: a later generation holds the run.
     Fenced,
+    /// The caller did not say who it is, or named a key nobody holds (a service's API key).
+    Unauthenticated,
+    /// Too many requests, or a quota reached: try again later (a service says when).
+    RateLimited,
     /// Anything else; the message says what.
     Unknown,
 }
@@ -59,6 +63,8 @@ impl ErrorCode {
             ErrorCode::TransferFailed => "transfer_failed",
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::Fenced => "fenced",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -66,7 +72,7 @@ impl ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order they are declared: what [`ErrorCode::from_str`] accepts.
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::Invalid,
         ErrorCode::Unsupported,
         ErrorCode::NotFound,
@@ -79,6 +85,8 @@ impl ErrorCode {
         ErrorCode::TransferFailed,
         ErrorCode::PermissionDenied,
         ErrorCode::Fenced,
+        ErrorCode::Unauthenticated,
+        ErrorCode::RateLimited,
         ErrorCode::Unknown,
     ];
 
@@ -250,6 +258,8 @@ constructors! {
     too_large => TooLarge,
     transfer_failed => TransferFailed,
     fenced => Fenced,
+    unauthenticated => Unauthenticated,
+    rate_limited => RateLimited,
     unknown => Unknown,
 }
 
@@ -320,7 +330,9 @@ mod tests {
                 ErrorCode::TransferFailed => 9,
                 ErrorCode::PermissionDenied => 10,
                 ErrorCode::Fenced => 11,
-                ErrorCode::Unknown => 12,
+                ErrorCode::Unauthenticated => 12,
+                ErrorCode::RateLimited => 13,
+                ErrorCode::Unknown => 14,
             }
         }
         for (i, c) in ErrorCode::ALL.into_iter().enumerate() {

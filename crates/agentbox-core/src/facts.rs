@@ -10,6 +10,7 @@ use crate::spec::PortKind;
 
 /// What a provider says, and where it matters measures, about one box.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Facts {
     /// The provider's name: `local`, `docker`...
     pub provider: String,
@@ -128,6 +129,7 @@ pub struct Facts {
 
 /// The network a box has, as its provider reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkFact {
     /// Unrestricted.
@@ -150,6 +152,7 @@ pub enum NetworkFact {
 
 /// An exposed port.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PortFact {
     /// The port in the box.
     pub port: u16,

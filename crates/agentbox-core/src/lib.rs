@@ -30,8 +30,8 @@ pub use lifecycle::{
     Lifecycle, MAX_FORK, Snapshot, check_deadline, check_fork, check_fork_count, refuse, validate_name,
 };
 pub use process::{
-    ByteReader, ByteWriter, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, MAX_TTY, NoInput, OutputGap,
-    Process, ProcessControl, SIGKILL, SIGNALS, SIGTERM, Stdin, Tty, finish, read_bounded,
+    ByteReader, ByteWriter, Cut, ExecOptions, ExitStatus, FinishOptions, Finished, Killer, MAX_TTY, NoInput, OutputGap,
+    Process, ProcessControl, SIGKILL, SIGNALS, SIGTERM, Stdin, Tty, finish, finish_cut, read_bounded,
 };
 pub use processes::{MAX_READ, MAX_READ_WAIT, OutputChunk, OutputRead, ProcessInfo, ProcessState, Processes, Stream};
 pub use sandbox::{Endpoint, Provider, Sandbox, Status};

@@ -560,7 +560,37 @@ impl Finished {
 /// Write `opts.stdin`, close it, read stdout and stderr together up to `opts.max_output`
 /// each, and wait for the exit. Reading both at once means a program that fills one pipe
 /// never stalls on the other.
-pub async fn finish(mut p: Process, opts: FinishOptions) -> Result<Finished> {
+pub async fn finish(p: Process, opts: FinishOptions) -> Result<Finished> {
+    collect(p, opts, false).await.map(|(f, _)| f)
+}
+
+/// What [`finish_cut`] left out of each stream, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cut {
+    /// Bytes of stdout past `max_output`, read and dropped.
+    pub stdout_dropped: u64,
+    /// Bytes of stderr past `max_output`, read and dropped.
+    pub stderr_dropped: u64,
+}
+
+/// As [`finish`], but past `opts.max_output` a stream's first bytes are kept and the rest is
+/// read and dropped (counted in [`Cut`]), and the program runs to its end: for a caller that
+/// answers with bounded output and says when it was cut.
+///
+/// ```no_run
+/// # async fn f(b: &dyn agentbox_core::Sandbox) -> agentbox_core::Result<()> {
+/// use agentbox_core::{Ctx, ExecOptions, FinishOptions, finish_cut};
+/// let p = b.exec(&["seq".into(), "1000000".into()], &ExecOptions::default(), &Ctx::background()).await?;
+/// let (done, cut) = finish_cut(p, FinishOptions { max_output: 1024, ..Default::default() }).await?;
+/// assert_eq!(done.stdout.len(), 1024);
+/// assert!(cut.stdout_dropped > 0);
+/// # Ok(()) }
+/// ```
+pub async fn finish_cut(p: Process, opts: FinishOptions) -> Result<(Finished, Cut)> {
+    collect(p, opts, true).await
+}
+
+async fn collect(mut p: Process, opts: FinishOptions, cut: bool) -> Result<(Finished, Cut)> {
     let stdin = p.stdin.take();
     let stdout = p.stdout.take();
     let stderr = p.stderr.take();
@@ -581,8 +611,8 @@ pub async fn finish(mut p: Process, opts: FinishOptions) -> Result<Finished> {
     let max = opts.max_output;
     let (w, out, err) = tokio::join!(
         write,
-        read_bounded(stdout, max, "stdout"),
-        read_bounded(stderr, max, "stderr")
+        read_up_to(stdout, max, cut, "stdout"),
+        read_up_to(stderr, max, cut, "stderr")
     );
     if let Err(e) = out.as_ref().and(err.as_ref()) {
         let _ = p.kill().await;
@@ -591,17 +621,27 @@ pub async fn finish(mut p: Process, opts: FinishOptions) -> Result<Finished> {
     }
     let status = p.wait().await?;
     w?;
-    Ok(Finished {
-        status,
-        stdout: out?,
-        stderr: err?,
-    })
+    let ((stdout, stdout_dropped), (stderr, stderr_dropped)) = (out?, err?);
+    Ok((
+        Finished { status, stdout, stderr },
+        Cut {
+            stdout_dropped,
+            stderr_dropped,
+        },
+    ))
 }
 
 /// Read a stream to its end, refusing past `max` bytes with `too_large`.
 pub async fn read_bounded(r: Option<ByteReader>, max: usize, what: &str) -> Result<Vec<u8>> {
-    let Some(mut r) = r else { return Ok(Vec::new()) };
+    read_up_to(r, max, false, what).await.map(|(buf, _)| buf)
+}
+
+/// Read a stream to its end: past `max` bytes, `too_large`, or with `cut` the rest read and
+/// counted but not kept.
+async fn read_up_to(r: Option<ByteReader>, max: usize, cut: bool, what: &str) -> Result<(Vec<u8>, u64)> {
+    let Some(mut r) = r else { return Ok((Vec::new(), 0)) };
     let mut buf = Vec::new();
+    let mut dropped = 0u64;
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         let n = r
@@ -609,12 +649,14 @@ pub async fn read_bounded(r: Option<ByteReader>, max: usize, what: &str) -> Resu
             .await
             .map_err(|e| Error::io(e, format!("reading {what}")))?;
         if n == 0 {
-            return Ok(buf);
+            return Ok((buf, dropped));
         }
-        if buf.len() + n > max {
+        let room = max - buf.len();
+        if n > room && !cut {
             return Err(Error::too_large(format!("{what}: more than {max} bytes")));
         }
-        buf.extend_from_slice(&chunk[..n]);
+        buf.extend_from_slice(&chunk[..n.min(room)]);
+        dropped += (n - n.min(room)) as u64;
     }
 }
 

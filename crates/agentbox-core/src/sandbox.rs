@@ -123,6 +123,7 @@ pub trait Sandbox: Send + Sync + 'static {
 
 /// Whether a box runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// It runs and takes execs.
@@ -135,6 +136,7 @@ pub enum Status {
 
 /// An address on which this machine reaches a port of a box.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Endpoint {
     /// A host name or address.
     pub host: String,

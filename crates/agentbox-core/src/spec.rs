@@ -35,10 +35,12 @@ pub const MAX_MOUNTS: usize = 8;
 /// assert!(spec.validate().is_ok());
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Spec {
     /// How long the box may live. The provider ends it then, with no call from the host.
     #[serde(with = "duration_ms", rename = "max_lifetime_ms")]
+    #[cfg_attr(feature = "schema", schemars(with = "u64"))]
     pub max_lifetime: Duration,
     /// The image to start from (Docker, cloud providers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,6 +89,7 @@ pub struct Spec {
 
 /// What a box may reach over the network.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
     /// Everything the provider's open network reaches. On a box of this machine with a network
@@ -108,6 +111,7 @@ pub enum Network {
 
 /// A port to expose: TLS (https) by default, or a raw TCP socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PortSpec {
     /// The port inside the box.
     pub port: u16,
@@ -118,6 +122,7 @@ pub struct PortSpec {
 
 /// How an exposed port is reached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PortKind {
     /// Through TLS (an https URL).
@@ -129,6 +134,7 @@ pub enum PortKind {
 
 /// A directory of this machine bound into the box.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Mount {
     /// A canonical absolute path on this machine.
@@ -327,6 +333,7 @@ pub fn is_normal_absolute(p: &str) -> bool {
 
 /// What a provider can honour. [`check_spec`] refuses everything else.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Honours {
     /// `image` is honoured.
     pub image: bool,

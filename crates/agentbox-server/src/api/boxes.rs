@@ -1,0 +1,252 @@
+//! Boxes: create from a spec, list by label, get, delete; each box owned by the key that made
+//! it. Another key's box answers `not_found`, exactly as a box that does not exist; an admin
+//! key reaches every box.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{
+    Ctx, Error, ErrorCode, Facts, Labels, Provider, Sandbox, SandboxId, Spec, Status, validate_labels,
+};
+use agentbox_providers::registry;
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::keys::KeyInfo;
+use crate::state::{AppState, OWNER_LABEL};
+
+/// How long making a box may take.
+const CREATE_DEADLINE: Duration = Duration::from_secs(300);
+/// How long any other call on a provider may take.
+pub(crate) const CALL_DEADLINE: Duration = Duration::from_secs(60);
+
+/// A box to make.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBox {
+    /// The provider that makes it (`GET /v1/providers` lists them); without it, the server's
+    /// default.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// What the box is asked for: every field of the contract's spec. A field the provider
+    /// cannot honour is refused (`unsupported`), never dropped.
+    pub spec: Spec,
+}
+
+/// A box, as the service shows it.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct BoxInfo {
+    /// Its id, `provider:name`: the path of every call on it.
+    pub id: String,
+    /// Its provider.
+    pub provider: String,
+    /// Its labels (the service's owner label included).
+    pub labels: Labels,
+    /// What it really got, as its provider says.
+    pub facts: Facts,
+    /// Whether it runs, where it was asked (`GET /v1/boxes/{id}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+}
+
+impl BoxInfo {
+    fn of(b: &dyn Sandbox) -> Self {
+        BoxInfo {
+            id: b.id().to_string(),
+            provider: b.id().provider().to_string(),
+            labels: b.labels().clone(),
+            facts: b.facts().clone(),
+            status: None,
+        }
+    }
+}
+
+/// The path of a box.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+pub struct BoxPath {
+    /// The box's id, `provider:name`.
+    pub id: String,
+}
+
+/// Which boxes to list.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListBoxes {
+    /// Only this provider's boxes.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Only boxes with all these labels: `key=value` pairs joined by commas.
+    #[serde(default)]
+    pub labels: Option<String>,
+}
+
+/// Whether `key` may use `provider`.
+fn may_use(key: &KeyInfo, provider: &str) -> Result<(), ApiError> {
+    match &key.limits.providers {
+        Some(allowed) if !allowed.iter().any(|p| p == provider) => Err(ApiError::new(
+            ErrorCode::PermissionDenied,
+            format!("provider {provider}: this key may use {}", allowed.join(", ")),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `key` owns `b` (an admin key owns every box).
+fn owns(key: &KeyInfo, b: &dyn Sandbox) -> bool {
+    key.admin || b.labels().get(OWNER_LABEL) == Some(&key.id)
+}
+
+/// The box `id` if `key` may reach it; a box of another key's is `not_found`, as one that
+/// does not exist.
+pub(crate) async fn reach(state: &AppState, key: &KeyInfo, id: &str) -> Result<Arc<dyn Sandbox>, ApiError> {
+    let parsed: SandboxId = id
+        .parse()
+        .map_err(|e: Error| ApiError::new(ErrorCode::Invalid, format!("box id {id:?}: {}", e.message())))?;
+    let missing = || ApiError::new(ErrorCode::NotFound, format!("box {id}: no such box"));
+    if registry::find(parsed.provider()).is_err() || may_use(key, parsed.provider()).is_err() {
+        return Err(missing());
+    }
+    let provider = state.provider(parsed.provider()).await?;
+    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+    match provider.attach(&parsed, &ctx).await? {
+        Some(b) if owns(key, b.as_ref()) => Ok(b),
+        _ => Err(missing()),
+    }
+}
+
+/// The boxes `key` owns (every box, for an admin key), of one provider or of every one this
+/// server can make.
+async fn owned(
+    state: &AppState,
+    key: &KeyInfo,
+    provider: Option<&str>,
+    extra: &Labels,
+) -> Result<Vec<Arc<dyn Sandbox>>, ApiError> {
+    let mut labels = extra.clone();
+    if !key.admin {
+        labels.insert(OWNER_LABEL.to_string(), key.id.clone());
+    }
+    let names: Vec<&str> = match provider {
+        Some(p) => {
+            may_use(key, p)?;
+            vec![p]
+        }
+        None => registry::names()
+            .into_iter()
+            .filter(|p| may_use(key, p).is_ok())
+            .collect(),
+    };
+    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+    let mut out = Vec::new();
+    for name in names {
+        let p: Arc<dyn Provider> = match state.provider(name).await {
+            Ok(p) => p,
+            // Named outright, its failure is the answer; otherwise a provider this server
+            // cannot make has no boxes to list.
+            Err(e) if provider.is_some() => return Err(e.into()),
+            Err(e) => {
+                tracing::debug!(provider = name, "not listed: {}", e.message());
+                continue;
+            }
+        };
+        out.extend(p.list(&labels, &ctx).await?);
+    }
+    Ok(out)
+}
+
+/// `POST /v1/boxes`.
+pub(crate) async fn create(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Json(body): Json<CreateBox>,
+) -> Result<(StatusCode, Json<BoxInfo>), ApiError> {
+    let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
+    may_use(&key, &name)?;
+    let mut spec = body.spec;
+    if spec.labels.contains_key(OWNER_LABEL) {
+        return Err(ApiError::new(
+            ErrorCode::Invalid,
+            format!("spec.labels: {OWNER_LABEL} is the service's own (the key that makes a box owns it)"),
+        ));
+    }
+    validate_labels(&spec.labels)?;
+    if let Some(most) = key.limits.max_lifetime
+        && spec.max_lifetime > most
+    {
+        return Err(ApiError::new(
+            ErrorCode::PermissionDenied,
+            format!(
+                "spec.max_lifetime_ms: {} is more than this key's {}",
+                spec.max_lifetime.as_millis(),
+                most.as_millis()
+            ),
+        ));
+    }
+    if let Some(most) = key.limits.max_boxes {
+        let now = owned(&state, &key, None, &Labels::new()).await?.len();
+        if now >= most as usize {
+            return Err(ApiError::new(
+                ErrorCode::RateLimited,
+                format!("this key owns {now} boxes, its most: end one first"),
+            )
+            .retry_after(30));
+        }
+    }
+    spec.labels.insert(OWNER_LABEL.to_string(), key.id.clone());
+    let provider = state.provider(&name).await?;
+    let ctx = Ctx::background().with_timeout(CREATE_DEADLINE);
+    let b = provider.create(&spec, &ctx).await?;
+    tracing::info!(box_id = %b.id(), key = %key.name, "box made");
+    Ok((StatusCode::CREATED, Json(BoxInfo::of(b.as_ref()))))
+}
+
+/// `GET /v1/boxes`.
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Query(q): Query<ListBoxes>,
+) -> Result<Json<Vec<BoxInfo>>, ApiError> {
+    let mut labels = Labels::new();
+    for pair in q.labels.iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(ApiError::new(
+                ErrorCode::Invalid,
+                format!("labels: {pair:?} is not key=value"),
+            ));
+        };
+        labels.insert(k.to_string(), v.to_string());
+    }
+    let boxes = owned(&state, &key, q.provider.as_deref(), &labels).await?;
+    Ok(Json(boxes.iter().map(|b| BoxInfo::of(b.as_ref())).collect()))
+}
+
+/// `GET /v1/boxes/{id}`.
+pub(crate) async fn get(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Path(p): Path<BoxPath>,
+) -> Result<Json<BoxInfo>, ApiError> {
+    let b = reach(&state, &key, &p.id).await?;
+    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+    let mut info = BoxInfo::of(b.as_ref());
+    info.status = Some(b.status(&ctx).await?);
+    Ok(Json(info))
+}
+
+/// `DELETE /v1/boxes/{id}`: the box ends, with every program in it.
+pub(crate) async fn delete(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Path(p): Path<BoxPath>,
+) -> Result<StatusCode, ApiError> {
+    let b = reach(&state, &key, &p.id).await?;
+    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+    b.destroy(&ctx).await?;
+    tracing::info!(box_id = %b.id(), key = %key.name, "box ended");
+    Ok(StatusCode::NO_CONTENT)
+}

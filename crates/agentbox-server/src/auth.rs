@@ -1,0 +1,58 @@
+//! Who is calling: the key a request shows (`Authorization: Bearer <key>`), found in the
+//! store, or `unauthenticated`. A missing key and a wrong one take the same path (the hash of
+//! what was sent is looked up either way) and the same answer's shape.
+
+use std::sync::Arc;
+
+use agentbox_core::ErrorCode;
+use aide::generate::GenContext;
+use aide::openapi::{Operation, SecurityRequirement};
+use aide::operation::OperationInput;
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
+
+use crate::error::ApiError;
+use crate::keys::KeyInfo;
+use crate::state::AppState;
+
+/// The key of the request being answered.
+pub(crate) struct Caller(pub(crate) KeyInfo);
+
+/// The security scheme's name in the OpenAPI document.
+pub(crate) const SCHEME: &str = "apiKey";
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let shown = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        // Looked up either way, so a missing key costs what a wrong one does.
+        let found = state.keys.find(shown.unwrap_or_default())?;
+        match (shown, found) {
+            (Some(_), Some(key)) => Ok(Caller(key)),
+            (None, _) => Err(ApiError::new(
+                ErrorCode::Unauthenticated,
+                "no API key: send `Authorization: Bearer <key>` (`agentbox serve keys add NAME` makes one)",
+            )),
+            (Some(_), None) => Err(ApiError::new(
+                ErrorCode::Unauthenticated,
+                "the API key is not one this server holds",
+            )),
+        }
+    }
+}
+
+impl OperationInput for Caller {
+    fn operation_input(_ctx: &mut GenContext, operation: &mut Operation) {
+        let requirement: SecurityRequirement = [(SCHEME.to_string(), Vec::new())].into_iter().collect();
+        if !operation.security.contains(&requirement) {
+            operation.security.push(requirement);
+        }
+    }
+}

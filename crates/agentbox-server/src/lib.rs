@@ -1,0 +1,175 @@
+//! agentbox as a service: one HTTP API over every provider in the registry, for programs in
+//! any language, with API keys and ownership.
+//!
+//! - [`router`] builds the service: the native API under `/v1` ([`api`]), its OpenAPI 3.1
+//!   document at `/v1/openapi.json` (derived from the handlers' own types), and `/healthz`.
+//! - [`keys`]: the API keys (SQLite, hashed), each with its limits. Every box the service
+//!   makes carries the label [`OWNER_LABEL`], the id of the key that made it; another key's
+//!   box answers `not_found`, as a box that does not exist; an admin key reaches every box.
+//! - [`error`]: the one shape of every failure, `{"code", "message"}`, one HTTP status per
+//!   code, whoever failed (a handler, axum's parsing, the router, a panic).
+//!
+//! The server keeps no box of its own: a box is found from its provider at each call, so a
+//! server that restarts (or a second one over the same keys) serves the same boxes.
+//!
+//! ```no_run
+//! # async fn f() -> agentbox_core::Result<()> {
+//! use std::sync::Arc;
+//! use agentbox_server::{Keys, ServerOptions};
+//! let keys = Arc::new(Keys::open("keys.db".as_ref())?);
+//! let (_, key) = keys.add("laptop", false, Default::default())?;
+//! println!("your key: {key}");
+//! let app = agentbox_server::router(ServerOptions::new(keys));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await.unwrap();
+//! axum::serve(listener, app).await.unwrap();
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+
+use aide::openapi::{Components, Info, OpenApi, ReferenceOr, SecurityScheme};
+use axum::Json;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+
+pub mod api;
+mod auth;
+pub mod error;
+pub mod keys;
+mod state;
+
+pub use error::{ApiError, ErrorBody};
+pub use keys::{KeyInfo, Keys, Limits};
+pub use state::{OWNER_LABEL, ServerOptions};
+
+/// The service's routes. See the [crate documentation](crate).
+pub fn router(options: ServerOptions) -> axum::Router {
+    let max_body = options.max_body;
+    let state = Arc::new(state::AppState::new(options));
+    let served = Arc::new(openapi());
+    let routes: axum::Router = api::routes().with_state(state).into();
+    let app = axum::Router::new()
+        .merge(routes)
+        .route(
+            "/v1/openapi.json",
+            get(move || async move { Json(served.as_ref().clone()) }),
+        )
+        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }));
+    answered_in_one_shape(app, max_body)
+}
+
+/// `app` with what makes every failure one shape: the router's 404, the body's bound, axum's
+/// rejections rewritten ([`error::one_shape`]), a panic caught.
+fn answered_in_one_shape(app: axum::Router, max_body: usize) -> axum::Router {
+    app.fallback(|| async { axum::http::StatusCode::NOT_FOUND })
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn(error::one_shape))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(error::panicked))
+}
+
+/// The methods the route `template` (`/v1/boxes/{id}`) takes, from the document: `GET, DELETE`.
+fn methods_of(template: &str) -> Option<String> {
+    static ROUTES: std::sync::OnceLock<std::collections::BTreeMap<String, String>> = std::sync::OnceLock::new();
+    let routes = ROUTES.get_or_init(|| {
+        let doc = openapi();
+        let mut out = std::collections::BTreeMap::new();
+        if let Some(paths) = doc["paths"].as_object() {
+            for (path, item) in paths {
+                let methods: Vec<String> = ["get", "post", "put", "patch", "delete"]
+                    .iter()
+                    .filter(|m| item.get(**m).is_some())
+                    .map(|m| m.to_uppercase())
+                    .collect();
+                out.insert(path.clone(), methods.join(", "));
+            }
+        }
+        out
+    });
+    routes.get(template).cloned()
+}
+
+/// The OpenAPI 3.1 document of the `/v1` API, from the handlers' own types.
+///
+/// ```
+/// let doc = agentbox_server::openapi();
+/// assert_eq!(doc["openapi"], "3.1.0");
+/// assert!(doc["paths"]["/v1/boxes"]["post"].is_object());
+/// ```
+pub fn openapi() -> serde_json::Value {
+    let mut doc = OpenApi {
+        info: Info {
+            title: "agentbox".into(),
+            description: Some(
+                "Sandboxes for AI agents over every provider agentbox has. Every call but \
+                 /healthz shows an API key (`Authorization: Bearer <key>`). Every failure \
+                 answers {\"code\", \"message\"}, one HTTP status per code."
+                    .into(),
+            ),
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    aide::generate::infer_responses(true);
+    let _ = api::routes().finish_api(&mut doc);
+    doc.components
+        .get_or_insert_with(Components::default)
+        .security_schemes
+        .insert(
+            auth::SCHEME.into(),
+            ReferenceOr::Item(SecurityScheme::Http {
+                scheme: "bearer".into(),
+                bearer_format: Some("abk_...".into()),
+                description: Some("An API key: `agentbox serve keys add NAME` makes one.".into()),
+                extensions: Default::default(),
+            }),
+        );
+    let mut doc = serde_json::to_value(doc).unwrap_or_default();
+    // aide documents axum's own rejections as the text axum writes; this server answers them
+    // in the one shape (error::one_shape), which each operation's default response describes.
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        for item in paths.values_mut().filter_map(|i| i.as_object_mut()) {
+            for op in item.values_mut() {
+                if let Some(responses) = op["responses"].as_object_mut() {
+                    responses.retain(|code, r| {
+                        code == "default" || code.starts_with('2') || r["content"].get("text/plain").is_none()
+                    });
+                }
+            }
+        }
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_handler_that_panics_answers_the_one_shape() {
+        let app = axum::Router::new().route(
+            "/boom",
+            axum::routing::get(|| async {
+                if true {
+                    panic!("secret detail");
+                }
+                "unreached"
+            }),
+        );
+        let app = super::answered_in_one_shape(app, 1024);
+        let r = app
+            .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 500);
+        let body = axum::body::to_bytes(r.into_body(), 4096).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["code"], "unknown");
+        assert!(
+            !v.to_string().contains("secret detail"),
+            "the panic's text stays in the log: {v}"
+        );
+    }
+}

@@ -1,0 +1,428 @@
+//! The service over real local boxes, through a real HTTP client: every failure in the one
+//! shape, a box made, run in and ended, ownership between keys and each key's limits, and the
+//! OpenAPI document the server serves being the one in the repository.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_providers::registry::Environment;
+use agentbox_server::{Keys, Limits, ServerOptions};
+use serde_json::{Value, json};
+
+struct Server {
+    url: String,
+    http: reqwest::Client,
+    _home: tempfile::TempDir,
+}
+
+/// A server over `keys` on a loopback port, its boxes local boxes under a home of its own.
+async fn start(keys: Arc<Keys>, max_body: usize) -> Server {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runner = agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let mut vars: Vec<(String, std::ffi::OsString)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
+        .filter(|(k, _)| k != "AGENTBOX_HOME" && k != "AGENTBOX_RUNNER")
+        .collect();
+    vars.push(("AGENTBOX_HOME".into(), home.path().into()));
+    vars.push(("AGENTBOX_RUNNER".into(), runner.into()));
+    let mut options = ServerOptions::new(keys);
+    options.environment = Environment::from_vars(vars);
+    options.default_provider = "local".into();
+    options.max_body = max_body;
+    let app = agentbox_server::router(options);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Server {
+        url,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .no_proxy()
+            .build()
+            .unwrap(),
+        _home: home,
+    }
+}
+
+/// A request's status, JSON body (or `null`) and `Retry-After`.
+async fn call(s: &Server, key: Option<&str>, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let (status, body, _) = call_with(s, key, method, path, body.map(|b| b.to_string().into_bytes())).await;
+    (status, body)
+}
+
+async fn call_with(
+    s: &Server,
+    key: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> (u16, Value, Option<String>) {
+    let mut r = s.http.request(method.parse().unwrap(), format!("{}{path}", s.url));
+    if let Some(k) = key {
+        r = r.bearer_auth(k);
+    }
+    if let Some(b) = body {
+        r = r.header("content-type", "application/json").body(b);
+    }
+    let answer = r.send().await.unwrap();
+    let status = answer.status().as_u16();
+    let retry = answer
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = answer.text().await.unwrap();
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"))
+    };
+    (status, body, retry)
+}
+
+/// The failure's code, after checking it is exactly `{code, message}`.
+fn code_of(body: &Value) -> &str {
+    let o = body.as_object().unwrap_or_else(|| panic!("not an object: {body}"));
+    assert_eq!(o.len(), 2, "only code and message: {body}");
+    assert!(o["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    o["code"].as_str().unwrap()
+}
+
+fn spec(lifetime_ms: u64) -> Value {
+    json!({"max_lifetime_ms": lifetime_ms})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failure_is_one_shape_with_one_status_per_code() {
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let (_, key) = keys.add("k", false, Limits::default()).unwrap();
+    let s = start(keys, 4096).await;
+    let k = Some(key.as_str());
+    let (st, b) = call(&s, None, "GET", "/v1/boxes", None).await;
+    assert_eq!((st, code_of(&b)), (401, "unauthenticated"), "{b}");
+    let (st, b) = call(&s, Some("abk_not-a-key"), "GET", "/v1/boxes", None).await;
+    assert_eq!((st, code_of(&b)), (401, "unauthenticated"), "{b}");
+    let (st, b) = call(&s, k, "GET", "/v1/no-such-route", None).await;
+    assert_eq!((st, code_of(&b)), (404, "not_found"), "{b}");
+    let (st, b) = call(&s, k, "PUT", "/v1/boxes", None).await;
+    assert_eq!((st, code_of(&b)), (404, "not_found"), "{b}");
+    assert!(
+        b["message"].as_str().unwrap().contains("GET"),
+        "the methods it takes: {b}"
+    );
+    let (st, b, _) = call_with(&s, k, "POST", "/v1/boxes", Some(b"{\"spec\": ".to_vec())).await;
+    assert_eq!((st, code_of(&b)), (400, "invalid"), "{b}");
+    let (st, b) = call(
+        &s,
+        k,
+        "POST",
+        "/v1/boxes",
+        Some(json!({"spec": spec(60_000), "colour": "red"})),
+    )
+    .await;
+    assert_eq!((st, code_of(&b)), (400, "invalid"), "{b}");
+    assert!(
+        b["message"].as_str().unwrap().contains("colour"),
+        "names the field: {b}"
+    );
+    let (st, b) = call(
+        &s,
+        k,
+        "POST",
+        "/v1/boxes",
+        Some(json!({"spec": {"max_lifetime_ms": 1000, "cpus": "many"}})),
+    )
+    .await;
+    assert_eq!((st, code_of(&b)), (400, "invalid"), "{b}");
+    assert!(b["message"].as_str().unwrap().contains("cpus"), "names the field: {b}");
+    let big = format!(
+        "{{\"spec\": {{\"max_lifetime_ms\": 1000, \"image\": \"{}\"}}}}",
+        "x".repeat(8192)
+    );
+    let (st, b, _) = call_with(&s, k, "POST", "/v1/boxes", Some(big.into_bytes())).await;
+    assert_eq!((st, code_of(&b)), (413, "too_large"), "{b}");
+    let (st, b) = call(&s, k, "GET", "/v1/boxes/no-colon", None).await;
+    assert_eq!((st, code_of(&b)), (400, "invalid"), "{b}");
+    let (st, b) = call(&s, k, "GET", "/v1/boxes/local:0123456789abcdef", None).await;
+    assert_eq!((st, code_of(&b)), (404, "not_found"), "{b}");
+    let (st, b) = call(
+        &s,
+        k,
+        "POST",
+        "/v1/boxes",
+        Some(json!({"provider": "teleport", "spec": spec(1000)})),
+    )
+    .await;
+    assert_eq!((st, code_of(&b)), (400, "invalid"), "{b}");
+    assert!(
+        b["message"].as_str().unwrap().contains("local"),
+        "lists the providers: {b}"
+    );
+    let (st, b) = call(&s, None, "GET", "/healthz", None).await;
+    assert_eq!((st, b), (200, json!({"status": "ok"})));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_is_made_run_in_and_ended() {
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let (info, key) = keys.add("k", false, Limits::default()).unwrap();
+    let s = start(keys, 1 << 20).await;
+    let k = Some(key.as_str());
+    let (st, providers) = call(&s, k, "GET", "/v1/providers", None).await;
+    assert_eq!(st, 200, "{providers}");
+    let local = providers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "local")
+        .expect("local is listed");
+    assert_eq!(
+        (&local["available"], &local["default"]),
+        (&json!(true), &json!(true)),
+        "{local}"
+    );
+    assert_eq!(local["honours"]["live_processes"], json!(true), "{local}");
+
+    let (st, made) = call(
+        &s,
+        k,
+        "POST",
+        "/v1/boxes",
+        Some(json!({"spec": {"max_lifetime_ms": 600_000, "env": {"MODE": "served"}}})),
+    )
+    .await;
+    assert_eq!(st, 201, "{made}");
+    let id = made["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("local:"), "{made}");
+    assert_eq!(
+        made["labels"][agentbox_server::OWNER_LABEL],
+        json!(info.id),
+        "owned by the key's id"
+    );
+    assert!(!made.to_string().contains(&key), "the key itself is nowhere in a box");
+    let (st, got) = call(&s, k, "GET", &format!("/v1/boxes/{id}"), None).await;
+    assert_eq!((st, &got["status"]), (200, &json!("running")), "{got}");
+    let (st, listed) = call(&s, k, "GET", "/v1/boxes", None).await;
+    assert_eq!(st, 200);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+
+    let exec = format!("/v1/boxes/{id}/exec");
+    let (st, r) = call(
+        &s,
+        k,
+        "POST",
+        &exec,
+        Some(json!({"argv": ["sh", "-c", "echo $MODE; echo oops >&2; exit 3"]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(
+        (&r["exit_code"], &r["stdout"], &r["stderr"]),
+        (&json!(3), &json!("served\n"), &json!("oops\n"))
+    );
+    let (_, r) = call(
+        &s,
+        k,
+        "POST",
+        &exec,
+        Some(json!({"command": "tr a-z A-Z", "stdin": "quiet"})),
+    )
+    .await;
+    assert_eq!(r["stdout"], json!("QUIET"), "{r}");
+    let (_, r) = call(
+        &s,
+        k,
+        "POST",
+        &exec,
+        Some(json!({"command": "pwd", "cwd": "sub/dir", "env": {"X": "1"}})),
+    )
+    .await;
+    assert!(
+        r["exit_code"] != json!(0) || r["stdout"].as_str().unwrap().ends_with("sub/dir\n"),
+        "{r}"
+    );
+    let (_, r) = call(
+        &s,
+        k,
+        "POST",
+        &exec,
+        Some(json!({"command": "seq 1 100000", "max_output": 16})),
+    )
+    .await;
+    assert_eq!(
+        (&r["exit_code"], &r["stdout"]),
+        (&json!(0), &json!("1\n2\n3\n4\n5\n6\n7\n8\n")),
+        "{r}"
+    );
+    assert!(r["stdout_dropped"].as_u64().unwrap() > 500_000, "the cut is said: {r}");
+    let (st, r) = call(
+        &s,
+        k,
+        "POST",
+        &exec,
+        Some(json!({"command": "sleep 30", "timeout_ms": 300})),
+    )
+    .await;
+    assert_eq!((st, code_of(&r)), (504, "timeout"), "{r}");
+    let (st, r) = call(&s, k, "POST", &exec, Some(json!({"argv": ["true"], "command": "true"}))).await;
+    assert_eq!((st, code_of(&r)), (400, "invalid"), "{r}");
+    let (st, r) = call(&s, k, "POST", &exec, Some(json!({"argv": ["/no/such/program"]}))).await;
+    assert!(
+        st == 404 || r["exit_code"] == json!(127),
+        "a program not found: {st} {r}"
+    );
+
+    let (st, gone) = call(&s, k, "DELETE", &format!("/v1/boxes/{id}"), None).await;
+    assert_eq!((st, gone), (204, Value::Null));
+    let (st, b) = call(&s, k, "GET", &format!("/v1/boxes/{id}"), None).await;
+    assert_eq!((st, code_of(&b)), (404, "not_found"), "{b}");
+    let (_, listed) = call(&s, k, "GET", "/v1/boxes", None).await;
+    assert_eq!(listed, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let (_, a) = keys.add("a", false, Limits::default()).unwrap();
+    let (_, b) = keys.add("b", false, Limits::default()).unwrap();
+    let (_, admin) = keys.add("root", true, Limits::default()).unwrap();
+    let (_, short) = keys
+        .add(
+            "short",
+            false,
+            Limits {
+                max_boxes: Some(1),
+                max_lifetime: Some(Duration::from_secs(60)),
+                providers: Some(vec!["local".into()]),
+            },
+        )
+        .unwrap();
+    let (_, docker_only) = keys
+        .add(
+            "docker-only",
+            false,
+            Limits {
+                providers: Some(vec!["docker".into()]),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let s = start(keys, 1 << 20).await;
+    let (st, made) = call(&s, Some(&a), "POST", "/v1/boxes", Some(json!({"spec": spec(600_000)}))).await;
+    assert_eq!(st, 201, "{made}");
+    let path = format!("/v1/boxes/{}", made["id"].as_str().unwrap());
+    // Another key's box is as a box that does not exist, whatever the call.
+    for (method, p, body) in [
+        ("GET", path.clone(), None),
+        ("DELETE", path.clone(), None),
+        ("POST", format!("{path}/exec"), Some(json!({"command": "true"}))),
+    ] {
+        let (st, r) = call(&s, Some(&b), method, &p, body).await;
+        assert_eq!((st, code_of(&r)), (404, "not_found"), "{method} {p}: {r}");
+    }
+    let (_, listed) = call(&s, Some(&b), "GET", "/v1/boxes", None).await;
+    assert_eq!(listed, json!([]), "b lists none of a's");
+    let (st, _) = call(&s, Some(&admin), "GET", &path, None).await;
+    assert_eq!(st, 200, "an admin key reaches every box");
+    let (_, listed) = call(&s, Some(&admin), "GET", "/v1/boxes", None).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    let (st, r) = call(
+        &s,
+        Some(&a),
+        "POST",
+        "/v1/boxes",
+        Some(json!({"spec": {"max_lifetime_ms": 1000, "labels": {agentbox_server::OWNER_LABEL: "someone"}}})),
+    )
+    .await;
+    assert_eq!((st, code_of(&r)), (400, "invalid"), "no spec names its owner: {r}");
+
+    // Limits: a lifetime past the key's, a provider it may not use, more boxes than it may own.
+    let (st, r) = call(
+        &s,
+        Some(&short),
+        "POST",
+        "/v1/boxes",
+        Some(json!({"spec": spec(600_000)})),
+    )
+    .await;
+    assert_eq!((st, code_of(&r)), (403, "permission_denied"), "{r}");
+    let (st, r) = call(
+        &s,
+        Some(&docker_only),
+        "POST",
+        "/v1/boxes",
+        Some(json!({"provider": "local", "spec": spec(1000)})),
+    )
+    .await;
+    assert_eq!((st, code_of(&r)), (403, "permission_denied"), "{r}");
+    let (st, one) = call(
+        &s,
+        Some(&short),
+        "POST",
+        "/v1/boxes",
+        Some(json!({"spec": spec(30_000)})),
+    )
+    .await;
+    assert_eq!(st, 201, "{one}");
+    let (st, r, retry) = call_with(
+        &s,
+        Some(&short),
+        "POST",
+        "/v1/boxes",
+        Some(json!({"spec": spec(30_000)}).to_string().into_bytes()),
+    )
+    .await;
+    assert_eq!((st, code_of(&r)), (429, "rate_limited"), "{r}");
+    assert!(retry.is_some_and(|s| s.parse::<u64>().is_ok()), "with Retry-After");
+    for (key, id) in [(&a, &made["id"]), (&short, &one["id"])] {
+        let (st, _) = call(
+            &s,
+            Some(key),
+            "DELETE",
+            &format!("/v1/boxes/{}", id.as_str().unwrap()),
+            None,
+        )
+        .await;
+        assert_eq!(st, 204);
+    }
+}
+
+/// The document in the repository (`crates/agentbox-server/openapi.json`), which clients are
+/// written against. `AGENTBOX_WRITE_OPENAPI=1` writes it anew after a change to the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_openapi_document_is_the_one_in_the_repository() {
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let s = start(keys, 1 << 20).await;
+    let (st, served) = call(&s, None, "GET", "/v1/openapi.json", None).await;
+    assert_eq!(st, 200);
+    assert_eq!(served["openapi"], json!("3.1.0"));
+    for (path, method) in [
+        ("/v1/providers", "get"),
+        ("/v1/boxes", "post"),
+        ("/v1/boxes", "get"),
+        ("/v1/boxes/{id}", "get"),
+        ("/v1/boxes/{id}", "delete"),
+        ("/v1/boxes/{id}/exec", "post"),
+    ] {
+        let op = &served["paths"][path][method];
+        assert!(op.is_object(), "{method} {path} is documented");
+        assert_eq!(
+            op["security"],
+            json!([{"apiKey": []}]),
+            "{method} {path} asks for a key"
+        );
+    }
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("openapi.json");
+    let pretty = serde_json::to_string_pretty(&served).unwrap() + "\n";
+    if std::env::var_os("AGENTBOX_WRITE_OPENAPI").is_some() {
+        std::fs::write(&file, &pretty).unwrap();
+    }
+    let kept = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        kept == pretty,
+        "{} is not what the server serves: run `AGENTBOX_WRITE_OPENAPI=1 cargo test -p agentbox-server --test api` \
+         and commit it (with the clients' change, if the API changed)",
+        file.display()
+    );
+}
