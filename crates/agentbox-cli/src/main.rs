@@ -14,6 +14,7 @@ mod mcp;
 mod procs;
 mod runs;
 mod scripted_agent;
+mod serve;
 mod sync;
 mod term;
 mod tool;
@@ -52,6 +53,9 @@ enum Command {
     DemoStep(demo::StepArgs),
     /// Hands in a box for any MCP client, over stdio.
     Mcp(mcp::McpArgs),
+    /// The service: the HTTP API over every provider, for programs in any language, with API
+    /// keys (`agentbox serve keys add NAME`). See docs/serve.md.
+    Serve(serve::ServeArgs),
     /// Durable runs: new, open, status, release, park, fork, ls, supervise, start, move.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
             Command::DemoStep(a) => demo::step(&a.root, &a.run, a.step, a.in_workspace).await.map(|_| 0),
             Command::Runs(cmd) => runs::run(cmd).await,
             Command::Mcp(a) => mcp::run(a).await,
+            Command::Serve(a) => serve::run(a).await,
             Command::Bench(args) => bench::run(args).await.map(|_| 0),
             Command::Receipts(args) => ledger::receipts(args),
             Command::Ledger(args) => ledger::ledger(args).await,

@@ -1,0 +1,210 @@
+//! `agentbox serve`: the service (crate `agentbox-server`) on a loopback port or a unix
+//! socket, and `agentbox serve keys` for its API keys. This module only parses flags and
+//! starts it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_core::{Error, Result, parse_duration};
+use agentbox_server::{Keys, Limits, ServerOptions};
+use clap::{Args, Subcommand};
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct ServeArgs {
+    #[command(subcommand)]
+    command: Option<ServeCommand>,
+    /// The TCP address to serve on. Only a loopback address unless --insecure-listen.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    listen: std::net::SocketAddr,
+    /// Serve on this unix socket instead (made mode 0600: this user's alone).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Serve plain HTTP on an address other than loopback (anyone who reaches it sees the
+    /// keys in flight).
+    #[arg(long)]
+    insecure_listen: bool,
+    /// The API keys' store (default: AGENTBOX_HOME's server/keys.db).
+    #[arg(long, value_name = "FILE", global = true)]
+    keys: Option<PathBuf>,
+    /// The provider of a create that names none (default: the one `box create` picks here).
+    #[arg(long, help = crate::boxes::default_help("The provider of a create that names none"))]
+    provider: Option<String>,
+    /// No in-box runner in the boxes the service makes.
+    #[arg(long)]
+    no_runner: bool,
+}
+
+#[derive(Subcommand)]
+enum ServeCommand {
+    /// The service's API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Make a key; it is printed once and kept only hashed.
+    Add {
+        /// Its name (letters, digits, '-', '_', '.').
+        name: String,
+        /// It sees and acts on every box.
+        #[arg(long)]
+        admin: bool,
+        /// The most boxes it may own at once.
+        #[arg(long, value_name = "N")]
+        max_boxes: Option<u32>,
+        /// The longest lifetime a box of it may ask (90s, 10m, 6h).
+        #[arg(long, value_name = "DURATION")]
+        max_lifetime: Option<String>,
+        /// The providers it may use, comma-separated (default: every one).
+        #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+        providers: Option<Vec<String>>,
+    },
+    /// The keys (never the keys themselves): name, id, admin, limits.
+    List,
+    /// Remove a key; its boxes stay, reached by an admin key alone.
+    Remove {
+        /// Its name.
+        name: String,
+    },
+}
+
+fn keys_path(flag: &Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(p.clone());
+    }
+    let home = crate::boxes::environment()?.home()?;
+    let dir = home.join("server");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(e, format!("making {}", dir.display())))?;
+    Ok(dir.join("keys.db"))
+}
+
+pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
+    let keys = Keys::open(&keys_path(&a.keys)?)?;
+    match a.command {
+        Some(ServeCommand::Keys(k)) => return keys_command(&keys, k),
+        None => {}
+    }
+    if a.socket.is_none() && !a.listen.ip().is_loopback() && !a.insecure_listen {
+        return Err(crate::usage(Error::invalid(format!(
+            "--listen {}: not a loopback address; plain HTTP there shows every key in flight \
+             (say --insecure-listen to serve it anyway)",
+            a.listen
+        ))));
+    }
+    let environment = crate::boxes::environment()?;
+    let default_provider = crate::boxes::chosen(a.provider.as_deref(), &environment).await?;
+    let mut options = ServerOptions::new(Arc::new(keys));
+    options.environment = environment;
+    options.default_provider = default_provider.name.to_string();
+    options.provider_options.runner = !a.no_runner;
+    let app = agentbox_server::router(options);
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        }
+        tracing::info!("shutting down: no new connections; requests in flight finish");
+    };
+    match &a.socket {
+        Some(path) => {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(e, format!("--socket {}", path.display()))),
+            }
+            let listener = tokio::net::UnixListener::bind(path)
+                .map_err(|e| Error::io(e, format!("--socket {}", path.display())))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| Error::io(e, format!("--socket {}: making it this user's alone", path.display())))?;
+            eprintln!("agentbox serve: serving on unix:{}", path.display());
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| Error::io(e, "serving"))?;
+        }
+        None => {
+            let listener = tokio::net::TcpListener::bind(a.listen)
+                .await
+                .map_err(|e| Error::io(e, format!("--listen {}", a.listen)))?;
+            let at = listener.local_addr().map_err(|e| Error::io(e, "the bound address"))?;
+            eprintln!("agentbox serve: serving on http://{at}");
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| Error::io(e, "serving"))?;
+        }
+    }
+    Ok(0)
+}
+
+fn keys_command(keys: &Keys, k: KeysCommand) -> Result<i32> {
+    match k {
+        KeysCommand::Add {
+            name,
+            admin,
+            max_boxes,
+            max_lifetime,
+            providers,
+        } => {
+            let max_lifetime: Option<Duration> = max_lifetime
+                .map(|d| parse_duration(&d).map_err(|e| crate::usage(e.context("--max-lifetime"))))
+                .transpose()?;
+            if let Some(names) = &providers {
+                for p in names {
+                    crate::boxes::entry(p, "--providers")?;
+                }
+            }
+            let (info, secret) = keys.add(
+                &name,
+                admin,
+                Limits {
+                    max_boxes,
+                    max_lifetime,
+                    providers,
+                },
+            )?;
+            eprintln!(
+                "agentbox serve: key {} (id {}) made; it is shown this once:",
+                info.name, info.id
+            );
+            println!("{secret}");
+        }
+        KeysCommand::List => {
+            for k in keys.list()? {
+                let mut limits = Vec::new();
+                if let Some(n) = k.limits.max_boxes {
+                    limits.push(format!("max-boxes {n}"));
+                }
+                if let Some(d) = k.limits.max_lifetime {
+                    limits.push(format!("max-lifetime {}s", d.as_secs()));
+                }
+                if let Some(p) = &k.limits.providers {
+                    limits.push(format!("providers {}", p.join(",")));
+                }
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    k.name,
+                    k.id,
+                    if k.admin { "admin" } else { "-" },
+                    if limits.is_empty() {
+                        "-".into()
+                    } else {
+                        limits.join(" ")
+                    }
+                );
+            }
+        }
+        KeysCommand::Remove { name } => {
+            if !keys.remove(&name)? {
+                return Err(Error::not_found(format!("key {name:?}: no such key")));
+            }
+            eprintln!("agentbox serve: key {name} removed");
+        }
+    }
+    Ok(0)
+}
