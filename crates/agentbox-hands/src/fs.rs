@@ -73,7 +73,7 @@ impl fmt::Display for FsError {
 impl std::error::Error for FsError {}
 
 /// What a path is (as lstat sees it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileKind {
     /// A regular file (or anything that is not a directory or a link).
@@ -85,7 +85,7 @@ pub enum FileKind {
 }
 
 /// One path's lstat.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileInfo {
     /// The last segment.
     pub name: String,

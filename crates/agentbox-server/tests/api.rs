@@ -325,7 +325,8 @@ async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
     assert_eq!(listed, json!([]), "b lists none of a's");
     let (st, _) = call(&s, Some(&admin), "GET", &path, None).await;
     assert_eq!(st, 200, "an admin key reaches every box");
-    let (_, listed) = call(&s, Some(&admin), "GET", "/v1/boxes", None).await;
+    // Local boxes only: this machine's other providers (its Docker engine) hold other tests' boxes.
+    let (_, listed) = call(&s, Some(&admin), "GET", "/v1/boxes?provider=local", None).await;
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     let (st, r) = call(
         &s,
@@ -404,6 +405,15 @@ async fn the_served_openapi_document_is_the_one_in_the_repository() {
         ("/v1/boxes/{id}", "get"),
         ("/v1/boxes/{id}", "delete"),
         ("/v1/boxes/{id}/exec", "post"),
+        ("/v1/boxes/{id}/files", "get"),
+        ("/v1/boxes/{id}/files", "put"),
+        ("/v1/boxes/{id}/files", "delete"),
+        ("/v1/boxes/{id}/files/stat", "get"),
+        ("/v1/boxes/{id}/files/list", "get"),
+        ("/v1/boxes/{id}/files/mkdir", "post"),
+        ("/v1/boxes/{id}/files/rename", "post"),
+        ("/v1/tools", "get"),
+        ("/v1/boxes/{id}/tools/{name}", "post"),
     ] {
         let op = &served["paths"][path][method];
         assert!(op.is_object(), "{method} {path} is documented");
@@ -425,4 +435,131 @@ async fn the_served_openapi_document_is_the_one_in_the_repository() {
          and commit it (with the clients' change, if the API changed)",
         file.display()
     );
+}
+
+/// A request answered with bytes: the status and the body as it came.
+async fn raw(s: &Server, key: &str, method: &str, path: &str, body: Option<&[u8]>) -> (u16, Vec<u8>) {
+    let mut r = s
+        .http
+        .request(method.parse().unwrap(), format!("{}{path}", s.url))
+        .bearer_auth(key);
+    if let Some(b) = body {
+        r = r.header("content-type", "application/octet-stream").body(b.to_vec());
+    }
+    let answer = r.send().await.unwrap();
+    (answer.status().as_u16(), answer.bytes().await.unwrap().to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_tools_on_a_box() {
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let (_, key) = keys.add("k", false, Limits::default()).unwrap();
+    let s = start(keys, 1 << 20).await;
+    let k = Some(key.as_str());
+    let (st, made) = call(&s, k, "POST", "/v1/boxes", Some(json!({"spec": spec(600_000)}))).await;
+    assert_eq!(st, 201, "{made}");
+    let b = format!("/v1/boxes/{}", made["id"].as_str().unwrap());
+    let bytes: Vec<u8> = (0..=255u8).chain(b"hello\n".iter().copied()).collect();
+    let (st, _) = raw(&s, &key, "PUT", &format!("{b}/files?path=notes/a.bin"), Some(&bytes)).await;
+    assert_eq!(st, 204);
+    let (st, back) = raw(&s, &key, "GET", &format!("{b}/files?path=notes/a.bin"), None).await;
+    assert_eq!((st, back), (200, bytes.clone()), "byte for byte");
+    let (st, info) = call(&s, k, "GET", &format!("{b}/files/stat?path=notes/a.bin"), None).await;
+    assert_eq!(
+        (st, &info["kind"], &info["size"]),
+        (200, &json!("file"), &json!(bytes.len())),
+        "{info}"
+    );
+    let (_, listed) = call(&s, k, "GET", &format!("{b}/files/list?path=notes"), None).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    let (st, _) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{b}/files/mkdir"),
+        Some(json!({"path": "d/e", "recursive": true})),
+    )
+    .await;
+    assert_eq!(st, 204);
+    let (st, _) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{b}/files/rename"),
+        Some(json!({"from": "notes/a.bin", "to": "d/e/b.bin"})),
+    )
+    .await;
+    assert_eq!(st, 204);
+    let (_, back) = raw(&s, &key, "GET", &format!("{b}/files?path=d/e/b.bin"), None).await;
+    assert_eq!(back, bytes);
+    let (st, r) = call(&s, k, "GET", &format!("{b}/files/stat?path=notes/a.bin"), None).await;
+    assert_eq!((st, code_of(&r)), (404, "not_found"), "{r}");
+    let (st, r) = call(&s, k, "GET", &format!("{b}/files/stat?path=../outside"), None).await;
+    assert_eq!((st, code_of(&r)), (400, "invalid"), "{r}");
+    assert!(r["message"].as_str().unwrap().contains("climbs out"), "{r}");
+    let (st, r) = call(&s, k, "GET", &format!("{b}/files/stat"), None).await;
+    assert_eq!((st, code_of(&r)), (400, "invalid"), "a missing path is named: {r}");
+    let (st, r) = call(&s, k, "DELETE", &format!("{b}/files?path=d"), None).await;
+    assert_ne!(st, 204, "a directory with entries needs recursive: {r}");
+    let (st, _) = call(&s, k, "DELETE", &format!("{b}/files?path=d&recursive=true"), None).await;
+    assert_eq!(st, 204);
+    let (st, _) = call(&s, k, "GET", &format!("{b}/files/stat?path=d"), None).await;
+    assert_eq!(st, 404);
+
+    let (st, tools) = call(&s, k, "GET", "/v1/tools", None).await;
+    assert_eq!(st, 200);
+    let bash = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "bash")
+        .expect("bash is listed");
+    assert_eq!(
+        bash["parameters"]["properties"]["command"]["type"],
+        json!("string"),
+        "{bash}"
+    );
+    let (st, r) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{b}/tools/bash"),
+        Some(json!({"command": "echo from-the-tool"})),
+    )
+    .await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["isError"], json!(false), "{r}");
+    assert!(
+        r["content"][0]["text"].as_str().unwrap().contains("from-the-tool"),
+        "{r}"
+    );
+    let (st, r) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{b}/tools/write"),
+        Some(json!({"path": "t.txt", "content": "x\n"})),
+    )
+    .await;
+    assert_eq!((st, &r["isError"]), (200, &json!(false)), "{r}");
+    let (_, back) = raw(&s, &key, "GET", &format!("{b}/files?path=t.txt"), None).await;
+    assert_eq!(back, b"x\n");
+    let (st, r) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{b}/tools/read"),
+        Some(json!({"path": "no/such.txt"})),
+    )
+    .await;
+    assert_eq!(
+        (st, &r["isError"]),
+        (200, &json!(true)),
+        "a tool's failure is a result the model reads: {r}"
+    );
+    let (st, r) = call(&s, k, "POST", &format!("{b}/tools/teleport"), Some(json!({}))).await;
+    assert_eq!((st, code_of(&r)), (404, "not_found"), "{r}");
+    assert!(r["message"].as_str().unwrap().contains("bash"), "lists the tools: {r}");
+    let (st, _) = call(&s, k, "DELETE", &b, None).await;
+    assert_eq!(st, 204);
 }

@@ -36,7 +36,7 @@ use serde_json::Value;
 use crate::ExecutionEnv;
 
 /// One part of a tool's result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Content {
     /// Text for the model.
@@ -55,7 +55,7 @@ pub enum Content {
 }
 
 /// What a tool call gave the model.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResult {
     /// The parts the model reads.

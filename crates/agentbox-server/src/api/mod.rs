@@ -10,7 +10,9 @@ use crate::state::AppState;
 
 pub mod boxes;
 pub mod exec;
+pub mod files;
 pub mod providers;
+pub mod tools;
 
 /// The `/v1` routes.
 pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
@@ -41,6 +43,45 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
             "/v1/boxes/{id}/exec",
             post_with(exec::exec, |o| {
                 o.summary("Run one program to its end: its exit, and its output up to a bound")
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/files",
+            get_with(files::read, |o| o.summary("A file's bytes"))
+                .put_with(files::write, |o| {
+                    o.summary("Write a file whole (its parents made)").response::<204, ()>()
+                })
+                .delete_with(files::remove, |o| {
+                    o.summary("Remove a file, a link or a directory (`recursive` for one with entries)")
+                        .response::<204, ()>()
+                }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/files/stat",
+            get_with(files::stat, |o| o.summary("What a path is (a link not followed)")),
+        )
+        .api_route(
+            "/v1/boxes/{id}/files/list",
+            get_with(files::list, |o| o.summary("A directory's entries")),
+        )
+        .api_route(
+            "/v1/boxes/{id}/files/mkdir",
+            post_with(files::mkdir, |o| o.summary("Make a directory").response::<204, ()>()),
+        )
+        .api_route(
+            "/v1/boxes/{id}/files/rename",
+            post_with(files::rename, |o| o.summary("Rename a path").response::<204, ()>()),
+        )
+        .api_route(
+            "/v1/tools",
+            get_with(tools::list, |o| {
+                o.summary("The agent's tools: names, descriptions, argument schemas")
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/tools/{name}",
+            post_with(tools::call, |o| {
+                o.summary("Call a tool on a box: the body is its arguments; a tool's failure is a result with isError")
             }),
         )
 }
