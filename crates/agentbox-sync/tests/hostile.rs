@@ -372,8 +372,14 @@ fn gnu_tar_round_trips_and_the_chunked_extractor_agrees() {
     let d2 = tempfile::tempdir().unwrap();
     let r2 = rt.block_on(async {
         let mut x = agentbox_sync::Extractor::new(d2.path().to_path_buf(), Options::default());
+        // GNU tar pads its archive past the end marker to a whole record (10 KiB): the
+        // extractor may finish at the marker and refuse the padding after it (write answers
+        // false), or take it all, depending on how far it got while the chunks were queued.
+        // Either way, what it wrote must be what the whole reader wrote.
         for chunk in out.stdout.chunks(777) {
-            assert!(x.write(chunk.to_vec()).await);
+            if !x.write(chunk.to_vec()).await {
+                break;
+            }
         }
         x.finish().await
     });
