@@ -1,0 +1,306 @@
+"""The clients: `Client` (blocking) and `AsyncClient` (asyncio), each with its `Box`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from . import _requests as r
+from ._models import BoxInfo, ExecResult, FileInfo, ProviderInfo, ToolInfo, ToolResult
+from .errors import raise_for
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+"""Where `agentbox serve` listens unless told otherwise."""
+
+
+def _setup(
+    url: str | None, key: str | None, socket: str | None
+) -> tuple[str, dict[str, str], str | None]:
+    key = key if key is not None else os.environ.get("AGENTBOX_KEY")
+    if not key:
+        raise ValueError("no API key: pass key= or set AGENTBOX_KEY (agentbox serve keys add NAME)")
+    socket = socket if socket is not None else os.environ.get("AGENTBOX_SOCKET") or None
+    base = "http://agentbox" if socket else (url or os.environ.get("AGENTBOX_URL") or DEFAULT_URL)
+    return base.rstrip("/"), {"authorization": f"Bearer {key}"}, socket
+
+
+def _spec(max_lifetime_ms: int, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"max_lifetime_ms": max_lifetime_ms, **spec}
+
+
+class Client:
+    """A blocking client of `agentbox serve`.
+
+    >>> with Client(key="abk_...") as c:  # doctest: +SKIP
+    ...     box = c.create_box(max_lifetime_ms=600_000)
+    ...     print(box.exec(command="uname -a").stdout)
+    ...     box.delete()
+
+    `url` (default `AGENTBOX_URL`, else http://127.0.0.1:8080) or `socket` (a unix socket's
+    path, default `AGENTBOX_SOCKET`) says where the server is; `key` (default `AGENTBOX_KEY`)
+    who is calling. Every failure raises `AgentboxError` with the service's code.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        key: str | None = None,
+        *,
+        socket: str | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        base, headers, uds = _setup(url, key, socket)
+        transport = httpx.HTTPTransport(uds=uds) if uds else None
+        self._http = httpx.Client(
+            base_url=base, headers=headers, timeout=timeout, transport=transport, trust_env=False
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def _send(self, q: r.Req) -> httpx.Response:
+        response = self._http.request(
+            q.method, q.path, params=q.params, json=q.json, content=q.content
+        )
+        raise_for(response)
+        return response
+
+    def providers(self) -> list[ProviderInfo]:
+        """The providers: whether the server can make their boxes, what each honours."""
+        return [ProviderInfo.from_json(p) for p in self._send(r.providers()).json()]
+
+    def tools(self) -> list[ToolInfo]:
+        """The agent's tools, with their argument schemas."""
+        return [ToolInfo.from_json(t) for t in self._send(r.tools()).json()]
+
+    def create_box(
+        self, provider: str | None = None, *, max_lifetime_ms: int = 3_600_000, **spec: Any
+    ) -> Box:
+        """Make a box; `spec` takes any field of the contract's spec (`image`, `env`,
+        `labels`, `network`, `ports`...). A field the provider cannot honour is refused."""
+        info = BoxInfo.from_json(
+            self._send(r.create(provider, _spec(max_lifetime_ms, spec))).json()
+        )
+        return Box(self, info)
+
+    def get_box(self, box_id: str) -> Box:
+        """The box `box_id` (`provider:name`); `NotFound` for another key's."""
+        return Box(self, BoxInfo.from_json(self._send(r.get(box_id)).json()))
+
+    def list_boxes(
+        self, provider: str | None = None, labels: dict[str, str] | None = None
+    ) -> list[Box]:
+        """The boxes this key owns, of one provider or all, with all of `labels`."""
+        return [
+            Box(self, BoxInfo.from_json(b))
+            for b in self._send(r.list_boxes(provider, labels)).json()
+        ]
+
+
+class Box:
+    """One box, reached through its client."""
+
+    def __init__(self, client: Client, info: BoxInfo) -> None:
+        self._c = client
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        """`provider:name`."""
+        return self.info.id
+
+    def refresh(self) -> BoxInfo:
+        """Ask again, with its status."""
+        self.info = BoxInfo.from_json(self._c._send(r.get(self.id)).json())
+        return self.info
+
+    def delete(self) -> None:
+        """End the box, with every program in it."""
+        self._c._send(r.delete(self.id))
+
+    def exec(
+        self,
+        argv: list[str] | None = None,
+        *,
+        command: str | None = None,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_ms: int | None = None,
+        max_output: int | None = None,
+    ) -> ExecResult:
+        """Run a program to its end (an argv, or a `command` for `sh -c`)."""
+        q = r.exec_(self.id, argv, command, stdin, env, cwd, timeout_ms, max_output)
+        return ExecResult.from_json(self._c._send(q).json())
+
+    def read_file(self, path: str) -> bytes:
+        """A file's bytes."""
+        return self._c._send(r.read_file(self.id, path)).content
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file whole, its parents made."""
+        self._c._send(r.write_file(self.id, path, data))
+
+    def stat(self, path: str) -> FileInfo:
+        """What a path is."""
+        return FileInfo.from_json(self._c._send(r.stat(self.id, path)).json())
+
+    def list_dir(self, path: str) -> list[FileInfo]:
+        """A directory's entries."""
+        return [FileInfo.from_json(f) for f in self._c._send(r.list_dir(self.id, path)).json()]
+
+    def mkdir(self, path: str, recursive: bool = False) -> None:
+        """Make a directory (and its parents, with `recursive`)."""
+        self._c._send(r.mkdir(self.id, path, recursive))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename a path."""
+        self._c._send(r.rename(self.id, src, dst))
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Remove a file, a link, or a directory (with its entries, with `recursive`)."""
+        self._c._send(r.remove(self.id, path, recursive))
+
+    def tool(self, name: str, **args: Any) -> ToolResult:
+        """Call one of the agent's tools (`bash`, `read`, `edit`...) on the box."""
+        return ToolResult.from_json(self._c._send(r.tool(self.id, name, args)).json())
+
+
+class AsyncClient:
+    """The asyncio twin of `Client`: the same calls, awaited."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        key: str | None = None,
+        *,
+        socket: str | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        base, headers, uds = _setup(url, key, socket)
+        transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
+        self._http = httpx.AsyncClient(
+            base_url=base, headers=headers, timeout=timeout, transport=transport, trust_env=False
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    async def _send(self, q: r.Req) -> httpx.Response:
+        response = await self._http.request(
+            q.method, q.path, params=q.params, json=q.json, content=q.content
+        )
+        raise_for(response)
+        return response
+
+    async def providers(self) -> list[ProviderInfo]:
+        """See `Client.providers`."""
+        return [ProviderInfo.from_json(p) for p in (await self._send(r.providers())).json()]
+
+    async def tools(self) -> list[ToolInfo]:
+        """See `Client.tools`."""
+        return [ToolInfo.from_json(t) for t in (await self._send(r.tools())).json()]
+
+    async def create_box(
+        self, provider: str | None = None, *, max_lifetime_ms: int = 3_600_000, **spec: Any
+    ) -> AsyncBox:
+        """See `Client.create_box`."""
+        answer = await self._send(r.create(provider, _spec(max_lifetime_ms, spec)))
+        return AsyncBox(self, BoxInfo.from_json(answer.json()))
+
+    async def get_box(self, box_id: str) -> AsyncBox:
+        """See `Client.get_box`."""
+        return AsyncBox(self, BoxInfo.from_json((await self._send(r.get(box_id))).json()))
+
+    async def list_boxes(
+        self, provider: str | None = None, labels: dict[str, str] | None = None
+    ) -> list[AsyncBox]:
+        """See `Client.list_boxes`."""
+        answer = await self._send(r.list_boxes(provider, labels))
+        return [AsyncBox(self, BoxInfo.from_json(b)) for b in answer.json()]
+
+
+class AsyncBox:
+    """The asyncio twin of `Box`."""
+
+    def __init__(self, client: AsyncClient, info: BoxInfo) -> None:
+        self._c = client
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        """`provider:name`."""
+        return self.info.id
+
+    async def refresh(self) -> BoxInfo:
+        """See `Box.refresh`."""
+        self.info = BoxInfo.from_json((await self._c._send(r.get(self.id))).json())
+        return self.info
+
+    async def delete(self) -> None:
+        """See `Box.delete`."""
+        await self._c._send(r.delete(self.id))
+
+    async def exec(
+        self,
+        argv: list[str] | None = None,
+        *,
+        command: str | None = None,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_ms: int | None = None,
+        max_output: int | None = None,
+    ) -> ExecResult:
+        """See `Box.exec`."""
+        q = r.exec_(self.id, argv, command, stdin, env, cwd, timeout_ms, max_output)
+        return ExecResult.from_json((await self._c._send(q)).json())
+
+    async def read_file(self, path: str) -> bytes:
+        """See `Box.read_file`."""
+        return (await self._c._send(r.read_file(self.id, path))).content
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """See `Box.write_file`."""
+        await self._c._send(r.write_file(self.id, path, data))
+
+    async def stat(self, path: str) -> FileInfo:
+        """See `Box.stat`."""
+        return FileInfo.from_json((await self._c._send(r.stat(self.id, path))).json())
+
+    async def list_dir(self, path: str) -> list[FileInfo]:
+        """See `Box.list_dir`."""
+        answer = await self._c._send(r.list_dir(self.id, path))
+        return [FileInfo.from_json(f) for f in answer.json()]
+
+    async def mkdir(self, path: str, recursive: bool = False) -> None:
+        """See `Box.mkdir`."""
+        await self._c._send(r.mkdir(self.id, path, recursive))
+
+    async def rename(self, src: str, dst: str) -> None:
+        """See `Box.rename`."""
+        await self._c._send(r.rename(self.id, src, dst))
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        """See `Box.remove`."""
+        await self._c._send(r.remove(self.id, path, recursive))
+
+    async def tool(self, name: str, **args: Any) -> ToolResult:
+        """See `Box.tool`."""
+        return ToolResult.from_json((await self._c._send(r.tool(self.id, name, args))).json())

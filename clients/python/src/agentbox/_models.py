@@ -1,0 +1,143 @@
+"""The values the service answers, as typed records (the OpenAPI document's schemas)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what}: the service answered {type(value).__name__}, not an object")
+    return value
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """One provider, as the server serves it."""
+
+    name: str
+    description: str
+    compiled: bool
+    available: bool
+    default: bool
+    why_not: str | None = None
+    honours: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, v: Any) -> ProviderInfo:
+        o = _obj(v, "provider")
+        return cls(
+            name=o["name"],
+            description=o["description"],
+            compiled=o["compiled"],
+            available=o["available"],
+            default=o["default"],
+            why_not=o.get("why_not"),
+            honours=o.get("honours"),
+        )
+
+
+@dataclass(frozen=True)
+class BoxInfo:
+    """A box: its id (`provider:name`), labels and facts; `status` where it was asked."""
+
+    id: str
+    provider: str
+    labels: dict[str, str]
+    facts: dict[str, Any]
+    status: str | None = None
+
+    @classmethod
+    def from_json(cls, v: Any) -> BoxInfo:
+        o = _obj(v, "box")
+        return cls(
+            id=o["id"],
+            provider=o["provider"],
+            labels=dict(o.get("labels") or {}),
+            facts=dict(o.get("facts") or {}),
+            status=o.get("status"),
+        )
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """How a program ended and what it printed, each stream up to the bound asked."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+    signal: int | None = None
+
+    @classmethod
+    def from_json(cls, v: Any) -> ExecResult:
+        o = _obj(v, "exec result")
+        return cls(
+            exit_code=o["exit_code"],
+            stdout=o["stdout"],
+            stderr=o["stderr"],
+            stdout_dropped=o.get("stdout_dropped", 0),
+            stderr_dropped=o.get("stderr_dropped", 0),
+            signal=o.get("signal"),
+        )
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One path, as lstat sees it (a link is not followed)."""
+
+    name: str
+    path: str
+    kind: str
+    size: int
+    mtime_ms: int
+
+    @classmethod
+    def from_json(cls, v: Any) -> FileInfo:
+        o = _obj(v, "file info")
+        return cls(
+            name=o["name"],
+            path=o["path"],
+            kind=o["kind"],
+            size=o["size"],
+            mtime_ms=o["mtime_ms"],
+        )
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """One of the agent's tools, as a model is told of it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool
+
+    @classmethod
+    def from_json(cls, v: Any) -> ToolInfo:
+        o = _obj(v, "tool")
+        return cls(
+            name=o["name"],
+            description=o["description"],
+            parameters=dict(o["parameters"]),
+            read_only=o["read_only"],
+        )
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call gave the model: its content parts, details, and whether it failed."""
+
+    content: list[dict[str, Any]]
+    is_error: bool
+    details: Any = None
+    text: str = field(default="")
+
+    @classmethod
+    def from_json(cls, v: Any) -> ToolResult:
+        o = _obj(v, "tool result")
+        content = list(o.get("content") or [])
+        text = "".join(c.get("text", "") for c in content if c.get("type") == "text")
+        return cls(content=content, is_error=o["isError"], details=o.get("details"), text=text)

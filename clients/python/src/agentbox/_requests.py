@@ -1,0 +1,121 @@
+"""Each call of the API as a request description, shared by the sync and async clients, so the
+two differ only in how they send."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+
+@dataclass(frozen=True)
+class Req:
+    """One request: method, path, query, and a JSON or a bytes body."""
+
+    method: str
+    path: str
+    params: dict[str, str] | None = None
+    json: Any = None
+    content: bytes | None = None
+
+
+def box_path(box_id: str) -> str:
+    return f"/v1/boxes/{quote(box_id, safe=':')}"
+
+
+def providers() -> Req:
+    return Req("GET", "/v1/providers")
+
+
+def tools() -> Req:
+    return Req("GET", "/v1/tools")
+
+
+def create(provider: str | None, spec: dict[str, Any]) -> Req:
+    body: dict[str, Any] = {"spec": spec}
+    if provider is not None:
+        body["provider"] = provider
+    return Req("POST", "/v1/boxes", json=body)
+
+
+def list_boxes(provider: str | None, labels: dict[str, str] | None) -> Req:
+    params: dict[str, str] = {}
+    if provider is not None:
+        params["provider"] = provider
+    if labels:
+        for k, v in labels.items():
+            if "," in k + v or "=" in k:
+                raise ValueError(f"labels: {k}={v} cannot be asked for (',' or '=' in it)")
+        params["labels"] = ",".join(f"{k}={v}" for k, v in labels.items())
+    return Req("GET", "/v1/boxes", params=params or None)
+
+
+def get(box_id: str) -> Req:
+    return Req("GET", box_path(box_id))
+
+
+def delete(box_id: str) -> Req:
+    return Req("DELETE", box_path(box_id))
+
+
+def exec_(
+    box_id: str,
+    argv: list[str] | None,
+    command: str | None,
+    stdin: str | None,
+    env: dict[str, str] | None,
+    cwd: str | None,
+    timeout_ms: int | None,
+    max_output: int | None,
+) -> Req:
+    if (argv is None) == (command is None):
+        raise ValueError("exec: give argv or command, one of them")
+    body: dict[str, Any] = {}
+    for k, v in [
+        ("argv", argv),
+        ("command", command),
+        ("stdin", stdin),
+        ("env", env),
+        ("cwd", cwd),
+        ("timeout_ms", timeout_ms),
+        ("max_output", max_output),
+    ]:
+        if v is not None:
+            body[k] = v
+    return Req("POST", box_path(box_id) + "/exec", json=body)
+
+
+def read_file(box_id: str, path: str) -> Req:
+    return Req("GET", box_path(box_id) + "/files", params={"path": path})
+
+
+def write_file(box_id: str, path: str, data: bytes | str) -> Req:
+    content = data.encode() if isinstance(data, str) else bytes(data)
+    return Req("PUT", box_path(box_id) + "/files", params={"path": path}, content=content)
+
+
+def remove(box_id: str, path: str, recursive: bool) -> Req:
+    params = {"path": path, "recursive": "true" if recursive else "false"}
+    return Req("DELETE", box_path(box_id) + "/files", params=params)
+
+
+def stat(box_id: str, path: str) -> Req:
+    return Req("GET", box_path(box_id) + "/files/stat", params={"path": path})
+
+
+def list_dir(box_id: str, path: str) -> Req:
+    return Req("GET", box_path(box_id) + "/files/list", params={"path": path})
+
+
+def mkdir(box_id: str, path: str, recursive: bool) -> Req:
+    return Req(
+        "POST", box_path(box_id) + "/files/mkdir", json={"path": path, "recursive": recursive}
+    )
+
+
+def rename(box_id: str, src: str, dst: str) -> Req:
+    return Req("POST", box_path(box_id) + "/files/rename", json={"from": src, "to": dst})
+
+
+def tool(box_id: str, name: str, args: dict[str, Any]) -> Req:
+    return Req("POST", box_path(box_id) + f"/tools/{quote(name, safe='')}", json=args)

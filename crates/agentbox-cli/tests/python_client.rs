@@ -1,0 +1,126 @@
+//! The Python client (`clients/python`) judged from outside: its own suite (pytest) against a
+//! real `agentbox serve` making namespace and Docker boxes, with two keys; and its format, lint
+//! and type checks (ruff, mypy). `scripts/python-client` installs it and its tools in a venv;
+//! `scripts/test` exports that venv's python as `AGENTBOX_TEST_CLIENT_PYTHON`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::AsyncBufReadExt;
+
+/// The venv's python, or `None` after the loud notice (a failure under CI).
+fn python(test: &str) -> Option<PathBuf> {
+    match std::env::var("AGENTBOX_TEST_CLIENT_PYTHON") {
+        Ok(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test}: CI needs AGENTBOX_TEST_CLIENT_PYTHON (scripts/test runs scripts/python-client)")
+        }
+        _ => {
+            eprintln!(
+                "\n!!!! {test}: AGENTBOX_TEST_CLIENT_PYTHON UNSET: this test did NOT run. \
+                 Run scripts/python-client and export it. !!!!\n"
+            );
+            None
+        }
+    }
+}
+
+fn client_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python")
+}
+
+fn run(py: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(py).args(args).current_dir(client_dir()).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_python_client_is_formatted_linted_and_typed() {
+    let Some(py) = python("the_python_client_is_formatted_linted_and_typed") else {
+        return;
+    };
+    for check in [
+        &["-m", "ruff", "format", "--check", "."][..],
+        &["-m", "ruff", "check", "."],
+        &["-m", "mypy"],
+    ] {
+        let (ok, said) = run(&py, check);
+        assert!(ok, "{}: {said}", check.join(" "));
+    }
+}
+
+fn key(home: &Path, name: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["serve", "keys", "add", name])
+        .env("AGENTBOX_HOME", home)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_clients_suite_passes_against_a_real_server() {
+    let test = "the_python_clients_suite_passes_against_a_real_server";
+    let Some(py) = python(test) else { return };
+    if !agentbox_testing::services::docker_available(test) {
+        return;
+    }
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let (a, b) = (key(home.path(), "a"), key(home.path(), "b"));
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--provider", "namespace"])
+        .env("AGENTBOX_HOME", home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            eprintln!("{line}");
+            if let Some(url) = line.strip_prefix("agentbox serve: serving on ") {
+                return url.to_string();
+            }
+        }
+        panic!("the server ended before it served");
+    })
+    .await
+    .expect("the server serves within 60 s");
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{line}");
+        }
+    });
+    let suite = tokio::process::Command::new(&py)
+        .args(["-m", "pytest", "-q", "-rs", "tests"])
+        .current_dir(client_dir())
+        .env("AGENTBOX_URL", &url)
+        .env("AGENTBOX_TEST_KEY_A", &a)
+        .env("AGENTBOX_TEST_KEY_B", &b)
+        .env("AGENTBOX_TEST_PROVIDERS", "namespace,docker")
+        .env_remove("AGENTBOX_KEY")
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(900), suite)
+        .await
+        .expect("the suite ends within 15 minutes")
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{said}");
+    assert!(out.status.success(), "the Python client's suite failed:\n{said}");
+    assert!(!said.contains("skipped"), "nothing skipped: {said}");
+    assert!(said.contains(" passed"), "{said}");
+    server.start_kill().unwrap();
+}
