@@ -80,6 +80,22 @@ def test_a_box_runs_programs_holds_files_and_takes_tools(
         client.get_box(box.id)
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_named_box_sleeps_wakes_and_lives_longer(client: agentbox.Client, provider: str) -> None:
+    box = client.open_box("py-dev", provider, max_lifetime_ms=600_000)
+    try:
+        assert client.open_box("py-dev", provider, max_lifetime_ms=600_000).id == box.id
+        box.write_file("kept.txt", "kept")
+        box.sleep()
+        assert box.refresh().status == "sleeping"
+        box.wake()
+        assert box.read_file("kept.txt") == b"kept", "a sleep keeps the files"
+        before = box.info.facts["ends_at_ms"]
+        assert box.extend(by_ms=60_000).facts["ends_at_ms"] == before + 60_000
+    finally:
+        box.delete()
+
+
 def test_two_keys_never_see_each_others_boxes(
     client: agentbox.Client, other: agentbox.Client
 ) -> None:

@@ -413,6 +413,10 @@ async fn the_served_openapi_document_is_the_one_in_the_repository() {
         ("/v1/boxes/{id}/files/mkdir", "post"),
         ("/v1/boxes/{id}/files/rename", "post"),
         ("/v1/tools", "get"),
+        ("/v1/boxes/open", "post"),
+        ("/v1/boxes/{id}/sleep", "post"),
+        ("/v1/boxes/{id}/wake", "post"),
+        ("/v1/boxes/{id}/extend", "post"),
         ("/v1/boxes/{id}/tools/{name}", "post"),
     ] {
         let op = &served["paths"][path][method];
@@ -562,4 +566,97 @@ async fn files_and_tools_on_a_box() {
     assert!(r["message"].as_str().unwrap().contains("bash"), "lists the tools: {r}");
     let (st, _) = call(&s, k, "DELETE", &b, None).await;
     assert_eq!(st, 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_by_name_sleep_wake_and_extend_within_the_keys_limits() {
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let (_, a) = keys.add("a", false, Limits::default()).unwrap();
+    let (_, b) = keys.add("b", false, Limits::default()).unwrap();
+    let (_, short) = keys
+        .add(
+            "short",
+            false,
+            Limits {
+                max_lifetime: Some(Duration::from_secs(120)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let s = start(keys, 1 << 20).await;
+    let open = |spec_ms: u64| Some(json!({"name": "dev", "spec": spec(spec_ms)}));
+    let (st, first) = call(&s, Some(&a), "POST", "/v1/boxes/open", open(600_000)).await;
+    assert_eq!(st, 200, "{first}");
+    let (_, again) = call(&s, Some(&a), "POST", "/v1/boxes/open", open(600_000)).await;
+    assert_eq!(again["id"], first["id"], "the same name opens the same box");
+    let (_, theirs) = call(&s, Some(&b), "POST", "/v1/boxes/open", open(600_000)).await;
+    assert_ne!(theirs["id"], first["id"], "a name is the key's own");
+    let path = format!("/v1/boxes/{}", first["id"].as_str().unwrap());
+
+    let (st, _) = call(&s, Some(&a), "POST", &format!("{path}/sleep"), None).await;
+    assert_eq!(st, 204);
+    let (_, got) = call(&s, Some(&a), "GET", &path, None).await;
+    assert_eq!(got["status"], json!("sleeping"), "{got}");
+    let (st, r) = call(
+        &s,
+        Some(&a),
+        "POST",
+        &format!("{path}/exec"),
+        Some(json!({"command": "true"})),
+    )
+    .await;
+    assert!(st >= 400, "a sleeping box runs nothing: {st} {r}");
+    let (st, woken) = call(&s, Some(&a), "POST", &format!("{path}/wake"), None).await;
+    assert_eq!(st, 200, "{woken}");
+    let (_, r) = call(
+        &s,
+        Some(&a),
+        "POST",
+        &format!("{path}/exec"),
+        Some(json!({"command": "echo awake"})),
+    )
+    .await;
+    assert_eq!(r["stdout"], json!("awake\n"), "{r}");
+    let (st, r) = call(&s, Some(&b), "POST", &format!("{path}/sleep"), None).await;
+    assert_eq!((st, code_of(&r)), (404, "not_found"), "another key's box: {r}");
+
+    let before = woken["facts"]["ends_at_ms"].as_u64().unwrap();
+    let (st, moved) = call(
+        &s,
+        Some(&a),
+        "POST",
+        &format!("{path}/extend"),
+        Some(json!({"by_ms": 60_000})),
+    )
+    .await;
+    assert_eq!(st, 200, "{moved}");
+    assert_eq!(
+        moved["facts"]["ends_at_ms"].as_u64().unwrap(),
+        before + 60_000,
+        "{moved}"
+    );
+    let (st, r) = call(&s, Some(&a), "POST", &format!("{path}/extend"), Some(json!({}))).await;
+    assert_eq!((st, code_of(&r)), (400, "invalid"), "{r}");
+
+    let (st, mine) = call(&s, Some(&short), "POST", "/v1/boxes/open", open(60_000)).await;
+    assert_eq!(st, 200, "{mine}");
+    let short_path = format!("/v1/boxes/{}", mine["id"].as_str().unwrap());
+    let (st, r) = call(
+        &s,
+        Some(&short),
+        "POST",
+        &format!("{short_path}/extend"),
+        Some(json!({"by_ms": 600_000})),
+    )
+    .await;
+    assert_eq!(
+        (st, code_of(&r)),
+        (403, "permission_denied"),
+        "past the key's longest lifetime: {r}"
+    );
+    for (key, p) in [(&a, &path), (&short, &short_path)] {
+        assert_eq!(call(&s, Some(key), "DELETE", p, None).await.0, 204);
+    }
+    let theirs = format!("/v1/boxes/{}", theirs["id"].as_str().unwrap());
+    assert_eq!(call(&s, Some(&b), "DELETE", &theirs, None).await.0, 204);
 }

@@ -92,6 +92,18 @@ class Client:
         )
         return Box(self, info)
 
+    def open_box(
+        self,
+        name: str,
+        provider: str | None = None,
+        *,
+        max_lifetime_ms: int = 3_600_000,
+        **spec: Any,
+    ) -> Box:
+        """The box called `name` (this key's own): made from the spec, or found and woken."""
+        q = r.open_box(provider, name, _spec(max_lifetime_ms, spec))
+        return Box(self, BoxInfo.from_json(self._send(q).json()))
+
     def get_box(self, box_id: str) -> Box:
         """The box `box_id` (`provider:name`); `NotFound` for another key's."""
         return Box(self, BoxInfo.from_json(self._send(r.get(box_id)).json()))
@@ -126,6 +138,20 @@ class Box:
     def delete(self) -> None:
         """End the box, with every program in it."""
         self._c._send(r.delete(self.id))
+
+    def sleep(self) -> None:
+        """Files kept, programs ended; its lifetime goes on."""
+        self._c._send(r.sleep(self.id))
+
+    def wake(self) -> BoxInfo:
+        """Wake it."""
+        self.info = BoxInfo.from_json(self._c._send(r.wake(self.id)).json())
+        return self.info
+
+    def extend(self, *, by_ms: int | None = None, ends_at_ms: int | None = None) -> BoxInfo:
+        """Move its deadline: `by_ms` from where it is, or to `ends_at_ms`."""
+        self.info = BoxInfo.from_json(self._c._send(r.extend(self.id, by_ms, ends_at_ms)).json())
+        return self.info
 
     def exec(
         self,
@@ -224,6 +250,18 @@ class AsyncClient:
         answer = await self._send(r.create(provider, _spec(max_lifetime_ms, spec)))
         return AsyncBox(self, BoxInfo.from_json(answer.json()))
 
+    async def open_box(
+        self,
+        name: str,
+        provider: str | None = None,
+        *,
+        max_lifetime_ms: int = 3_600_000,
+        **spec: Any,
+    ) -> AsyncBox:
+        """See `Client.open_box`."""
+        q = r.open_box(provider, name, _spec(max_lifetime_ms, spec))
+        return AsyncBox(self, BoxInfo.from_json((await self._send(q)).json()))
+
     async def get_box(self, box_id: str) -> AsyncBox:
         """See `Client.get_box`."""
         return AsyncBox(self, BoxInfo.from_json((await self._send(r.get(box_id))).json()))
@@ -256,6 +294,21 @@ class AsyncBox:
     async def delete(self) -> None:
         """See `Box.delete`."""
         await self._c._send(r.delete(self.id))
+
+    async def sleep(self) -> None:
+        """See `Box.sleep`."""
+        await self._c._send(r.sleep(self.id))
+
+    async def wake(self) -> BoxInfo:
+        """See `Box.wake`."""
+        self.info = BoxInfo.from_json((await self._c._send(r.wake(self.id))).json())
+        return self.info
+
+    async def extend(self, *, by_ms: int | None = None, ends_at_ms: int | None = None) -> BoxInfo:
+        """See `Box.extend`."""
+        answer = await self._c._send(r.extend(self.id, by_ms, ends_at_ms))
+        self.info = BoxInfo.from_json(answer.json())
+        return self.info
 
     async def exec(
         self,

@@ -38,6 +38,28 @@ def create(provider: str | None, spec: dict[str, Any]) -> Req:
     return Req("POST", "/v1/boxes", json=body)
 
 
+def open_box(provider: str | None, name: str, spec: dict[str, Any]) -> Req:
+    body: dict[str, Any] = {"name": name, "spec": spec}
+    if provider is not None:
+        body["provider"] = provider
+    return Req("POST", "/v1/boxes/open", json=body)
+
+
+def sleep(box_id: str) -> Req:
+    return Req("POST", box_path(box_id) + "/sleep")
+
+
+def wake(box_id: str) -> Req:
+    return Req("POST", box_path(box_id) + "/wake")
+
+
+def extend(box_id: str, by_ms: int | None, ends_at_ms: int | None) -> Req:
+    if (by_ms is None) == (ends_at_ms is None):
+        raise ValueError("extend: give by_ms or ends_at_ms, one of them")
+    body = {"by_ms": by_ms} if by_ms is not None else {"ends_at_ms": ends_at_ms}
+    return Req("POST", box_path(box_id) + "/extend", json=body)
+
+
 def list_boxes(provider: str | None, labels: dict[str, str] | None) -> Req:
     params: dict[str, str] = {}
     if provider is not None:

@@ -21,7 +21,7 @@ use crate::keys::KeyInfo;
 use crate::state::{AppState, OWNER_LABEL};
 
 /// How long making a box may take.
-const CREATE_DEADLINE: Duration = Duration::from_secs(300);
+pub(crate) const CREATE_DEADLINE: Duration = Duration::from_secs(300);
 /// How long any other call on a provider may take.
 pub(crate) const CALL_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -55,7 +55,7 @@ pub struct BoxInfo {
 }
 
 impl BoxInfo {
-    fn of(b: &dyn Sandbox) -> Self {
+    pub(crate) fn of(b: &dyn Sandbox) -> Self {
         BoxInfo {
             id: b.id().to_string(),
             provider: b.id().provider().to_string(),
@@ -121,7 +121,7 @@ pub(crate) async fn reach(state: &AppState, key: &KeyInfo, id: &str) -> Result<A
 
 /// The boxes `key` owns (every box, for an admin key), of one provider or of every one this
 /// server can make.
-async fn owned(
+pub(crate) async fn owned(
     state: &AppState,
     key: &KeyInfo,
     provider: Option<&str>,
@@ -159,15 +159,11 @@ async fn owned(
     Ok(out)
 }
 
-/// `POST /v1/boxes`.
-pub(crate) async fn create(
-    State(state): State<Arc<AppState>>,
-    Caller(key): Caller,
-    Json(body): Json<CreateBox>,
-) -> Result<(StatusCode, Json<BoxInfo>), ApiError> {
-    let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
-    may_use(&key, &name)?;
-    let mut spec = body.spec;
+/// `spec` as `key` may ask it of `provider`, with the key's id as its owner label: refused
+/// when the provider is not the key's, the lifetime is past the key's longest, or the spec
+/// names an owner itself.
+pub(crate) fn allowed_spec(key: &KeyInfo, provider: &str, mut spec: Spec) -> Result<Spec, ApiError> {
+    may_use(key, provider)?;
     if spec.labels.contains_key(OWNER_LABEL) {
         return Err(ApiError::new(
             ErrorCode::Invalid,
@@ -187,6 +183,18 @@ pub(crate) async fn create(
             ),
         ));
     }
+    spec.labels.insert(OWNER_LABEL.to_string(), key.id.clone());
+    Ok(spec)
+}
+
+/// `POST /v1/boxes`.
+pub(crate) async fn create(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Json(body): Json<CreateBox>,
+) -> Result<(StatusCode, Json<BoxInfo>), ApiError> {
+    let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
+    let spec = allowed_spec(&key, &name, body.spec)?;
     if let Some(most) = key.limits.max_boxes {
         let now = owned(&state, &key, None, &Labels::new()).await?.len();
         if now >= most as usize {
@@ -197,7 +205,6 @@ pub(crate) async fn create(
             .retry_after(30));
         }
     }
-    spec.labels.insert(OWNER_LABEL.to_string(), key.id.clone());
     let provider = state.provider(&name).await?;
     let ctx = Ctx::background().with_timeout(CREATE_DEADLINE);
     let b = provider.create(&spec, &ctx).await?;

@@ -11,6 +11,7 @@ use crate::state::AppState;
 pub mod boxes;
 pub mod exec;
 pub mod files;
+pub mod lifecycle;
 pub mod providers;
 pub mod tools;
 
@@ -31,6 +32,29 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
             })
             .get_with(boxes::list, |o| {
                 o.summary("The boxes the calling key owns (every box, for an admin key)")
+            }),
+        )
+        .api_route(
+            "/v1/boxes/open",
+            post_with(lifecycle::open, |o| {
+                o.summary("The box of a name: made from the spec, or found (and woken) when it is there")
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/sleep",
+            post_with(lifecycle::sleep, |o| {
+                o.summary("Put a box to sleep: files kept, programs ended, its lifetime going on")
+                    .response::<204, ()>()
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/wake",
+            post_with(lifecycle::wake, |o| o.summary("Wake a sleeping box")),
+        )
+        .api_route(
+            "/v1/boxes/{id}/extend",
+            post_with(lifecycle::extend, |o| {
+                o.summary("Move a box's deadline (ends_at_ms, or by_ms from where it is)")
             }),
         )
         .api_route(
