@@ -96,6 +96,42 @@ def test_a_named_box_sleeps_wakes_and_lives_longer(client: agentbox.Client, prov
         box.delete()
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_detached_process_is_read_from_its_cursor_across_a_reconnect(provider: str) -> None:
+    url, key = _env("AGENTBOX_URL"), _env("AGENTBOX_TEST_KEY_A")
+    with agentbox.Client(url, key) as first:
+        box = first.create_box(provider, max_lifetime_ms=600_000)
+        p = box.start(command="echo one; read line; echo two $line; exit 5")
+        seen = ""
+        cursor = 0
+        while "one" not in seen:
+            out = p.output(after=cursor, wait_ms=1000)
+            seen += out.text
+            cursor = out.next
+        handle, box_id = p.handle, box.id
+    # A new client (a host that came back) goes on from the cursor: nothing twice, nothing lost.
+    with agentbox.Client(url, key) as second:
+        box = second.get_box(box_id)
+        try:
+            p = box.process(handle)
+            assert handle in [q["handle"] for q in box.processes()]
+            p.write("three\n", close=True)
+            rest = ""
+            while "two" not in rest:
+                out = p.output(after=cursor, wait_ms=1000)
+                rest += out.text
+                cursor = out.next
+            assert (seen, rest) == ("one\n", "two three\n")
+            ended = p.wait(timeout_ms=30_000)
+            assert (ended["state"], ended["status"]["code"]) == ("exited", 5)
+            assert p.output(after=0).text == "one\ntwo three\n"
+            sleeper = box.start(["sleep", "300"])
+            sleeper.signal("KILL")
+            assert sleeper.wait(timeout_ms=30_000)["status"]["signal"] == 9
+        finally:
+            box.delete()
+
+
 def test_two_keys_never_see_each_others_boxes(
     client: agentbox.Client, other: agentbox.Client
 ) -> None:
@@ -143,6 +179,10 @@ def test_the_async_client_does_the_same() -> None:
                 assert box.id in [b.id for b in listed]
                 await box.write_file("x.txt", "x")
                 assert await box.read_file("x.txt") == b"x"
+                p = await box.start(command="echo detached")
+                ended = await p.wait(timeout_ms=30_000)
+                assert ended["status"]["code"] == 0
+                assert (await p.output()).text == "detached\n"
             finally:
                 await box.delete()
 

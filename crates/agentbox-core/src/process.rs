@@ -205,6 +205,7 @@ impl ExecOptions {
 
 /// How a program ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ExitStatus {
     /// The exit code; 128 + the signal number for a program a signal ended.
     pub code: i32,

@@ -24,6 +24,7 @@ pub const MAX_READ_WAIT: Duration = Duration::from_secs(300);
 
 /// How a process stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum ProcessState {
     /// It runs.
@@ -42,6 +43,7 @@ pub enum ProcessState {
 
 /// One process of a box, as [`Processes::list`] answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProcessInfo {
     /// Its number in the box.
     pub handle: u64,
@@ -68,6 +70,7 @@ pub struct ProcessInfo {
 
 /// Which stream a chunk of output came on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Stream {
     /// stdout (and a terminal's output).

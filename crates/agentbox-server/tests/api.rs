@@ -414,6 +414,13 @@ async fn the_served_openapi_document_is_the_one_in_the_repository() {
         ("/v1/boxes/{id}/files/rename", "post"),
         ("/v1/tools", "get"),
         ("/v1/boxes/open", "post"),
+        ("/v1/boxes/{id}/processes", "post"),
+        ("/v1/boxes/{id}/processes", "get"),
+        ("/v1/boxes/{id}/processes/{handle}", "delete"),
+        ("/v1/boxes/{id}/processes/{handle}/output", "get"),
+        ("/v1/boxes/{id}/processes/{handle}/stdin", "post"),
+        ("/v1/boxes/{id}/processes/{handle}/signal", "post"),
+        ("/v1/boxes/{id}/processes/{handle}/wait", "post"),
         ("/v1/boxes/{id}/sleep", "post"),
         ("/v1/boxes/{id}/wake", "post"),
         ("/v1/boxes/{id}/extend", "post"),
@@ -659,4 +666,148 @@ async fn open_by_name_sleep_wake_and_extend_within_the_keys_limits() {
     }
     let theirs = format!("/v1/boxes/{}", theirs["id"].as_str().unwrap());
     assert_eq!(call(&s, Some(&b), "DELETE", &theirs, None).await.0, 204);
+}
+
+/// The output of `handle` from `after` until it holds `want` (within 30 s): the text, and the
+/// next cursor.
+async fn read_until(s: &Server, key: &str, procs: &str, handle: u64, after: u64, want: &str) -> (String, u64) {
+    let mut text = String::new();
+    let mut next = after;
+    for _ in 0..30 {
+        let (st, out) = call(
+            s,
+            Some(key),
+            "GET",
+            &format!("{procs}/{handle}/output?after={next}&wait_ms=1000"),
+            None,
+        )
+        .await;
+        assert_eq!(st, 200, "{out}");
+        for c in out["chunks"].as_array().unwrap() {
+            text.push_str(c["text"].as_str().unwrap());
+        }
+        next = out["next"].as_u64().unwrap();
+        if text.contains(want) {
+            return (text, next);
+        }
+    }
+    panic!("no {want:?} in {text:?} within 30 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_process_is_read_from_a_cursor_written_signalled_and_waited_for() {
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let (_, key) = keys.add("k", false, Limits::default()).unwrap();
+    let s = start(keys, 1 << 20).await;
+    let k = Some(key.as_str());
+    let (_, made) = call(&s, k, "POST", "/v1/boxes", Some(json!({"spec": spec(600_000)}))).await;
+    let procs = format!("/v1/boxes/{}/processes", made["id"].as_str().unwrap());
+    let (st, started) = call(
+        &s,
+        k,
+        "POST",
+        &procs,
+        Some(json!({"command": "echo first; read line; echo got $line; exit 3"})),
+    )
+    .await;
+    assert_eq!(st, 201, "{started}");
+    let h = started["handle"].as_u64().unwrap();
+    let (text, next) = read_until(&s, &key, &procs, h, 0, "first\n").await;
+    assert_eq!((text.as_str(), next), ("first\n", 6));
+    let (st, _) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{procs}/{h}/stdin"),
+        Some(json!({"data": "hello\n", "close": true})),
+    )
+    .await;
+    assert_eq!(st, 204);
+    let (text, _) = read_until(&s, &key, &procs, h, next, "got hello").await;
+    assert_eq!(text, "got hello\n", "from the cursor on, nothing before it");
+    let (st, ended) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{procs}/{h}/wait"),
+        Some(json!({"timeout_ms": 30_000})),
+    )
+    .await;
+    assert_eq!(
+        (st, &ended["state"], &ended["status"]["code"]),
+        (200, &json!("exited"), &json!(3)),
+        "{ended}"
+    );
+    let (_, again) = call(&s, k, "GET", &format!("{procs}/{h}/output?after=0"), None).await;
+    let whole: String = again["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        whole, "first\ngot hello\n",
+        "a reader that comes back reads from any cursor: {again}"
+    );
+    assert_eq!(again["exit"]["state"], json!("exited"), "{again}");
+
+    let (_, sleeper) = call(&s, k, "POST", &procs, Some(json!({"argv": ["sleep", "300"]}))).await;
+    let sh = sleeper["handle"].as_u64().unwrap();
+    let (_, listed) = call(&s, k, "GET", &procs, None).await;
+    let handles: Vec<u64> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["handle"].as_u64().unwrap())
+        .collect();
+    assert!(handles.contains(&h) && handles.contains(&sh), "{listed}");
+    let (st, r) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{procs}/{sh}/signal"),
+        Some(json!({"signal": "NOPE"})),
+    )
+    .await;
+    assert_eq!((st, code_of(&r)), (400, "invalid"), "{r}");
+    let (st, _) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{procs}/{sh}/signal"),
+        Some(json!({"signal": "TERM"})),
+    )
+    .await;
+    assert_eq!(st, 204);
+    let (_, ended) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{procs}/{sh}/wait"),
+        Some(json!({"timeout_ms": 30_000})),
+    )
+    .await;
+    assert_eq!(ended["status"]["signal"], json!(15), "{ended}");
+    let (st, r) = call(
+        &s,
+        k,
+        "POST",
+        &format!("{procs}/{sh}/wait"),
+        Some(json!({"timeout_ms": 7_200_000})),
+    )
+    .await;
+    assert_eq!((st, code_of(&r)), (400, "invalid"), "{r}");
+    let (st, r) = call(&s, k, "GET", &format!("{procs}/999999/output"), None).await;
+    assert_eq!((st, code_of(&r)), (404, "not_found"), "{r}");
+    let (st, _) = call(&s, k, "DELETE", &format!("{procs}/{h}"), None).await;
+    assert_eq!(st, 204);
+    let (st, _) = call(
+        &s,
+        k,
+        "DELETE",
+        &format!("/v1/boxes/{}", made["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(st, 204);
 }

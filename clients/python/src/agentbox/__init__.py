@@ -8,8 +8,17 @@
 ...     box.delete()
 """
 
-from ._client import DEFAULT_URL, AsyncBox, AsyncClient, Box, Client
-from ._models import BoxInfo, ExecResult, FileInfo, ProviderInfo, ToolInfo, ToolResult
+from ._client import DEFAULT_URL, AsyncBox, AsyncClient, AsyncProcess, Box, Client, Process
+from ._models import (
+    BoxInfo,
+    Chunk,
+    ExecResult,
+    FileInfo,
+    Output,
+    ProviderInfo,
+    ToolInfo,
+    ToolResult,
+)
 from .errors import AgentboxError, NotFound, RateLimited, Unauthenticated
 
 __all__ = [
@@ -17,12 +26,16 @@ __all__ = [
     "AgentboxError",
     "AsyncBox",
     "AsyncClient",
+    "AsyncProcess",
     "Box",
     "BoxInfo",
+    "Chunk",
     "Client",
     "ExecResult",
     "FileInfo",
     "NotFound",
+    "Output",
+    "Process",
     "ProviderInfo",
     "RateLimited",
     "ToolInfo",

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from . import _requests as r
-from ._models import BoxInfo, ExecResult, FileInfo, ProviderInfo, ToolInfo, ToolResult
+from ._models import BoxInfo, ExecResult, FileInfo, Output, ProviderInfo, ToolInfo, ToolResult
 from .errors import raise_for
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -200,6 +200,60 @@ class Box:
         """Call one of the agent's tools (`bash`, `read`, `edit`...) on the box."""
         return ToolResult.from_json(self._c._send(r.tool(self.id, name, args)).json())
 
+    def start(
+        self,
+        argv: list[str] | None = None,
+        *,
+        command: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> Process:
+        """Start a program detached: it outlives this call (and this client)."""
+        q = r.start(self.id, argv, command, env, cwd, timeout_ms)
+        return Process(self, int(self._c._send(q).json()["handle"]))
+
+    def process(self, handle: int) -> Process:
+        """The process `handle` of this box, reached again (by this client or another)."""
+        return Process(self, handle)
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The box's processes, running and ended."""
+        answer: list[dict[str, Any]] = self._c._send(r.processes(self.id)).json()
+        return answer
+
+
+class Process:
+    """A detached process of a box, by its handle."""
+
+    def __init__(self, box: Box, handle: int) -> None:
+        self.box = box
+        self.handle = handle
+
+    def output(self, after: int = 0, wait_ms: int = 0, max_bytes: int | None = None) -> Output:
+        """Its output from byte `after` on, waiting up to `wait_ms` for some to come."""
+        q = r.output(self.box.id, self.handle, after, wait_ms, max_bytes)
+        return Output.from_json(self.box._c._send(q).json())
+
+    def write(self, data: str, close: bool = False) -> None:
+        """Write to its stdin (and end it, with `close`)."""
+        self.box._c._send(r.stdin(self.box.id, self.handle, data, close))
+
+    def signal(self, sig: int | str = "TERM") -> None:
+        """Signal its group: a number or a name (`TERM`, `KILL`, `INT`...)."""
+        self.box._c._send(r.signal(self.box.id, self.handle, sig))
+
+    def wait(self, timeout_ms: int = 60_000) -> dict[str, Any]:
+        """How it ended (`{"state": "exited", "status": {"code": ...}}`); `timeout` past it."""
+        answer: dict[str, Any] = self.box._c._send(
+            r.wait(self.box.id, self.handle, timeout_ms)
+        ).json()
+        return answer
+
+    def forget(self) -> None:
+        """Let the box forget it (once it ended)."""
+        self.box._c._send(r.forget(self.box.id, self.handle))
+
 
 class AsyncClient:
     """The asyncio twin of `Client`: the same calls, awaited."""
@@ -357,3 +411,58 @@ class AsyncBox:
     async def tool(self, name: str, **args: Any) -> ToolResult:
         """See `Box.tool`."""
         return ToolResult.from_json((await self._c._send(r.tool(self.id, name, args))).json())
+
+    async def start(
+        self,
+        argv: list[str] | None = None,
+        *,
+        command: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> AsyncProcess:
+        """See `Box.start`."""
+        q = r.start(self.id, argv, command, env, cwd, timeout_ms)
+        return AsyncProcess(self, int((await self._c._send(q)).json()["handle"]))
+
+    def process(self, handle: int) -> AsyncProcess:
+        """See `Box.process`."""
+        return AsyncProcess(self, handle)
+
+    async def processes(self) -> list[dict[str, Any]]:
+        """See `Box.processes`."""
+        answer: list[dict[str, Any]] = (await self._c._send(r.processes(self.id))).json()
+        return answer
+
+
+class AsyncProcess:
+    """The asyncio twin of `Process`."""
+
+    def __init__(self, box: AsyncBox, handle: int) -> None:
+        self.box = box
+        self.handle = handle
+
+    async def output(
+        self, after: int = 0, wait_ms: int = 0, max_bytes: int | None = None
+    ) -> Output:
+        """See `Process.output`."""
+        q = r.output(self.box.id, self.handle, after, wait_ms, max_bytes)
+        return Output.from_json((await self.box._c._send(q)).json())
+
+    async def write(self, data: str, close: bool = False) -> None:
+        """See `Process.write`."""
+        await self.box._c._send(r.stdin(self.box.id, self.handle, data, close))
+
+    async def signal(self, sig: int | str = "TERM") -> None:
+        """See `Process.signal`."""
+        await self.box._c._send(r.signal(self.box.id, self.handle, sig))
+
+    async def wait(self, timeout_ms: int = 60_000) -> dict[str, Any]:
+        """See `Process.wait`."""
+        q = r.wait(self.box.id, self.handle, timeout_ms)
+        answer: dict[str, Any] = (await self.box._c._send(q)).json()
+        return answer
+
+    async def forget(self) -> None:
+        """See `Process.forget`."""
+        await self.box._c._send(r.forget(self.box.id, self.handle))

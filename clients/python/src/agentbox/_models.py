@@ -141,3 +141,45 @@ class ToolResult:
         content = list(o.get("content") or [])
         text = "".join(c.get("text", "") for c in content if c.get("type") == "text")
         return cls(content=content, is_error=o["isError"], details=o.get("details"), text=text)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Bytes of one stream of a process's output, from byte `seq` on."""
+
+    seq: int
+    stream: str
+    data: bytes
+
+    @property
+    def text(self) -> str:
+        """The bytes as text, invalid UTF-8 replaced."""
+        return self.data.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class Output:
+    """One read of a process's output: its chunks, the cursor of the next read (`next`), the
+    byte the output goes on from when bytes were lost (`gap_from`), and how it ended once it
+    ended and all was read (`exit`)."""
+
+    chunks: list[Chunk]
+    next: int
+    gap_from: int | None = None
+    exit: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        """Every chunk's text, in order."""
+        return "".join(c.text for c in self.chunks)
+
+    @classmethod
+    def from_json(cls, v: Any) -> Output:
+        import base64
+
+        o = _obj(v, "output")
+        chunks = [
+            Chunk(seq=c["seq"], stream=c["stream"], data=base64.b64decode(c["data"]))
+            for c in o.get("chunks") or []
+        ]
+        return cls(chunks=chunks, next=o["next"], gap_from=o.get("gap_from"), exit=o.get("exit"))

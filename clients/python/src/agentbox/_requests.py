@@ -141,3 +141,57 @@ def rename(box_id: str, src: str, dst: str) -> Req:
 
 def tool(box_id: str, name: str, args: dict[str, Any]) -> Req:
     return Req("POST", box_path(box_id) + f"/tools/{quote(name, safe='')}", json=args)
+
+
+def start(
+    box_id: str,
+    argv: list[str] | None,
+    command: str | None,
+    env: dict[str, str] | None,
+    cwd: str | None,
+    timeout_ms: int | None,
+) -> Req:
+    if (argv is None) == (command is None):
+        raise ValueError("start: give argv or command, one of them")
+    body: dict[str, Any] = {}
+    for k, v in [
+        ("argv", argv),
+        ("command", command),
+        ("env", env),
+        ("cwd", cwd),
+        ("timeout_ms", timeout_ms),
+    ]:
+        if v is not None:
+            body[k] = v
+    return Req("POST", box_path(box_id) + "/processes", json=body)
+
+
+def processes(box_id: str) -> Req:
+    return Req("GET", box_path(box_id) + "/processes")
+
+
+def _proc(box_id: str, handle: int) -> str:
+    return box_path(box_id) + f"/processes/{int(handle)}"
+
+
+def output(box_id: str, handle: int, after: int, wait_ms: int, max_bytes: int | None) -> Req:
+    params = {"after": str(after), "wait_ms": str(wait_ms)}
+    if max_bytes is not None:
+        params["max_bytes"] = str(max_bytes)
+    return Req("GET", _proc(box_id, handle) + "/output", params=params)
+
+
+def stdin(box_id: str, handle: int, data: str, close: bool) -> Req:
+    return Req("POST", _proc(box_id, handle) + "/stdin", json={"data": data, "close": close})
+
+
+def signal(box_id: str, handle: int, sig: int | str) -> Req:
+    return Req("POST", _proc(box_id, handle) + "/signal", json={"signal": sig})
+
+
+def wait(box_id: str, handle: int, timeout_ms: int) -> Req:
+    return Req("POST", _proc(box_id, handle) + "/wait", json={"timeout_ms": timeout_ms})
+
+
+def forget(box_id: str, handle: int) -> Req:
+    return Req("DELETE", _proc(box_id, handle))

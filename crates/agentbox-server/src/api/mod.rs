@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use aide::axum::ApiRouter;
-use aide::axum::routing::{get_with, post_with};
+use aide::axum::routing::{delete_with, get_with, post_with};
 
 use crate::state::AppState;
 
@@ -12,6 +12,7 @@ pub mod boxes;
 pub mod exec;
 pub mod files;
 pub mod lifecycle;
+pub mod processes;
 pub mod providers;
 pub mod tools;
 
@@ -95,6 +96,46 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
         .api_route(
             "/v1/boxes/{id}/files/rename",
             post_with(files::rename, |o| o.summary("Rename a path").response::<204, ()>()),
+        )
+        .api_route(
+            "/v1/boxes/{id}/processes",
+            post_with(processes::start, |o| {
+                o.summary("Start a program detached: it outlives this request, kept by the box's runner")
+                    .response::<201, axum::Json<processes::Started>>()
+            })
+            .get_with(processes::list, |o| o.summary("The box's processes, running and ended")),
+        )
+        .api_route(
+            "/v1/boxes/{id}/processes/{handle}",
+            delete_with(processes::forget, |o| {
+                o.summary("Let the box forget a process (once it ended)")
+                    .response::<204, ()>()
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/processes/{handle}/output",
+            get_with(processes::output, |o| {
+                o.summary("A process's output from byte `after` on, waiting up to `wait_ms` for some; a gap is said")
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/processes/{handle}/stdin",
+            post_with(processes::stdin, |o| {
+                o.summary("Write to a process's stdin (and end it)")
+                    .response::<204, ()>()
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/processes/{handle}/signal",
+            post_with(processes::signal, |o| {
+                o.summary("Signal a process's group").response::<204, ()>()
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/processes/{handle}/wait",
+            post_with(processes::wait, |o| {
+                o.summary("Wait for a process to end: how it ended")
+            }),
         )
         .api_route(
             "/v1/tools",
