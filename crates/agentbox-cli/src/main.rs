@@ -210,8 +210,9 @@ fn logging(verbose: u8) {
     let from_verbosity = || {
         EnvFilter::new(match verbose {
             // Other crates' warnings (rmcp's for every client error, say) only with -v; an
-            // image pull's progress (its layers and bytes) always, as `docker pull` shows it.
-            0 => "error,agentbox=warn,agentbox_providers::docker::pull=info",
+            // image pull's progress (its layers and bytes) always, as `docker pull` shows it,
+            // and the service's access log (one line per request).
+            0 => "error,agentbox=warn,agentbox_providers::docker::pull=info,agentbox_server::access=info",
             1 => "warn,agentbox=info",
             _ => "warn,agentbox=debug",
         })

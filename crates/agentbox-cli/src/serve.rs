@@ -103,11 +103,19 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
     let app = agentbox_server::router(options);
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            _ = terminated => {}
         }
-        tracing::info!("shutting down: no new connections; requests in flight finish");
+        eprintln!("agentbox serve: stopping: no new connections; the requests in flight finish");
     };
     match &a.socket {
         Some(path) => {
@@ -122,10 +130,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
                 .map_err(|e| Error::io(e, format!("--socket {}: making it this user's alone", path.display())))?;
             eprintln!("agentbox serve: serving on unix:{}", path.display());
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(|e| Error::io(e, "serving"))?;
+            agentbox_server::serve(listener, app, shutdown).await?;
         }
         None => {
             let listener = tokio::net::TcpListener::bind(a.listen)
@@ -133,10 +138,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
                 .map_err(|e| Error::io(e, format!("--listen {}", a.listen)))?;
             let at = listener.local_addr().map_err(|e| Error::io(e, "the bound address"))?;
             eprintln!("agentbox serve: serving on http://{at}");
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(|e| Error::io(e, "serving"))?;
+            agentbox_server::serve(listener, app, shutdown).await?;
         }
     }
     Ok(0)

@@ -94,10 +94,18 @@ async fn the_service_on_a_unix_socket_answers_a_key_and_ends_on_sigterm() {
     let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .args(["serve", "--provider", "local", "--socket", socket.to_str().unwrap()])
         .env("AGENTBOX_HOME", home.path())
+        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let mut err = server.stderr.take().unwrap();
+    let logged = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = err.read_to_string(&mut all).await;
+        all
+    });
     for _ in 0..200 {
         if socket.exists() {
             break;
@@ -129,6 +137,19 @@ async fn the_service_on_a_unix_socket_answers_a_key_and_ends_on_sigterm() {
         .expect("SIGTERM ends it")
         .unwrap();
     assert!(ended.success(), "{ended}");
+    let log = logged.await.unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("path=/v1/providers") && l.contains("status=200"))
+        .unwrap_or_else(|| panic!("an access-log line for the request: {log}"));
+    assert!(line.contains("key=me") && line.contains("method=GET"), "{line}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("path=/v1/providers") && l.contains("status=401") && l.contains("key=-")),
+        "the refused request is logged too: {log}"
+    );
+    assert!(!log.contains(&key), "never the key itself");
+    assert!(log.contains("stopping"), "{log}");
 }
 
 #[test]

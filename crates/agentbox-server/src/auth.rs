@@ -35,7 +35,12 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         // Looked up either way, so a missing key costs what a wrong one does.
         let found = state.keys.find(shown.unwrap_or_default())?;
         match (shown, found) {
-            (Some(_), Some(key)) => Ok(Caller(key)),
+            (Some(_), Some(key)) => {
+                if let Some(who) = parts.extensions.get::<crate::access::Who>() {
+                    who.set(&key.name);
+                }
+                Ok(Caller(key))
+            }
             (None, _) => Err(ApiError::new(
                 ErrorCode::Unauthenticated,
                 "no API key: send `Authorization: Bearer <key>` (`agentbox serve keys add NAME` makes one)",

@@ -32,14 +32,17 @@ use axum::Json;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 
+mod access;
 pub mod api;
 mod auth;
 pub mod error;
 pub mod keys;
+mod listen;
 mod state;
 
 pub use error::{ApiError, ErrorBody};
 pub use keys::{KeyInfo, Keys, Limits};
+pub use listen::{Accept, DRAIN, HEADER_DEADLINE, serve};
 pub use state::{OWNER_LABEL, ServerOptions};
 
 /// The service's routes. See the [crate documentation](crate).
@@ -47,6 +50,7 @@ pub fn router(options: ServerOptions) -> axum::Router {
     let max_body = options.max_body;
     let state = Arc::new(state::AppState::new(options));
     let served = Arc::new(openapi());
+    let ready = state.clone();
     let routes: axum::Router = api::routes().with_state(state).into();
     let app = axum::Router::new()
         .merge(routes)
@@ -54,8 +58,36 @@ pub fn router(options: ServerOptions) -> axum::Router {
             "/v1/openapi.json",
             get(move || async move { Json(served.as_ref().clone()) }),
         )
-        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }));
+        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route("/readyz", get(move || readyz(ready.clone())));
     answered_in_one_shape(app, max_body)
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(BODY_DEADLINE))
+        .layer(axum::middleware::from_fn(access::log))
+}
+
+/// How long a client has to send a request's body.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Ready when the key store and the default provider answer (a list of a label no box has,
+/// within 10 s); otherwise `unknown`, naming which did not.
+async fn readyz(state: Arc<state::AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let not_ready = |what: String| ApiError::new(agentbox_core::ErrorCode::Unknown, format!("not ready: {what}"));
+    state
+        .keys
+        .list()
+        .map_err(|e| not_ready(format!("the key store: {}", e.message())))?;
+    let name = state.default_provider.clone();
+    let provider = state
+        .provider(&name)
+        .await
+        .map_err(|e| not_ready(e.message().to_string()))?;
+    let ctx = agentbox_core::Ctx::background().with_timeout(std::time::Duration::from_secs(10));
+    let nobody = agentbox_core::Labels::from([(OWNER_LABEL.to_string(), "readyz".to_string())]);
+    provider
+        .list(&nobody, &ctx)
+        .await
+        .map_err(|e| not_ready(format!("provider {name}: {}", e.message())))?;
+    Ok(Json(serde_json::json!({"status": "ready", "default_provider": name})))
 }
 
 /// `app` with what makes every failure one shape: the router's 404, the body's bound, axum's

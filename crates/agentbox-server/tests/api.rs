@@ -34,7 +34,11 @@ async fn start(keys: Arc<Keys>, max_body: usize) -> Server {
     let app = agentbox_server::router(options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(async move {
+        agentbox_server::serve(listener, app, std::future::pending())
+            .await
+            .unwrap()
+    });
     Server {
         url,
         http: reqwest::Client::builder()
@@ -161,6 +165,8 @@ async fn every_failure_is_one_shape_with_one_status_per_code() {
     );
     let (st, b) = call(&s, None, "GET", "/healthz", None).await;
     assert_eq!((st, b), (200, json!({"status": "ok"})));
+    let (st, b) = call(&s, None, "GET", "/readyz", None).await;
+    assert_eq!((st, &b["status"]), (200, &json!("ready")), "{b}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -810,4 +816,34 @@ async fn a_detached_process_is_read_from_a_cursor_written_signalled_and_waited_f
     )
     .await;
     assert_eq!(st, 204);
+}
+
+/// A client that sends its headers a byte at a time is cut off at the headers' deadline; the
+/// server goes on answering others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_headers_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let s = start(keys, 1 << 20).await;
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let cut = tokio::time::timeout(agentbox_server::HEADER_DEADLINE * 3, async {
+        let mut buf = [0u8; 1024];
+        loop {
+            // A byte every second: never a whole request.
+            if slow.write_all(b"X").await.is_err() {
+                return;
+            }
+            match tokio::time::timeout(Duration::from_secs(1), slow.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                Ok(Ok(_)) => return,
+                Err(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(cut.is_ok(), "the slow client was cut off");
+    let (st, _) = call(&s, None, "GET", "/healthz", None).await;
+    assert_eq!(st, 200, "the others are answered");
 }

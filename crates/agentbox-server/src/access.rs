@@ -1,0 +1,49 @@
+//! One access-log line per request, through tracing (target `agentbox_server::access`, level
+//! info): method, path, status, milliseconds, and the calling key's name (never the key).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+
+/// Where the caller's key name is left for the log line, by whoever finds the key.
+#[derive(Clone, Default)]
+pub(crate) struct Who(Arc<Mutex<Option<String>>>);
+
+impl Who {
+    /// Name the caller.
+    pub(crate) fn set(&self, name: &str) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(name.to_string());
+    }
+
+    fn get(&self) -> String {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| "-".into())
+    }
+}
+
+/// Middleware: log the request once it is answered.
+pub(crate) async fn log(mut request: Request<Body>, next: Next) -> Response {
+    let who = Who::default();
+    request.extensions_mut().insert(who.clone());
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    tracing::info!(
+        target: "agentbox_server::access",
+        %method,
+        %path,
+        status = response.status().as_u16(),
+        ms = started.elapsed().as_millis() as u64,
+        key = %who.get(),
+        "request"
+    );
+    response
+}
