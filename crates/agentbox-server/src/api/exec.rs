@@ -70,6 +70,16 @@ pub struct ExecResult {
     pub stderr_dropped: u64,
 }
 
+/// The program a request names: its `argv`, or its `command` run by `sh -c`; one of them.
+pub(crate) fn argv_of(argv: Option<Vec<String>>, command: Option<String>) -> Result<Vec<String>, ApiError> {
+    match (argv, command) {
+        (Some(argv), None) => Ok(argv),
+        (None, Some(command)) => Ok(vec!["sh".into(), "-c".into(), command]),
+        (Some(_), Some(_)) => Err(ApiError::new(ErrorCode::Invalid, "argv, command: give one, not both")),
+        (None, None) => Err(ApiError::new(ErrorCode::Invalid, "argv, command: give one")),
+    }
+}
+
 /// `POST /v1/boxes/{id}/exec`.
 pub(crate) async fn exec(
     State(state): State<Arc<AppState>>,
@@ -77,14 +87,7 @@ pub(crate) async fn exec(
     Path(p): Path<BoxPath>,
     Json(body): Json<ExecRequest>,
 ) -> Result<Json<ExecResult>, ApiError> {
-    let argv = match (body.argv, body.command) {
-        (Some(argv), None) => argv,
-        (None, Some(command)) => vec!["sh".into(), "-c".into(), command],
-        (Some(_), Some(_)) => {
-            return Err(ApiError::new(ErrorCode::Invalid, "argv, command: give one, not both"));
-        }
-        (None, None) => return Err(ApiError::new(ErrorCode::Invalid, "argv, command: give one")),
-    };
+    let argv = argv_of(body.argv, body.command)?;
     let max_output = body.max_output.unwrap_or(DEFAULT_MAX_OUTPUT);
     if max_output > MAX_OUTPUT {
         return Err(ApiError::new(

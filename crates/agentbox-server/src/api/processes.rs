@@ -156,11 +156,7 @@ pub(crate) async fn start(
     Path(p): Path<BoxPath>,
     Json(body): Json<StartProcess>,
 ) -> Result<(StatusCode, Json<Started>), ApiError> {
-    let argv = match (body.argv, body.command) {
-        (Some(argv), None) => argv,
-        (None, Some(command)) => vec!["sh".into(), "-c".into(), command],
-        _ => return Err(ApiError::new(ErrorCode::Invalid, "argv, command: give one of them")),
-    };
+    let argv = super::exec::argv_of(body.argv, body.command)?;
     let b = reach(&state, &key, &p.id).await?;
     processes(b.as_ref())?;
     let opts = ExecOptions {
