@@ -10,6 +10,8 @@
 pub mod archil;
 pub mod daytona;
 pub mod e2b;
+mod http;
+mod ids;
 pub mod kube;
 pub mod modal;
-mod shared;
+mod server;

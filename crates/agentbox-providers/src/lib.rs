@@ -25,6 +25,7 @@
 
 #[cfg(feature = "archil")]
 pub mod archil;
+pub(crate) mod atomic;
 #[cfg(any(feature = "local", feature = "namespace"))]
 pub(crate) mod boxdir;
 #[cfg(feature = "daytona")]
@@ -36,6 +37,8 @@ pub mod durability;
 pub mod e2b;
 #[cfg(any(feature = "docker", all(feature = "namespace", target_os = "linux")))]
 pub(crate) mod egress;
+#[cfg(any(feature = "local", all(feature = "namespace", target_os = "linux")))]
+pub(crate) mod frames;
 pub mod helper;
 pub mod home;
 #[cfg(feature = "kube")]
@@ -43,11 +46,18 @@ pub mod kube;
 pub mod lifecycle;
 #[cfg(feature = "local")]
 pub mod local;
+#[cfg(any(
+    feature = "local",
+    feature = "docker",
+    all(feature = "namespace", target_os = "linux")
+))]
+pub(crate) mod lock;
 #[cfg(feature = "modal")]
 pub mod modal;
 #[cfg(all(feature = "namespace", target_os = "linux"))]
 pub mod namespace;
 pub mod pool;
+pub(crate) mod random;
 pub mod registry;
 pub mod runner;
 #[cfg(any(
@@ -59,7 +69,6 @@ pub mod runner;
 ))]
 pub(crate) mod shim;
 pub mod transfer;
-pub(crate) mod util;
 #[cfg(feature = "vendor")]
 pub mod vendor;
 

@@ -109,7 +109,7 @@ pub async fn open_as_asked(
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok());
     if let Some(kept) = kept
-        && kept.ends_at_ms.is_some_and(|e| e > crate::util::now_ms())
+        && kept.ends_at_ms.is_some_and(|e| e > agentbox_core::now_ms())
     {
         let differ = differing(&kept.spec, &asked);
         if !differ.is_empty() {
@@ -128,7 +128,7 @@ pub async fn open_as_asked(
     };
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(e, format!("creating {}", dir.display())))?;
     let bytes = serde_json::to_vec(&record).map_err(|e| Error::unknown(e.to_string()))?;
-    crate::util::write_atomic(&path, &bytes)?;
+    crate::atomic::write_atomic(&path, &bytes)?;
     Ok(b)
 }
 

@@ -30,12 +30,12 @@ use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Error, Honours, Labels, Lifecycle, MAX_LIFETIME, Provider, Result, Sandbox, SandboxId, Snapshot, Spec, Status,
-    check_spec,
+    check_spec, now_ms,
 };
 use async_trait::async_trait;
 use tokio::sync::{Notify, watch};
 
-use crate::util::{now_ms, random_hex};
+use crate::random::random_hex;
 
 /// The label a ready box carries: the key, whose value is the pool's random id. Not under the
 /// providers' `agentbox` namespace, which a spec (and so a pool's make) may not use.

@@ -90,6 +90,17 @@ fn not_a_header(out: &[u8]) -> Error {
     ))
 }
 
+#[cfg(any(feature = "docker", feature = "kube", feature = "modal"))]
+/// The directory a program starts in: `cwd` as given where absolute, else taken from the box's
+/// `workspace` (the workspace itself where none is given). The rule every exec-API box shares.
+pub(crate) fn exec_cwd(workspace: &str, cwd: Option<&str>) -> String {
+    match cwd {
+        None => workspace.to_string(),
+        Some(c) if c.starts_with('/') => c.to_string(),
+        Some(c) => format!("{}/{c}", workspace.trim_end_matches('/')),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

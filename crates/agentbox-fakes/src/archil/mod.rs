@@ -63,7 +63,7 @@ use serde_json::{Value, json};
 use crate::archil::error::{ApiError, S3Error};
 use crate::archil::files::Owner;
 use crate::archil::state::{Fault, Shared};
-pub(crate) use crate::shared::Query;
+pub(crate) use crate::http::Query;
 
 /// How a [`FakeArchil`] is set up.
 #[derive(Clone, Debug)]
@@ -128,7 +128,7 @@ pub struct RecordedRequest {
 pub struct FakeArchil {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    server: crate::shared::Server,
+    server: crate::server::Server,
 }
 
 impl FakeArchil {
@@ -220,7 +220,7 @@ impl FakeArchil {
             .fallback(dispatch)
             .with_state(shared.clone())
             .layer(DefaultBodyLimit::disable());
-        let server = crate::shared::Server::spawn(|stopped| crate::shared::serve(listener, app, stopped), dir);
+        let server = crate::server::Server::spawn(|stopped| crate::server::serve(listener, app, stopped), dir);
         tracing::info!(%addr, "fake Archil listening");
         Ok(FakeArchil { addr, shared, server })
     }
@@ -303,7 +303,7 @@ impl Drop for FakeArchil {
         self.server.halt();
         // Drop cannot await: the boxes are ended on a thread of their own.
         let shared = self.shared.clone();
-        crate::shared::end_on_own_runtime(async move { shared.end_all().await });
+        crate::server::end_on_own_runtime(async move { shared.end_all().await });
     }
 }
 
@@ -320,7 +320,7 @@ fn authorized(key: &str, h: &HeaderMap) -> bool {
         None if v.starts_with("Bearer ") => got,
         None => return false,
     };
-    crate::shared::same(got, key)
+    crate::ids::same(got, key)
 }
 
 /// The largest control-plane body.
@@ -397,7 +397,7 @@ async fn api_request(
     let segs: Vec<String> = rest
         .split('/')
         .filter(|p| !p.is_empty())
-        .map(|p| String::from_utf8_lossy(&crate::shared::percent_decode(p)).into_owned())
+        .map(|p| String::from_utf8_lossy(&crate::http::percent_decode(p)).into_owned())
         .collect();
     let seg: Vec<&str> = segs.iter().map(String::as_str).collect();
     let json = if body.is_empty() {

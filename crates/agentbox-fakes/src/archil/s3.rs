@@ -106,7 +106,7 @@ pub(crate) fn key_of_path(raw: &str) -> Result<Key, S3Error> {
         if i > 0 {
             bytes.push(b'/');
         }
-        bytes.extend(crate::shared::percent_decode(seg));
+        bytes.extend(crate::http::percent_decode(seg));
     }
     let text = String::from_utf8(bytes).map_err(|_| S3Error::invalid("the key is not UTF-8"))?;
     check_key(&text)
@@ -224,7 +224,7 @@ pub(crate) async fn route(
         Some((d, k)) => (d, k),
         None => (rest, ""),
     };
-    let disk = String::from_utf8_lossy(&crate::shared::percent_decode(disk_raw)).into_owned();
+    let disk = String::from_utf8_lossy(&crate::http::percent_decode(disk_raw)).into_owned();
     let m = req.method.clone();
     if disk.is_empty() {
         return Err(S3Error::new(

@@ -173,7 +173,7 @@ pub struct SandboxView {
 pub struct FakeDaytona {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    server: crate::shared::Server,
+    server: crate::server::Server,
 }
 
 impl FakeDaytona {
@@ -263,7 +263,7 @@ impl FakeDaytona {
             .fallback(dispatch)
             .with_state(shared.clone())
             .layer(DefaultBodyLimit::max(toolbox::MAX_UPLOAD));
-        let mut server = crate::shared::Server::spawn(|stopped| crate::shared::serve(listener, app, stopped), dir);
+        let mut server = crate::server::Server::spawn(|stopped| crate::server::serve(listener, app, stopped), dir);
         let clock = {
             let s = shared.clone();
             let tick = (o.minute / 20).clamp(Duration::from_millis(20), Duration::from_secs(1));
@@ -360,13 +360,13 @@ impl Drop for FakeDaytona {
         self.server.halt();
         // Drop cannot await: the boxes are ended on a thread of their own.
         let shared = self.shared.clone();
-        crate::shared::end_on_own_runtime(async move { shared.end_all().await });
+        crate::server::end_on_own_runtime(async move { shared.end_all().await });
     }
 }
 
-pub(crate) use crate::shared::Query;
+pub(crate) use crate::http::Query;
 
-pub(crate) use crate::shared::same;
+pub(crate) use crate::ids::same;
 
 fn authorized(key: &str, h: &HeaderMap) -> bool {
     h.get(header::AUTHORIZATION)
@@ -377,7 +377,7 @@ fn authorized(key: &str, h: &HeaderMap) -> bool {
 
 /// A path segment with its `%XX` escapes decoded (invalid UTF-8 replaced).
 fn decode(seg: &str) -> String {
-    String::from_utf8_lossy(&crate::shared::percent_decode(seg)).into_owned()
+    String::from_utf8_lossy(&crate::http::percent_decode(seg)).into_owned()
 }
 
 /// Every request: by its first segment to the API, the toolbox or a preview.
@@ -497,12 +497,12 @@ async fn toolbox_request(s: &Arc<Shared>, seg: &[&str], req: Request) -> Result<
     toolbox::route(s, &sbx, rest, &q, req).await
 }
 
-pub(crate) use crate::shared::is_websocket;
+pub(crate) use crate::http::is_websocket;
 
 /// The 101 answer to a WebSocket upgrade, and the socket once hyper hands it over.
 pub(crate) fn upgrade(req: Request) -> Result<(Response, hyper::upgrade::OnUpgrade), DError> {
-    crate::shared::upgrade(req, "").map_err(|e| match e {
-        crate::shared::UpgradeRefused::NoKey => DError::daemon_bad_request("Sec-WebSocket-Key is missing"),
-        crate::shared::UpgradeRefused::Internal(e) => DError::internal(e, Source::Daemon),
+    crate::http::upgrade(req, "").map_err(|e| match e {
+        crate::http::UpgradeRefused::NoKey => DError::daemon_bad_request("Sec-WebSocket-Key is missing"),
+        crate::http::UpgradeRefused::Internal(e) => DError::internal(e, Source::Daemon),
     })
 }

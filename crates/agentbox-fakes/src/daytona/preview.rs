@@ -59,7 +59,7 @@ pub(crate) async fn forward(s: &Arc<Shared>, id: &str, port: &str, rest: &str, r
             Source::Proxy,
         )
     })?;
-    crate::shared::forward(
+    crate::http::forward(
         tcp,
         req,
         &format!("/{rest}"),

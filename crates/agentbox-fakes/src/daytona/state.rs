@@ -667,5 +667,5 @@ pub(crate) fn fnv1a(b: &[u8]) -> u64 {
 
 /// A random id as Daytona's (a UUID, version 4).
 pub(crate) fn uuid() -> String {
-    crate::shared::uuid4()
+    crate::ids::uuid4()
 }

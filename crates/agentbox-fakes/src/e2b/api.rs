@@ -13,7 +13,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::e2b::state::{ENVD_VERSION, Sbx, Shared, St, lock, now_ms, random, rfc3339, supervise};
-use crate::shared::Query;
+use crate::http::Query;
 
 /// The largest control-plane body.
 const MAX_BODY: usize = 4 << 20;
@@ -57,7 +57,7 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
     let segs: Vec<String> = path
         .split('/')
         .filter(|p| !p.is_empty())
-        .map(|p| String::from_utf8_lossy(&crate::shared::percent_decode(p)).into_owned())
+        .map(|p| String::from_utf8_lossy(&crate::http::percent_decode(p)).into_owned())
         .collect();
     let seg: Vec<&str> = segs.iter().map(String::as_str).collect();
     let named = match seg.as_slice() {
@@ -70,7 +70,7 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
         .get("x-api-key")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !crate::shared::same(key, &s.api_key) {
+    if !crate::ids::same(key, &s.api_key) {
         return error(401, "Invalid API key");
     }
     if let Some((status, message)) = s.fault(method.as_str(), &path) {
@@ -272,7 +272,7 @@ fn metadata_filter(q: &Query) -> Vec<(String, String)> {
         return Vec::new();
     };
     // Go's QueryUnescape: `+` is a space.
-    let un = |s: &str| String::from_utf8_lossy(&crate::shared::percent_decode(&s.replace('+', " "))).into_owned();
+    let un = |s: &str| String::from_utf8_lossy(&crate::http::percent_decode(&s.replace('+', " "))).into_owned();
     let whole = un(m);
     whole
         .split('&')

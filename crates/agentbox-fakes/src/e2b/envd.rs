@@ -25,7 +25,8 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::e2b::api::{error, json_response};
 use crate::e2b::state::{Ev, Proc, Sbx, Shared, St, lock, rfc3339, start_proc};
-use crate::shared::{Query, b64_encode};
+use crate::http::Query;
+use crate::ids::b64_encode;
 
 /// The largest RPC request.
 const MAX_RPC: usize = 16 << 20;
@@ -166,7 +167,7 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
             .get("x-access-token")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if !crate::shared::same(shown, t) {
+        if !crate::ids::same(shown, t) {
             let msg = "unauthorized access, please provide a valid access token or method signing if supported";
             return if path.starts_with("/files") || path == "/health" {
                 error(401, msg)

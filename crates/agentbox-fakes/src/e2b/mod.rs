@@ -158,7 +158,7 @@ pub struct RecordedRequest {
 pub struct FakeE2B {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    server: crate::shared::Server,
+    server: crate::server::Server,
 }
 
 impl FakeE2B {
@@ -224,7 +224,7 @@ impl FakeE2B {
             .fallback(dispatch)
             .with_state(shared.clone())
             .layer(DefaultBodyLimit::disable());
-        let server = crate::shared::Server::spawn(|stopped| crate::shared::serve(listener, app, stopped), tmp);
+        let server = crate::server::Server::spawn(|stopped| crate::server::serve(listener, app, stopped), tmp);
         tracing::info!(%addr, "fake E2B listening");
         Ok(FakeE2B { addr, shared, server })
     }
@@ -298,7 +298,7 @@ impl Drop for FakeE2B {
         self.server.halt();
         // Drop cannot await: the boxes are ended on a thread of their own.
         let shared = self.shared.clone();
-        crate::shared::end_on_own_runtime(async move { shared.end_all().await });
+        crate::server::end_on_own_runtime(async move { shared.end_all().await });
     }
 }
 

@@ -64,7 +64,7 @@ pub(crate) async fn forward(s: Arc<Shared>, id: String, port: u16, req: Request)
         Ok(t) => t,
         Err(e) => return closed(e.to_string()),
     };
-    match crate::shared::forward(tcp, req, &path, &format!("localhost:{port}"), &PROXY_HEADERS).await {
+    match crate::http::forward(tcp, req, &path, &format!("localhost:{port}"), &PROXY_HEADERS).await {
         Ok(r) => r,
         Err(e) => closed(e),
     }

@@ -55,7 +55,7 @@ pub(crate) struct Shared {
 
 pub(crate) type ApiResult = Result<Response, ApiError>;
 
-pub(crate) use crate::shared::Query;
+pub(crate) use crate::http::Query;
 
 /// Kubernetes' reading of a query's booleans.
 pub(crate) trait Flag {

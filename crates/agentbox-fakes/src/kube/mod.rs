@@ -189,7 +189,7 @@ pub struct FakeKube {
     shared: Arc<Shared>,
     /// Its server; and agent-sandbox's controllers, when installed, beside it: stopped before
     /// the boxes are ended, so none makes a pod meanwhile.
-    server: crate::shared::Server,
+    server: crate::server::Server,
     /// The host's ids the pods' programs run as.
     box_ids: (u32, u32),
 }
@@ -281,7 +281,7 @@ impl FakeKube {
         write_kubeconfig(&kubeconfig, &url, tls.as_ref().map(|t| t.1.as_path()), &shared.token)?;
         let app = axum::Router::new().fallback(api::dispatch).with_state(shared.clone());
         let mut server =
-            crate::shared::Server::spawn(|stopped| tls::serve(listener, tls.map(|t| t.0), app, stopped), dir);
+            crate::server::Server::spawn(|stopped| tls::serve(listener, tls.map(|t| t.0), app, stopped), dir);
         if opts.agent_sandbox {
             server.beside(sandbox::spawn(shared.clone()));
         }
@@ -435,7 +435,7 @@ impl Drop for FakeKube {
         // Drop cannot await: the boxes are ended on a thread of their own with a runtime of
         // its own, and waited for, so no box outlives the fake.
         let kubelet = self.shared.kubelet.clone();
-        crate::shared::end_on_own_runtime(async move { kubelet.stop_all().await });
+        crate::server::end_on_own_runtime(async move { kubelet.stop_all().await });
     }
 }
 

@@ -32,11 +32,11 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
+use crate::ids::b64_encode;
 use crate::kube::api::{ApiResult, Shared, body_json, check_kind, check_namespace, name_for_errors};
 use crate::kube::status::{ApiError, Cause, json_response};
 use crate::kube::store::{Kind, Store, now_rfc3339};
 use crate::kube::validate;
-use crate::shared::b64_encode;
 
 /// The finalizer the StorageObjectInUseProtection admission plugin gives every claim.
 pub(crate) const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";

@@ -168,7 +168,7 @@ pub(crate) fn now_rfc3339() -> String {
 
 /// A random RFC 4122 version-4 uid, as the real server gives every object.
 pub(crate) fn new_uid() -> String {
-    crate::shared::uuid4()
+    crate::ids::uuid4()
 }
 
 /// Five random characters of the alphabet the real server's `generateName` suffix uses.

@@ -205,13 +205,13 @@ fn offered(h: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
-use crate::shared::is_websocket;
+use crate::http::is_websocket;
 
 /// The 101 answer, and the upgraded socket once hyper hands it over.
 fn upgrade(req: Request, protocol: &str) -> Result<(Response, hyper::upgrade::OnUpgrade), ApiError> {
-    crate::shared::upgrade(req, protocol).map_err(|e| match e {
-        crate::shared::UpgradeRefused::NoKey => ApiError::bad_request("Sec-WebSocket-Key is missing"),
-        crate::shared::UpgradeRefused::Internal(e) => ApiError::internal(e),
+    crate::http::upgrade(req, protocol).map_err(|e| match e {
+        crate::http::UpgradeRefused::NoKey => ApiError::bad_request("Sec-WebSocket-Key is missing"),
+        crate::http::UpgradeRefused::Internal(e) => ApiError::internal(e),
     })
 }
 

@@ -169,7 +169,7 @@ pub struct RecordedCall {
 pub struct FakeModal {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    server: crate::shared::Server,
+    server: crate::server::Server,
 }
 
 impl FakeModal {
@@ -236,8 +236,8 @@ impl FakeModal {
         let auth = shared.clone();
         let check = move |r: tonic::Request<()>| -> Result<tonic::Request<()>, tonic::Status> {
             let get = |k: &str| r.metadata().get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
-            if crate::shared::same(get("x-modal-token-id"), &auth.token_id)
-                && crate::shared::same(get("x-modal-token-secret"), &auth.token_secret)
+            if crate::ids::same(get("x-modal-token-id"), &auth.token_id)
+                && crate::ids::same(get("x-modal-token-secret"), &auth.token_secret)
             {
                 Ok(r)
             } else {
@@ -264,7 +264,7 @@ impl FakeModal {
                 tracing::warn!(error = %e, "the fake Modal stopped serving");
             }
         };
-        let server = crate::shared::Server::spawn(serve, tmp);
+        let server = crate::server::Server::spawn(serve, tmp);
         tracing::info!(%addr, "fake Modal listening");
         Ok(FakeModal { addr, shared, server })
     }
@@ -336,6 +336,6 @@ impl Drop for FakeModal {
         self.server.halt();
         // Drop cannot await: the boxes are ended on a thread of their own.
         let shared = self.shared.clone();
-        crate::shared::end_on_own_runtime(async move { shared.end_all().await });
+        crate::server::end_on_own_runtime(async move { shared.end_all().await });
     }
 }

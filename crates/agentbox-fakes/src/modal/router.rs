@@ -38,7 +38,7 @@ impl Router {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        if !crate::shared::same(shown.trim(), &x.jwt) {
+        if !crate::ids::same(shown.trim(), &x.jwt) {
             return Err(Status::unauthenticated("invalid or missing JWT for this task"));
         }
         if x.result().is_some() {

@@ -247,9 +247,9 @@ impl Provider for ArchilProvider {
         check_spec(spec, &self.honours(), NAME)?;
         Self::check_size(spec)?;
         let disk = self.disk(ctx).await?;
-        let name = crate::util::random_hex(8)?;
+        let name = crate::random::random_hex(8)?;
         let id = SandboxId::new(NAME, &name)?;
-        let now = crate::util::now_ms();
+        let now = agentbox_core::now_ms();
         let record = Record {
             version: record::VERSION,
             id: name.clone(),

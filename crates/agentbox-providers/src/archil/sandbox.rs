@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Endpoint, Error, ErrorCode, ExecOptions, ExitStatus, Facts, Labels, NoInput, Process, ProcessControl, Result,
-    Sandbox, SandboxId, Status, within_workspace,
+    Sandbox, SandboxId, Status, now_ms, within_workspace,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -15,7 +15,6 @@ use tracing::Instrument;
 use super::api::{Api, ExecAnswer};
 use super::record::{MAX_RECORD, Record};
 use super::{ArchilOptions, BOXES, WORKSPACE};
-use crate::util::now_ms;
 
 /// What every box of one provider shares: the API and the options.
 pub(crate) struct Shared {
@@ -414,7 +413,7 @@ impl Sandbox for ArchilSandbox {
             )));
         }
         ctx.check()?;
-        let mark = format!("agentbox-no-cwd-{}", crate::util::random_hex(8)?);
+        let mark = format!("agentbox-no-cwd-{}", crate::random::random_hex(8)?);
         let cwd = opts.cwd.as_deref();
         let span = tracing::debug_span!("archil exec", box_id = %self.id, program = %argv[0]);
         let made = |deadline| command_line(argv, cwd, deadline, &mark);

@@ -11,10 +11,11 @@
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use agentbox_core::{Error, Result, SandboxId, Snapshot, validate_name};
+use agentbox_core::{Error, Result, SandboxId, Snapshot, now_ms, validate_name};
 
 use super::{copy_tree, is_old, make_boxes_dir, names, read_record, remove_tree};
-use crate::util::{now_ms, random_hex, write_atomic};
+use crate::atomic::write_atomic;
+use crate::random::random_hex;
 
 /// A snapshot's description in its directory.
 const DESCRIPTION: &str = "snapshot.json";

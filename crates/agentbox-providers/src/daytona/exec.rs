@@ -23,8 +23,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
 use super::toolbox::Toolbox;
+use crate::random::random_hex;
 use crate::shim::ExitSlot;
-use crate::util::random_hex;
 
 /// Where programs' spools live in the sandbox.
 pub(crate) const SPOOL: &str = "/tmp/agentbox/spool";

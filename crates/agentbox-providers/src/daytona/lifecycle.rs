@@ -6,12 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec, check_deadline, validate_name,
+    Ctx, Error, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec, check_deadline, now_ms, validate_name,
 };
 use async_trait::async_trait;
 
 use super::{DaytonaProvider, LABEL_NAME, Made, Runner, delete_sandbox, get_sandbox, put_labels, sandbox};
-use crate::util::now_ms;
 
 #[async_trait]
 impl Lifecycle for DaytonaProvider {

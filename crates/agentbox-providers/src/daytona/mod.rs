@@ -55,7 +55,7 @@ use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Error, ErrorCode, Facts, Honours, Labels, Lifecycle, Network, NetworkFact, Provider, Result, Sandbox,
-    SandboxId, Spec, check_spec,
+    SandboxId, Spec, check_spec, now_ms,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -64,8 +64,8 @@ pub use api::ApiKey;
 pub use sandbox::DaytonaSandbox;
 
 use crate::lifecycle::Asleep;
+use crate::random::random_hex;
 use crate::runner::RunnerSandbox;
-use crate::util::{now_ms, random_hex};
 use api::{Api, SandboxDto, time_ms};
 use exec::Tuning;
 use preview::PreviewDial;

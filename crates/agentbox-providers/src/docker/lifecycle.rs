@@ -25,9 +25,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::Lifecycle;
+
 use agentbox_core::{
     Ctx, Error, ErrorCode, Facts, Labels, Provider, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline,
-    check_fork, validate_labels, validate_name,
+    check_fork, now_ms, validate_labels, validate_name,
 };
 use async_trait::async_trait;
 use bollard::query_parameters::{
@@ -36,7 +37,7 @@ use bollard::query_parameters::{
 
 use super::{DockerProvider, LABEL_INIT, LABEL_NAME, LABEL_SNAPSHOT, NAME, is_not_found, remove_options, state};
 use crate::lifecycle::name_key;
-use crate::util::{now_ms, random_hex};
+use crate::random::random_hex;
 
 /// The repository snapshots are kept in, one tag per snapshot.
 pub(super) const SNAPSHOT_REPO: &str = "agentbox-snapshot";
@@ -458,7 +459,7 @@ impl Lifecycle for DockerProvider {
         // A commit onto a tag that exists moves the tag: the check and the commit are made
         // one under a lock of this home's, so of two snapshots of one name one is refused.
         let lock_path = state::snapshot_lock(name)?;
-        let _lock = crate::util::lock(&lock_path, Duration::from_secs(120), "snapshot")
+        let _lock = crate::lock::lock(&lock_path, Duration::from_secs(120), "snapshot")
             .await?
             .ok_or_else(|| Error::unknown(format!("snapshot: {} cannot be made", lock_path.display())))?;
         let image = format!("{SNAPSHOT_REPO}:{name}");

@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use agentbox_core::{
     Ctx, Error, Facts, Honours, Labels, Lifecycle, Network, NetworkFact, PortKind, Provider, Result, Sandbox,
-    SandboxId, Spec, check_spec, is_normal_absolute,
+    SandboxId, Spec, check_spec, is_normal_absolute, now_ms,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -47,8 +47,8 @@ use bollard::query_parameters::{
 
 /// The port a box with an allowlist is told is its proxy (on its own loopback).
 pub use crate::egress::EGRESS_PORT;
+use crate::random::random_hex;
 use crate::runner::{Address, Dial, Relay, RunnerSandbox};
-use crate::util::{now_ms, random_hex};
 pub use network::BOX_NETWORK;
 pub use sandbox::DockerSandbox;
 

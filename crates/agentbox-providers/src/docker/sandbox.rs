@@ -96,7 +96,7 @@ impl DockerSandbox {
             "a Docker box without its runner keeps no processes (the engine's exec lives as long as its caller)",
         )?;
         ctx.check()?;
-        let cwd = crate::util::exec_cwd(&self.workspace, opts.cwd.as_deref());
+        let cwd = crate::shim::exec_cwd(&self.workspace, opts.cwd.as_deref());
         let mut cmd = vec![
             "sh".to_string(),
             "-c".into(),

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use agentbox_core::{Error, Labels, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::util::write_atomic;
+use crate::atomic::write_atomic;
 
 /// What `<name>.json` holds.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -111,7 +111,7 @@ pub(super) fn read(name: &str) -> Result<State> {
 /// again: two changes of one box (a sleep and a wake, two relabels) never cross. Waited for at
 /// most 30 s. Refused for a box whose deadline file this home lacks: another home made it, and
 /// what this one kept would disagree with what that one keeps.
-pub(super) async fn lock(name: &str, what: &str) -> Result<crate::util::Locked> {
+pub(super) async fn lock(name: &str, what: &str) -> Result<crate::lock::Locked> {
     let deadline = deadline_path(name)?;
     if !deadline.exists() {
         return Err(Error::refused(format!(
@@ -120,7 +120,7 @@ pub(super) async fn lock(name: &str, what: &str) -> Result<crate::util::Locked> 
         )));
     }
     let path = dir()?.join(format!("{name}.lock"));
-    crate::util::lock(&path, std::time::Duration::from_secs(30), what)
+    crate::lock::lock(&path, std::time::Duration::from_secs(30), what)
         .await?
         .ok_or_else(|| Error::gone(format!("{what}: box {name}: its files are gone")))
 }

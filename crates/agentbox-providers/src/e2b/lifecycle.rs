@@ -66,7 +66,7 @@ impl Lifecycle for E2bProvider {
 
     async fn extend(&self, id: &SandboxId, ends_at_ms: u64, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         id.expect_provider(NAME)?;
-        let now = crate::util::now_ms();
+        let now = agentbox_core::now_ms();
         check_deadline(ends_at_ms, now)?;
         let secs = (ends_at_ms - now).div_ceil(1000);
         if Duration::from_secs(secs) > self.o.max_lifetime {

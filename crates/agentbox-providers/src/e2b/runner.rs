@@ -96,7 +96,7 @@ pub(crate) async fn install(
     token: &str,
     ctx: &Ctx,
 ) -> Result<u16> {
-    let path = format!("{RUNNER_IN_BOX}-{}", crate::util::random_hex(4)?);
+    let path = format!("{RUNNER_IN_BOX}-{}", crate::random::random_hex(4)?);
     b.envd.upload(ctx, &path, bytes).await?;
     let mut program = ["sh", "-c", r#"chmod 755 "$1" && exec "$@""#, "agentbox-runner", &path]
         .map(String::from)

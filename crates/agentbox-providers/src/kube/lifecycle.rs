@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use agentbox_core::{
-    Ctx, Error, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec, check_deadline, validate_name,
+    Ctx, Error, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec, check_deadline, now_ms, validate_name,
 };
 use async_trait::async_trait;
 use kube::api::{Patch, PatchParams};
@@ -12,7 +12,6 @@ use kube::api::{Patch, PatchParams};
 use super::api::retry;
 use super::pod::owned_by_sandbox;
 use super::{KubeProvider, Made, Runner, pod, pool};
-use crate::util::now_ms;
 
 #[async_trait]
 impl Lifecycle for KubeProvider {

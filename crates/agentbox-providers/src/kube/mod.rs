@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Error, ErrorCode, ExecOptions, FinishOptions, Honours, Labels, Lifecycle, Network, NetworkFact, PortKind,
-    Provider, Result, Sandbox, SandboxId, Spec, check_spec, finish,
+    Provider, Result, Sandbox, SandboxId, Spec, check_spec, finish, now_ms,
 };
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
@@ -55,8 +55,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+use crate::random::random_hex;
 use crate::runner::{Relay, RunnerSandbox};
-use crate::util::{now_ms, random_hex};
 pub use pool::ClaimPool;
 pub use sandbox::KubeSandbox;
 

@@ -12,11 +12,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, Honours, Labels, Lifecycle, Network, Provider, Result, Sandbox, SandboxId, Spec};
+use agentbox_core::{
+    Ctx, Error, Honours, Labels, Lifecycle, Network, Provider, Result, Sandbox, SandboxId, Spec, now_ms,
+};
 use async_trait::async_trait;
 
 use super::{KubeProvider, pod};
-use crate::util::{now_ms, random_hex};
+use crate::random::random_hex;
 
 /// A warm pool of kube boxes of one spec, kept by the cluster's agent-sandbox controller.
 /// Made by [`KubeProvider::claim_pool`]; a create of that spec (any lifetime, any labels)

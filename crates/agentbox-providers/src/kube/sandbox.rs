@@ -95,7 +95,7 @@ impl KubeSandbox {
         let mut h = tar::Header::new_gnu();
         h.set_size(data.len() as u64);
         h.set_mode(mode);
-        h.set_mtime(crate::util::now_ms() / 1000);
+        h.set_mtime(agentbox_core::now_ms() / 1000);
         h.set_entry_type(tar::EntryType::Regular);
         b.append_data(&mut h, name, data)
             .map_err(|e| Error::invalid(format!("upload {path:?}: {e}")))?;
@@ -238,7 +238,7 @@ impl Sandbox for KubeSandbox {
             "a pod's exec lives as long as its stream: without the runner a kube box keeps no processes and has no terminal",
         )?;
         ctx.check()?;
-        let cwd = crate::util::exec_cwd(&self.workspace, opts.cwd.as_deref());
+        let cwd = crate::shim::exec_cwd(&self.workspace, opts.cwd.as_deref());
         let env: Vec<(String, String)> = opts.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         match self.target.exec(argv, &cwd, &env, ctx).await {
             Ok(p) => Ok(p),

@@ -16,10 +16,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::Lifecycle;
 use agentbox_core::{
-    Ctx, Error, Labels, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork, validate_labels,
-    validate_name,
+    Ctx, Error, Labels, Lifecycle, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork, now_ms,
+    validate_labels, validate_name,
 };
 use agentbox_protocol::supervisor::Request;
 use async_trait::async_trait;
@@ -27,7 +26,7 @@ use async_trait::async_trait;
 use super::{LocalProvider, NAME, Record, ask_supervisor};
 use crate::boxdir::snapshots::Snapshots;
 use crate::lifecycle::name_key;
-use crate::util::{now_ms, random_hex};
+use crate::random::random_hex;
 
 /// How long an open waits for another process's make of the same name.
 const OPEN_WAIT: Duration = Duration::from_secs(30);
@@ -47,7 +46,7 @@ pub(super) fn snapshot_dir(p: &LocalProvider, name: &str) -> Result<PathBuf> {
 
 impl LocalProvider {
     /// The record of box `id` for a change (`what`), under its lock: `gone` when it has ended.
-    async fn locked(&self, id: &SandboxId, what: &str) -> Result<(PathBuf, Record, crate::util::Locked)> {
+    async fn locked(&self, id: &SandboxId, what: &str) -> Result<(PathBuf, Record, crate::lock::Locked)> {
         id.expect_provider(NAME)?;
         let gone = || Error::gone(format!("box {id}: it has ended"));
         let (dir, _) = self.find(id.name())?.ok_or_else(gone)?;

@@ -40,15 +40,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, ErrorCode, Honours, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec, check_spec,
+    Ctx, Error, ErrorCode, Honours, Labels, Lifecycle, Provider, Result, Sandbox, SandboxId, Spec, check_spec, now_ms,
 };
 use agentbox_protocol::supervisor::{READY_PREFIX, Reply, Request, SOCKET_NAME};
 use async_trait::async_trait;
 use tokio::io::AsyncBufReadExt;
 
 use crate::boxdir;
+use crate::random::random_hex;
 use crate::runner::{Address, RunnerSandbox};
-use crate::util::{now_ms, random_hex};
 use record::Record;
 
 /// The provider's name and id prefix.
@@ -379,7 +379,7 @@ async fn ask_supervisor(dir: &Path, req: Request, limit: Duration) -> Result<()>
         wr.write_all(&bytes)
             .await
             .map_err(|e| Error::io(e, format!("asking the supervisor: {what}")))?;
-        match crate::util::read_frame::<Reply>(&mut rd).await {
+        match crate::frames::read_frame::<Reply>(&mut rd).await {
             Ok(Some(Reply::Ok)) => Ok(()),
             Ok(None) if destroy => Ok(()),
             Ok(None) => Err(Error::gone("the box's supervisor hung up: it has ended")),

@@ -14,11 +14,10 @@ use async_trait::async_trait;
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use rustix::pipe::{PipeFlags, pipe_with};
 use tokio::io::AsyncWriteExt;
-use tokio::net::unix::pipe;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf, pipe};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::util::read_frame;
+use crate::frames::read_frame;
 
 /// How long the supervisor may take to answer that a program started.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

@@ -5,7 +5,7 @@ use std::path::Path;
 use agentbox_core::{Error, Labels, Result, SandboxId, Spec};
 use serde::{Deserialize, Serialize};
 
-use crate::util::write_atomic;
+use crate::atomic::write_atomic;
 
 const FILE: &str = "record.json";
 
@@ -52,8 +52,8 @@ impl Record {
     /// Hold the box's lock (a file beside the record) while a change reads the record and
     /// writes it again: two changes at once never lose one another. Waited for at most 30 s,
     /// without blocking a thread of the runtime.
-    pub(super) async fn lock(dir: &Path, what: &str) -> Result<crate::util::Locked> {
-        crate::util::lock(&dir.join("record.lock"), std::time::Duration::from_secs(30), what)
+    pub(super) async fn lock(dir: &Path, what: &str) -> Result<crate::lock::Locked> {
+        crate::lock::lock(&dir.join("record.lock"), std::time::Duration::from_secs(30), what)
             .await?
             .ok_or_else(|| Error::gone(format!("{what}: the box's directory {} is gone", dir.display())))
     }

@@ -6,14 +6,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Endpoint, Error, ExecOptions, Facts, Labels, NetworkFact, Process, Result, Sandbox, SandboxId, Status,
+    Ctx, Endpoint, Error, ExecOptions, Facts, Labels, NetworkFact, Process, Result, Sandbox, SandboxId, Status, now_ms,
 };
 use agentbox_protocol::supervisor::{Request, SOCKET_NAME};
 use async_trait::async_trait;
 
 use super::record::Record;
 use super::{NAME, ask_supervisor, process};
-use crate::util::now_ms;
 
 /// One local box.
 pub struct LocalSandbox {

@@ -21,8 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentbox_core::{ByteReader, ByteWriter, Ctx, Error, ErrorCode, ExitStatus, Process, ProcessControl, Result};
-use agentbox_modal_proto::client as pb;
-use agentbox_modal_proto::task_command_router as tcr;
+use agentbox_modal_proto::{client as pb, task_command_router as tcr};
 use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
@@ -83,7 +82,7 @@ impl Task {
         timeout: Option<Duration>,
         ctx: &Ctx,
     ) -> Result<Process> {
-        let exec_id = crate::util::random_hex(16)?;
+        let exec_id = crate::random::random_hex(16)?;
         // Modal's clock for the program's deadline starts when the start arrives, not when it
         // is answered.
         let began = Instant::now();

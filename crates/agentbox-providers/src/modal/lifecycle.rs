@@ -60,7 +60,7 @@ impl Lifecycle for ModalProvider {
         } else {
             Kept::Files(self.snapshot_fs(id, "snapshot", ctx).await?)
         };
-        let now = crate::util::now_ms();
+        let now = agentbox_core::now_ms();
         // Named in the app's tags (AppSetTags replaces the whole set: read, add, write).
         let (app_id, mut t) = self.snapshot_tags(ctx).await?;
         if t.contains_key(&key) {

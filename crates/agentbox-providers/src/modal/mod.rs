@@ -364,7 +364,7 @@ impl ModalProvider {
             spec.isolation.clone().unwrap_or_else(|| "gvisor".into())
         };
         let secs = spec.max_lifetime.min(MAX_LIFETIME).as_secs_f64().ceil().max(1.0) as u64;
-        let started_at_ms = crate::util::now_ms();
+        let started_at_ms = agentbox_core::now_ms();
         let ends_at_ms = started_at_ms + secs * 1000;
         let workspace = spec.workspace.clone().unwrap_or_else(|| WORKSPACE.to_string());
 
@@ -719,7 +719,7 @@ impl ModalProvider {
         })
         .await?;
         let sandbox_id = r.sandbox_id;
-        let started_at_ms = crate::util::now_ms();
+        let started_at_ms = agentbox_core::now_ms();
         let mut t: BTreeMap<String, String> = spec.labels.clone().into_iter().collect();
         t.insert(tags::MARK.into(), "1".into());
         t.insert(TAG_ISOLATION.into(), isolation.to_string());

@@ -51,7 +51,7 @@ impl Sandbox for ModalSandbox {
         self.task
             .exec(
                 argv,
-                &crate::util::exec_cwd(&self.workspace, opts.cwd.as_deref()),
+                &crate::shim::exec_cwd(&self.workspace, opts.cwd.as_deref()),
                 env,
                 opts.timeout,
                 ctx,

@@ -39,7 +39,7 @@ pub(super) async fn ask(dir: &Path, req: &Request, what: &str) -> Result<()> {
         wr.write_all(&bytes)
             .await
             .map_err(|e| Error::io(e, format!("{what}: asking the box's init")))?;
-        match crate::util::read_frame::<Reply>(&mut rd).await {
+        match crate::frames::read_frame::<Reply>(&mut rd).await {
             Ok(Some(Reply::Ok)) => Ok(()),
             Ok(Some(Reply::Error { code, message })) => {
                 Err(Error::new(ErrorCode::from_wire(&code), format!("{what}: {message}")))

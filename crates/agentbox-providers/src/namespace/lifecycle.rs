@@ -27,9 +27,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::Lifecycle;
+
 use agentbox_core::{
     Ctx, Error, Labels, Result, Sandbox, SandboxId, Snapshot, Spec, check_deadline, check_fork, is_reserved_label,
-    validate_labels, validate_name,
+    now_ms, validate_labels, validate_name,
 };
 use agentbox_protocol::supervisor::Request;
 use async_trait::async_trait;
@@ -38,7 +39,7 @@ use super::record::{self, LOCK, LOCK_WAIT, Record};
 use super::{NAME, NamespaceProvider, control, end_box, remove_ended};
 use crate::boxdir::snapshots::Snapshots;
 use crate::lifecycle::name_key;
-use crate::util::{now_ms, random_hex};
+use crate::random::random_hex;
 
 /// How long an open waits for another open's make of the same name (its start is bounded by
 /// the start timeout) before it gives up.

@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{
-    Ctx, Error, Honours, Labels, Lifecycle, Network, Provider, Result, Sandbox, SandboxId, Spec, check_spec,
+    Ctx, Error, Honours, Labels, Lifecycle, Network, Provider, Result, Sandbox, SandboxId, Spec, check_spec, now_ms,
 };
 use agentbox_protocol::namespace::{
     Bind, BoxConfig, CONFIG_FILE, ERROR_PREFIX, HOME, INIT_PREFIX, MAPPED, READY_PREFIX, Root, UNSHARED, WORKSPACE,
@@ -58,10 +58,11 @@ use agentbox_protocol::namespace::{
 use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
+use crate::atomic::write_atomic;
 use crate::boxdir::{self, remove_tree};
 use crate::helper::HelperCommand;
 use crate::lifecycle::Asleep;
-use crate::util::{now_ms, random_hex, write_atomic};
+use crate::random::random_hex;
 pub(crate) use lifecycle::Seed;
 pub(crate) use record::Record;
 pub use sandbox::NamespaceSandbox;

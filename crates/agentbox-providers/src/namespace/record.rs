@@ -6,8 +6,9 @@ use std::time::Duration;
 use agentbox_core::{Error, Labels, Result, SandboxId, Spec};
 use serde::{Deserialize, Serialize};
 
-use crate::util::try_flock;
-pub(crate) use crate::util::{Locked, lock};
+use crate::lock::try_flock;
+
+pub(crate) use crate::lock::{Locked, lock};
 
 /// The record's file name in the box's directory.
 const RECORD: &str = "record.json";
@@ -55,7 +56,7 @@ impl Record {
     /// Write the record, whole or not at all.
     pub(crate) fn write(&self, dir: &Path) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| agentbox_core::Error::unknown(e.to_string()))?;
-        crate::util::write_atomic(&dir.join(RECORD), &bytes)
+        crate::atomic::write_atomic(&dir.join(RECORD), &bytes)
     }
 
     /// The init still runs: the box has not ended.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use agentbox_core::{
     Ctx, Endpoint, Error, ErrorCode, ExecOptions, Facts, FileError, Files, Labels, Process, Result, Sandbox, SandboxId,
-    Status,
+    Status, now_ms,
 };
 use agentbox_protocol::namespace::SOCKET;
 use async_trait::async_trait;
@@ -22,7 +22,6 @@ use async_trait::async_trait;
 use super::{Record, remove_ended};
 use crate::lifecycle::asleep_error;
 use crate::runner::{Address, Client, RunnerSandbox};
-use crate::util::now_ms;
 
 /// Pieces of a large upload or download, one message each.
 const PIECE: u64 = 4 << 20;

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use agentbox_core::{Ctx, Error, ErrorCode, ExitStatus, OutputChunk, OutputGap, Result, Stream};
+
 use agentbox_protocol::runner::{
     Answer, EXTENDED, FILE, Message, ProcExit, Request, STDERR, STDOUT, frame, signal_name, unframe, unframe_seq,
 };
@@ -194,7 +195,7 @@ impl Client {
     /// The box's deadline when it has passed: the runner ended with its box.
     fn lifetime_passed(&self) -> Option<u64> {
         let ends = self.ends_at_ms.load(Ordering::Relaxed);
-        (ends > 0 && crate::util::now_ms() >= ends).then_some(ends)
+        (ends > 0 && agentbox_core::now_ms() >= ends).then_some(ends)
     }
 
     /// Where the runner is, for messages.
