@@ -159,6 +159,9 @@ def test_failures_are_exceptions_carrying_the_code(client: agentbox.Client) -> N
     assert bad.value.code == "invalid" and "colour" in bad.value.message
     with pytest.raises(ValueError):
         agentbox.Client(_env("AGENTBOX_URL"), "")
+    with pytest.raises(agentbox.AgentboxError) as unreachable:
+        agentbox.Client("http://127.0.0.1:9", "abk_x").providers()
+    assert (unreachable.value.code, unreachable.value.status) == ("transfer_failed", 0)
     names = {p.name: p for p in client.providers()}
     for p in PROVIDERS:
         assert names[p].available, names[p].why_not

@@ -1,5 +1,6 @@
 //! Serving the router on a listener: HTTP/1.1 and HTTP/2 (h2c) on one port, a deadline on a
-//! request's headers (a client that sends them a byte at a time is cut off), and a graceful
+//! request's headers (a client that sends them a byte at a time is cut off; an HTTP/2
+//! connection that stops answering pings is ended), and a graceful
 //! end: once `shutdown` resolves no connection is accepted, requests in flight finish within
 //! [`DRAIN`], and what is left is cut.
 
@@ -55,6 +56,13 @@ pub async fn serve<L: Accept>(mut listener: L, app: axum::Router, shutdown: impl
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_DEADLINE);
+    // HTTP/2 has no header deadline of its own: a connection that stops answering pings ends.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(20)))
+        .keep_alive_timeout(HEADER_DEADLINE)
+        .max_concurrent_streams(256);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {

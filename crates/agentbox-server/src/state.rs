@@ -41,12 +41,25 @@ impl ServerOptions {
     }
 }
 
+/// How long a provider that could not be made answers its failure before it is tried again.
+pub(crate) const FAILED_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A provider made, or why it was not.
+#[derive(Default)]
+struct Slot {
+    made: Option<Arc<dyn Provider>>,
+    failed: Option<(std::time::Instant, Error)>,
+}
+
 pub(crate) struct AppState {
     pub(crate) keys: Arc<Keys>,
     pub(crate) default_provider: String,
     environment: Environment,
     provider_options: Options,
-    providers: tokio::sync::Mutex<HashMap<String, Arc<dyn Provider>>>,
+    /// Each provider's slot, locked alone: one provider slow to make stalls nothing else.
+    providers: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// One lock per key, held while a key's boxes are counted and one is made.
+    key_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl AppState {
@@ -56,24 +69,57 @@ impl AppState {
             default_provider: o.default_provider,
             environment: o.environment,
             provider_options: o.provider_options,
-            providers: tokio::sync::Mutex::new(HashMap::new()),
+            providers: std::sync::Mutex::new(HashMap::new()),
+            key_locks: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
-    /// The provider called `name`, made at its first use (a failure is answered and tried
-    /// again next time).
+    /// The lock of key `id`: its boxes counted and one made under it, so two requests at once
+    /// cannot pass the key's most boxes.
+    pub(crate) async fn key_lock(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self
+            .key_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.to_string())
+            .or_default()
+            .clone();
+        lock.lock_owned().await
+    }
+
+    /// The provider called `name`, made at its first use and kept; a failure is answered again
+    /// for [`FAILED_FOR`] before the next try.
     pub(crate) async fn provider(&self, name: &str) -> Result<Arc<dyn Provider>> {
         let entry = registry::find(name)?;
-        let mut made = self.providers.lock().await;
-        if let Some(p) = made.get(entry.name) {
+        let slot = self
+            .providers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(entry.name.to_string())
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().await;
+        if let Some(p) = &slot.made {
             return Ok(p.clone());
         }
-        let p = entry
-            .make(&self.provider_options, &self.environment)
-            .await
-            .map_err(|e| Error::new(e.code(), format!("provider {name}: {}", e.message())))?;
-        tracing::info!(provider = entry.name, "provider made");
-        made.insert(entry.name.to_string(), p.clone());
-        Ok(p)
+        if let Some((at, e)) = &slot.failed
+            && at.elapsed() < FAILED_FOR
+        {
+            return Err(e.clone());
+        }
+        match entry.make(&self.provider_options, &self.environment).await {
+            Ok(p) => {
+                tracing::info!(provider = entry.name, "provider made");
+                slot.made = Some(p.clone());
+                slot.failed = None;
+                Ok(p)
+            }
+            Err(e) => {
+                let e = Error::new(e.code(), format!("provider {name}: {}", e.message()));
+                tracing::info!(provider = entry.name, "provider not made: {}", e.message());
+                slot.failed = Some((std::time::Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
     }
 }

@@ -93,6 +93,15 @@ fn code_of(body: &Value) -> &str {
     o["code"].as_str().unwrap()
 }
 
+/// The limits of a key that may use local boxes (which isolate nothing, so no key may use them
+/// unless it names them, or is an admin's).
+fn local() -> Limits {
+    Limits {
+        providers: Some(vec!["local".into()]),
+        ..Default::default()
+    }
+}
+
 fn spec(lifetime_ms: u64) -> Value {
     json!({"max_lifetime_ms": lifetime_ms})
 }
@@ -100,7 +109,7 @@ fn spec(lifetime_ms: u64) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_failure_is_one_shape_with_one_status_per_code() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, Limits::default()).unwrap();
+    let (_, key) = keys.add("k", false, local()).unwrap();
     let s = start(keys, 4096).await;
     let k = Some(key.as_str());
     let (st, b) = call(&s, None, "GET", "/v1/boxes", None).await;
@@ -172,7 +181,7 @@ async fn every_failure_is_one_shape_with_one_status_per_code() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_box_is_made_run_in_and_ended() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (info, key) = keys.add("k", false, Limits::default()).unwrap();
+    let (info, key) = keys.add("k", false, local()).unwrap();
     let s = start(keys, 1 << 20).await;
     let k = Some(key.as_str());
     let (st, providers) = call(&s, k, "GET", "/v1/providers", None).await;
@@ -290,8 +299,8 @@ async fn a_box_is_made_run_in_and_ended() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, a) = keys.add("a", false, Limits::default()).unwrap();
-    let (_, b) = keys.add("b", false, Limits::default()).unwrap();
+    let (_, a) = keys.add("a", false, local()).unwrap();
+    let (_, b) = keys.add("b", false, local()).unwrap();
     let (_, admin) = keys.add("root", true, Limits::default()).unwrap();
     let (_, short) = keys
         .add(
@@ -304,6 +313,7 @@ async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
             },
         )
         .unwrap();
+    let (_, unnamed) = keys.add("unnamed", false, Limits::default()).unwrap();
     let (_, docker_only) = keys
         .add(
             "docker-only",
@@ -323,6 +333,14 @@ async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
         ("GET", path.clone(), None),
         ("DELETE", path.clone(), None),
         ("POST", format!("{path}/exec"), Some(json!({"command": "true"}))),
+        ("GET", format!("{path}/files?path=x"), None),
+        ("GET", format!("{path}/files/list?path=."), None),
+        ("POST", format!("{path}/tools/bash"), Some(json!({"command": "true"}))),
+        ("GET", format!("{path}/processes"), None),
+        ("POST", format!("{path}/processes"), Some(json!({"command": "true"}))),
+        ("POST", format!("{path}/sleep"), None),
+        ("POST", format!("{path}/wake"), None),
+        ("POST", format!("{path}/extend"), Some(json!({"by_ms": 1000}))),
     ] {
         let (st, r) = call(&s, Some(&b), method, &p, body).await;
         assert_eq!((st, code_of(&r)), (404, "not_found"), "{method} {p}: {r}");
@@ -343,6 +361,27 @@ async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
     )
     .await;
     assert_eq!((st, code_of(&r)), (400, "invalid"), "no spec names its owner: {r}");
+
+    // A box of a provider the key may not use is as one that does not exist.
+    let (st, r) = call(&s, Some(&docker_only), "GET", &path, None).await;
+    assert_eq!((st, code_of(&r)), (404, "not_found"), "{r}");
+    // Local boxes isolate nothing: a key that does not name them may not use them.
+    let (_, plain) = {
+        let (st, r) = call(
+            &s,
+            Some(&unnamed),
+            "POST",
+            "/v1/boxes",
+            Some(json!({"provider": "local", "spec": spec(1000)})),
+        )
+        .await;
+        (st, r)
+    };
+    assert_eq!(code_of(&plain), "permission_denied", "{plain}");
+    assert!(
+        plain["message"].as_str().unwrap().contains("isolate nothing"),
+        "{plain}"
+    );
 
     // Limits: a lifetime past the key's, a provider it may not use, more boxes than it may own.
     let (st, r) = call(
@@ -382,6 +421,19 @@ async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
     .await;
     assert_eq!((st, code_of(&r)), (429, "rate_limited"), "{r}");
     assert!(retry.is_some_and(|s| s.parse::<u64>().is_ok()), "with Retry-After");
+    let (st, r) = call(
+        &s,
+        Some(&short),
+        "POST",
+        "/v1/boxes/open",
+        Some(json!({"name": "n", "spec": spec(30_000)})),
+    )
+    .await;
+    assert_eq!(
+        (st, code_of(&r)),
+        (429, "rate_limited"),
+        "an open at the most makes nothing: {r}"
+    );
     for (key, id) in [(&a, &made["id"]), (&short, &one["id"])] {
         let (st, _) = call(
             &s,
@@ -470,7 +522,7 @@ async fn raw(s: &Server, key: &str, method: &str, path: &str, body: Option<&[u8]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_and_tools_on_a_box() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, Limits::default()).unwrap();
+    let (_, key) = keys.add("k", false, local()).unwrap();
     let s = start(keys, 1 << 20).await;
     let k = Some(key.as_str());
     let (st, made) = call(&s, k, "POST", "/v1/boxes", Some(json!({"spec": spec(600_000)}))).await;
@@ -584,15 +636,15 @@ async fn files_and_tools_on_a_box() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_by_name_sleep_wake_and_extend_within_the_keys_limits() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, a) = keys.add("a", false, Limits::default()).unwrap();
-    let (_, b) = keys.add("b", false, Limits::default()).unwrap();
+    let (_, a) = keys.add("a", false, local()).unwrap();
+    let (_, b) = keys.add("b", false, local()).unwrap();
     let (_, short) = keys
         .add(
             "short",
             false,
             Limits {
                 max_lifetime: Some(Duration::from_secs(120)),
-                ..Default::default()
+                ..local()
             },
         )
         .unwrap();
@@ -703,7 +755,7 @@ async fn read_until(s: &Server, key: &str, procs: &str, handle: u64, after: u64,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_process_is_read_from_a_cursor_written_signalled_and_waited_for() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, Limits::default()).unwrap();
+    let (_, key) = keys.add("k", false, local()).unwrap();
     let s = start(keys, 1 << 20).await;
     let k = Some(key.as_str());
     let (_, made) = call(&s, k, "POST", "/v1/boxes", Some(json!({"spec": spec(600_000)}))).await;

@@ -9,7 +9,7 @@ import httpx
 
 from . import _requests as r
 from ._models import BoxInfo, ExecResult, FileInfo, Output, ProviderInfo, ToolInfo, ToolResult
-from .errors import raise_for
+from .errors import raise_for, transport_error
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 """Where `agentbox serve` listens unless told otherwise."""
@@ -68,9 +68,17 @@ class Client:
         self._http.close()
 
     def _send(self, q: r.Req) -> httpx.Response:
-        response = self._http.request(
-            q.method, q.path, params=q.params, json=q.json, content=q.content
-        )
+        try:
+            response = self._http.request(
+                q.method,
+                q.path,
+                params=q.params,
+                json=q.json,
+                content=q.content,
+                timeout=q.timeout if q.timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.HTTPError as e:
+            raise transport_error(q, e) from e
         raise_for(response)
         return response
 
@@ -283,9 +291,17 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _send(self, q: r.Req) -> httpx.Response:
-        response = await self._http.request(
-            q.method, q.path, params=q.params, json=q.json, content=q.content
-        )
+        try:
+            response = await self._http.request(
+                q.method,
+                q.path,
+                params=q.params,
+                json=q.json,
+                content=q.content,
+                timeout=q.timeout if q.timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.HTTPError as e:
+            raise transport_error(q, e) from e
         raise_for(response)
         return response
 

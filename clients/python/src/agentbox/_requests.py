@@ -17,6 +17,12 @@ class Req:
     params: dict[str, str] | None = None
     json: Any = None
     content: bytes | None = None
+    # Seconds this request may take, where the call itself may take long (an exec, a wait).
+    timeout: float | None = None
+
+
+MARGIN = 60.0
+"""Seconds a long call's request may take past the time the call itself was given."""
 
 
 def box_path(box_id: str) -> str:
@@ -104,7 +110,8 @@ def exec_(
     ]:
         if v is not None:
             body[k] = v
-    return Req("POST", box_path(box_id) + "/exec", json=body)
+    seconds = (timeout_ms if timeout_ms is not None else 600_000) / 1000
+    return Req("POST", box_path(box_id) + "/exec", json=body, timeout=seconds + MARGIN)
 
 
 def read_file(box_id: str, path: str) -> Req:
@@ -178,7 +185,9 @@ def output(box_id: str, handle: int, after: int, wait_ms: int, max_bytes: int | 
     params = {"after": str(after), "wait_ms": str(wait_ms)}
     if max_bytes is not None:
         params["max_bytes"] = str(max_bytes)
-    return Req("GET", _proc(box_id, handle) + "/output", params=params)
+    return Req(
+        "GET", _proc(box_id, handle) + "/output", params=params, timeout=wait_ms / 1000 + MARGIN
+    )
 
 
 def stdin(box_id: str, handle: int, data: str, close: bool) -> Req:
@@ -190,7 +199,12 @@ def signal(box_id: str, handle: int, sig: int | str) -> Req:
 
 
 def wait(box_id: str, handle: int, timeout_ms: int) -> Req:
-    return Req("POST", _proc(box_id, handle) + "/wait", json={"timeout_ms": timeout_ms})
+    return Req(
+        "POST",
+        _proc(box_id, handle) + "/wait",
+        json={"timeout_ms": timeout_ms},
+        timeout=timeout_ms / 1000 + MARGIN,
+    )
 
 
 def forget(box_id: str, handle: int) -> Req:

@@ -39,6 +39,15 @@ _BY_CODE: dict[str, type[AgentboxError]] = {
 }
 
 
+def transport_error(q: object, e: httpx.HTTPError) -> AgentboxError:
+    """A request that got no answer: `timeout` when it ran out of time, else
+    `transfer_failed` (status 0: the service never answered)."""
+    what = f"{getattr(q, 'method', '')} {getattr(q, 'path', '')}".strip()
+    if isinstance(e, httpx.TimeoutException):
+        return AgentboxError("timeout", f"{what}: no answer in time ({e})", 0)
+    return AgentboxError("transfer_failed", f"{what}: {type(e).__name__}: {e}", 0)
+
+
 def raise_for(response: httpx.Response) -> None:
     """Raise the error a failed answer carries (its `{code, message}`); nothing for success."""
     if response.is_success:

@@ -85,12 +85,26 @@ pub struct ListBoxes {
     pub labels: Option<String>,
 }
 
-/// Whether `key` may use `provider`.
-fn may_use(key: &KeyInfo, provider: &str) -> Result<(), ApiError> {
+/// Providers whose boxes isolate nothing: a program in one runs as the server's user, with its
+/// files (the key store, other keys' boxes) and its environment. Only an admin key, or a key
+/// whose `--providers` names one outright, may use them.
+pub const UNISOLATED: [&str; 1] = ["local"];
+
+/// Whether `key` may use `provider` (one agentbox has: an unknown name is `invalid`, listing
+/// them).
+pub(crate) fn may_use(key: &KeyInfo, provider: &str) -> Result<(), ApiError> {
+    registry::find(provider)?;
     match &key.limits.providers {
         Some(allowed) if !allowed.iter().any(|p| p == provider) => Err(ApiError::new(
             ErrorCode::PermissionDenied,
             format!("provider {provider}: this key may use {}", allowed.join(", ")),
+        )),
+        None if !key.admin && UNISOLATED.contains(&provider) => Err(ApiError::new(
+            ErrorCode::PermissionDenied,
+            format!(
+                "provider {provider}: its boxes isolate nothing (a program in one runs as this server's user), \
+                 so only an admin key or a key made with --providers {provider} may use it"
+            ),
         )),
         _ => Ok(()),
     }
@@ -195,6 +209,8 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<BoxInfo>), ApiError> {
     let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
     let spec = allowed_spec(&key, &name, body.spec)?;
+    // Counted and made under the key's lock, so two creates at once cannot pass its most.
+    let _counted = state.key_lock(&key.id).await;
     if let Some(most) = key.limits.max_boxes {
         let now = owned(&state, &key, None, &Labels::new()).await?.len();
         if now >= most as usize {

@@ -107,7 +107,8 @@ pub(crate) async fn exec(
         ..Default::default()
     };
     opts.validate(&argv)?;
-    let ctx = Ctx::background().with_timeout(super::boxes::CALL_DEADLINE);
+    // The exec's context governs the program: it lives as long as its timeout, and a little.
+    let ctx = Ctx::background().with_timeout(timeout + super::boxes::CALL_DEADLINE);
     let process = b.exec(&argv, &opts, &ctx).await?;
     let killer = process.killer();
     let finish = finish_cut(

@@ -111,7 +111,9 @@ pub(crate) async fn read(
     let path = checked(&q.path, "path")?;
     let env = env(&state, &key, &p.id).await?;
     let ctx = ctx();
-    let info = env.file_info(&path, &ctx).await.map_err(fs)?;
+    // Sized where a link leads, not the link: the read follows it.
+    let target = env.canonical_path(&path, &ctx).await.map_err(fs)?;
+    let info = env.file_info(&target, &ctx).await.map_err(fs)?;
     if info.size > MAX_READ {
         return Err(ApiError::new(
             ErrorCode::TooLarge,

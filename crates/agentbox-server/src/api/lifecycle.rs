@@ -49,11 +49,17 @@ pub(crate) async fn open(
     Json(body): Json<OpenBox>,
 ) -> Result<Json<BoxInfo>, ApiError> {
     let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
+    let spec = allowed_spec(&key, &name, body.spec)?;
+    // Counted and made under the key's lock, so two opens at once cannot pass its most.
+    let _counted = state.key_lock(&key.id).await;
     if let Some(most) = key.limits.max_boxes {
         let mine = owned(&state, &key, None, &Labels::new()).await?;
-        let reopen = mine
-            .iter()
-            .any(|b| b.facts().name.as_deref() == Some(body.name.as_str()));
+        // A reopen makes nothing: the same provider, name and labels (the name's place).
+        let reopen = mine.iter().any(|b| {
+            b.id().provider() == name
+                && b.facts().name.as_deref() == Some(body.name.as_str())
+                && *b.labels() == spec.labels
+        });
         if !reopen && mine.len() >= most as usize {
             return Err(ApiError::new(
                 ErrorCode::RateLimited,
@@ -62,7 +68,6 @@ pub(crate) async fn open(
             .retry_after(30));
         }
     }
-    let spec = allowed_spec(&key, &name, body.spec)?;
     let provider = state.provider(&name).await?;
     let ctx = Ctx::background().with_timeout(CREATE_DEADLINE);
     let b = provider.open(&body.name, &spec, &ctx).await?;
@@ -117,17 +122,19 @@ pub(crate) async fn extend(
             return Err(ApiError::new(ErrorCode::Invalid, "ends_at_ms, by_ms: give one of them"));
         }
     };
-    if let (Some(most), Some(started)) = (key.limits.max_lifetime, b.facts().started_at_ms)
-        && ends_at_ms.saturating_sub(started) > most.as_millis() as u64
-    {
-        return Err(ApiError::new(
-            ErrorCode::PermissionDenied,
-            format!(
-                "ends_at_ms: the box would live {} ms, more than this key's {}",
-                ends_at_ms.saturating_sub(started),
-                most.as_millis()
-            ),
-        ));
+    if let Some(most) = key.limits.max_lifetime {
+        let most = most.as_millis() as u64;
+        // Where the provider does not say when the box started, from now: never longer.
+        let started = b.facts().started_at_ms.unwrap_or_else(now_ms);
+        if ends_at_ms.saturating_sub(started) > most {
+            return Err(ApiError::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "ends_at_ms: the box would live {} ms, more than this key's {most}",
+                    ends_at_ms.saturating_sub(started),
+                ),
+            ));
+        }
     }
     let provider = state.provider(id.provider()).await?;
     let moved = provider
