@@ -56,6 +56,11 @@ impl ApiError {
     pub fn code(&self) -> ErrorCode {
         self.code
     }
+
+    /// What was wrong and why.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl From<agentbox_core::Error> for ApiError {

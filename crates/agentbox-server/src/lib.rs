@@ -39,6 +39,7 @@ pub mod error;
 pub mod keys;
 mod listen;
 mod state;
+pub mod ws;
 
 pub use error::{ApiError, ErrorBody};
 pub use keys::{KeyInfo, Keys, Limits};
@@ -157,6 +158,27 @@ pub fn openapi() -> serde_json::Value {
             }),
         );
     let mut doc = serde_json::to_value(doc).unwrap_or_default();
+    // A WebSocket's messages are no operation's body: named here so a client generator has
+    // their shapes (the streams' routes say which way each goes).
+    for (name, schema) in [
+        ("StreamServerMessage", schemars::schema_for!(ws::ServerMessage)),
+        ("StreamClientMessage", schemars::schema_for!(ws::ClientMessage)),
+    ] {
+        let text = serde_json::to_string(&schema).unwrap_or_default();
+        let text = text.replace("\"#/$defs/", "\"#/components/schemas/");
+        let mut schema: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        if let Some(defs) = schema.as_object_mut().and_then(|o| o.remove("$defs"))
+            && let Some(defs) = defs.as_object()
+        {
+            for (k, v) in defs {
+                doc["components"]["schemas"][k] = v.clone();
+            }
+        }
+        if let Some(o) = schema.as_object_mut() {
+            o.remove("$schema");
+        }
+        doc["components"]["schemas"][name] = schema;
+    }
     // aide documents axum's own rejections as the text axum writes; this server answers them
     // in the one shape (error::one_shape), which each operation's default response describes.
     if let Some(paths) = doc["paths"].as_object_mut() {

@@ -14,7 +14,16 @@ pub mod files;
 pub mod lifecycle;
 pub mod processes;
 pub mod providers;
+pub mod streams;
 pub mod tools;
+
+/// What a stream's WebSocket carries, for the OpenAPI document.
+const STREAM_PROTOCOL: &str = "JSON text frames, one message each, tagged by `type`. The server sends \
+`started` {handle} (a terminal), `output` {seq, stream, data (base64)}, `gap` {from, to}, \
+`exit` {exit, next} (then it closes with 1000) and `error` {code, message}. A client sends \
+`stdin` {data | data_base64, close}, `resize` {rows, cols} and `signal` {signal}. A frame out \
+of protocol (binary, not JSON, an unknown type, over 1 MiB) is answered with `error` and a \
+close (1003, 1008 or 1009). A client that reconnects asks for `after` = the next byte it wants.";
 
 /// The `/v1` routes.
 pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
@@ -129,6 +138,28 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
             "/v1/boxes/{id}/processes/{handle}/signal",
             post_with(processes::signal, |o| {
                 o.summary("Signal a process's group").response::<204, ()>()
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/processes/{handle}/resize",
+            post_with(processes::resize, |o| {
+                o.summary("Set the size of a process's terminal").response::<204, ()>()
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/processes/{handle}/stream",
+            get_with(streams::stream, |o| {
+                o.summary("A WebSocket: a process's output live from byte `after` (a gap said), its stdin, resize and signals")
+                    .description(STREAM_PROTOCOL)
+                    .response::<101, ()>()
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/terminal",
+            get_with(streams::terminal, |o| {
+                o.summary("A WebSocket: a program in a terminal (a login shell by default), started detached and streamed")
+                    .description(STREAM_PROTOCOL)
+                    .response::<101, ()>()
             }),
         )
         .api_route(

@@ -42,6 +42,22 @@ pub struct StartProcess {
     /// The box ends it this many ms after it started, with no call from anyone.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Run it in a terminal of this size (its output is then one stream, `stdout`).
+    #[serde(default)]
+    pub tty: Option<TerminalSize>,
+}
+
+/// A terminal's size.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalSize {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+    /// `TERM` for the program (default `xterm-256color`).
+    #[serde(default)]
+    pub term: Option<String>,
 }
 
 /// A process started.
@@ -133,7 +149,7 @@ pub struct WaitFor {
     pub timeout_ms: Option<u64>,
 }
 
-fn processes(b: &dyn Sandbox) -> Result<&dyn Processes, ApiError> {
+pub(crate) fn processes(b: &dyn Sandbox) -> Result<&dyn Processes, ApiError> {
     b.processes().ok_or_else(|| {
         ApiError::new(
             ErrorCode::Unsupported,
@@ -164,7 +180,11 @@ pub(crate) async fn start(
         env: body.env,
         detach: true,
         timeout: body.timeout_ms.map(Duration::from_millis),
-        ..Default::default()
+        tty: body.tty.map(|t| agentbox_core::Tty {
+            rows: t.rows,
+            cols: t.cols,
+            term: t.term,
+        }),
     };
     opts.validate(&argv)?;
     let process = b.exec(&argv, &opts, &ctx()).await?;
@@ -245,7 +265,7 @@ pub(crate) async fn stdin(
 }
 
 /// The number of a signal named by number or name.
-fn signal_of(v: &serde_json::Value) -> Result<i32, ApiError> {
+pub(crate) fn signal_of(v: &serde_json::Value) -> Result<i32, ApiError> {
     let bad = || {
         ApiError::new(
             ErrorCode::Invalid,
@@ -274,6 +294,26 @@ pub(crate) async fn signal(
     let number = signal_of(&body.signal)?;
     let b = reach(&state, &key, &p.id).await?;
     processes(b.as_ref())?.signal(p.handle, number, &ctx()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/boxes/{id}/processes/{handle}/resize`.
+pub(crate) async fn resize(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Path(p): Path<ProcessPath>,
+    Json(body): Json<TerminalSize>,
+) -> Result<StatusCode, ApiError> {
+    if body.term.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::Invalid,
+            "term: a terminal's name is set when it starts, not by a resize",
+        ));
+    }
+    let b = reach(&state, &key, &p.id).await?;
+    processes(b.as_ref())?
+        .resize(p.handle, body.rows, body.cols, &ctx())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

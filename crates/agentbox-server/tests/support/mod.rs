@@ -1,0 +1,106 @@
+//! What the server's test files share: a server over local boxes on a loopback port, and
+//! requests to it that check the one error shape.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentbox_providers::registry::Environment;
+use agentbox_server::{Keys, Limits, ServerOptions};
+use serde_json::{Value, json};
+
+pub(crate) struct Server {
+    pub(crate) url: String,
+    pub(crate) http: reqwest::Client,
+    _home: tempfile::TempDir,
+}
+
+/// A server over `keys` on a loopback port, its boxes local boxes under a home of its own.
+pub(crate) async fn start(keys: Arc<Keys>, max_body: usize) -> Server {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runner = agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let mut vars: Vec<(String, std::ffi::OsString)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
+        .filter(|(k, _)| k != "AGENTBOX_HOME" && k != "AGENTBOX_RUNNER")
+        .collect();
+    vars.push(("AGENTBOX_HOME".into(), home.path().into()));
+    vars.push(("AGENTBOX_RUNNER".into(), runner.into()));
+    let mut options = ServerOptions::new(keys);
+    options.environment = Environment::from_vars(vars);
+    options.default_provider = "local".into();
+    options.max_body = max_body;
+    let app = agentbox_server::router(options);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        agentbox_server::serve(listener, app, std::future::pending())
+            .await
+            .unwrap()
+    });
+    Server {
+        url,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .no_proxy()
+            .build()
+            .unwrap(),
+        _home: home,
+    }
+}
+
+/// A request's status, JSON body (or `null`) and `Retry-After`.
+pub(crate) async fn call(s: &Server, key: Option<&str>, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let (status, body, _) = call_with(s, key, method, path, body.map(|b| b.to_string().into_bytes())).await;
+    (status, body)
+}
+
+pub(crate) async fn call_with(
+    s: &Server,
+    key: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> (u16, Value, Option<String>) {
+    let mut r = s.http.request(method.parse().unwrap(), format!("{}{path}", s.url));
+    if let Some(k) = key {
+        r = r.bearer_auth(k);
+    }
+    if let Some(b) = body {
+        r = r.header("content-type", "application/json").body(b);
+    }
+    let answer = r.send().await.unwrap();
+    let status = answer.status().as_u16();
+    let retry = answer
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = answer.text().await.unwrap();
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"))
+    };
+    (status, body, retry)
+}
+
+/// The failure's code, after checking it is exactly `{code, message}`.
+pub(crate) fn code_of(body: &Value) -> &str {
+    let o = body.as_object().unwrap_or_else(|| panic!("not an object: {body}"));
+    assert_eq!(o.len(), 2, "only code and message: {body}");
+    assert!(o["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    o["code"].as_str().unwrap()
+}
+
+/// The limits of a key that may use local boxes (which isolate nothing, so no key may use them
+/// unless it names them, or is an admin's).
+pub(crate) fn local() -> Limits {
+    Limits {
+        providers: Some(vec!["local".into()]),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn spec(lifetime_ms: u64) -> Value {
+    json!({"max_lifetime_ms": lifetime_ms})
+}
