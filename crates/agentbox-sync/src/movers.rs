@@ -146,13 +146,31 @@ fn sha256_file(p: &Path) -> Option<String> {
     Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A packed seed.
-struct Packed {
-    archive: Vec<u8>,
-    sent: u64,
-    skipped: BTreeMap<String, u64>,
+/// A directory packed by this process's own walker.
+#[derive(Clone, Debug)]
+pub struct Packed {
+    /// The tar.
+    pub archive: Vec<u8>,
+    /// Files and directories in it.
+    pub sent: u64,
+    /// Entries left out, by reason (`link`, `other`).
+    pub skipped: BTreeMap<String, u64>,
     /// The SHA-256 of every file packed, by relative path.
-    hashes: BTreeMap<String, String>,
+    pub hashes: BTreeMap<String, String>,
+}
+
+/// `opts.from` as a tar, packed as a seed packs it: a link is skipped and counted (never
+/// followed), as are pipes, sockets and devices, and modes are capped; at most 1 GiB.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("a.txt"), "hi").unwrap();
+/// let opts = agentbox_sync::SeedOptions { from: dir.path().into(), ..Default::default() };
+/// let packed = agentbox_sync::pack_dir(&opts).unwrap();
+/// assert_eq!(packed.sent, 1);
+/// ```
+pub fn pack_dir(opts: &SeedOptions) -> Result<Packed> {
+    pack(opts)
 }
 
 /// Pack `from` (links skipped, modes capped), with the SHA-256 of every file packed.

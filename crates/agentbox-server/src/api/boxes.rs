@@ -201,6 +201,37 @@ pub(crate) fn allowed_spec(key: &KeyInfo, provider: &str, mut spec: Spec) -> Res
     Ok(spec)
 }
 
+/// Refused (`rate_limited`, with `Retry-After`) when `n` more boxes would pass the key's most;
+/// a box of its own that `again` says is asked for once more is not counted twice. Call it
+/// under the key's lock ([`AppState::key_lock`]), and make the boxes before letting go.
+pub(crate) async fn room_for(
+    state: &AppState,
+    key: &KeyInfo,
+    n: usize,
+    again: impl Fn(&dyn Sandbox) -> bool,
+) -> Result<(), ApiError> {
+    let Some(most) = key.limits.max_boxes else {
+        return Ok(());
+    };
+    let mine = owned(state, key, None, &Labels::new()).await?;
+    if mine.iter().any(|b| again(b.as_ref())) || mine.len() + n <= most as usize {
+        return Ok(());
+    }
+    let more = if n == 1 {
+        String::new()
+    } else {
+        format!(" ({n} more asked)")
+    };
+    Err(ApiError::new(
+        ErrorCode::RateLimited,
+        format!(
+            "this key owns {} boxes, its most {most}{more}: end one first",
+            mine.len()
+        ),
+    )
+    .retry_after(30))
+}
+
 /// `POST /v1/boxes`.
 pub(crate) async fn create(
     State(state): State<Arc<AppState>>,
@@ -209,18 +240,10 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<BoxInfo>), ApiError> {
     let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
     let spec = allowed_spec(&key, &name, body.spec)?;
+    let spec = super::snapshots::own_snapshot(&state, &key, &name, spec).await?;
     // Counted and made under the key's lock, so two creates at once cannot pass its most.
     let _counted = state.key_lock(&key.id).await;
-    if let Some(most) = key.limits.max_boxes {
-        let now = owned(&state, &key, None, &Labels::new()).await?.len();
-        if now >= most as usize {
-            return Err(ApiError::new(
-                ErrorCode::RateLimited,
-                format!("this key owns {now} boxes, its most: end one first"),
-            )
-            .retry_after(30));
-        }
-    }
+    room_for(&state, &key, 1, |_| false).await?;
     let provider = state.provider(&name).await?;
     let ctx = Ctx::background().with_timeout(CREATE_DEADLINE);
     let b = provider.create(&spec, &ctx).await?;

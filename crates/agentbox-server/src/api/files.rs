@@ -55,7 +55,7 @@ pub struct MakeDir {
 }
 
 /// `path`, refused when it is empty, holds a NUL, or (relative) climbs out of the workspace.
-fn checked(path: &str, field: &str) -> Result<String, ApiError> {
+pub(crate) fn checked(path: &str, field: &str) -> Result<String, ApiError> {
     if path.is_empty() || path.contains('\0') {
         return Err(ApiError::new(
             ErrorCode::Invalid,

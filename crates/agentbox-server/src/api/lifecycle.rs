@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
-use agentbox_core::{Ctx, ErrorCode, Labels, SandboxId, Spec, now_ms};
+use agentbox_core::{Ctx, ErrorCode, SandboxId, Spec, now_ms};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::boxes::{BoxInfo, BoxPath, CALL_DEADLINE, CREATE_DEADLINE, allowed_spec, owned, reach};
+use super::boxes::{BoxInfo, BoxPath, CALL_DEADLINE, CREATE_DEADLINE, allowed_spec, reach, room_for};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -50,24 +50,14 @@ pub(crate) async fn open(
 ) -> Result<Json<BoxInfo>, ApiError> {
     let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
     let spec = allowed_spec(&key, &name, body.spec)?;
-    // Counted and made under the key's lock, so two opens at once cannot pass its most.
+    let spec = super::snapshots::own_snapshot(&state, &key, &name, spec).await?;
+    // Counted and made under the key's lock, so two opens at once cannot pass its most. A
+    // reopen makes nothing: the same provider, name and labels (the name's place).
     let _counted = state.key_lock(&key.id).await;
-    if let Some(most) = key.limits.max_boxes {
-        let mine = owned(&state, &key, None, &Labels::new()).await?;
-        // A reopen makes nothing: the same provider, name and labels (the name's place).
-        let reopen = mine.iter().any(|b| {
-            b.id().provider() == name
-                && b.facts().name.as_deref() == Some(body.name.as_str())
-                && *b.labels() == spec.labels
-        });
-        if !reopen && mine.len() >= most as usize {
-            return Err(ApiError::new(
-                ErrorCode::RateLimited,
-                format!("this key owns {} boxes, its most: end one first", mine.len()),
-            )
-            .retry_after(30));
-        }
-    }
+    room_for(&state, &key, 1, |b| {
+        b.id().provider() == name && b.facts().name.as_deref() == Some(body.name.as_str()) && *b.labels() == spec.labels
+    })
+    .await?;
     let provider = state.provider(&name).await?;
     let ctx = Ctx::background().with_timeout(CREATE_DEADLINE);
     let b = provider.open(&body.name, &spec, &ctx).await?;

@@ -8,12 +8,14 @@ use aide::axum::routing::{delete_with, get_with, post_with};
 
 use crate::state::AppState;
 
+pub mod archive;
 pub mod boxes;
 pub mod exec;
 pub mod files;
 pub mod lifecycle;
 pub mod processes;
 pub mod providers;
+pub mod snapshots;
 pub mod streams;
 pub mod tools;
 
@@ -74,6 +76,31 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
             }),
         )
         .api_route(
+            "/v1/boxes/{id}/snapshots",
+            post_with(snapshots::take, |o| {
+                o.summary("Keep a box's files (and memory, where the provider can) under a name of the key's own")
+                    .response::<201, axum::Json<snapshots::SnapshotInfo>>()
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/fork",
+            post_with(snapshots::fork, |o| {
+                o.summary("New boxes holding a box's files as they are now, owned by the calling key")
+                    .response::<201, axum::Json<Vec<boxes::BoxInfo>>>()
+            }),
+        )
+        .api_route(
+            "/v1/snapshots",
+            get_with(snapshots::list, |o| o.summary("The calling key's snapshots")),
+        )
+        .api_route(
+            "/v1/snapshots/{provider}/{name}",
+            delete_with(snapshots::delete, |o| {
+                o.summary("Delete one of the key's snapshots (boxes made from it are not touched)")
+                    .response::<204, ()>()
+            }),
+        )
+        .api_route(
             "/v1/boxes/{id}/exec",
             post_with(exec::exec, |o| {
                 o.summary("Run one program to its end: its exit, and its output up to a bound")
@@ -89,6 +116,15 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
                     o.summary("Remove a file, a link or a directory (`recursive` for one with entries)")
                         .response::<204, ()>()
                 }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/archive",
+            get_with(archive::get, |o| {
+                o.summary("A directory as a tar: unpacked on the server by the safe extractor, packed again, never trusted")
+            })
+            .put_with(archive::put, |o| {
+                o.summary("A tar into a directory: unpacked by the safe extractor first; a bad archive leaves the box as it was")
+            }),
         )
         .api_route(
             "/v1/boxes/{id}/files/stat",

@@ -1,0 +1,228 @@
+//! A directory in and out of a box as a tar, with nothing trusted on either side.
+//!
+//! In: the client's archive is unpacked on the server by agentbox's safe extractor (never
+//! `tar`: no member lands outside the directory, links and devices are skipped and said,
+//! the bytes and entries are bounded), and only then is the directory sent into the box, packed
+//! again by agentbox's own walker. An archive that is malformed or past a bound leaves the
+//! box as it was. Out: the box's archive goes through the same extractor on the server, and
+//! the client gets a tar the server packed from what came through: whatever the box put in its
+//! tar (a link out of the tree, a path that climbs) never reaches the client.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use agentbox_core::{Ctx, ErrorCode};
+use agentbox_sync::{Options, PullOptions, Receipt, SeedOptions, StopReason};
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::boxes::{BoxPath, CALL_DEADLINE, reach};
+use super::files::checked;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The most bytes an archive holds, either way.
+pub const MAX_ARCHIVE: u64 = 256 << 20;
+/// The most entries an archive holds.
+pub const MAX_ENTRIES: u64 = 100_000;
+/// How long a whole archive's move may take.
+const ARCHIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The directory of an archive.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArchivePath {
+    /// A directory in the box: absolute, or relative to its workspace (never climbing out).
+    /// Made, with its parents, when an archive goes in.
+    pub path: String,
+}
+
+/// An entry left out of an archive.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SkippedEntry {
+    /// Its path in the archive.
+    pub path: String,
+    /// Why: `link`, `hardlink`, `device`, `fifo`, `unsafe_path`, `unsupported`...
+    pub reason: String,
+    /// Where a link pointed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// What an archive sent into a box did.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Unpacked {
+    /// Files and directories unpacked from the archive.
+    pub written: u64,
+    /// Files and directories sent into the box.
+    pub sent: u64,
+    /// Entries left out, by reason.
+    pub skipped: BTreeMap<String, u64>,
+    /// The first entries left out, by path.
+    pub skips: Vec<SkippedEntry>,
+    /// Files that lost a mode bit (setuid, setgid, sticky, or a write bit for others).
+    pub masked: u64,
+}
+
+fn reason_text<T: Serialize>(r: &T) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "other".into())
+}
+
+/// The failure of an extraction that stopped, or `None`.
+fn stopped(receipt: &Receipt, whose: &str) -> Option<ApiError> {
+    let s = receipt.stopped.as_ref()?;
+    let code = match s.reason {
+        StopReason::Malformed => ErrorCode::Invalid,
+        StopReason::TooLarge | StopReason::TooManyEntries => ErrorCode::TooLarge,
+        StopReason::TransferFailed => ErrorCode::TransferFailed,
+    };
+    Some(ApiError::new(code, format!("{whose}: {}", s.message)))
+}
+
+fn options() -> Options {
+    Options {
+        max_bytes: MAX_ARCHIVE,
+        max_entries: MAX_ENTRIES,
+        ..Default::default()
+    }
+}
+
+fn scratch() -> Result<tempfile::TempDir, ApiError> {
+    tempfile::Builder::new()
+        .prefix("agentbox-archive-")
+        .tempdir()
+        .map_err(|e| ApiError::new(ErrorCode::Unknown, format!("a scratch directory: {e}")))
+}
+
+/// `PUT /v1/boxes/{id}/archive?path=DIR`: the body, a tar, unpacked into the directory.
+pub(crate) async fn put(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Path(p): Path<BoxPath>,
+    Query(q): Query<ArchivePath>,
+    body: Body,
+) -> Result<Json<Unpacked>, ApiError> {
+    let to = checked(&q.path, "path")?;
+    let b = reach(&state, &key, &p.id).await?;
+    let dir = scratch()?;
+    let mut x = agentbox_sync::Extractor::new(dir.path().to_path_buf(), options());
+    let mut stream = body.into_data_stream();
+    let mut read = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::new(ErrorCode::Invalid, format!("the archive's body: {e}")))?;
+        read += chunk.len() as u64;
+        // Headers and padding ride over the extractor's bound on contents: a tar twice the
+        // bound is refused here, whatever its members claim.
+        if read > 2 * MAX_ARCHIVE {
+            return Err(ApiError::new(
+                ErrorCode::TooLarge,
+                format!("the archive: over {} bytes", 2 * MAX_ARCHIVE),
+            ));
+        }
+        if !x.write(chunk.to_vec()).await {
+            break;
+        }
+    }
+    let receipt = x.finish().await;
+    if let Some(e) = stopped(&receipt, "the archive") {
+        return Err(e);
+    }
+    let ctx = Ctx::background().with_timeout(ARCHIVE_DEADLINE);
+    let seeded = agentbox_sync::seed_dir(
+        b.as_ref(),
+        &SeedOptions {
+            from: dir.path().to_path_buf(),
+            to: to.clone(),
+            ..Default::default()
+        },
+        &ctx,
+    )
+    .await?;
+    tracing::info!(box_id = %b.id(), path = %to, written = receipt.written, sent = seeded.sent, key = %key.name, "archive unpacked");
+    Ok(Json(Unpacked {
+        written: receipt.written,
+        sent: seeded.sent,
+        skipped: receipt.skipped.iter().map(|(r, n)| (reason_text(r), *n)).collect(),
+        skips: receipt
+            .skips
+            .iter()
+            .map(|s| SkippedEntry {
+                path: s.path.clone(),
+                reason: reason_text(&s.reason),
+                target: s.target.clone(),
+            })
+            .collect(),
+        masked: receipt.masked,
+    }))
+}
+
+/// `GET /v1/boxes/{id}/archive?path=DIR`: the directory's contents as a tar (members relative
+/// to it). Entries the server left out are counted in `agentbox-skipped`.
+pub(crate) async fn get(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Path(p): Path<BoxPath>,
+    Query(q): Query<ArchivePath>,
+) -> Result<Response, ApiError> {
+    let from = checked(&q.path, "path")?;
+    let b = reach(&state, &key, &p.id).await?;
+    let dir = scratch()?;
+    let to = dir.path().join("tree");
+    let ctx = Ctx::background().with_timeout(ARCHIVE_DEADLINE.max(CALL_DEADLINE));
+    let pulled = agentbox_sync::pull_dir(
+        b.as_ref(),
+        &PullOptions {
+            from: from.clone(),
+            to: to.clone(),
+            max_bytes: Some(MAX_ARCHIVE),
+            ..Default::default()
+        },
+        &ctx,
+    )
+    .await?;
+    if let Some(e) = stopped(&pulled.receipt, &format!("the box's archive of {from}")) {
+        return Err(e);
+    }
+    let packed = tokio::task::spawn_blocking(move || {
+        agentbox_sync::pack_dir(&SeedOptions {
+            from: to,
+            ..Default::default()
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(ErrorCode::Unknown, format!("packing: {e}")))??;
+    let mut skipped: BTreeMap<String, u64> = pulled
+        .receipt
+        .skipped
+        .iter()
+        .map(|(r, n)| (reason_text(r), *n))
+        .collect();
+    // What the box listed but no pull asks for: links and the like, never followed.
+    for e in pulled.mark.entries.values().filter(|e| e.kind != "f" && e.kind != "d") {
+        let reason = if e.kind == "l" { "symlink" } else { "special" };
+        *skipped.entry(reason.into()).or_default() += 1;
+    }
+    let said = skipped
+        .iter()
+        .map(|(r, n)| format!("{r}={n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    tracing::info!(box_id = %b.id(), path = %from, sent = packed.sent, skipped = %said, key = %key.name, "archive packed");
+    let mut r = packed.archive.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
+    if let Ok(v) = HeaderValue::from_str(&said) {
+        h.insert("agentbox-skipped", v);
+    }
+    Ok(r)
+}
