@@ -26,8 +26,13 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     insecure_listen: bool,
     /// The API keys' store (default: AGENTBOX_HOME's server/keys.db).
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE", global = true, conflicts_with = "postgres")]
     keys: Option<PathBuf>,
+    /// Keep the API keys in PostgreSQL instead, so replicas on many machines share them: the
+    /// file holds a libpq connection string (a file, so its password is in no argv and no
+    /// environment).
+    #[arg(long, value_name = "FILE", global = true)]
+    postgres: Option<PathBuf>,
     /// The provider of a create that names none (default: the one `box create` picks here).
     #[arg(long, help = crate::boxes::default_help("The provider of a create that names none"))]
     provider: Option<String>,
@@ -61,6 +66,9 @@ enum KeysCommand {
         /// The providers it may use, comma-separated (default: every one).
         #[arg(long, value_delimiter = ',', value_name = "NAMES")]
         providers: Option<Vec<String>>,
+        /// The most requests it may make in a minute (past it: 429 with Retry-After).
+        #[arg(long, value_name = "N")]
+        requests_per_minute: Option<u32>,
     },
     /// The keys (never the keys themselves): name, id, admin, limits.
     List,
@@ -81,11 +89,29 @@ fn keys_path(flag: &Option<PathBuf>) -> Result<PathBuf> {
     Ok(dir.join("keys.db"))
 }
 
+/// The key store the flags name: PostgreSQL when `--postgres` names its file, else SQLite.
+async fn key_store(a: &ServeArgs) -> Result<Keys> {
+    match &a.postgres {
+        Some(file) => {
+            let config =
+                std::fs::read_to_string(file).map_err(|e| Error::io(e, format!("--postgres {}", file.display())))?;
+            let config = config.trim();
+            if config.is_empty() {
+                return Err(crate::usage(Error::invalid(format!(
+                    "--postgres {}: the file is empty (it holds a libpq connection string)",
+                    file.display()
+                ))));
+            }
+            Keys::postgres(config).await
+        }
+        None => Keys::open(&keys_path(&a.keys)?),
+    }
+}
+
 pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
-    let keys = Keys::open(&keys_path(&a.keys)?)?;
-    match a.command {
-        Some(ServeCommand::Keys(k)) => return keys_command(&keys, k),
-        None => {}
+    let keys = key_store(&a).await?;
+    if let Some(ServeCommand::Keys(k)) = a.command {
+        return keys_command(&keys, k).await;
     }
     if a.socket.is_none() && !a.listen.ip().is_loopback() && !a.insecure_listen {
         return Err(crate::usage(Error::invalid(format!(
@@ -144,7 +170,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn keys_command(keys: &Keys, k: KeysCommand) -> Result<i32> {
+async fn keys_command(keys: &Keys, k: KeysCommand) -> Result<i32> {
     match k {
         KeysCommand::Add {
             name,
@@ -152,6 +178,7 @@ fn keys_command(keys: &Keys, k: KeysCommand) -> Result<i32> {
             max_boxes,
             max_lifetime,
             providers,
+            requests_per_minute,
         } => {
             let max_lifetime: Option<Duration> = max_lifetime
                 .map(|d| parse_duration(&d).map_err(|e| crate::usage(e.context("--max-lifetime"))))
@@ -161,15 +188,18 @@ fn keys_command(keys: &Keys, k: KeysCommand) -> Result<i32> {
                     crate::boxes::entry(p, "--providers")?;
                 }
             }
-            let (info, secret) = keys.add(
-                &name,
-                admin,
-                Limits {
-                    max_boxes,
-                    max_lifetime,
-                    providers,
-                },
-            )?;
+            let (info, secret) = keys
+                .add(
+                    &name,
+                    admin,
+                    Limits {
+                        max_boxes,
+                        max_lifetime,
+                        providers,
+                        requests_per_minute,
+                    },
+                )
+                .await?;
             eprintln!(
                 "agentbox serve: key {} (id {}) made; it is shown this once:",
                 info.name, info.id
@@ -177,7 +207,7 @@ fn keys_command(keys: &Keys, k: KeysCommand) -> Result<i32> {
             println!("{secret}");
         }
         KeysCommand::List => {
-            for k in keys.list()? {
+            for k in keys.list().await? {
                 let mut limits = Vec::new();
                 if let Some(n) = k.limits.max_boxes {
                     limits.push(format!("max-boxes {n}"));
@@ -187,6 +217,9 @@ fn keys_command(keys: &Keys, k: KeysCommand) -> Result<i32> {
                 }
                 if let Some(p) = &k.limits.providers {
                     limits.push(format!("providers {}", p.join(",")));
+                }
+                if let Some(n) = k.limits.requests_per_minute {
+                    limits.push(format!("requests-per-minute {n}"));
                 }
                 println!(
                     "{}\t{}\t{}\t{}",
@@ -202,7 +235,7 @@ fn keys_command(keys: &Keys, k: KeysCommand) -> Result<i32> {
             }
         }
         KeysCommand::Remove { name } => {
-            if !keys.remove(&name)? {
+            if !keys.remove(&name).await? {
                 return Err(Error::not_found(format!("key {name:?}: no such key")));
             }
             eprintln!("agentbox serve: key {name} removed");

@@ -83,6 +83,51 @@ fn keys_are_shown_once_listed_without_the_key_and_removed() {
     assert!(agentbox(home.path(), &["serve", "keys", "list"]).stdout.is_empty());
 }
 
+#[test]
+fn keys_kept_in_postgres_are_named_by_a_file_never_an_argument() {
+    let Some(conn) = agentbox_testing::services::postgres("serve::keys_kept_in_postgres") else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("pg");
+    std::fs::write(&file, format!("{conn}\n")).unwrap();
+    let pg = file.to_str().unwrap();
+    let name = format!("cli-{:x}", std::process::id());
+    let made = agentbox(
+        home.path(),
+        &[
+            "serve",
+            "keys",
+            "add",
+            &name,
+            "--requests-per-minute",
+            "90",
+            "--postgres",
+            pg,
+        ],
+    );
+    assert!(made.status.success(), "{made:?}");
+    let listed = String::from_utf8(agentbox(home.path(), &["serve", "keys", "list", "--postgres", pg]).stdout).unwrap();
+    let line = listed
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}\t")))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(line.ends_with("requests-per-minute 90"), "{line}");
+    assert!(!home.path().join("server/keys.db").exists(), "nothing kept in SQLite");
+    assert!(
+        agentbox(home.path(), &["serve", "keys", "remove", &name, "--postgres", pg])
+            .status
+            .success()
+    );
+    std::fs::write(&file, "  \n").unwrap();
+    let empty = agentbox(home.path(), &["serve", "keys", "list", "--postgres", pg]);
+    assert_eq!(empty.status.code(), Some(2), "{empty:?}");
+    assert!(
+        String::from_utf8_lossy(&empty.stderr).contains("the file is empty"),
+        "{empty:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_on_a_unix_socket_answers_a_key_and_ends_on_sigterm() {
     let home = tempfile::tempdir().unwrap();

@@ -33,12 +33,13 @@ impl FromRequestParts<Arc<AppState>> for Caller {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
         // Looked up either way, so a missing key costs what a wrong one does.
-        let found = state.keys.find(shown.unwrap_or_default())?;
+        let found = state.keys.find(shown.unwrap_or_default()).await?;
         match (shown, found) {
             (Some(_), Some(key)) => {
                 if let Some(who) = parts.extensions.get::<crate::access::Who>() {
                     who.set(&key.name);
                 }
+                state.rates.take(&key)?;
                 Ok(Caller(key))
             }
             (None, _) => Err(ApiError::new(

@@ -17,7 +17,7 @@
 //! use std::sync::Arc;
 //! use agentbox_server::{Keys, ServerOptions};
 //! let keys = Arc::new(Keys::open("keys.db".as_ref())?);
-//! let (_, key) = keys.add("laptop", false, Default::default())?;
+//! let (_, key) = keys.add("laptop", false, Default::default()).await?;
 //! println!("your key: {key}");
 //! let app = agentbox_server::router(ServerOptions::new(keys));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await.unwrap();
@@ -38,6 +38,7 @@ mod auth;
 pub mod error;
 pub mod keys;
 mod listen;
+mod rate;
 mod state;
 pub mod ws;
 
@@ -73,10 +74,17 @@ pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60
 /// within 10 s); otherwise `unknown`, naming which did not.
 async fn readyz(state: Arc<state::AppState>) -> Result<Json<serde_json::Value>, ApiError> {
     let not_ready = |what: String| ApiError::new(agentbox_core::ErrorCode::Unknown, format!("not ready: {what}"));
-    state
-        .keys
-        .list()
-        .map_err(|e| not_ready(format!("the key store: {}", e.message())))?;
+    let within = std::time::Duration::from_secs(10);
+    match tokio::time::timeout(within, state.keys.list()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(not_ready(format!("the key store: {}", e.message()))),
+        Err(_) => {
+            return Err(not_ready(format!(
+                "the key store ({}) did not answer within 10 s",
+                state.keys.kind()
+            )));
+        }
+    }
     let name = state.default_provider.clone();
     let provider = state
         .provider(&name)

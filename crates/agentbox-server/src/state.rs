@@ -60,6 +60,8 @@ pub(crate) struct AppState {
     providers: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
     /// One lock per key, held while a key's boxes are counted and one is made.
     key_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Each key's request rate.
+    pub(crate) rates: crate::rate::Rates,
 }
 
 impl AppState {
@@ -71,6 +73,7 @@ impl AppState {
             provider_options: o.provider_options,
             providers: std::sync::Mutex::new(HashMap::new()),
             key_locks: std::sync::Mutex::new(HashMap::new()),
+            rates: Default::default(),
         }
     }
 

@@ -15,7 +15,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_failure_is_one_shape_with_one_status_per_code() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, local()).unwrap();
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
     let s = start(keys, 4096).await;
     let k = Some(key.as_str());
     let (st, b) = call(&s, None, "GET", "/v1/boxes", None).await;
@@ -87,7 +87,7 @@ async fn every_failure_is_one_shape_with_one_status_per_code() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_box_is_made_run_in_and_ended() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (info, key) = keys.add("k", false, local()).unwrap();
+    let (info, key) = keys.add("k", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let k = Some(key.as_str());
     let (st, providers) = call(&s, k, "GET", "/v1/providers", None).await;
@@ -205,9 +205,9 @@ async fn a_box_is_made_run_in_and_ended() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, a) = keys.add("a", false, local()).unwrap();
-    let (_, b) = keys.add("b", false, local()).unwrap();
-    let (_, admin) = keys.add("root", true, Limits::default()).unwrap();
+    let (_, a) = keys.add("a", false, local()).await.unwrap();
+    let (_, b) = keys.add("b", false, local()).await.unwrap();
+    let (_, admin) = keys.add("root", true, Limits::default()).await.unwrap();
     let (_, short) = keys
         .add(
             "short",
@@ -216,10 +216,12 @@ async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
                 max_boxes: Some(1),
                 max_lifetime: Some(Duration::from_secs(60)),
                 providers: Some(vec!["local".into()]),
+                requests_per_minute: None,
             },
         )
+        .await
         .unwrap();
-    let (_, unnamed) = keys.add("unnamed", false, Limits::default()).unwrap();
+    let (_, unnamed) = keys.add("unnamed", false, Limits::default()).await.unwrap();
     let (_, docker_only) = keys
         .add(
             "docker-only",
@@ -229,6 +231,7 @@ async fn a_key_reaches_only_its_own_boxes_within_its_limits() {
                 ..Default::default()
             },
         )
+        .await
         .unwrap();
     let s = start(keys, 1 << 20).await;
     let (st, made) = call(&s, Some(&a), "POST", "/v1/boxes", Some(json!({"spec": spec(600_000)}))).await;
@@ -428,7 +431,7 @@ async fn raw(s: &Server, key: &str, method: &str, path: &str, body: Option<&[u8]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_and_tools_on_a_box() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, local()).unwrap();
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let k = Some(key.as_str());
     let (st, made) = call(&s, k, "POST", "/v1/boxes", Some(json!({"spec": spec(600_000)}))).await;
@@ -542,8 +545,8 @@ async fn files_and_tools_on_a_box() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_by_name_sleep_wake_and_extend_within_the_keys_limits() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, a) = keys.add("a", false, local()).unwrap();
-    let (_, b) = keys.add("b", false, local()).unwrap();
+    let (_, a) = keys.add("a", false, local()).await.unwrap();
+    let (_, b) = keys.add("b", false, local()).await.unwrap();
     let (_, short) = keys
         .add(
             "short",
@@ -553,6 +556,7 @@ async fn open_by_name_sleep_wake_and_extend_within_the_keys_limits() {
                 ..local()
             },
         )
+        .await
         .unwrap();
     let s = start(keys, 1 << 20).await;
     let open = |spec_ms: u64| Some(json!({"name": "dev", "spec": spec(spec_ms)}));
@@ -661,7 +665,7 @@ async fn read_until(s: &Server, key: &str, procs: &str, handle: u64, after: u64,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_process_is_read_from_a_cursor_written_signalled_and_waited_for() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, local()).unwrap();
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let k = Some(key.as_str());
     let (_, made) = call(&s, k, "POST", "/v1/boxes", Some(json!({"spec": spec(600_000)}))).await;

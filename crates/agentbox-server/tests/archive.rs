@@ -68,8 +68,8 @@ async fn exec(s: &Server, key: &str, id: &str, command: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_goes_in_and_out_as_a_tar_and_nothing_hostile_lands() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, local()).unwrap();
-    let (_, other) = keys.add("other", false, local()).unwrap();
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
+    let (_, other) = keys.add("other", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let (st, b) = call(
         &s,

@@ -34,8 +34,8 @@ async fn snapshots_are_a_keys_own_and_forks_belong_to_the_key_that_forked() {
         max_boxes: Some(3),
         ..local()
     };
-    let (_, a) = keys.add("a", false, limited).unwrap();
-    let (_, b) = keys.add("b", false, local()).unwrap();
+    let (_, a) = keys.add("a", false, limited).await.unwrap();
+    let (_, b) = keys.add("b", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let (st, made) = make(&s, &a, spec(600_000)).await;
     assert_eq!(st, 201, "{made}");

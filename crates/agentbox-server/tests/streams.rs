@@ -90,8 +90,8 @@ async fn start_process(s: &Server, key: &str, id: &str, body: Value) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_survives_a_reconnect_from_its_cursor() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, local()).unwrap();
-    let (_, other) = keys.add("other", false, local()).unwrap();
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
+    let (_, other) = keys.add("other", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let id = make_box(&s, &key).await;
     let script = "echo one; read x; echo got:$x; read y; echo three; exit 3";
@@ -124,7 +124,7 @@ async fn a_stream_survives_a_reconnect_from_its_cursor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_says_the_gap_of_bytes_no_longer_kept() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, local()).unwrap();
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let id = make_box(&s, &key).await;
     // Far more than the box keeps of output nobody reads, then a last line.
@@ -174,7 +174,7 @@ async fn a_stream_says_the_gap_of_bytes_no_longer_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminal_is_resized_and_reattached_by_its_handle() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, local()).unwrap();
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let id = make_box(&s, &key).await;
     let command = "stty size; read x; stty size; echo done";
@@ -217,7 +217,7 @@ async fn a_terminal_is_resized_and_reattached_by_its_handle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_out_of_protocol_are_refused_with_a_close_code() {
     let keys = Arc::new(Keys::in_memory().unwrap());
-    let (_, key) = keys.add("k", false, local()).unwrap();
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
     let s = start(keys, 1 << 20).await;
     let id = make_box(&s, &key).await;
     let h = start_process(&s, &key, &id, json!({"command": "sleep 60"})).await;

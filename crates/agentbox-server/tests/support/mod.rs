@@ -12,19 +12,41 @@ use serde_json::{Value, json};
 pub(crate) struct Server {
     pub(crate) url: String,
     pub(crate) http: reqwest::Client,
-    _home: tempfile::TempDir,
+    _home: Option<tempfile::TempDir>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Stop it as SIGTERM does (no new connections, the requests in flight finished), and wait.
+    pub(crate) async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.served.take() {
+            t.await.unwrap();
+        }
+    }
 }
 
 /// A server over `keys` on a loopback port, its boxes local boxes under a home of its own.
 pub(crate) async fn start(keys: Arc<Keys>, max_body: usize) -> Server {
+    let home = tempfile::tempdir().unwrap();
+    let mut s = start_in(keys, max_body, home.path()).await;
+    s._home = Some(home);
+    s
+}
+
+/// A server over `keys` whose local boxes live under `home` (which two servers may share, as
+/// replicas share a provider).
+pub(crate) async fn start_in(keys: Arc<Keys>, max_body: usize, home: &std::path::Path) -> Server {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runner = agentbox_testing::runner::ensure();
-    let home = tempfile::tempdir().unwrap();
     let mut vars: Vec<(String, std::ffi::OsString)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
         .filter(|(k, _)| k != "AGENTBOX_HOME" && k != "AGENTBOX_RUNNER")
         .collect();
-    vars.push(("AGENTBOX_HOME".into(), home.path().into()));
+    vars.push(("AGENTBOX_HOME".into(), home.into()));
     vars.push(("AGENTBOX_RUNNER".into(), runner.into()));
     let mut options = ServerOptions::new(keys);
     options.environment = Environment::from_vars(vars);
@@ -33,10 +55,13 @@ pub(crate) async fn start(keys: Arc<Keys>, max_body: usize) -> Server {
     let app = agentbox_server::router(options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        agentbox_server::serve(listener, app, std::future::pending())
-            .await
-            .unwrap()
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(async move {
+        agentbox_server::serve(listener, app, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap()
     });
     Server {
         url,
@@ -45,7 +70,9 @@ pub(crate) async fn start(keys: Arc<Keys>, max_body: usize) -> Server {
             .no_proxy()
             .build()
             .unwrap(),
-        _home: home,
+        _home: None,
+        stop: Some(stop),
+        served: Some(served),
     }
 }
 
