@@ -1,10 +1,12 @@
 //! One access-log line per request, through tracing (target `agentbox_server::access`, level
-//! info): method, path, status, milliseconds, and the calling key's name (never the key).
+//! info): method, path, status, milliseconds, and the calling key's name (never the key); and
+//! the request counted in the metrics by its route's template.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
+use axum::extract::State;
 use axum::http::Request;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -28,14 +30,24 @@ impl Who {
     }
 }
 
-/// Middleware: log the request once it is answered.
-pub(crate) async fn log(mut request: Request<Body>, next: Next) -> Response {
+/// Middleware: log and count the request once it is answered.
+pub(crate) async fn log(
+    State(metrics): State<Arc<crate::metrics::Metrics>>,
+    mut request: Request<Body>,
+    next: Next,
+) -> Response {
     let who = Who::default();
     request.extensions_mut().insert(who.clone());
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let started = Instant::now();
     let response = next.run(request).await;
+    metrics.request(
+        method.as_str(),
+        &crate::metrics::route_of(&response),
+        response.status().as_u16(),
+        started.elapsed(),
+    );
     tracing::info!(
         target: "agentbox_server::access",
         %method,

@@ -112,6 +112,11 @@ fn code_of(status: StatusCode) -> ErrorCode {
     }
 }
 
+/// The code of an answer of this status, for the metrics.
+pub(crate) fn code_of_status(status: u16) -> ErrorCode {
+    StatusCode::from_u16(status).map(code_of).unwrap_or(ErrorCode::Unknown)
+}
+
 /// Marks a response as already in the one shape.
 #[derive(Clone, Copy)]
 struct Shaped;

@@ -38,6 +38,7 @@ mod auth;
 pub mod error;
 pub mod keys;
 mod listen;
+mod metrics;
 mod rate;
 mod state;
 pub mod ws;
@@ -53,18 +54,24 @@ pub fn router(options: ServerOptions) -> axum::Router {
     let state = Arc::new(state::AppState::new(options));
     let served = Arc::new(openapi());
     let ready = state.clone();
+    let metrics = state.metrics.clone();
+    let scraped: axum::Router = axum::Router::new()
+        .route("/metrics", get(metrics::scrape))
+        .with_state(state.clone());
     let routes: axum::Router = api::routes().with_state(state).into();
     let app = axum::Router::new()
         .merge(routes)
+        .merge(scraped)
         .route(
             "/v1/openapi.json",
             get(move || async move { Json(served.as_ref().clone()) }),
         )
         .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
-        .route("/readyz", get(move || readyz(ready.clone())));
+        .route("/readyz", get(move || readyz(ready.clone())))
+        .layer(axum::middleware::from_fn(metrics::tag_route));
     answered_in_one_shape(app, max_body)
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(BODY_DEADLINE))
-        .layer(axum::middleware::from_fn(access::log))
+        .layer(axum::middleware::from_fn_with_state(metrics, access::log))
 }
 
 /// How long a client has to send a request's body.

@@ -62,6 +62,8 @@ pub(crate) struct AppState {
     key_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Each key's request rate.
     pub(crate) rates: crate::rate::Rates,
+    /// What `/metrics` shows.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl AppState {
@@ -74,6 +76,7 @@ impl AppState {
             providers: std::sync::Mutex::new(HashMap::new()),
             key_locks: std::sync::Mutex::new(HashMap::new()),
             rates: Default::default(),
+            metrics: Default::default(),
         }
     }
 
@@ -88,6 +91,21 @@ impl AppState {
             .or_default()
             .clone();
         lock.lock_owned().await
+    }
+
+    /// The providers made so far, by name.
+    pub(crate) fn made_providers(&self) -> Vec<(String, Arc<dyn Provider>)> {
+        let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = self
+            .providers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        slots
+            .into_iter()
+            .filter_map(|(n, s)| Some((n, s.try_lock().ok()?.made.clone()?)))
+            .collect()
     }
 
     /// The provider called `name`, made at its first use and kept; a failure is answered again

@@ -86,7 +86,11 @@ pub(crate) async fn stream(
     let b = reach(&state, &key, &p.id).await?;
     processes(b.as_ref())?;
     tracing::info!(box_id = %b.id(), handle = p.handle, after = q.after, key = %key.name, "stream opened");
-    ws::upgrade(req, move |socket| serve(socket, b, p.handle, q.after, None))
+    let open = state.metrics.stream_opened();
+    ws::upgrade(req, move |socket| async move {
+        serve(socket, b, p.handle, q.after, None).await;
+        drop(open);
+    })
 }
 
 /// `GET /v1/boxes/{id}/terminal` (a WebSocket): a program in a terminal, started detached (so
@@ -125,7 +129,11 @@ pub(crate) async fn terminal(
         )
     })?;
     tracing::info!(box_id = %b.id(), handle, key = %key.name, "terminal opened");
-    ws::upgrade(req, move |socket| serve(socket, b, handle, 0, Some(handle)))
+    let open = state.metrics.stream_opened();
+    ws::upgrade(req, move |socket| async move {
+        serve(socket, b, handle, 0, Some(handle)).await;
+        drop(open);
+    })
 }
 
 /// Serve one stream until the program ends, the client leaves, or a frame is out of protocol.

@@ -74,5 +74,7 @@ pub(crate) async fn call(
     };
     let env = BoxEnv::new(reach(&state, &key, &p.id).await?);
     let ctx = Ctx::background().with_timeout(TOOL_DEADLINE);
-    Ok(Json(tools::run(&*tool, &env, args, &ctx).await))
+    let result = tools::run(&*tool, &env, args, &ctx).await;
+    state.metrics.tool_call(&p.name, result.is_error);
+    Ok(Json(result))
 }
