@@ -25,6 +25,13 @@ pub(crate) struct ServeArgs {
     /// keys in flight).
     #[arg(long)]
     insecure_listen: bool,
+    /// Serve TLS with this PEM certificate chain (with --tls-key): any address may then be
+    /// served.
+    #[arg(long, value_name = "FILE", requires = "tls_key", conflicts_with = "socket")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// The API keys' store (default: AGENTBOX_HOME's server/keys.db).
     #[arg(long, value_name = "FILE", global = true, conflicts_with = "postgres")]
     keys: Option<PathBuf>,
@@ -113,10 +120,14 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
     if let Some(ServeCommand::Keys(k)) = a.command {
         return keys_command(&keys, k).await;
     }
-    if a.socket.is_none() && !a.listen.ip().is_loopback() && !a.insecure_listen {
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => Some(agentbox_server::tls::config(cert, key).map_err(crate::usage)?),
+        _ => None,
+    };
+    if a.socket.is_none() && tls.is_none() && !a.listen.ip().is_loopback() && !a.insecure_listen {
         return Err(crate::usage(Error::invalid(format!(
             "--listen {}: not a loopback address; plain HTTP there shows every key in flight \
-             (say --insecure-listen to serve it anyway)",
+             (give --tls-cert and --tls-key, or say --insecure-listen to serve it anyway)",
             a.listen
         ))));
     }
@@ -163,8 +174,17 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
                 .await
                 .map_err(|e| Error::io(e, format!("--listen {}", a.listen)))?;
             let at = listener.local_addr().map_err(|e| Error::io(e, "the bound address"))?;
-            eprintln!("agentbox serve: serving on http://{at}");
-            agentbox_server::serve(listener, app, shutdown).await?;
+            match tls {
+                Some(config) => {
+                    eprintln!("agentbox serve: serving on https://{at}");
+                    let listener = agentbox_server::tls::TlsListener::new(listener, config);
+                    agentbox_server::serve(listener, app, shutdown).await?;
+                }
+                None => {
+                    eprintln!("agentbox serve: serving on http://{at}");
+                    agentbox_server::serve(listener, app, shutdown).await?;
+                }
+            }
         }
     }
     Ok(0)

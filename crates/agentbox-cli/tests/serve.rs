@@ -206,4 +206,17 @@ fn plain_http_beyond_loopback_is_refused_unless_said_outright() {
         String::from_utf8_lossy(&out.stderr).contains("--insecure-listen"),
         "{out:?}"
     );
+    // TLS takes both files, and says which one is not what it should be.
+    let half = agentbox(home.path(), &["serve", "--tls-cert", "c.pem"]);
+    assert_eq!(half.status.code(), Some(2), "{half:?}");
+    assert!(String::from_utf8_lossy(&half.stderr).contains("--tls-key"), "{half:?}");
+    let junk = home.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let j = junk.to_str().unwrap();
+    let bad = agentbox(
+        home.path(),
+        &["serve", "--listen", "0.0.0.0:0", "--tls-cert", j, "--tls-key", j],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--tls-cert"), "{bad:?}");
 }

@@ -41,6 +41,7 @@ mod listen;
 mod metrics;
 mod rate;
 mod state;
+pub mod tls;
 pub mod ws;
 
 pub use error::{ApiError, ErrorBody};
