@@ -13,20 +13,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_core::{Ctx, Error, Labels, Result, Spec, parse_duration};
-use agentbox_hands::tools::{self, Content};
+use agentbox_hands::tools;
 use agentbox_hands::{BoxEnv, ExecutionEnv};
+use agentbox_server::mcp::{McpHands, served};
 use agentbox_sync::{Mark, PullOptions, SeedOptions, pull_dir, seed_dir};
 use agentbox_transport::{
     Environment as TransportEnvironment, Hands as HandsConfig, MemoryDocuments, Prepare, Scope, Transport,
     TransportConfig, TransportHost,
 };
 use clap::Args;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
-};
-use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use rmcp::ServiceExt;
 
 #[derive(Args)]
 pub(crate) struct McpArgs {
@@ -162,132 +158,14 @@ fn prepare(workspace: Option<Arc<Workspace>>, lifetime: Duration) -> Prepare {
     })
 }
 
-#[derive(Clone)]
-struct Hands {
-    /// Held for its drop: over HTTP, the session's box ends with the last clone.
-    _conversation: Arc<Conversation>,
-    env: Arc<dyn ExecutionEnv>,
-    tools: Arc<Vec<Box<dyn tools::Tool>>>,
-}
-
-impl Hands {
-    fn new(conversation: Conversation, tools: Arc<Vec<Box<dyn tools::Tool>>>) -> Self {
-        let env = conversation
-            .transport
-            .env(&conversation.name)
-            .expect("the MCP server's transport config names its hands");
-        Hands {
-            _conversation: Arc::new(conversation),
-            env,
-            tools,
-        }
-    }
-}
-
-/// The tools served: every tool of the hands, or pi's seven alone.
-fn served(no_process_tools: bool) -> Arc<Vec<Box<dyn tools::Tool>>> {
-    Arc::new(if no_process_tools { tools::seven() } else { tools::all() })
-}
-
-/// Each tool served as MCP lists it: the schema derived from its argument struct, and its
-/// hints.
-fn listed(served: &[Box<dyn tools::Tool>]) -> Vec<Tool> {
-    served
-        .iter()
-        .map(|t| {
-            let schema = match t.schema() {
-                serde_json::Value::Object(m) => m,
-                _ => serde_json::Map::new(),
-            };
-            let read_only = t.read_only();
-            let mut hints = ToolAnnotations::new();
-            hints.read_only_hint = Some(read_only);
-            // bash may do anything; write and edit replace what was there.
-            hints.destructive_hint = Some(!read_only);
-            hints.open_world_hint = Some(t.name() == "bash");
-            Tool::new(t.name(), t.description(), Arc::new(schema)).with_annotations(hints)
-        })
-        .collect()
-}
-
-impl ServerHandler for Hands {
-    fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
-        info.protocol_version = ProtocolVersion::V_2025_11_25;
-        info.server_info = Implementation::new("agentbox", env!("CARGO_PKG_VERSION"));
-        let mut instructions =
-            "Tools that read, write, edit, search and run commands in a sandbox box (not this machine). \
-             The box is made at the first tool call and ends when this session does."
-                .to_string();
-        if self.tools.iter().any(|t| t.name() == "process_read") {
-            instructions.push_str(
-                " bash with background: true starts a command that keeps running (a server, a watcher, a long build) \
-                 and answers its handle; process_read reads its output, process_write its stdin, \
-                 process_kill stops it, process_list lists them.",
-            );
-        }
-        info.instructions = Some(instructions);
-        info
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> std::result::Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(listed(&self.tools)))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> std::result::Result<CallToolResponse, ErrorData> {
-        self.call(request, context).await.map(CallToolResponse::from)
-    }
-}
-
-impl Hands {
-    /// One tool call, answered as the model reads it (a tool's failure is a result with
-    /// `isError`, never a protocol error).
-    async fn call(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> std::result::Result<CallToolResult, ErrorData> {
-        let name = request.name.to_string();
-        let Some(tool) = self.tools.iter().find(|t| t.name() == name) else {
-            let names: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool {name:?} ({})", names.join(", ")),
-                None,
-            ));
-        };
-        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        // A client's cancellation ends the call (and the command it ran).
-        let ctx = Ctx::background();
-        let cancel = ctx.clone();
-        let ct = context.ct.clone();
-        let watch = tokio::spawn(async move {
-            ct.cancelled().await;
-            cancel.cancel();
-        });
-        let r = tools::run(&**tool, &*self.env, args, &ctx).await;
-        watch.abort();
-        let content = r
-            .content
-            .iter()
-            .map(|c| match c {
-                Content::Text { text } => ContentBlock::text(text.clone()),
-                Content::Image { data, mime_type } => ContentBlock::image(data.clone(), mime_type.clone()),
-            })
-            .collect();
-        Ok(if r.is_error {
-            CallToolResult::error(content)
-        } else {
-            CallToolResult::success(content)
-        })
-    }
+/// The hands of a conversation: the server's MCP handler over the conversation's environment,
+/// keeping the conversation (and, over HTTP, its box) as long as the session lives.
+fn hands(conversation: Conversation, tools: Arc<Vec<Box<dyn tools::Tool>>>) -> McpHands {
+    let env = conversation
+        .transport
+        .env(&conversation.name)
+        .expect("the MCP server's transport config names its hands");
+    McpHands::new(env, tools).keeping(Arc::new(conversation))
 }
 
 pub(crate) async fn run(a: McpArgs) -> Result<i32> {
@@ -423,7 +301,7 @@ async fn stdio(
         name: NAME.to_string(),
         end_on_drop: false,
     };
-    let served = Hands::new(conversation, tools)
+    let served = hands(conversation, tools)
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| Error::unknown(format!("mcp: the client did not initialize: {e}")))?;
@@ -477,7 +355,7 @@ async fn http(
                 name: format!("http-{n}"),
                 end_on_drop: true,
             };
-            Ok(Hands::new(conversation, tools.clone()))
+            Ok(hands(conversation, tools.clone()))
         },
         sessions.clone(),
         StreamableHttpServerConfig::default(),

@@ -38,6 +38,7 @@ mod auth;
 pub mod error;
 pub mod keys;
 mod listen;
+pub mod mcp;
 mod metrics;
 mod rate;
 mod state;
@@ -58,6 +59,8 @@ pub fn router(options: ServerOptions) -> axum::Router {
     let metrics = state.metrics.clone();
     let scraped: axum::Router = axum::Router::new()
         .route("/metrics", get(metrics::scrape))
+        .route("/mcp", axum::routing::any(mcp::session_box))
+        .route("/v1/boxes/{id}/mcp", axum::routing::any(mcp::on_box))
         .with_state(state.clone());
     let routes: axum::Router = api::routes().with_state(state).into();
     let app = axum::Router::new()

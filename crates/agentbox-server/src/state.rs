@@ -64,6 +64,8 @@ pub(crate) struct AppState {
     pub(crate) rates: crate::rate::Rates,
     /// What `/metrics` shows.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// The MCP sessions and whose each is.
+    pub(crate) mcp: crate::mcp::Sessions,
 }
 
 impl AppState {
@@ -77,6 +79,7 @@ impl AppState {
             key_locks: std::sync::Mutex::new(HashMap::new()),
             rates: Default::default(),
             metrics: Default::default(),
+            mcp: Default::default(),
         }
     }
 
