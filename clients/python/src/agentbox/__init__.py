@@ -16,9 +16,13 @@ from ._models import (
     FileInfo,
     Output,
     ProviderInfo,
+    SnapshotInfo,
+    StreamEvent,
     ToolInfo,
     ToolResult,
+    Unpacked,
 )
+from ._stream import AsyncStream, Stream
 from .errors import AgentboxError, NotFound, RateLimited, Unauthenticated
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "AsyncBox",
     "AsyncClient",
     "AsyncProcess",
+    "AsyncStream",
     "Box",
     "BoxInfo",
     "Chunk",
@@ -38,7 +43,11 @@ __all__ = [
     "Process",
     "ProviderInfo",
     "RateLimited",
+    "SnapshotInfo",
+    "Stream",
+    "StreamEvent",
     "ToolInfo",
     "ToolResult",
     "Unauthenticated",
+    "Unpacked",
 ]

@@ -8,7 +8,18 @@ from typing import Any
 import httpx
 
 from . import _requests as r
-from ._models import BoxInfo, ExecResult, FileInfo, Output, ProviderInfo, ToolInfo, ToolResult
+from ._models import (
+    BoxInfo,
+    ExecResult,
+    FileInfo,
+    Output,
+    ProviderInfo,
+    SnapshotInfo,
+    ToolInfo,
+    ToolResult,
+    Unpacked,
+)
+from ._stream import AsyncStream, Stream
 from .errors import raise_for, transport_error
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -52,6 +63,7 @@ class Client:
         timeout: float = 600.0,
     ) -> None:
         base, headers, uds = _setup(url, key, socket)
+        self._base, self._headers, self._uds = base, headers, uds
         transport = httpx.HTTPTransport(uds=uds) if uds else None
         self._http = httpx.Client(
             base_url=base, headers=headers, timeout=timeout, transport=transport, trust_env=False
@@ -124,6 +136,17 @@ class Client:
             Box(self, BoxInfo.from_json(b))
             for b in self._send(r.list_boxes(provider, labels)).json()
         ]
+
+    def snapshots(self, provider: str | None = None) -> list[SnapshotInfo]:
+        """This key's snapshots, of one provider or all."""
+        return [SnapshotInfo.from_json(x) for x in self._send(r.snapshots(provider)).json()]
+
+    def delete_snapshot(self, provider: str, name: str) -> None:
+        """Delete one of this key's snapshots; `NotFound` when there is none."""
+        self._send(r.delete_snapshot(provider, name))
+
+    def _stream(self, path: str, after: int) -> Stream:
+        return Stream.open(self._base, path, self._headers, self._uds, after)
 
 
 class Box:
@@ -216,9 +239,11 @@ class Box:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         timeout_ms: int | None = None,
+        tty: tuple[int, int] | None = None,
     ) -> Process:
-        """Start a program detached: it outlives this call (and this client)."""
-        q = r.start(self.id, argv, command, env, cwd, timeout_ms)
+        """Start a program detached: it outlives this call (and this client); with `tty`
+        (rows, columns), in a terminal."""
+        q = r.start(self.id, argv, command, env, cwd, timeout_ms, tty)
         return Process(self, int(self._c._send(q).json()["handle"]))
 
     def process(self, handle: int) -> Process:
@@ -229,6 +254,37 @@ class Box:
         """The box's processes, running and ended."""
         answer: list[dict[str, Any]] = self._c._send(r.processes(self.id)).json()
         return answer
+
+    def terminal(
+        self,
+        rows: int = 24,
+        cols: int = 80,
+        *,
+        command: str | None = None,
+        cwd: str | None = None,
+    ) -> Stream:
+        """A program in a terminal (a login shell unless `command`), started detached and
+        streamed: its first event is `started`, whose handle reattaches to it."""
+        return self._c._stream(r.terminal_path(self.id, rows, cols, command, cwd), 0)
+
+    def snapshot(self, name: str) -> SnapshotInfo:
+        """Keep the box's files under `name` (this key's own name)."""
+        return SnapshotInfo.from_json(self._c._send(r.snapshot(self.id, name)).json())
+
+    def fork(self, n: int = 1, *, max_lifetime_ms: int = 3_600_000, **spec: Any) -> list[Box]:
+        """`n` new boxes holding this box's files as they are now, owned by this key."""
+        made = self._c._send(r.fork(self.id, n, _spec(max_lifetime_ms, spec))).json()
+        return [Box(self._c, BoxInfo.from_json(b)) for b in made]
+
+    def upload_tar(self, path: str, tar: bytes) -> Unpacked:
+        """Unpack a tar into the directory `path` (made if missing). The server unpacks it
+        with agentbox's safe extractor first: links, devices and paths that climb are left
+        out (and listed); a malformed tar leaves the box as it was."""
+        return Unpacked.from_json(self._c._send(r.put_archive(self.id, path, tar)).json())
+
+    def download_tar(self, path: str) -> bytes:
+        """The directory `path`'s contents as a tar (links in the box left out)."""
+        return self._c._send(r.get_archive(self.id, path)).content
 
 
 class Process:
@@ -262,6 +318,15 @@ class Process:
         """Let the box forget it (once it ended)."""
         self.box._c._send(r.forget(self.box.id, self.handle))
 
+    def stream(self, after: int = 0) -> Stream:
+        """Its output live from byte `after` on, over a WebSocket that also takes its stdin,
+        terminal size and signals. Reopen from the stream's `next` after a drop."""
+        return self.box._c._stream(r.stream_path(self.box.id, self.handle, after), after)
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Set the size of its terminal."""
+        self.box._c._send(r.resize(self.box.id, self.handle, rows, cols))
+
 
 class AsyncClient:
     """The asyncio twin of `Client`: the same calls, awaited."""
@@ -275,6 +340,7 @@ class AsyncClient:
         timeout: float = 600.0,
     ) -> None:
         base, headers, uds = _setup(url, key, socket)
+        self._base, self._headers, self._uds = base, headers, uds
         transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
         self._http = httpx.AsyncClient(
             base_url=base, headers=headers, timeout=timeout, transport=transport, trust_env=False
@@ -342,6 +408,18 @@ class AsyncClient:
         """See `Client.list_boxes`."""
         answer = await self._send(r.list_boxes(provider, labels))
         return [AsyncBox(self, BoxInfo.from_json(b)) for b in answer.json()]
+
+    async def snapshots(self, provider: str | None = None) -> list[SnapshotInfo]:
+        """See `Client.snapshots`."""
+        answer = await self._send(r.snapshots(provider))
+        return [SnapshotInfo.from_json(x) for x in answer.json()]
+
+    async def delete_snapshot(self, provider: str, name: str) -> None:
+        """See `Client.delete_snapshot`."""
+        await self._send(r.delete_snapshot(provider, name))
+
+    async def _stream(self, path: str, after: int) -> AsyncStream:
+        return await AsyncStream.open(self._base, path, self._headers, self._uds, after)
 
 
 class AsyncBox:
@@ -436,9 +514,10 @@ class AsyncBox:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         timeout_ms: int | None = None,
+        tty: tuple[int, int] | None = None,
     ) -> AsyncProcess:
         """See `Box.start`."""
-        q = r.start(self.id, argv, command, env, cwd, timeout_ms)
+        q = r.start(self.id, argv, command, env, cwd, timeout_ms, tty)
         return AsyncProcess(self, int((await self._c._send(q)).json()["handle"]))
 
     def process(self, handle: int) -> AsyncProcess:
@@ -449,6 +528,36 @@ class AsyncBox:
         """See `Box.processes`."""
         answer: list[dict[str, Any]] = (await self._c._send(r.processes(self.id))).json()
         return answer
+
+    async def terminal(
+        self,
+        rows: int = 24,
+        cols: int = 80,
+        *,
+        command: str | None = None,
+        cwd: str | None = None,
+    ) -> AsyncStream:
+        """See `Box.terminal`."""
+        return await self._c._stream(r.terminal_path(self.id, rows, cols, command, cwd), 0)
+
+    async def snapshot(self, name: str) -> SnapshotInfo:
+        """See `Box.snapshot`."""
+        return SnapshotInfo.from_json((await self._c._send(r.snapshot(self.id, name))).json())
+
+    async def fork(
+        self, n: int = 1, *, max_lifetime_ms: int = 3_600_000, **spec: Any
+    ) -> list[AsyncBox]:
+        """See `Box.fork`."""
+        made = await self._c._send(r.fork(self.id, n, _spec(max_lifetime_ms, spec)))
+        return [AsyncBox(self._c, BoxInfo.from_json(b)) for b in made.json()]
+
+    async def upload_tar(self, path: str, tar: bytes) -> Unpacked:
+        """See `Box.upload_tar`."""
+        return Unpacked.from_json((await self._c._send(r.put_archive(self.id, path, tar))).json())
+
+    async def download_tar(self, path: str) -> bytes:
+        """See `Box.download_tar`."""
+        return (await self._c._send(r.get_archive(self.id, path))).content
 
 
 class AsyncProcess:
@@ -482,3 +591,11 @@ class AsyncProcess:
     async def forget(self) -> None:
         """See `Process.forget`."""
         await self.box._c._send(r.forget(self.box.id, self.handle))
+
+    async def stream(self, after: int = 0) -> AsyncStream:
+        """See `Process.stream`."""
+        return await self.box._c._stream(r.stream_path(self.box.id, self.handle, after), after)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """See `Process.resize`."""
+        await self.box._c._send(r.resize(self.box.id, self.handle, rows, cols))

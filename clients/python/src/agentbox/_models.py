@@ -183,3 +183,85 @@ class Output:
             for c in o.get("chunks") or []
         ]
         return cls(chunks=chunks, next=o["next"], gap_from=o.get("gap_from"), exit=o.get("exit"))
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """A snapshot, named as its key named it."""
+
+    name: str
+    provider: str
+    source: str | None = None
+    created_at_ms: int | None = None
+    bytes: int | None = None
+    memory: bool = False
+
+    @classmethod
+    def from_json(cls, v: Any) -> SnapshotInfo:
+        o = _obj(v, "snapshot")
+        return cls(
+            name=o["name"],
+            provider=o["provider"],
+            source=o.get("from"),
+            created_at_ms=o.get("created_at_ms"),
+            bytes=o.get("bytes"),
+            memory=bool(o.get("memory", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """What a tar sent into a box did: entries unpacked, sent in, and left out by reason."""
+
+    written: int
+    sent: int
+    skipped: dict[str, int]
+    skips: list[dict[str, Any]]
+
+    @classmethod
+    def from_json(cls, v: Any) -> Unpacked:
+        o = _obj(v, "unpacked archive")
+        return cls(
+            written=o["written"],
+            sent=o["sent"],
+            skipped=dict(o.get("skipped") or {}),
+            skips=list(o.get("skips") or []),
+        )
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One message of a live stream: `output` (`seq`, `stream`, `data`), `gap` (`gap_from` to
+    `seq`, bytes no longer kept), `exit` (`exit`, and `seq` the cursor past the end),
+    `started` (`handle`, a terminal's process) or `error` (`code`, `message`)."""
+
+    type: str
+    seq: int = 0
+    stream: str = ""
+    data: bytes = b""
+    gap_from: int | None = None
+    exit: dict[str, Any] | None = None
+    handle: int | None = None
+    code: str | None = None
+    message: str | None = None
+
+    @property
+    def text(self) -> str:
+        """An output's bytes as text, invalid UTF-8 replaced."""
+        return self.data.decode(errors="replace")
+
+    @classmethod
+    def from_json(cls, v: Any) -> StreamEvent:
+        import base64
+
+        o = _obj(v, "stream message")
+        kind = str(o.get("type"))
+        if kind == "output":
+            return cls(kind, seq=o["seq"], stream=o["stream"], data=base64.b64decode(o["data"]))
+        if kind == "gap":
+            return cls(kind, seq=o["to"], gap_from=o["from"])
+        if kind == "exit":
+            return cls(kind, seq=o["next"], exit=o["exit"])
+        if kind == "started":
+            return cls(kind, handle=o["handle"])
+        return cls(kind, code=o.get("code"), message=o.get("message"))

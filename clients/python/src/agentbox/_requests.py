@@ -157,6 +157,7 @@ def start(
     env: dict[str, str] | None,
     cwd: str | None,
     timeout_ms: int | None,
+    tty: tuple[int, int] | None = None,
 ) -> Req:
     if (argv is None) == (command is None):
         raise ValueError("start: give argv or command, one of them")
@@ -167,6 +168,7 @@ def start(
         ("env", env),
         ("cwd", cwd),
         ("timeout_ms", timeout_ms),
+        ("tty", {"rows": tty[0], "cols": tty[1]} if tty else None),
     ]:
         if v is not None:
             body[k] = v
@@ -209,3 +211,46 @@ def wait(box_id: str, handle: int, timeout_ms: int) -> Req:
 
 def forget(box_id: str, handle: int) -> Req:
     return Req("DELETE", _proc(box_id, handle))
+
+
+def resize(box_id: str, handle: int, rows: int, cols: int) -> Req:
+    return Req("POST", _proc(box_id, handle) + "/resize", json={"rows": rows, "cols": cols})
+
+
+def snapshot(box_id: str, name: str) -> Req:
+    return Req("POST", box_path(box_id) + "/snapshots", json={"name": name})
+
+
+def snapshots(provider: str | None) -> Req:
+    return Req("GET", "/v1/snapshots", params={"provider": provider} if provider else None)
+
+
+def delete_snapshot(provider: str, name: str) -> Req:
+    return Req("DELETE", f"/v1/snapshots/{quote(provider, safe='')}/{quote(name, safe='')}")
+
+
+def fork(box_id: str, n: int, spec: dict[str, Any]) -> Req:
+    return Req("POST", box_path(box_id) + "/fork", json={"n": n, "spec": spec})
+
+
+def put_archive(box_id: str, path: str, tar: bytes) -> Req:
+    return Req("PUT", box_path(box_id) + "/archive", params={"path": path}, content=bytes(tar))
+
+
+def get_archive(box_id: str, path: str) -> Req:
+    return Req("GET", box_path(box_id) + "/archive", params={"path": path})
+
+
+def stream_path(box_id: str, handle: int, after: int) -> str:
+    return _proc(box_id, handle) + f"/stream?after={int(after)}"
+
+
+def terminal_path(box_id: str, rows: int, cols: int, command: str | None, cwd: str | None) -> str:
+    from urllib.parse import urlencode
+
+    params: dict[str, str] = {"rows": str(rows), "cols": str(cols)}
+    if command is not None:
+        params["command"] = command
+    if cwd is not None:
+        params["cwd"] = cwd
+    return box_path(box_id) + "/terminal?" + urlencode(params)
