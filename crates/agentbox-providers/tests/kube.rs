@@ -1128,6 +1128,104 @@ stringData: {token: hunter2}
         kube.shutdown().await;
     }
 
+    /// A Deployment whose selector does not select its own pods.
+    const MISMATCHED: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: mismatched}
+spec:
+  selector: {matchLabels: {app: one}}
+  template:
+    metadata: {labels: {app: other}}
+    spec:
+      containers: [{name: main, image: debian:bookworm}]
+"#;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kubectl_applies_the_servers_deployment() {
+        let test = "kubectl_applies_the_servers_deployment";
+        let Some(k) = tool("AGENTBOX_TEST_KUBECTL", test) else {
+            return;
+        };
+        let Some(kube) = fake(test, true).await else { return };
+        // The manifests `agentbox serve` is deployed with, as a user applies them.
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes");
+        let objects = [
+            "serviceaccount/agentbox",
+            "role.rbac.authorization.k8s.io/agentbox",
+            "rolebinding.rbac.authorization.k8s.io/agentbox",
+            "secret/agentbox-postgres",
+            "deployment.apps/agentbox",
+            "service/agentbox",
+        ];
+        let out = ok(&k, &kube, &["apply", "-f", dir]).await;
+        for o in objects {
+            assert!(out.contains(&format!("{o} created")), "{o} not created: {out}");
+        }
+        // Applied again: nothing to change but the Secret, whose stringData is never stored (so
+        // kubectl always sends it). Everything else came back as it was applied.
+        let out = ok(&k, &kube, &["apply", "-f", dir]).await;
+        for o in objects {
+            let said = if o.starts_with("secret/") {
+                "configured"
+            } else {
+                "unchanged"
+            };
+            assert!(out.contains(&format!("{o} {said}")), "{o} not {said}: {out}");
+        }
+        let d: Value =
+            serde_json::from_str(&ok(&k, &kube, &["get", "deployment", "agentbox", "-o", "json"]).await).unwrap();
+        assert_eq!(d["spec"]["replicas"], 2, "{d}");
+        assert_eq!(d["spec"]["template"]["spec"]["serviceAccountName"], "agentbox", "{d}");
+        assert_eq!(
+            d["metadata"]["generation"], 1,
+            "an unchanged apply is no new generation: {d}"
+        );
+        assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate", "defaulted: {d}");
+        let svc: Value = serde_json::from_str(&ok(&k, &kube, &["get", "svc", "agentbox", "-o", "json"]).await).unwrap();
+        assert!(
+            svc["spec"]["clusterIP"]
+                .as_str()
+                .is_some_and(|ip| ip.starts_with("10.96.")),
+            "{svc}"
+        );
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], "https", "{svc}");
+        let listed = ok(
+            &k,
+            &kube,
+            &["get", "serviceaccount,service,role,rolebinding,deployment"],
+        )
+        .await;
+        for o in objects.iter().filter(|o| !o.starts_with("secret/")) {
+            assert!(listed.contains(o), "{o} not listed: {listed}");
+        }
+        // What the real server refuses, it refuses here, in its words (kubectl writes "The
+        // Deployment ... is invalid" only of a 422 Invalid with causes), and makes nothing.
+        let (code, out, err) = kubectl(&k, &kube, &["apply", "-f", "-"], Some(MISMATCHED)).await;
+        assert_ne!(code, 0, "{out}{err}");
+        assert!(
+            err.contains(r#"The Deployment "mismatched" is invalid: spec.template.metadata.labels: Invalid value: {"app":"other"}: `selector` does not match template `labels`"#),
+            "{err}"
+        );
+        let (code, _, err) = kubectl(&k, &kube, &["get", "deployment", "mismatched"], None).await;
+        assert_ne!(code, 0);
+        assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+        // Delete waits (a watch) until each is gone.
+        let out = ok(&k, &kube, &["delete", "-f", dir]).await;
+        assert_eq!(out.matches("\"agentbox\" deleted").count(), 5, "{out}");
+        assert!(out.contains("\"agentbox-postgres\" deleted"), "{out}");
+        let (code, out, err) = kubectl(
+            &k,
+            &kube,
+            &["get", "serviceaccount,service,role,rolebinding,deployment,secret"],
+            None,
+        )
+        .await;
+        assert_eq!((code, out.as_str()), (0, ""), "{err}");
+        assert!(err.contains("No resources found"), "{err}");
+        kube.shutdown().await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn kubectl_without_v5_falls_back_to_spdy_which_the_fake_refuses() {
         // kubectl 1.35 asks only v5.channel.k8s.io of a WebSocket and falls back to SPDY, not to

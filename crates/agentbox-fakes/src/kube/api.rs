@@ -1,8 +1,11 @@
 //! The REST side's core: authentication, throttling, and the routing of every request to the
-//! resources (namespaces, pods, pods' logs, PersistentVolumeClaims, Secrets, NetworkPolicies),
-//! answered in the real server's shapes. Discovery is `discovery`'s, list and watch `reads`',
-//! create, patch and delete `writes`', the patches themselves `patch`'s. The WebSockets (exec,
-//! port-forward) are `stream`'s; what claims and secrets are made of, `storage`'s.
+//! resources (namespaces, pods, pods' logs, PersistentVolumeClaims, Secrets, and the kinds
+//! only stored: NetworkPolicies, ServiceAccounts, Services, Deployments, Roles,
+//! RoleBindings), answered in the real server's shapes. Discovery is `discovery`'s, list and
+//! watch `reads`', create, patch and delete `writes`', the patches themselves `patch`'s. The
+//! WebSockets (exec, port-forward) are `stream`'s; what claims and secrets are made of,
+//! `storage`'s. The kinds only stored share one path (`stored`), their kind found from the
+//! path's group and plural.
 //!
 //! Routing is one match over the path's segments rather than a router's table: every
 //! resource path is `/api/v1/...` or `/apis/GROUP/VERSION/...` with the same shape, the
@@ -24,14 +27,14 @@ use crate::kube::status::{ApiError, json_response};
 use crate::kube::storage;
 use crate::kube::store::{Kind, Store};
 
-use super::discovery::{OPENAPI_HASH, core_resources, networking_group, networking_resources, openapi, version};
+use super::discovery::{GROUPS, OPENAPI_HASH, core_resources, group, group_resources, openapi, version};
 pub(crate) use super::discovery::{resource, strip_kind};
 pub(crate) use super::patch::{json_patch, patched};
 use super::reads::list;
 pub(crate) use super::writes::{
     admit_pod, check_kind, check_namespace, clear_server_fields, delete_one, name_for_errors,
 };
-use super::writes::{create_network_policy, create_pod, delete_collection, patch_pod, patch_policy};
+use super::writes::{create_pod, create_stored, delete_collection, patch_pod, patch_stored};
 
 /// The largest request body read, as the real server's limit (3 MiB).
 const MAX_BODY: usize = 3 << 20;
@@ -111,6 +114,9 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
     let m = req.method().clone();
     let q = Query::of(&req);
     let get = m == Method::GET;
+    if let Some((kind, ns, name)) = stored_path(&seg) {
+        return stored(&s, kind, ns, name, m, &q, req).await;
+    }
     match seg.as_slice() {
         ["version"] if get => Ok(ok(version())),
         ["api"] if get => Ok(ok(json!({
@@ -120,7 +126,7 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
         }))),
         ["api", "v1"] if get => Ok(ok(core_resources())),
         ["apis"] if get => {
-            let mut groups = vec![networking_group()];
+            let mut groups: Vec<Value> = GROUPS.iter().map(|g| group(g)).collect();
             if s.agent_sandbox {
                 groups.extend(sandbox::GROUPS.iter().map(|g| sandbox::group(g)));
             }
@@ -184,22 +190,21 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
                 _ => Err(ApiError::no_route()),
             }
         }
-        ["apis", "networking.k8s.io"] if get => Ok(ok(json!({"kind": "APIGroup", "apiVersion": "v1"})
-            .as_object()
-            .map(|o| {
-                let mut g = networking_group();
-                for (k, v) in o {
-                    g[k] = v.clone();
-                }
-                g
-            })
-            .unwrap_or_default())),
-        ["apis", "networking.k8s.io", "v1"] if get => Ok(ok(networking_resources())),
+        ["apis", g] if get && GROUPS.contains(g) => {
+            let mut v = group(g);
+            v["kind"] = json!("APIGroup");
+            v["apiVersion"] = json!("v1");
+            Ok(ok(v))
+        }
+        ["apis", g, "v1"] if get && GROUPS.contains(g) => Ok(ok(group_resources(g))),
         ["openapi", "v3"] if get => {
             let mut paths = json!({
                 "api/v1": {"serverRelativeURL": format!("/openapi/v3/api/v1?hash={OPENAPI_HASH}")},
-                "apis/networking.k8s.io/v1": {"serverRelativeURL": format!("/openapi/v3/apis/networking.k8s.io/v1?hash={OPENAPI_HASH}")},
             });
+            for g in GROUPS {
+                let gv = format!("apis/{g}/v1");
+                paths[&gv] = json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={OPENAPI_HASH}")});
+            }
             if s.agent_sandbox {
                 for g in sandbox::GROUPS {
                     let gv = format!("apis/{g}/{}", sandbox::VERSION);
@@ -212,14 +217,18 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
             "/api/v1",
             "",
             "v1",
-            &[Kind::Pod, Kind::PersistentVolumeClaim, Kind::Secret],
+            &[
+                Kind::Pod,
+                Kind::PersistentVolumeClaim,
+                Kind::Secret,
+                Kind::ServiceAccount,
+                Kind::Service,
+            ],
         ))),
-        ["openapi", "v3", "apis", "networking.k8s.io", "v1"] if get => Ok(ok(openapi(
-            "/apis/networking.k8s.io/v1",
-            "networking.k8s.io",
-            "v1",
-            &[Kind::NetworkPolicy],
-        ))),
+        ["openapi", "v3", "apis", g, "v1"] if get && GROUPS.contains(g) => {
+            let kinds: Vec<Kind> = Kind::STORED.into_iter().filter(|k| k.group() == *g).collect();
+            Ok(ok(openapi(&format!("/apis/{g}/v1"), g, "v1", &kinds)))
+        }
         ["api", "v1", "namespaces"] if get => {
             let i = s.store.lock();
             let items: Vec<Value> = i.namespaces().map(strip_kind).collect();
@@ -274,7 +283,6 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
                 _ => Err(ApiError::method_not_allowed()),
             }
         }
-        ["apis", "networking.k8s.io", "v1", "networkpolicies"] if get => list(&s, Kind::NetworkPolicy, None, &q),
         ["api", "v1", "namespaces", ns, "pods"] => {
             let ns = ns.to_string();
             match m {
@@ -306,37 +314,47 @@ async fn route(s: Arc<Shared>, req: Request) -> ApiResult {
             let (ns, name) = (ns.to_string(), name.to_string());
             crate::kube::stream::port_forward(s, &ns, &name, q, req).await
         }
-        ["apis", "networking.k8s.io", "v1", "namespaces", ns, "networkpolicies"] => {
-            let ns = ns.to_string();
-            match m {
-                Method::GET => list(&s, Kind::NetworkPolicy, Some(&ns), &q),
-                Method::POST => create_network_policy(&s, &ns, req).await,
-                Method::DELETE => delete_collection(&s, Kind::NetworkPolicy, &ns, &q).await,
-                _ => Err(ApiError::method_not_allowed()),
-            }
-        }
-        [
-            "apis",
-            "networking.k8s.io",
-            "v1",
-            "namespaces",
-            ns,
-            "networkpolicies",
-            name,
-        ] => {
-            let (ns, name) = (ns.to_string(), name.to_string());
-            match m {
-                Method::GET => s
-                    .store
-                    .get(Kind::NetworkPolicy, &ns, &name)
-                    .map(ok)
-                    .ok_or_else(|| Kind::NetworkPolicy.not_found(&name)),
-                Method::DELETE => delete_one(&s, Kind::NetworkPolicy, &ns, &name).await.map(ok),
-                Method::PATCH => patch_policy(&s, &ns, &name, req).await,
-                _ => Err(ApiError::method_not_allowed()),
-            }
-        }
         _ => Err(ApiError::no_route()),
+    }
+}
+
+/// The path of a kind only stored (`/api/v1/...` or `/apis/GROUP/v1/...`, [`Kind::STORED`]):
+/// its kind, its namespace (`None`: a list across namespaces) and its object's name.
+fn stored_path<'a>(seg: &[&'a str]) -> Option<(Kind, Option<&'a str>, Option<&'a str>)> {
+    let (group, rest) = match seg {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", g, "v1", rest @ ..] => (*g, rest),
+        _ => return None,
+    };
+    let (ns, plural, name) = match rest {
+        [plural] => (None, plural, None),
+        ["namespaces", ns, plural] => (Some(*ns), plural, None),
+        ["namespaces", ns, plural, name] => (Some(*ns), plural, Some(*name)),
+        _ => return None,
+    };
+    Kind::stored(group, plural).map(|k| (k, ns, name))
+}
+
+/// A request for a kind only stored: list (and watch), create and deletecollection of a
+/// namespace's; get, patch and delete of one; list (and watch) across namespaces.
+async fn stored(
+    s: &Arc<Shared>,
+    kind: Kind,
+    ns: Option<&str>,
+    name: Option<&str>,
+    m: Method,
+    q: &Query,
+    req: Request,
+) -> ApiResult {
+    match (ns, name, m) {
+        (None, _, Method::GET) => list(s, kind, None, q),
+        (Some(ns), None, Method::GET) => list(s, kind, Some(ns), q),
+        (Some(ns), None, Method::POST) => create_stored(s, kind, ns, req).await,
+        (Some(ns), None, Method::DELETE) => delete_collection(s, kind, ns, q).await,
+        (Some(ns), Some(name), Method::GET) => s.store.get(kind, ns, name).map(ok).ok_or_else(|| kind.not_found(name)),
+        (Some(ns), Some(name), Method::PATCH) => patch_stored(s, kind, ns, name, req).await,
+        (Some(ns), Some(name), Method::DELETE) => delete_one(s, kind, ns, name).await.map(ok),
+        _ => Err(ApiError::method_not_allowed()),
     }
 }
 

@@ -56,9 +56,41 @@ pub(super) fn openapi(prefix: &str, group: &str, version: &str, kinds: &[Kind]) 
     })
 }
 
-pub(super) fn networking_group() -> Value {
-    let v = json!({"groupVersion": "networking.k8s.io/v1", "version": "v1"});
-    json!({"name": "networking.k8s.io", "versions": [v], "preferredVersion": v})
+/// The built-in API groups besides the core one, served at v1 alone, whose kinds are only
+/// stored ([`Kind::STORED`]), in the order the real server lists them.
+pub(super) const GROUPS: [&str; 3] = ["apps", "networking.k8s.io", "rbac.authorization.k8s.io"];
+
+/// A built-in group's entry in `/apis` (and, with kind and apiVersion, `/apis/GROUP`).
+pub(super) fn group(g: &str) -> Value {
+    let v = json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
+    json!({"name": g, "versions": [v], "preferredVersion": v})
+}
+
+/// The verbs of what the fake stores: all but update, since it takes no PUT.
+const SERVED: [&str; 7] = ["create", "delete", "deletecollection", "get", "list", "patch", "watch"];
+
+/// A kind only stored as its group version's list names it: its short names, and the `all`
+/// category of those `kubectl get all` shows.
+fn stored_resource(kind: Kind) -> Value {
+    let mut r = resource(kind.resource(), kind.singular(), true, kind.kind(), &SERVED);
+    if !kind.short_names().is_empty() {
+        r["shortNames"] = json!(kind.short_names());
+    }
+    if matches!(kind, Kind::Service | Kind::Deployment) {
+        r["categories"] = json!(["all"]);
+    }
+    r
+}
+
+/// `/apis/GROUP/v1` of a built-in group: its kinds only stored, without their subresources
+/// (no `status`, `scale` or `proxy`).
+pub(super) fn group_resources(g: &str) -> Value {
+    let resources: Vec<Value> = Kind::STORED
+        .into_iter()
+        .filter(|k| k.group() == g)
+        .map(stored_resource)
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{g}/v1"), "resources": resources})
 }
 
 pub(crate) fn resource(name: &str, singular: &str, namespaced: bool, kind: &str, verbs: &[&str]) -> Value {
@@ -77,41 +109,37 @@ pub(super) fn core_resources() -> Value {
     pods["categories"] = json!(["all"]);
     let mut ns = resource("namespaces", "namespace", false, "Namespace", &["get", "list"]);
     ns["shortNames"] = json!(["ns"]);
-    let served = ["create", "delete", "deletecollection", "get", "list", "patch", "watch"];
     let mut pvc = resource(
         "persistentvolumeclaims",
         "persistentvolumeclaim",
         true,
         "PersistentVolumeClaim",
-        &served,
+        &SERVED,
     );
     pvc["shortNames"] = json!(["pvc"]);
-    let secrets = resource("secrets", "secret", true, "Secret", &served);
-    json!({
-        "kind": "APIResourceList",
-        "groupVersion": "v1",
-        "resources": [
-            ns,
-            pvc,
-            pods,
-            resource("pods/exec", "", true, "PodExecOptions", &["create", "get"]),
-            resource("pods/log", "", true, "Pod", &["get"]),
-            resource("pods/portforward", "", true, "PodPortForwardOptions", &["create", "get"]),
-            secrets,
-        ],
-    })
-}
-
-pub(super) fn networking_resources() -> Value {
-    let mut np = resource(
-        "networkpolicies",
-        "networkpolicy",
-        true,
-        "NetworkPolicy",
-        &["create", "delete", "deletecollection", "get", "list", "patch"],
+    let secrets = resource("secrets", "secret", true, "Secret", &SERVED);
+    let mut resources = vec![
+        ns,
+        pvc,
+        pods,
+        resource("pods/exec", "", true, "PodExecOptions", &["create", "get"]),
+        resource("pods/log", "", true, "Pod", &["get"]),
+        resource(
+            "pods/portforward",
+            "",
+            true,
+            "PodPortForwardOptions",
+            &["create", "get"],
+        ),
+        secrets,
+    ];
+    resources.extend(
+        Kind::STORED
+            .into_iter()
+            .filter(|k| k.group().is_empty())
+            .map(stored_resource),
     );
-    np["shortNames"] = json!(["netpol"]);
-    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "networking.k8s.io/v1", "resources": [np]})
+    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": resources})
 }
 
 /// A list's items carry no kind or apiVersion, as the real server writes them.

@@ -11,7 +11,8 @@
 //! - a bearer token (random, written into the kubeconfig, never logged) on every request,
 //!   401 otherwise; [`FakeKube::throttle`] makes the next N requests 429 `TooManyRequests`
 //!   with `Retry-After: 1`;
-//! - discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/networking.k8s.io/v1`;
+//! - discovery: `/version`, `/api`, `/api/v1`, `/apis`, and `/apis/GROUP` and
+//!   `/apis/GROUP/v1` of `apps`, `networking.k8s.io` and `rbac.authorization.k8s.io`;
 //! - with [`FakeKubeOptions::agent_sandbox`], kubernetes-sigs/agent-sandbox: its four
 //!   custom resources and its controllers (the `sandbox` module's docs say what they do and
 //!   where they are simpler);
@@ -19,8 +20,12 @@
 //!   also across namespaces, merge, strategic-merge and JSON patch, delete, deletecollection),
 //!   `pods/log`, `pods/exec` and `pods/portforward` (WebSockets, see `stream`);
 //!   PersistentVolumeClaims, bound at once to a directory of the fake's, and Secrets (create,
-//!   get, list and watch, delete, deletecollection; see `storage`); NetworkPolicies (create,
-//!   get, list, delete, deletecollection).
+//!   get, list and watch, delete, deletecollection; see `storage`); and the kinds only stored
+//!   (`Kind::STORED`: NetworkPolicies, ServiceAccounts, Services, Deployments, Roles,
+//!   RoleBindings: create, get, list and watch, patch, delete, deletecollection), defaulted
+//!   and validated as the real server does, then acted on by nothing but the kubelet, which
+//!   reads NetworkPolicies (so `kubectl apply -f deploy/kubernetes/` works, and its
+//!   Deployment runs nothing).
 //!
 //! What kubectl 1.35 needed that the fake had to add (found by running it against the fake):
 //! - TLS: clientcmd reads a kubeconfig user's credentials only for an `https://` server, so
@@ -28,8 +33,8 @@
 //! - discovery first asks the aggregated form (`Accept:
 //!   application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,...`) of `/api` and
 //!   `/apis`; a plain `application/json` APIVersions/APIGroupList answer makes it fall back
-//!   to the per-group `/api/v1` and `/apis/networking.k8s.io/v1` lists, as with a server
-//!   without aggregated discovery;
+//!   to the per-group lists (`/api/v1`, `/apis/GROUP/v1`), as with a server without
+//!   aggregated discovery;
 //! - OpenAPI: `kubectl create -f` reads `/openapi/v3` (then `/openapi/v2`) before it sends
 //!   anything, and without either it refuses (`failed to download openapi`) unless
 //!   `--validate=false`. So the fake serves `/openapi/v3` and one document per group version
@@ -48,8 +53,14 @@
 //!   `resourceVersion` from the list).
 //!
 //! Simpler than a cluster, everywhere (beyond what `kubelet` lists for running pods):
-//! - one node, no scheduler, no controllers (but agent-sandbox's, when asked) and no admission: no service accounts or their token
-//!   volumes, no default tolerations, no quota or limit ranges;
+//! - one node, no scheduler, no controllers (but agent-sandbox's, when asked) and no
+//!   admission: no default service account or token volumes, no default tolerations, no quota
+//!   or limit ranges;
+//! - the kinds only stored are only stored: a Deployment makes no ReplicaSet or pod, its
+//!   `status` stays `{}`, and it has no `scale` or `status` subresource (`kubectl scale` is
+//!   404); a Service gets a cluster IP (the first free one of 10.96.0.0/16) but no endpoints,
+//!   node ports or load balancer; Roles and RoleBindings authorize nothing (the token may do
+//!   anything) and a binding is not checked for escalation; a ServiceAccount gets no token;
 //! - a pod is deleted at once: its box is killed (no grace period, no SIGTERM), then the
 //!   object removed (a MODIFIED event with `deletionTimestamp`, then DELETED);
 //! - `continue` tokens name the last item returned, not a snapshot: a list paged while pods
@@ -57,7 +68,9 @@
 //! - no PUT (update), no server-side apply, no dry run, no `status` subresource, no Table,
 //!   no protobuf, no field validation of unknown fields, no watch bookmarks;
 //! - strategic merge patches are applied as merge patches and refused 400 when they hold a
-//!   directive (`$patch`...); a pod's patch may change its labels, annotations and lower its
+//!   directive (`$patch`...): `kubectl apply` of a changed list with merge keys (a
+//!   Deployment's containers or their env, say) sends `$setElementOrder` and is refused, while
+//!   a changed map or number (labels, replicas) goes through; a pod's patch may change its labels, annotations and lower its
 //!   `spec.activeDeadlineSeconds` (a container's image, which the real server lets change,
 //!   is refused as any other spec change, since the fake never restarts containers);
 //! - a watch older than the last 4096 changes answers an ERROR event 410 Expired.

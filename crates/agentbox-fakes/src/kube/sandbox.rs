@@ -327,7 +327,15 @@ fn defaults(kind: Kind, obj: &mut Value) {
                 fill(u, "type", json!("OnReplenish"));
             }
         }
-        Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret | Kind::NetworkPolicy => {}
+        Kind::Pod
+        | Kind::PersistentVolumeClaim
+        | Kind::Secret
+        | Kind::NetworkPolicy
+        | Kind::ServiceAccount
+        | Kind::Service
+        | Kind::Deployment
+        | Kind::Role
+        | Kind::RoleBinding => {}
     }
 }
 
@@ -550,7 +558,15 @@ fn check(kind: Kind, obj: &Value) -> Vec<Cause> {
                 );
             }
         }
-        Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret | Kind::NetworkPolicy => {}
+        Kind::Pod
+        | Kind::PersistentVolumeClaim
+        | Kind::Secret
+        | Kind::NetworkPolicy
+        | Kind::ServiceAccount
+        | Kind::Service
+        | Kind::Deployment
+        | Kind::Role
+        | Kind::RoleBinding => {}
     }
     causes
 }

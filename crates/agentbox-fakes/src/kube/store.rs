@@ -1,5 +1,5 @@
-//! The cluster's objects (namespaces, pods, PersistentVolumeClaims, Secrets, NetworkPolicies,
-//! agent-sandbox's), their one resourceVersion
+//! The cluster's objects (namespaces, pods, PersistentVolumeClaims, Secrets, the kinds only
+//! stored ([`Kind::STORED`]), agent-sandbox's), their one resourceVersion
 //! counter, and the events a watch reads: each change is numbered, kept in a bounded history
 //! (so a watch may start from a resourceVersion a list answered) and broadcast to live
 //! watches.
@@ -22,7 +22,14 @@ pub(crate) enum Kind {
     Pod,
     PersistentVolumeClaim,
     Secret,
+    /// The kinds only stored ([`Kind::STORED`]): served as the real server serves them,
+    /// acted on by nothing but the kubelet's reading of NetworkPolicies.
     NetworkPolicy,
+    ServiceAccount,
+    Service,
+    Deployment,
+    Role,
+    RoleBinding,
     /// agent-sandbox's kinds (`sandbox`), served only in agent-sandbox mode.
     Sandbox,
     SandboxTemplate,
@@ -38,6 +45,11 @@ impl Kind {
             Kind::PersistentVolumeClaim => "persistentvolumeclaims",
             Kind::Secret => "secrets",
             Kind::NetworkPolicy => "networkpolicies",
+            Kind::ServiceAccount => "serviceaccounts",
+            Kind::Service => "services",
+            Kind::Deployment => "deployments",
+            Kind::Role => "roles",
+            Kind::RoleBinding => "rolebindings",
             Kind::Sandbox => "sandboxes",
             Kind::SandboxTemplate => "sandboxtemplates",
             Kind::SandboxClaim => "sandboxclaims",
@@ -47,8 +59,10 @@ impl Kind {
 
     pub(crate) fn group(self) -> &'static str {
         match self {
-            Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret => "",
+            Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret | Kind::ServiceAccount | Kind::Service => "",
             Kind::NetworkPolicy => "networking.k8s.io",
+            Kind::Deployment => "apps",
+            Kind::Role | Kind::RoleBinding => "rbac.authorization.k8s.io",
             Kind::Sandbox => "agents.x-k8s.io",
             Kind::SandboxTemplate | Kind::SandboxClaim | Kind::SandboxWarmPool => "extensions.agents.x-k8s.io",
         }
@@ -60,6 +74,11 @@ impl Kind {
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
             Kind::Secret => "Secret",
             Kind::NetworkPolicy => "NetworkPolicy",
+            Kind::ServiceAccount => "ServiceAccount",
+            Kind::Service => "Service",
+            Kind::Deployment => "Deployment",
+            Kind::Role => "Role",
+            Kind::RoleBinding => "RoleBinding",
             Kind::Sandbox => "Sandbox",
             Kind::SandboxTemplate => "SandboxTemplate",
             Kind::SandboxClaim => "SandboxClaim",
@@ -69,8 +88,10 @@ impl Kind {
 
     pub(crate) fn api_version(self) -> &'static str {
         match self {
-            Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret => "v1",
+            Kind::Pod | Kind::PersistentVolumeClaim | Kind::Secret | Kind::ServiceAccount | Kind::Service => "v1",
             Kind::NetworkPolicy => "networking.k8s.io/v1",
+            Kind::Deployment => "apps/v1",
+            Kind::Role | Kind::RoleBinding => "rbac.authorization.k8s.io/v1",
             Kind::Sandbox => "agents.x-k8s.io/v1beta1",
             Kind::SandboxTemplate | Kind::SandboxClaim | Kind::SandboxWarmPool => "extensions.agents.x-k8s.io/v1beta1",
         }
@@ -84,6 +105,26 @@ impl Kind {
         Kind::SandboxWarmPool,
     ];
 
+    /// The built-in kinds the fake stores and serves without acting on them (no controller
+    /// runs a Deployment, no proxy a Service, no authorizer reads a Role): created, read,
+    /// patched and deleted as the real server does (`writes::create_stored`), all at `v1`
+    /// of their group.
+    pub(crate) const STORED: [Kind; 6] = [
+        Kind::ServiceAccount,
+        Kind::Service,
+        Kind::Deployment,
+        Kind::NetworkPolicy,
+        Kind::Role,
+        Kind::RoleBinding,
+    ];
+
+    /// The kind only stored of `group`'s `plural` (at v1), if there is one.
+    pub(crate) fn stored(group: &str, plural: &str) -> Option<Kind> {
+        Kind::STORED
+            .into_iter()
+            .find(|k| k.group() == group && k.resource() == plural)
+    }
+
     /// The custom resource of `group`'s `plural`, if agent-sandbox defines one.
     pub(crate) fn custom(group: &str, plural: &str) -> Option<Kind> {
         Kind::SANDBOX_KINDS
@@ -91,13 +132,18 @@ impl Kind {
             .find(|k| k.group() == group && k.resource() == plural)
     }
 
-    /// The CRD's `names.singular`.
+    /// The resource's singular name (a CRD's `names.singular`).
     pub(crate) fn singular(self) -> &'static str {
         match self {
             Kind::Pod => "pod",
             Kind::PersistentVolumeClaim => "persistentvolumeclaim",
             Kind::Secret => "secret",
             Kind::NetworkPolicy => "networkpolicy",
+            Kind::ServiceAccount => "serviceaccount",
+            Kind::Service => "service",
+            Kind::Deployment => "deployment",
+            Kind::Role => "role",
+            Kind::RoleBinding => "rolebinding",
             Kind::Sandbox => "sandbox",
             Kind::SandboxTemplate => "sandboxtemplate",
             Kind::SandboxClaim => "sandboxclaim",
@@ -105,13 +151,16 @@ impl Kind {
         }
     }
 
-    /// The CRD's `names.shortNames`.
+    /// The resource's short names (a CRD's `names.shortNames`).
     pub(crate) fn short_names(self) -> &'static [&'static str] {
         match self {
             Kind::Pod => &["po"],
             Kind::PersistentVolumeClaim => &["pvc"],
-            Kind::Secret => &[],
+            Kind::Secret | Kind::Role | Kind::RoleBinding => &[],
             Kind::NetworkPolicy => &["netpol"],
+            Kind::ServiceAccount => &["sa"],
+            Kind::Service => &["svc"],
+            Kind::Deployment => &["deploy"],
             Kind::Sandbox => &["sandbox"],
             Kind::SandboxTemplate => &["sandboxtemplate"],
             Kind::SandboxClaim => &["sandboxclaim"],
@@ -242,7 +291,17 @@ impl Store {
     /// Store a new object: `None` fills its name from `generateName`. Sets uid,
     /// resourceVersion, creationTimestamp and namespace. 404 for an unknown namespace, 409
     /// for a taken name.
-    pub(crate) fn create(&self, kind: Kind, ns: &str, mut obj: Value) -> Result<Value, ApiError> {
+    pub(crate) fn create(&self, kind: Kind, ns: &str, obj: Value) -> Result<Value, ApiError> {
+        self.create_with(kind, ns, obj, |_, _| Ok(()))
+    }
+
+    /// [`Store::create`], `fill` given the store and the named object under the same lock
+    /// just before it is stored: for what the server allocates against what exists (a
+    /// Service's cluster IP), which two creates at once must not both take.
+    pub(crate) fn create_with<F>(&self, kind: Kind, ns: &str, mut obj: Value, fill: F) -> Result<Value, ApiError>
+    where
+        F: FnOnce(&Inner, &mut Value) -> Result<(), ApiError>,
+    {
         let mut i = self.lock();
         if !i.namespaces.contains_key(ns) {
             return Err(ApiError::not_found("namespaces", "", ns));
@@ -262,6 +321,7 @@ impl Store {
         if i.objects.contains_key(&key) {
             return Err(ApiError::already_exists(kind.resource(), kind.group(), &name));
         }
+        fill(&i, &mut obj)?;
         i.rv += 1;
         let rv = i.rv;
         let meta = &mut obj["metadata"];

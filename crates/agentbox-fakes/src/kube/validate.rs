@@ -1,13 +1,18 @@
-//! What the real API server's validation refuses, with its messages: names (RFC 1123),
-//! label keys and values, resource quantities, a pod's containers, volumes and restart
-//! policy, a PersistentVolumeClaim's spec, a Secret's keys, size and type, a NetworkPolicy's
-//! selector, and which fields of a pod an update may change.
+//! What the real API server's validation refuses, with its messages: names (RFC 1123, RFC
+//! 1035 for a Service, a path segment for RBAC's), label keys and values, resource
+//! quantities, a pod's containers, volumes and restart policy, a PersistentVolumeClaim's spec,
+//! a Secret's keys, size and type, a NetworkPolicy's selector, what the kinds only stored
+//! require (a Deployment's selector and template, a Service's ports, a Role's rules, a
+//! RoleBinding's roleRef and subjects), and which fields an update may change.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use crate::kube::selector::{LabelSelector, labels_of};
 use crate::kube::status::Cause;
+use crate::kube::store::Kind;
 
 const DNS1123_SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const DNS1035_LABEL: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 const DNS1123_LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
 const CONFIG_KEY: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
@@ -44,6 +49,55 @@ pub(crate) fn dns1123_label(s: &str) -> Result<(), String> {
         return Err("must be no more than 63 characters".into());
     }
     if is_label(s) { Ok(()) } else { Err(DNS1123_LABEL.into()) }
+}
+
+/// An RFC 1035 label (a Service's name), as `IsDNS1035Label`.
+pub(crate) fn dns1035_label(s: &str) -> Result<(), String> {
+    if s.len() > 63 {
+        return Err("must be no more than 63 characters".into());
+    }
+    if is_label(s) && s.as_bytes()[0].is_ascii_lowercase() {
+        Ok(())
+    } else {
+        Err(DNS1035_LABEL.into())
+    }
+}
+
+/// A Role's or RoleBinding's name: any path segment (`system:controller:x` is one), as
+/// `ValidateRBACName` reads it (`IsValidPathSegmentName`; its first complaint).
+pub(crate) fn rbac_name(s: &str) -> Result<(), String> {
+    if s == "." || s == ".." {
+        return Err(format!("may not be '{s}'"));
+    }
+    match ["/", "%"].into_iter().find(|c| s.contains(c)) {
+        Some(c) => Err(format!("may not contain '{c}'")),
+        None => Ok(()),
+    }
+}
+
+/// A port's name (a Service port's `targetPort`, when not a number), as `IsValidPortName`.
+fn port_name(s: &str) -> Vec<String> {
+    let mut why = Vec::new();
+    if s.len() > 15 {
+        why.push("must be no more than 15 characters".to_string());
+    }
+    if s.is_empty()
+        || !s
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
+        why.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
+    }
+    if !s.bytes().any(|c| c.is_ascii_lowercase()) {
+        why.push("must contain at least one letter (a-z)".to_string());
+    }
+    if s.contains("--") {
+        why.push("must not contain consecutive hyphens".to_string());
+    }
+    if s.starts_with('-') || s.ends_with('-') {
+        why.push("must not begin or end with a hyphen".to_string());
+    }
+    why
 }
 
 fn is_name_part(s: &str) -> bool {
@@ -91,19 +145,24 @@ pub(crate) fn label_value(v: &str) -> Result<(), String> {
     }
 }
 
-/// The causes of an object's `metadata`: its name (given or to be generated), labels and
-/// annotations.
+/// The causes of an object's `metadata`: its name (given or to be generated) an RFC 1123
+/// subdomain, labels and annotations.
 pub(crate) fn metadata(meta: &Value, causes: &mut Vec<Cause>) {
+    metadata_named(meta, dns1123_subdomain, causes);
+}
+
+/// [`metadata`], the name held to `rule` (the kind's: most take a subdomain).
+pub(crate) fn metadata_named(meta: &Value, rule: fn(&str) -> Result<(), String>, causes: &mut Vec<Cause>) {
     match meta.get("name").and_then(Value::as_str) {
         Some(n) if !n.is_empty() => {
-            if let Err(why) = dns1123_subdomain(n) {
+            if let Err(why) = rule(n) {
                 causes.push(Cause::invalid("metadata.name", &Value::from(n), why));
             }
         }
         _ => match meta.get("generateName").and_then(Value::as_str) {
             // A prefix: the random suffix makes it end in an alphanumeric.
             Some(g) if !g.is_empty() => {
-                if let Err(why) = dns1123_subdomain(&format!("{g}a")) {
+                if let Err(why) = rule(&format!("{g}a")) {
                     causes.push(Cause::invalid("metadata.generateName", &Value::from(g), why));
                 }
             }
@@ -114,25 +173,7 @@ pub(crate) fn metadata(meta: &Value, causes: &mut Vec<Cause>) {
         },
     }
     if let Some(labels) = meta.get("labels") {
-        match labels.as_object() {
-            Some(m) => {
-                for (k, v) in m {
-                    if let Err(why) = label_key(k) {
-                        causes.push(Cause::invalid("metadata.labels", &Value::from(k.as_str()), why));
-                    }
-                    match v.as_str() {
-                        Some(s) => {
-                            if let Err(why) = label_value(s) {
-                                causes.push(Cause::invalid("metadata.labels", v, why));
-                            }
-                        }
-                        None => causes.push(Cause::invalid("metadata.labels", v, "must be a string")),
-                    }
-                }
-            }
-            None if labels.is_null() => {}
-            None => causes.push(Cause::invalid("metadata.labels", labels, "must be a map of strings")),
-        }
+        label_map(labels, "metadata.labels", causes);
     }
     if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
         let mut total = 0usize;
@@ -149,6 +190,29 @@ pub(crate) fn metadata(meta: &Value, causes: &mut Vec<Cause>) {
                 field: "metadata.annotations".into(),
             });
         }
+    }
+}
+
+/// The causes of a map of labels (`ValidateLabels`): its keys and values, at `field`.
+fn label_map(labels: &Value, field: &str, causes: &mut Vec<Cause>) {
+    match labels.as_object() {
+        Some(m) => {
+            for (k, v) in m {
+                if let Err(why) = label_key(k) {
+                    causes.push(Cause::invalid(field, &Value::from(k.as_str()), why));
+                }
+                match v.as_str() {
+                    Some(s) => {
+                        if let Err(why) = label_value(s) {
+                            causes.push(Cause::invalid(field, v, why));
+                        }
+                    }
+                    None => causes.push(Cause::invalid(field, v, "must be a string")),
+                }
+            }
+        }
+        None if labels.is_null() => {}
+        None => causes.push(Cause::invalid(field, labels, "must be a map of strings")),
     }
 }
 
@@ -804,6 +868,370 @@ pub(crate) fn network_policy(np: &Value) -> Vec<Cause> {
     causes
 }
 
+/// `Required value: why`, as the real server words a required field with a detail.
+fn required_because(field: impl Into<String>, why: &str) -> Cause {
+    Cause {
+        message: format!("Required value: {why}"),
+        ..Cause::required(field)
+    }
+}
+
+/// `must be greater than or equal to 0` for a negative integer at `field`
+/// (`ValidateNonnegativeField`).
+fn nonnegative(obj: &Value, key: &str, field: &str, causes: &mut Vec<Cause>) {
+    if let Some(n) = obj.get(key).and_then(Value::as_i64)
+        && n < 0
+    {
+        causes.push(Cause::invalid(
+            field,
+            &Value::from(n),
+            "must be greater than or equal to 0",
+        ));
+    }
+}
+
+/// The causes of a new or patched object of a kind only stored ([`Kind::STORED`]), its
+/// defaults filled: its metadata, its name by its kind's rule, and what its kind requires.
+pub(crate) fn stored(kind: Kind, obj: &Value) -> Vec<Cause> {
+    let meta = obj.get("metadata").unwrap_or(&Value::Null);
+    let mut causes = Vec::new();
+    match kind {
+        Kind::NetworkPolicy => return network_policy(obj),
+        Kind::Service => {
+            metadata_named(meta, dns1035_label, &mut causes);
+            service(obj, &mut causes);
+        }
+        Kind::Deployment => {
+            metadata(meta, &mut causes);
+            deployment(obj, &mut causes);
+        }
+        Kind::Role => {
+            metadata_named(meta, rbac_name, &mut causes);
+            role(obj, &mut causes);
+        }
+        Kind::RoleBinding => {
+            metadata_named(meta, rbac_name, &mut causes);
+            role_binding(obj, &mut causes);
+        }
+        _ => metadata(meta, &mut causes),
+    }
+    causes
+}
+
+/// What an update of a kind only stored may not change (beyond what [`stored`] checks of the
+/// object as patched): a Deployment's selector, a RoleBinding's roleRef, a Service's cluster
+/// IPs.
+pub(crate) fn stored_update(kind: Kind, old: &Value, new: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    match kind {
+        Kind::Deployment if new["spec"]["selector"] != old["spec"]["selector"] => {
+            causes.push(Cause::invalid(
+                "spec.selector",
+                &new["spec"]["selector"],
+                "field is immutable",
+            ));
+        }
+        // The internal type, which has no JSON names, as the real message shows it.
+        Kind::RoleBinding if new["roleRef"] != old["roleRef"] => causes.push(Cause::invalid(
+            "roleRef",
+            &json!({
+                "APIGroup": new["roleRef"]["apiGroup"].as_str().unwrap_or(""),
+                "Kind": new["roleRef"]["kind"].as_str().unwrap_or(""),
+                "Name": new["roleRef"]["name"].as_str().unwrap_or(""),
+            }),
+            "cannot change roleRef",
+        )),
+        Kind::Service
+            if new["spec"]["clusterIPs"] != old["spec"]["clusterIPs"]
+                || new["spec"]["clusterIP"] != old["spec"]["clusterIP"] =>
+        {
+            causes.push(Cause::invalid(
+                "spec.clusterIPs[0]",
+                &new["spec"]["clusterIPs"],
+                "may not change once set",
+            ));
+        }
+        _ => {}
+    }
+    causes
+}
+
+/// A Deployment's spec (`ValidateDeploymentSpec`): counts not negative, a selector that
+/// selects something and its template's labels, and the template a valid pod template whose
+/// pods restart `Always`. Its strategy is defaulted, not checked.
+fn deployment(d: &Value, causes: &mut Vec<Cause>) {
+    let spec = &d["spec"];
+    nonnegative(spec, "replicas", "spec.replicas", causes);
+    let template = &spec["template"];
+    let labels = template["metadata"].get("labels").cloned().unwrap_or(Value::Null);
+    let mismatched = match spec.get("selector").filter(|s| !s.is_null()) {
+        // An absent selector selects nothing: the template's labels do not match it either.
+        None => {
+            causes.push(Cause::required("spec.selector"));
+            true
+        }
+        Some(sel) => {
+            if let Some(m) = sel.get("matchLabels") {
+                label_map(m, "spec.selector.matchLabels", causes);
+            }
+            let empty = sel["matchLabels"].as_object().is_none_or(serde_json::Map::is_empty)
+                && sel["matchExpressions"].as_array().is_none_or(Vec::is_empty);
+            if empty {
+                causes.push(Cause::invalid(
+                    "spec.selector",
+                    sel,
+                    "empty selector is invalid for deployment",
+                ));
+            }
+            match LabelSelector::from_object(sel) {
+                // The empty selector selects everything.
+                Ok(s) => !s.0.is_empty() && !s.matches(&labels_of(template)),
+                Err(_) => {
+                    causes.push(Cause::invalid("spec.selector", sel, "invalid label selector"));
+                    false
+                }
+            }
+        }
+    };
+    if mismatched {
+        causes.push(Cause::invalid(
+            "spec.template.metadata.labels",
+            &labels,
+            "`selector` does not match template `labels`",
+        ));
+    }
+    // The template as a pod (named, since a template's name is not its pods'), its causes
+    // named where the template holds them: `spec.template.spec...`, and its labels and
+    // annotations at `spec.template.labels` and `.annotations`, as `ValidatePodTemplateSpec`
+    // names them.
+    let mut meta = template
+        .get("metadata")
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or(json!({}));
+    meta["name"] = json!("template");
+    for mut c in pod(&json!({"metadata": meta, "spec": template["spec"]})) {
+        let field = c.field.strip_prefix("metadata.").unwrap_or(&c.field);
+        c.field = format!("spec.template.{field}");
+        causes.push(c);
+    }
+    let policy = template["spec"].get("restartPolicy").cloned().unwrap_or(Value::Null);
+    if policy != "Always" {
+        causes.push(Cause::not_supported(
+            "spec.template.spec.restartPolicy",
+            &policy,
+            &["Always"],
+        ));
+    }
+    if template["spec"]
+        .get("activeDeadlineSeconds")
+        .is_some_and(|v| !v.is_null())
+    {
+        causes.push(Cause::forbidden(
+            "spec.template.spec.activeDeadlineSeconds",
+            "activeDeadlineSeconds in ReplicaSet is not Supported",
+        ));
+    }
+    nonnegative(spec, "minReadySeconds", "spec.minReadySeconds", causes);
+    nonnegative(spec, "revisionHistoryLimit", "spec.revisionHistoryLimit", causes);
+    nonnegative(spec, "progressDeadlineSeconds", "spec.progressDeadlineSeconds", causes);
+    if let Some(p) = spec.get("progressDeadlineSeconds").and_then(Value::as_i64)
+        && p <= spec["minReadySeconds"].as_i64().unwrap_or(0)
+    {
+        causes.push(Cause::invalid(
+            "spec.progressDeadlineSeconds",
+            &Value::from(p),
+            "must be greater than minReadySeconds",
+        ));
+    }
+}
+
+/// A Service's spec (`ValidateService`, its common part): its type and session affinity,
+/// its selector's labels, and its ports: at least one (but headless or ExternalName), each
+/// with a port number, a known protocol, a target port that is a number or a port name, and a
+/// name (unique, a DNS label) when there are several.
+fn service(svc: &Value, causes: &mut Vec<Cause>) {
+    const TYPES: &[&str] = &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"];
+    let spec = &svc["spec"];
+    let ty = spec.get("type").cloned().unwrap_or(Value::Null);
+    if !ty.as_str().is_some_and(|t| TYPES.contains(&t)) {
+        causes.push(Cause::not_supported("spec.type", &ty, TYPES));
+    }
+    let affinity = spec.get("sessionAffinity").cloned().unwrap_or(Value::Null);
+    if !matches!(affinity.as_str(), Some("ClientIP" | "None")) {
+        causes.push(Cause::not_supported(
+            "spec.sessionAffinity",
+            &affinity,
+            &["ClientIP", "None"],
+        ));
+    }
+    if let Some(sel) = spec.get("selector") {
+        label_map(sel, "spec.selector", causes);
+    }
+    let ports: Vec<Value> = spec["ports"].as_array().cloned().unwrap_or_default();
+    let headless = spec["clusterIP"] == "None";
+    if ports.is_empty() && !headless && ty != "ExternalName" {
+        causes.push(Cause::required("spec.ports"));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, p) in ports.iter().enumerate() {
+        let at = format!("spec.ports[{i}]");
+        match p.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            None if ports.len() > 1 => causes.push(Cause::required(format!("{at}.name"))),
+            None => {}
+            Some(n) => {
+                if let Err(why) = dns1123_label(n) {
+                    causes.push(Cause::invalid(format!("{at}.name"), &Value::from(n), why));
+                }
+                if !names.insert(n.to_string()) {
+                    causes.push(Cause {
+                        reason: "FieldValueDuplicate",
+                        message: format!("Duplicate value: {n:?}"),
+                        field: format!("{at}.name"),
+                    });
+                }
+            }
+        }
+        let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+        if !(1..=65535).contains(&port) {
+            causes.push(Cause::invalid(
+                format!("{at}.port"),
+                &Value::from(port),
+                "must be between 1 and 65535, inclusive",
+            ));
+        }
+        let protocol = p.get("protocol").cloned().unwrap_or(Value::Null);
+        if !matches!(protocol.as_str(), Some("SCTP" | "TCP" | "UDP")) {
+            causes.push(Cause::not_supported(
+                format!("{at}.protocol"),
+                &protocol,
+                &["SCTP", "TCP", "UDP"],
+            ));
+        }
+        match p.get("targetPort") {
+            Some(Value::Number(n)) if !n.as_i64().is_some_and(|n| (1..=65535).contains(&n)) => {
+                causes.push(Cause::invalid(
+                    format!("{at}.targetPort"),
+                    &Value::Number(n.clone()),
+                    "must be between 1 and 65535, inclusive",
+                ))
+            }
+            Some(Value::String(name)) => {
+                for why in port_name(name) {
+                    causes.push(Cause::invalid(
+                        format!("{at}.targetPort"),
+                        &Value::from(name.as_str()),
+                        why,
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A Role's rules (`ValidatePolicyRule`, namespaced): verbs, and API groups and resources
+/// (a namespaced rule cannot name non-resource URLs).
+fn role(r: &Value, causes: &mut Vec<Cause>) {
+    let empty = |v: &Value| v.as_array().is_none_or(Vec::is_empty);
+    for (i, rule) in r["rules"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("rules[{i}]");
+        if empty(&rule["verbs"]) {
+            causes.push(required_because(
+                format!("{at}.verbs"),
+                "verbs must contain at least one value",
+            ));
+        }
+        if !empty(&rule["nonResourceURLs"]) {
+            causes.push(Cause::invalid(
+                format!("{at}.nonResourceURLs"),
+                &rule["nonResourceURLs"],
+                "namespaced rules cannot apply to non-resource URLs",
+            ));
+            continue;
+        }
+        if empty(&rule["apiGroups"]) {
+            causes.push(required_because(
+                format!("{at}.apiGroups"),
+                "resource rules must supply at least one api group",
+            ));
+        }
+        if empty(&rule["resources"]) {
+            causes.push(required_because(
+                format!("{at}.resources"),
+                "resource rules must supply at least one resource",
+            ));
+        }
+    }
+}
+
+/// A RoleBinding's roleRef (a Role or ClusterRole of RBAC's group, named) and subjects
+/// (`ValidateRoleBinding`), their `apiGroup` defaulted.
+fn role_binding(b: &Value, causes: &mut Vec<Cause>) {
+    const GROUP: &str = "rbac.authorization.k8s.io";
+    let role_ref = &b["roleRef"];
+    let text = |v: &Value| Value::from(v.as_str().unwrap_or(""));
+    if role_ref["apiGroup"] != GROUP {
+        causes.push(Cause::not_supported(
+            "roleRef.apiGroup",
+            &text(&role_ref["apiGroup"]),
+            &[GROUP],
+        ));
+    }
+    if !matches!(role_ref["kind"].as_str(), Some("Role" | "ClusterRole")) {
+        causes.push(Cause::not_supported(
+            "roleRef.kind",
+            &text(&role_ref["kind"]),
+            &["Role", "ClusterRole"],
+        ));
+    }
+    match role_ref["name"].as_str().filter(|n| !n.is_empty()) {
+        None => causes.push(Cause::required("roleRef.name")),
+        Some(n) => {
+            if let Err(why) = rbac_name(n) {
+                causes.push(Cause::invalid("roleRef.name", &Value::from(n), why));
+            }
+        }
+    }
+    for (i, subject) in b["subjects"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("subjects[{i}]");
+        let name = subject["name"].as_str().unwrap_or("");
+        if name.is_empty() {
+            causes.push(Cause::required(format!("{at}.name")));
+        }
+        let group = subject["apiGroup"].as_str().unwrap_or("");
+        match subject["kind"].as_str().unwrap_or("") {
+            "ServiceAccount" => {
+                if !name.is_empty()
+                    && let Err(why) = dns1123_subdomain(name)
+                {
+                    causes.push(Cause::invalid(format!("{at}.name"), &Value::from(name), why));
+                }
+                if !group.is_empty() {
+                    causes.push(Cause::not_supported(
+                        format!("{at}.apiGroup"),
+                        &Value::from(group),
+                        &[""],
+                    ));
+                }
+            }
+            "User" | "Group" if group != GROUP => {
+                causes.push(Cause::not_supported(
+                    format!("{at}.apiGroup"),
+                    &Value::from(group),
+                    &[GROUP],
+                ));
+            }
+            "User" | "Group" => {}
+            other => causes.push(Cause::not_supported(
+                format!("{at}.kind"),
+                &Value::from(other),
+                &["ServiceAccount", "User", "Group"],
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -824,5 +1252,19 @@ mod tests {
         for bad in ["", "m", "1x", "1.2.3", "Gi"] {
             assert!(quantity(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_service_and_rbac_name_their_objects_by_their_own_rules() {
+        assert!(dns1035_label("agentbox").is_ok());
+        assert!(
+            dns1035_label("1agentbox").is_err(),
+            "a Service's name starts with a letter"
+        );
+        assert!(rbac_name("system:controller:agentbox").is_ok());
+        assert_eq!(rbac_name("a/b").unwrap_err(), "may not contain '/'");
+        assert_eq!(rbac_name("..").unwrap_err(), "may not be '..'");
+        assert!(port_name("https").is_empty());
+        assert_eq!(port_name("8443"), ["must contain at least one letter (a-z)"]);
     }
 }

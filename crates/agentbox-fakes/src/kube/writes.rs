@@ -1,5 +1,6 @@
-//! The writes: a pod's and a NetworkPolicy's create (defaults, validation, admission), their
-//! patches, and deletes one by one or by collection.
+//! The writes: a pod's create (defaults, validation, admission) and the kinds only stored's
+//! ([`Kind::STORED`]: defaults and validation, as the real server's), their patches, and
+//! deletes one by one or by collection.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use super::discovery::strip_kind;
 use super::patch::{json_patch, patched};
 use super::reads::Selection;
 use crate::kube::status::{ApiError, Cause, json_response};
-use crate::kube::store::{Kind, now_rfc3339};
+use crate::kube::store::{Inner, Kind, now_rfc3339};
 use crate::kube::{patch, storage, validate};
 
 /// The object's namespace, if it names one, must be the path's.
@@ -47,28 +48,45 @@ pub(crate) fn check_kind(obj: &Value, kind: Kind) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// What the real server fills in a new pod before it validates it.
+/// Set `o[k]` to `v` where it is absent, null or empty, as Go's defaulting fills a zero value.
+fn fill(o: &mut Value, k: &str, v: Value) {
+    if o.get(k).is_none_or(|x| x.is_null() || x == "") {
+        o[k] = v;
+    }
+}
+
+/// `parent[key]`, made an object where it is none.
+fn object_at<'a>(parent: &'a mut Value, key: &str) -> &'a mut Value {
+    let v = &mut parent[key];
+    if !v.is_object() {
+        *v = json!({});
+    }
+    v
+}
+
+/// What the real server fills in a new pod before it validates it: a pod template's
+/// defaults, then what a pod alone gets (its service links, and the priority admission's).
 pub(super) fn pod_defaults(pod: &mut Value) {
-    if !pod["metadata"].is_object() {
-        pod["metadata"] = json!({});
-    }
+    template_defaults(pod);
     let spec = &mut pod["spec"];
-    if !spec.is_object() {
-        *spec = json!({});
-    }
+    fill(spec, "enableServiceLinks", json!(true));
+    fill(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    fill(spec, "priority", json!(0));
+}
+
+/// What the real server fills in a pod template (`metadata` and `spec`; a Deployment's
+/// `spec.template`, or a pod) before it validates it.
+fn template_defaults(pod: &mut Value) {
+    object_at(pod, "metadata");
+    let spec = object_at(pod, "spec");
     for (k, v) in [
         ("restartPolicy", json!("Always")),
         ("dnsPolicy", json!("ClusterFirst")),
         ("schedulerName", json!("default-scheduler")),
         ("terminationGracePeriodSeconds", json!(30)),
         ("securityContext", json!({})),
-        ("enableServiceLinks", json!(true)),
-        ("preemptionPolicy", json!("PreemptLowerPriority")),
-        ("priority", json!(0)),
     ] {
-        if spec.get(k).is_none_or(|x| x.is_null() || x == "") {
-            spec[k] = v;
-        }
+        fill(spec, k, v);
     }
     if let Some(cs) = spec["containers"].as_array_mut() {
         for c in cs {
@@ -191,50 +209,193 @@ pub(crate) fn admit_pod(s: &Arc<Shared>, ns: &str, mut pod: Value) -> Result<Val
     Ok(pod)
 }
 
-pub(super) async fn create_network_policy(s: &Arc<Shared>, ns: &str, req: Request) -> ApiResult {
-    let (_, mut np) = body_json(req).await?;
-    if !np.is_object() {
+/// POST of a kind only stored ([`Kind::STORED`]), as the real server admits one: what only
+/// the server sets dropped, the kind's defaults filled, validated (422 with the real
+/// messages), `status` the server's own (a Deployment's `{}`, a Service's empty load
+/// balancer), `generation` 1 where the real strategy counts them (Deployments,
+/// NetworkPolicies), a Service's cluster IP allocated. Then stored, and acted on by nothing
+/// (the kubelet reads NetworkPolicies as pods start).
+pub(super) async fn create_stored(s: &Arc<Shared>, kind: Kind, ns: &str, req: Request) -> ApiResult {
+    let (_, mut obj) = body_json(req).await?;
+    if !obj.is_object() {
         return Err(ApiError::bad_request("the body is not a JSON object"));
     }
-    check_kind(&np, Kind::NetworkPolicy)?;
-    check_namespace(&np, ns)?;
-    if !np["metadata"].is_object() {
-        np["metadata"] = json!({});
-    }
-    let causes = validate::network_policy(&np);
+    check_kind(&obj, kind)?;
+    check_namespace(&obj, ns)?;
+    object_at(&mut obj, "metadata");
+    clear_server_fields(&mut obj, &["generation"]);
+    stored_defaults(kind, &mut obj);
+    let causes = validate::stored(kind, &obj);
     if !causes.is_empty() {
         return Err(ApiError::invalid(
-            "NetworkPolicy",
-            "networking.k8s.io",
-            &name_for_errors(&np),
+            kind.kind(),
+            kind.group(),
+            &name_for_errors(&obj),
             causes,
         ));
     }
-    // policyTypes as the real server defaults them: Ingress, and Egress where there are egress rules.
-    if np["spec"]["policyTypes"].as_array().is_none_or(Vec::is_empty) {
-        let mut types = vec![json!("Ingress")];
-        if np["spec"]["egress"].as_array().is_some_and(|e| !e.is_empty()) {
-            types.push(json!("Egress"));
-        }
-        np["spec"]["policyTypes"] = json!(types);
+    match kind {
+        Kind::Deployment => obj["status"] = json!({}),
+        Kind::Service => obj["status"] = json!({"loadBalancer": {}}),
+        _ => {}
     }
-    if let Some(m) = np["metadata"].as_object_mut() {
-        for k in ["uid", "resourceVersion", "creationTimestamp", "managedFields"] {
-            m.remove(k);
-        }
+    if matches!(kind, Kind::Deployment | Kind::NetworkPolicy) {
+        obj["metadata"]["generation"] = json!(1);
     }
-    let np = s.store.create(Kind::NetworkPolicy, ns, np)?;
-    Ok(json_response(StatusCode::CREATED, &np))
+    let made = s.store.create_with(kind, ns, obj, |i, o| match kind {
+        Kind::Service => cluster_ip(i, o),
+        _ => Ok(()),
+    })?;
+    Ok(json_response(StatusCode::CREATED, &made))
 }
 
-/// A patch of a NetworkPolicy (its metadata, such as owner references, or its rules): merge,
-/// strategic (without directives) or JSON patch, as the real server takes them. The fake's
-/// kubelet reads policies when a pod starts, so a changed rule reaches only later pods.
-pub(super) async fn patch_policy(s: &Arc<Shared>, ns: &str, name: &str, req: Request) -> ApiResult {
+/// A patch of a kind only stored (merge, strategic without directives, or JSON patch, as
+/// `kubectl apply` and `label` send them), then defaulted and validated again as the real
+/// server decodes and validates an update, with what an update may not change (a
+/// Deployment's selector, a RoleBinding's roleRef, a Service's cluster IPs). `status` and
+/// what the server set are kept (a Service's cluster IPs too, where the patch leaves them
+/// out); `generation` rises when the spec changes (a Deployment's annotations too, which
+/// its ReplicaSets copy).
+pub(super) async fn patch_stored(s: &Arc<Shared>, kind: Kind, ns: &str, name: &str, req: Request) -> ApiResult {
     let (ct, p) = body_json(req).await?;
     s.store
-        .update(Kind::NetworkPolicy, ns, name, None, |old| patched(old, &ct, &p))
+        .update(kind, ns, name, None, |old| {
+            let mut new = patched(old, &ct, &p)?;
+            let server_set: &[&str] = match kind {
+                Kind::Deployment | Kind::Service => &["status"],
+                _ => &[],
+            };
+            for k in server_set {
+                new[*k] = old[*k].clone();
+            }
+            for k in ["creationTimestamp", "generation"] {
+                match old["metadata"].get(k) {
+                    Some(v) => new["metadata"][k] = v.clone(),
+                    None => {
+                        new["metadata"].as_object_mut().map(|m| m.remove(k));
+                    }
+                }
+            }
+            if kind == Kind::Service {
+                for k in ["clusterIP", "clusterIPs"] {
+                    let left_out = new["spec"]
+                        .get(k)
+                        .is_none_or(|v| v.is_null() || v == "" || v.as_array().is_some_and(Vec::is_empty));
+                    if left_out && let Some(v) = old["spec"].get(k) {
+                        new["spec"][k] = v.clone();
+                    }
+                }
+            }
+            stored_defaults(kind, &mut new);
+            let mut causes = validate::stored(kind, &new);
+            causes.extend(validate::stored_update(kind, old, &new));
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(kind.kind(), kind.group(), name, causes));
+            }
+            for k in ["labels", "annotations"] {
+                if new["metadata"][k].as_object().is_some_and(|m| m.is_empty()) {
+                    new["metadata"].as_object_mut().map(|m| m.remove(k));
+                }
+            }
+            let annotated =
+                kind == Kind::Deployment && new["metadata"]["annotations"] != old["metadata"]["annotations"];
+            if (new["spec"] != old["spec"] || annotated)
+                && let Some(g) = old["metadata"]["generation"].as_i64()
+            {
+                new["metadata"]["generation"] = json!(g + 1);
+            }
+            Ok(new)
+        })
         .map(ok)
+}
+
+/// What the real server fills in an object of a kind only stored before it validates it
+/// (its `SetDefaults_*`), at create and at every patch.
+fn stored_defaults(kind: Kind, obj: &mut Value) {
+    match kind {
+        // Ingress, and Egress where there are egress rules.
+        Kind::NetworkPolicy if obj["spec"]["policyTypes"].as_array().is_none_or(Vec::is_empty) => {
+            let mut types = vec![json!("Ingress")];
+            if obj["spec"]["egress"].as_array().is_some_and(|e| !e.is_empty()) {
+                types.push(json!("Egress"));
+            }
+            object_at(obj, "spec")["policyTypes"] = json!(types);
+        }
+        Kind::Deployment => {
+            let spec = object_at(obj, "spec");
+            fill(spec, "replicas", json!(1));
+            fill(spec, "revisionHistoryLimit", json!(10));
+            fill(spec, "progressDeadlineSeconds", json!(600));
+            let strategy = object_at(spec, "strategy");
+            fill(strategy, "type", json!("RollingUpdate"));
+            if strategy["type"] == "RollingUpdate" {
+                let rolling = object_at(strategy, "rollingUpdate");
+                fill(rolling, "maxUnavailable", json!("25%"));
+                fill(rolling, "maxSurge", json!("25%"));
+            }
+            template_defaults(object_at(spec, "template"));
+        }
+        Kind::Service => {
+            let spec = object_at(obj, "spec");
+            fill(spec, "type", json!("ClusterIP"));
+            fill(spec, "sessionAffinity", json!("None"));
+            if spec["sessionAffinity"] == "ClientIP" {
+                let client = object_at(object_at(spec, "sessionAffinityConfig"), "clientIP");
+                fill(client, "timeoutSeconds", json!(10800));
+            }
+            if spec["type"] != "ExternalName" {
+                fill(spec, "internalTrafficPolicy", json!("Cluster"));
+            }
+            for p in spec["ports"].as_array_mut().into_iter().flatten() {
+                if p.is_object() {
+                    fill(p, "protocol", json!("TCP"));
+                    if p.get("targetPort").is_none_or(|t| t.is_null() || t == 0 || t == "") {
+                        p["targetPort"] = p["port"].clone();
+                    }
+                }
+            }
+        }
+        Kind::RoleBinding => {
+            for subject in obj["subjects"].as_array_mut().into_iter().flatten() {
+                if subject.is_object() && matches!(subject["kind"].as_str(), Some("User" | "Group")) {
+                    fill(subject, "apiGroup", json!("rbac.authorization.k8s.io"));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A new Service's cluster IP as the real server's allocator sets it: none for
+/// ExternalName; `None` (headless) or an address the client gave, kept; else the first free
+/// address of 10.96.0.0/16 from 10.96.0.11, where the real allocator picks one at random in
+/// the cluster's service range (kubeadm's 10.96.0.0/12, its .1 the `kubernetes` Service's and
+/// its .10 the DNS's). Single-stack IPv4. Called under the store's lock, so no two Services
+/// get one address.
+fn cluster_ip(i: &Inner, svc: &mut Value) -> Result<(), ApiError> {
+    let spec = &mut svc["spec"];
+    if spec["type"] == "ExternalName" {
+        return Ok(());
+    }
+    let ip = match spec["clusterIP"].as_str().filter(|ip| !ip.is_empty()) {
+        Some(ip) => ip.to_string(),
+        None => {
+            let taken: std::collections::BTreeSet<String> = i
+                .objects(Kind::Service, None)
+                .iter()
+                .filter_map(|s| s["spec"]["clusterIP"].as_str().map(str::to_string))
+                .collect();
+            (11..=0xffffu32)
+                .map(|n| format!("10.96.{}.{}", n >> 8, n & 0xff))
+                .find(|ip| !taken.contains(ip))
+                .ok_or_else(|| ApiError::internal("failed to allocate a serviceIP: range is full"))?
+        }
+    };
+    spec["clusterIPs"] = json!([ip]);
+    spec["clusterIP"] = json!(ip);
+    spec["ipFamilies"] = json!(["IPv4"]);
+    spec["ipFamilyPolicy"] = json!("SingleStack");
+    Ok(())
 }
 
 pub(super) async fn patch_pod(s: &Arc<Shared>, ns: &str, name: &str, req: Request) -> ApiResult {
