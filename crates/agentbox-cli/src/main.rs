@@ -144,7 +144,7 @@ fn main() -> ExitCode {
         // The supervisor is synchronous and must not start inside a runtime.
         return ExitCode::from(agentbox_runner::main_with_args(args).clamp(0, 255) as u8);
     }
-    logging(cli.verbose);
+    logging(cli.verbose, matches!(cli.command, Command::Serve(_)));
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -204,16 +204,18 @@ fn is_usage(e: &agentbox_core::Error) -> bool {
 /// Logs go to stderr, so stdout carries only what a command prints (for `mcp`, only protocol
 /// messages). `RUST_LOG` (tracing's filter syntax) wins when set; otherwise agentbox's own
 /// warnings and every crate's errors, agentbox at info (and others' warnings) with `-v`, and
-/// agentbox at debug with `-vv`.
-fn logging(verbose: u8) {
+/// agentbox at debug with `-vv`. `agentbox serve` logs each request (its access log) always;
+/// another command running the service inside (`bench serve`) only when asked.
+fn logging(verbose: u8, serving: bool) {
     use tracing_subscriber::EnvFilter;
     let from_verbosity = || {
-        EnvFilter::new(match verbose {
+        EnvFilter::new(match (verbose, serving) {
             // Other crates' warnings (rmcp's for every client error, say) only with -v; an
             // image pull's progress (its layers and bytes) always, as `docker pull` shows it,
             // and the service's access log (one line per request).
-            0 => "error,agentbox=warn,agentbox_providers::docker::pull=info,agentbox_server::access=info",
-            1 => "warn,agentbox=info",
+            (0, true) => "error,agentbox=warn,agentbox_providers::docker::pull=info,agentbox_server::access=info",
+            (0, false) => "error,agentbox=warn,agentbox_providers::docker::pull=info",
+            (1, _) => "warn,agentbox=info",
             _ => "warn,agentbox=debug",
         })
     };

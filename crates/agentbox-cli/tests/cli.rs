@@ -1653,3 +1653,46 @@ fn tar_list(tar: &[u8]) -> Vec<String> {
         .map(|l| l.trim_end_matches('/').to_string())
         .collect()
 }
+
+/// `bench serve` measures the service beside its baselines in one run (a tool call beside
+/// `agentbox mcp` and a host spawn, a wrong key beside none, 200 streams beside one, boxes
+/// through the service beside the provider) and leaves no box behind.
+#[test]
+fn the_service_bench_measures_each_side_beside_its_baseline() {
+    let h = Home::new();
+    let out = h.ok(&[
+        "bench",
+        "serve",
+        "--provider",
+        "namespace",
+        "--iterations",
+        "3",
+        "--json",
+    ]);
+    let pairs: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = pairs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "tool call: agentbox mcp vs host",
+            "tool call: service vs mcp",
+            "10,000 requests: wrong key vs none",
+            "200 streams at once vs one",
+            "30 boxes made and ended",
+        ],
+        "{out}"
+    );
+    for p in pairs.as_array().unwrap() {
+        let ratio = p["ratio"].as_f64().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{p}");
+        assert!(p["baseline_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    let listed = h.ok(&["box", "ls", "--provider", "namespace", "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "no box left: {listed}");
+}

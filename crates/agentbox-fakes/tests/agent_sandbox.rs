@@ -137,7 +137,11 @@ async fn without_the_flag_the_cluster_has_no_agent_sandbox() {
         .iter()
         .map(|g| g["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["apps", "networking.k8s.io", "rbac.authorization.k8s.io"], "{apis}");
+    assert_eq!(
+        names,
+        ["apps", "networking.k8s.io", "rbac.authorization.k8s.io"],
+        "{apis}"
+    );
     for path in [
         "/apis/agents.x-k8s.io/v1beta1",
         "/apis/extensions.agents.x-k8s.io",

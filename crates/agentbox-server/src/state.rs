@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agentbox_core::{Error, Provider, Result};
+use agentbox_core::{Error, Provider, Result, Sandbox};
 use agentbox_providers::registry::{self, Environment, Options};
 
 use crate::keys::Keys;
@@ -66,7 +66,17 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The MCP sessions and whose each is.
     pub(crate) mcp: crate::mcp::Sessions,
+    /// Boxes reached lately, by id. See [`AppState::cached_box`].
+    boxes: std::sync::Mutex<HashMap<String, Kept>>,
 }
+
+/// A box reached, and when.
+type Kept = (Arc<dyn Sandbox>, std::time::Instant);
+
+/// How long a box reached is kept for the next call on it.
+pub(crate) const BOX_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// The most boxes kept at once.
+const MAX_KEPT: usize = 4096;
 
 impl AppState {
     pub(crate) fn new(o: ServerOptions) -> Self {
@@ -80,6 +90,7 @@ impl AppState {
             rates: Default::default(),
             metrics: Default::default(),
             mcp: Default::default(),
+            boxes: Default::default(),
         }
     }
 
@@ -94,6 +105,41 @@ impl AppState {
             .or_default()
             .clone();
         lock.lock_owned().await
+    }
+
+    /// The box `id` as it was reached within [`BOX_KEPT_FOR`], if it was. A box's handle
+    /// keeps what it connected (its runner's connection, its API client), so the calls of an
+    /// agent's turn, one after another, reuse it instead of attaching anew each time. Ownership
+    /// is checked by the caller on every call, handle kept or not; a box this server ends,
+    /// sleeps, wakes or extends is let go ([`AppState::forget_box`]). One ended elsewhere
+    /// answers its provider's error until it is let go.
+    pub(crate) fn cached_box(&self, id: &str) -> Option<Arc<dyn Sandbox>> {
+        let mut kept = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
+        match kept.get(id) {
+            Some((b, at)) if at.elapsed() < BOX_KEPT_FOR => Some(b.clone()),
+            Some(_) => {
+                kept.remove(id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Keep `b`, reached just now.
+    pub(crate) fn keep_box(&self, b: &Arc<dyn Sandbox>) {
+        let mut kept = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= MAX_KEPT {
+            kept.retain(|_, (_, at)| at.elapsed() < BOX_KEPT_FOR);
+            if kept.len() >= MAX_KEPT {
+                kept.clear();
+            }
+        }
+        kept.insert(b.id().to_string(), (b.clone(), std::time::Instant::now()));
+    }
+
+    /// Let the box `id` go: the next call attaches to it anew.
+    pub(crate) fn forget_box(&self, id: &str) {
+        self.boxes.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
     }
 
     /// The providers made so far, by name.

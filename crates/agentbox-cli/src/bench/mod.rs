@@ -9,6 +9,7 @@ mod hands;
 mod kube;
 mod measure;
 mod runner;
+mod serve;
 mod sync;
 
 use agentbox_core::Result;
@@ -24,8 +25,11 @@ pub(crate) struct BenchArgs {
     /// `kube` (create and exec on Kubernetes boxes against the fake API server, beside bare
     /// kube-rs calls; needs `agentbox-fake` and `AGENTBOX_TEST_ROOTFS`). `egress` (a
     /// namespace box's download and requests through its egress proxy vs a direct loopback
-    /// connection).
-    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync", "kube", "egress"])]
+    /// connection). `serve` (a tool call through `agentbox serve` vs `agentbox mcp` and a host
+    /// spawn, a wrong key vs none over 10,000 requests each, 200 streams at once vs one, and
+    /// boxes made and ended through the service vs the provider, with memory before and after;
+    /// `--iterations 100` makes that 1,000 boxes).
+    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync", "kube", "egress", "serve"])]
     what: String,
     /// Samples of each side.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
@@ -45,6 +49,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         "runner" => runner::runner(args).await,
         "kube" => kube::kube(args).await,
         "egress" => egress::egress(args).await,
+        "serve" => serve::serve(args).await,
         _ => boxes::boxes(args).await,
     }
 }

@@ -125,10 +125,16 @@ pub(crate) async fn reach(state: &AppState, key: &KeyInfo, id: &str) -> Result<A
     if registry::find(parsed.provider()).is_err() || may_use(key, parsed.provider()).is_err() {
         return Err(missing());
     }
+    if let Some(b) = state.cached_box(parsed.as_str()) {
+        return if owns(key, b.as_ref()) { Ok(b) } else { Err(missing()) };
+    }
     let provider = state.provider(parsed.provider()).await?;
     let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
     match provider.attach(&parsed, &ctx).await? {
-        Some(b) if owns(key, b.as_ref()) => Ok(b),
+        Some(b) if owns(key, b.as_ref()) => {
+            state.keep_box(&b);
+            Ok(b)
+        }
         _ => Err(missing()),
     }
 }
@@ -291,6 +297,7 @@ pub(crate) async fn delete(
     Path(p): Path<BoxPath>,
 ) -> Result<StatusCode, ApiError> {
     let b = reach(&state, &key, &p.id).await?;
+    state.forget_box(&p.id);
     let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
     b.destroy(&ctx).await?;
     tracing::info!(box_id = %b.id(), key = %key.name, "box ended");

@@ -71,7 +71,10 @@ pub(crate) async fn sleep(
     Caller(key): Caller,
     Path(p): Path<BoxPath>,
 ) -> Result<StatusCode, ApiError> {
+    // Its facts fresh from the provider, and let go after: they change.
+    state.forget_box(&p.id);
     let b = reach(&state, &key, &p.id).await?;
+    state.forget_box(&p.id);
     let provider = state.provider(b.id().provider()).await?;
     provider
         .sleep(b.id(), &Ctx::background().with_timeout(CALL_DEADLINE))
@@ -85,7 +88,10 @@ pub(crate) async fn wake(
     Caller(key): Caller,
     Path(p): Path<BoxPath>,
 ) -> Result<Json<BoxInfo>, ApiError> {
+    // Its facts fresh from the provider, and let go after: they change.
+    state.forget_box(&p.id);
     let b = reach(&state, &key, &p.id).await?;
+    state.forget_box(&p.id);
     let provider = state.provider(b.id().provider()).await?;
     let woken = provider
         .wake(b.id(), &Ctx::background().with_timeout(CREATE_DEADLINE))
@@ -100,7 +106,10 @@ pub(crate) async fn extend(
     Path(p): Path<BoxPath>,
     Json(body): Json<Extend>,
 ) -> Result<Json<BoxInfo>, ApiError> {
+    // Its deadline fresh from the provider, and let go after: it changes.
+    state.forget_box(&p.id);
     let b = reach(&state, &key, &p.id).await?;
+    state.forget_box(&p.id);
     let id: SandboxId = b.id().clone();
     let ends_at_ms = match (body.ends_at_ms, body.by_ms) {
         (Some(at), None) => at,
