@@ -203,7 +203,14 @@ pub(crate) async fn one_shape(request: Request<Body>, next: Next) -> Response {
         _ if text.is_empty() => format!("{method} {path}: {}", status.canonical_reason().unwrap_or("failed")),
         _ => format!("{method} {path}: {text}"),
     };
-    let mut shaped = ApiError::new(code_of(status), message).into_response();
+    // A body that stopped coming (tower-http's deadline between its pieces) fails axum's
+    // read of it, which answers 400: it is the client's time that ran out.
+    let code = if text.contains("within the designated timeout") {
+        ErrorCode::Timeout
+    } else {
+        code_of(status)
+    };
+    let mut shaped = ApiError::new(code, message).into_response();
     if let Some(r) = retry {
         shaped.headers_mut().insert(header::RETRY_AFTER, r);
     }

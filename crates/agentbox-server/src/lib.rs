@@ -53,6 +53,7 @@ pub use state::{OWNER_LABEL, ServerOptions};
 /// The service's routes. See the [crate documentation](crate).
 pub fn router(options: ServerOptions) -> axum::Router {
     let max_body = options.max_body;
+    let body_deadline = options.body_deadline;
     let state = Arc::new(state::AppState::new(options));
     let served = Arc::new(openapi());
     let ready = state.clone();
@@ -74,11 +75,12 @@ pub fn router(options: ServerOptions) -> axum::Router {
         .route("/readyz", get(move || readyz(ready.clone())))
         .layer(axum::middleware::from_fn(metrics::tag_route));
     answered_in_one_shape(app, max_body)
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(BODY_DEADLINE))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_deadline))
         .layer(axum::middleware::from_fn_with_state(metrics, access::log))
 }
 
-/// How long a client has to send a request's body.
+/// How long a client may take between two pieces of a request's body (by default: see
+/// [`ServerOptions::body_deadline`]).
 pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Ready when the key store and the default provider answer (a list of a label no box has,

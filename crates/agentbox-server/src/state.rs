@@ -25,6 +25,9 @@ pub struct ServerOptions {
     pub default_provider: String,
     /// The largest request body taken, in bytes (a larger one is answered 413).
     pub max_body: usize,
+    /// How long a client may take between two pieces of a request's body before the request
+    /// fails with `timeout` ([`crate::BODY_DEADLINE`] by default).
+    pub body_deadline: std::time::Duration,
 }
 
 impl ServerOptions {
@@ -37,6 +40,7 @@ impl ServerOptions {
             provider_options: Options::default(),
             default_provider: "local".into(),
             max_body: 16 << 20,
+            body_deadline: crate::BODY_DEADLINE,
         }
     }
 }

@@ -747,14 +747,8 @@ async fn a_detached_process_is_read_from_a_cursor_written_signalled_and_waited_f
     )
     .await;
     assert_eq!(st, 204);
-    let (_, ended) = call(
-        &s,
-        k,
-        "POST",
-        &format!("{procs}/{sh}/wait"),
-        Some(json!({"timeout_ms": 30_000})),
-    )
-    .await;
+    // A wait with no body waits its default minute.
+    let (_, ended) = call(&s, k, "POST", &format!("{procs}/{sh}/wait"), None).await;
     assert_eq!(ended["status"]["signal"], json!(15), "{ended}");
     let (st, r) = call(
         &s,
@@ -808,4 +802,31 @@ async fn slow_headers_are_cut_off() {
     assert!(cut.is_ok(), "the slow client was cut off");
     let (st, _) = call(&s, None, "GET", "/healthz", None).await;
     assert_eq!(st, 200, "the others are answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stops_coming_is_a_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let s = start_with(keys, 1 << 20, home.path(), |o| {
+        o.body_deadline = Duration::from_secs(1);
+    })
+    .await;
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/boxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"spec\""
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    // The rest never comes: the answer does, within the deadline and a margin.
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "answered and closed");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(code_of(&body), "timeout", "{body}");
 }

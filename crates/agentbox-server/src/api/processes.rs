@@ -323,8 +323,9 @@ pub(crate) async fn wait(
     State(state): State<Arc<AppState>>,
     Caller(key): Caller,
     Path(p): Path<ProcessPath>,
-    Json(body): Json<WaitFor>,
+    body: Option<Json<WaitFor>>,
 ) -> Result<Json<ProcessState>, ApiError> {
+    let body = body.map(|Json(b)| b).unwrap_or_default();
     let limit = Duration::from_millis(body.timeout_ms.unwrap_or(60_000));
     if limit > Duration::from_secs(3600) {
         return Err(ApiError::new(ErrorCode::Invalid, "timeout_ms: at most 3600000"));

@@ -40,6 +40,16 @@ pub(crate) async fn start(keys: Arc<Keys>, max_body: usize) -> Server {
 /// A server over `keys` whose local boxes live under `home` (which two servers may share, as
 /// replicas share a provider).
 pub(crate) async fn start_in(keys: Arc<Keys>, max_body: usize, home: &std::path::Path) -> Server {
+    start_with(keys, max_body, home, |_| {}).await
+}
+
+/// A server as [`start_in`] makes it, its options changed by `tune` first.
+pub(crate) async fn start_with(
+    keys: Arc<Keys>,
+    max_body: usize,
+    home: &std::path::Path,
+    tune: impl FnOnce(&mut ServerOptions),
+) -> Server {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runner = agentbox_testing::runner::ensure();
     let mut vars: Vec<(String, std::ffi::OsString)> = std::env::vars_os()
@@ -52,6 +62,7 @@ pub(crate) async fn start_in(keys: Arc<Keys>, max_body: usize, home: &std::path:
     options.environment = Environment::from_vars(vars);
     options.default_provider = "local".into();
     options.max_body = max_body;
+    tune(&mut options);
     let app = agentbox_server::router(options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
