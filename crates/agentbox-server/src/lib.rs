@@ -40,6 +40,8 @@ pub mod keys;
 mod listen;
 pub mod mcp;
 mod metrics;
+#[cfg(test)]
+mod properties;
 mod rate;
 mod state;
 pub mod tls;

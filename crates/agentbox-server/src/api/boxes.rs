@@ -238,6 +238,23 @@ pub(crate) async fn room_for(
     .retry_after(30))
 }
 
+/// The labels of a list's `labels` query: `key=value` pairs joined by commas (an empty pair
+/// is skipped), each checked as a spec's labels are.
+pub(crate) fn labels_of(query: &str) -> Result<Labels, ApiError> {
+    let mut labels = Labels::new();
+    for pair in query.split(',').filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(ApiError::new(
+                ErrorCode::Invalid,
+                format!("labels: {pair:?} is not key=value"),
+            ));
+        };
+        labels.insert(k.to_string(), v.to_string());
+    }
+    validate_labels(&labels).map_err(|e| ApiError::new(ErrorCode::Invalid, format!("labels: {}", e.message())))?;
+    Ok(labels)
+}
+
 /// `POST /v1/boxes`.
 pub(crate) async fn create(
     State(state): State<Arc<AppState>>,
@@ -263,16 +280,7 @@ pub(crate) async fn list(
     Caller(key): Caller,
     Query(q): Query<ListBoxes>,
 ) -> Result<Json<Vec<BoxInfo>>, ApiError> {
-    let mut labels = Labels::new();
-    for pair in q.labels.iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
-        let Some((k, v)) = pair.split_once('=') else {
-            return Err(ApiError::new(
-                ErrorCode::Invalid,
-                format!("labels: {pair:?} is not key=value"),
-            ));
-        };
-        labels.insert(k.to_string(), v.to_string());
-    }
+    let labels = labels_of(q.labels.as_deref().unwrap_or_default())?;
     let boxes = owned(&state, &key, q.provider.as_deref(), &labels).await?;
     Ok(Json(boxes.iter().map(|b| BoxInfo::of(b.as_ref())).collect()))
 }
