@@ -70,13 +70,15 @@ use envd::Envd;
 /// The provider's name and id prefix.
 pub const NAME: &str = "e2b";
 
-/// The variables [`E2bOptions::from_env`] reads: the `e2b` SDK's own, and the template.
-pub const VARIABLES: [&str; 5] = [
+/// The variables [`E2bOptions::from_env`] reads: the `e2b` SDK's own, the template and the
+/// workspace.
+pub const VARIABLES: [&str; 6] = [
     "E2B_API_KEY",
     "E2B_DOMAIN",
     "E2B_API_URL",
     "E2B_SANDBOX_URL",
     "AGENTBOX_E2B_TEMPLATE",
+    "AGENTBOX_E2B_WORKSPACE",
 ];
 
 /// The longest timeout on E2B's base plan (Pro: 24 hours; set [`E2bOptions::max_lifetime`]).

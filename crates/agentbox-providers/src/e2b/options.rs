@@ -23,7 +23,9 @@ pub struct E2bOptions {
     pub template: String,
     /// The plan's longest timeout: a longer lifetime is capped to it (and says so in facts).
     pub max_lifetime: Duration,
-    /// Where programs start (and relative paths are taken from).
+    /// Where programs start (and relative paths are taken from): `AGENTBOX_E2B_WORKSPACE`,
+    /// else the base template's user's home, `/home/user` (a template of your own may have
+    /// another).
     pub workspace: String,
     /// How often envd is asked for a keepalive on a stream; three missed are a dead stream.
     pub keepalive: Duration,
@@ -57,7 +59,8 @@ impl Default for E2bOptions {
 
 impl E2bOptions {
     /// The defaults, with what the `e2b` SDK reads (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`,
-    /// `E2B_SANDBOX_URL`) and the template (`AGENTBOX_E2B_TEMPLATE`).
+    /// `E2B_SANDBOX_URL`), the template (`AGENTBOX_E2B_TEMPLATE`) and the workspace
+    /// (`AGENTBOX_E2B_WORKSPACE`).
     pub fn from_env() -> Result<Self> {
         Self::from_vars(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
     }
@@ -77,6 +80,7 @@ impl E2bOptions {
             sandbox_url: var("E2B_SANDBOX_URL"),
             api_key: var("E2B_API_KEY").map(ApiKey::new),
             template: var("AGENTBOX_E2B_TEMPLATE").unwrap_or(d.template.clone()),
+            workspace: var("AGENTBOX_E2B_WORKSPACE").unwrap_or(d.workspace.clone()),
             domain,
             ..d
         })

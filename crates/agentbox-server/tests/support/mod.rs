@@ -50,6 +50,18 @@ pub(crate) async fn start_with(
     home: &std::path::Path,
     tune: impl FnOnce(&mut ServerOptions),
 ) -> Server {
+    start_over(keys, max_body, home, &[], tune).await
+}
+
+/// A server as [`start_with`] makes it, with `vars` among its providers' variables (a vendor's
+/// URL and key, a fake's).
+pub(crate) async fn start_over(
+    keys: Arc<Keys>,
+    max_body: usize,
+    home: &std::path::Path,
+    extra: &[(&str, String)],
+    tune: impl FnOnce(&mut ServerOptions),
+) -> Server {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runner = agentbox_testing::runner::ensure();
     let mut vars: Vec<(String, std::ffi::OsString)> = std::env::vars_os()
@@ -58,6 +70,10 @@ pub(crate) async fn start_with(
         .collect();
     vars.push(("AGENTBOX_HOME".into(), home.into()));
     vars.push(("AGENTBOX_RUNNER".into(), runner.into()));
+    for (k, v) in extra {
+        vars.retain(|(name, _)| name != k);
+        vars.push((k.to_string(), v.into()));
+    }
     let mut options = ServerOptions::new(keys);
     options.environment = Environment::from_vars(vars);
     options.default_provider = "local".into();
