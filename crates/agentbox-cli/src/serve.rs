@@ -46,6 +46,16 @@ pub(crate) struct ServeArgs {
     /// No in-box runner in the boxes the service makes.
     #[arg(long)]
     no_runner: bool,
+    /// Where the runs `/v1/runs` shows live (`<DIR>/runs/<ID>`; default: AGENTBOX_HOME).
+    #[arg(long, value_name = "DIR")]
+    runs: Option<PathBuf>,
+    /// The ledger `/v1/ledger` reads: `jsonl:DIR`, `sqlite:FILE` or `postgres:CONNINFO`
+    /// (default: `jsonl:$AGENTBOX_HOME/ledger`).
+    #[arg(long, value_name = "STORE")]
+    ledger: Option<String>,
+    /// A receipts file (JSON lines) `/v1/receipts` adds up.
+    #[arg(long, value_name = "FILE")]
+    receipts: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -137,6 +147,11 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
     options.environment = environment;
     options.default_provider = default_provider.name.to_string();
     options.provider_options.runner = !a.no_runner;
+    options.runs_root = a.runs.clone();
+    if a.ledger.is_some() {
+        options.ledger = Some(crate::ledger::store(a.ledger.as_deref()).await.map_err(crate::usage)?);
+    }
+    options.receipts = a.receipts.clone();
     let app = agentbox_server::router(options);
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();

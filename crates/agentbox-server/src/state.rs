@@ -28,6 +28,12 @@ pub struct ServerOptions {
     /// How long a client may take between two pieces of a request's body before the request
     /// fails with `timeout` ([`crate::BODY_DEADLINE`] by default).
     pub body_deadline: std::time::Duration,
+    /// Where this host's runs live (`<root>/runs/<id>`); `None`: the environment's home.
+    pub runs_root: Option<std::path::PathBuf>,
+    /// The ledger `/v1/ledger` reads; `None`: the JSON lines under the home's `ledger`.
+    pub ledger: Option<Arc<dyn agentbox_transport::ledger::LedgerStore>>,
+    /// The receipts file `/v1/receipts` adds up; `None`: none is read.
+    pub receipts: Option<std::path::PathBuf>,
 }
 
 impl ServerOptions {
@@ -41,6 +47,9 @@ impl ServerOptions {
             default_provider: "local".into(),
             max_body: 16 << 20,
             body_deadline: crate::BODY_DEADLINE,
+            runs_root: None,
+            ledger: None,
+            receipts: None,
         }
     }
 }
@@ -66,6 +75,9 @@ pub(crate) struct AppState {
     key_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Each key's request rate.
     pub(crate) rates: crate::rate::Rates,
+    runs_root: Option<std::path::PathBuf>,
+    ledger: std::sync::Mutex<Option<Arc<dyn agentbox_transport::ledger::LedgerStore>>>,
+    receipts: Option<std::path::PathBuf>,
     /// What `/metrics` shows.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The MCP sessions and whose each is.
@@ -92,6 +104,9 @@ impl AppState {
             providers: std::sync::Mutex::new(HashMap::new()),
             key_locks: std::sync::Mutex::new(HashMap::new()),
             rates: Default::default(),
+            runs_root: o.runs_root,
+            ledger: std::sync::Mutex::new(o.ledger),
+            receipts: o.receipts,
             metrics: Default::default(),
             mcp: Default::default(),
             boxes: Default::default(),
@@ -144,6 +159,32 @@ impl AppState {
     /// Let the box `id` go: the next call attaches to it anew.
     pub(crate) fn forget_box(&self, id: &str) {
         self.boxes.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+    }
+
+    /// Where this host's runs live.
+    pub(crate) fn runs_root(&self) -> Result<std::path::PathBuf> {
+        match &self.runs_root {
+            Some(r) => Ok(r.clone()),
+            None => self.environment.home(),
+        }
+    }
+
+    /// The ledger: the one given, else the JSON lines under the home's `ledger` (opened once).
+    pub(crate) fn ledger(&self) -> Result<Arc<dyn agentbox_transport::ledger::LedgerStore>> {
+        let mut held = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = held.as_ref() {
+            return Ok(l.clone());
+        }
+        let dir = self.environment.home()?.join("ledger");
+        let opened: Arc<dyn agentbox_transport::ledger::LedgerStore> =
+            Arc::new(agentbox_transport::ledger::JsonlLedger::open(&dir)?);
+        *held = Some(opened.clone());
+        Ok(opened)
+    }
+
+    /// The receipts file, if the server reads one.
+    pub(crate) fn receipts(&self) -> Option<std::path::PathBuf> {
+        self.receipts.clone()
     }
 
     /// The providers made so far, by name.

@@ -15,6 +15,7 @@ pub mod files;
 pub mod lifecycle;
 pub mod processes;
 pub mod providers;
+pub mod runs;
 pub mod snapshots;
 pub mod streams;
 pub mod tools;
@@ -203,6 +204,30 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
             post_with(processes::wait, |o| {
                 o.summary("Wait for a process to end: how it ended")
             }),
+        )
+        .api_route(
+            "/v1/runs",
+            get_with(runs::list, |o| o.summary("This host's runs: each one's record (an admin key's alone)")),
+        )
+        .api_route(
+            "/v1/runs/{id}",
+            get_with(runs::get, |o| {
+                o.summary("A run's record: its status, generation and holder, read with no claim")
+            }),
+        )
+        .api_route(
+            "/v1/runs/{id}/ledger",
+            get_with(runs::ledger_of_run, |o| o.summary("A run's tool calls, in order")),
+        )
+        .api_route(
+            "/v1/ledger",
+            get_with(runs::ledger_of_target, |o| {
+                o.summary("The tool calls that acted on a target (a path or a box), newest first")
+            }),
+        )
+        .api_route(
+            "/v1/receipts",
+            get_with(runs::receipts, |o| o.summary("What boxes cost: the receipts' totals by provider and kind")),
         )
         .api_route(
             "/v1/tools",
