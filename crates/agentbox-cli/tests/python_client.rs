@@ -4,10 +4,10 @@
 //! `scripts/test` exports that venv's python as `AGENTBOX_TEST_CLIENT_PYTHON`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use tokio::io::AsyncBufReadExt;
+mod common;
 
 /// The venv's python, or `None` after the loud notice (a failure under CI).
 fn python(test: &str) -> Option<PathBuf> {
@@ -55,16 +55,6 @@ fn the_python_client_is_formatted_linted_and_typed() {
     }
 }
 
-fn key(home: &Path, name: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .args(["serve", "keys", "add", name])
-        .env("AGENTBOX_HOME", home)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_clients_suite_passes_against_a_real_server() {
     let test = "the_python_clients_suite_passes_against_a_real_server";
@@ -74,32 +64,8 @@ async fn the_python_clients_suite_passes_against_a_real_server() {
     }
     agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
-    let (a, b) = (key(home.path(), "a"), key(home.path(), "b"));
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--provider", "namespace"])
-        .env("AGENTBOX_HOME", home.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            eprintln!("{line}");
-            if let Some(url) = line.strip_prefix("agentbox serve: serving on ") {
-                return url.to_string();
-            }
-        }
-        panic!("the server ended before it served");
-    })
-    .await
-    .expect("the server serves within 60 s");
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("{line}");
-        }
-    });
+    let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
+    let (mut server, url) = common::serve(home.path(), "namespace").await;
     let suite = tokio::process::Command::new(&py)
         .args(["-m", "pytest", "-q", "-rs", "tests"])
         .current_dir(client_dir())

@@ -64,3 +64,46 @@ pub(crate) fn record_until(
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A key made in `home`'s store, printed once.
+pub(crate) fn key(home: &std::path::Path, name: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["serve", "keys", "add", name])
+        .env("AGENTBOX_HOME", home)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// `agentbox serve` over `home` on a loopback port, its default provider `provider`: the
+/// process (killed when dropped) and its URL once it serves (its log copied to this test's).
+pub(crate) async fn serve(home: &std::path::Path, provider: &str) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--provider", provider])
+        .env("AGENTBOX_HOME", home)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            eprintln!("{line}");
+            if let Some(url) = line.strip_prefix("agentbox serve: serving on ") {
+                return url.to_string();
+            }
+        }
+        panic!("the server ended before it served");
+    })
+    .await
+    .expect("the server serves within 60 s");
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{line}");
+        }
+    });
+    (server, url)
+}

@@ -1,0 +1,83 @@
+//! The TypeScript client (`clients/typescript`) judged from outside: its own suite (Node's test
+//! runner) against a real `agentbox serve` making namespace and Docker boxes, with two keys, and
+//! a service of the client's own on a private socket; and its type check, format and lint
+//! (`tsc --noEmit`, Biome). `scripts/typescript-client` installs its packages and builds it;
+//! `scripts/test` exports its directory as `AGENTBOX_TEST_CLIENT_TS`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+mod common;
+
+/// The client's directory, built, or `None` after the loud notice (a failure under CI).
+fn client(test: &str) -> Option<PathBuf> {
+    match std::env::var("AGENTBOX_TEST_CLIENT_TS") {
+        Ok(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test}: CI needs AGENTBOX_TEST_CLIENT_TS (scripts/test runs scripts/typescript-client)")
+        }
+        _ => {
+            eprintln!(
+                "\n!!!! {test}: AGENTBOX_TEST_CLIENT_TS UNSET: this test did NOT run. \
+                 Run scripts/typescript-client and export it. !!!!\n"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn the_typescript_client_is_typed_formatted_and_linted() {
+    let Some(dir) = client("the_typescript_client_is_typed_formatted_and_linted") else {
+        return;
+    };
+    let out = std::process::Command::new("npm")
+        .args(["run", "--silent", "check"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "npm run check: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_clients_suite_passes_against_a_real_server() {
+    let test = "the_typescript_clients_suite_passes_against_a_real_server";
+    let Some(dir) = client(test) else { return };
+    if !agentbox_testing::services::docker_available(test) {
+        return;
+    }
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
+    let (mut server, url) = common::serve(home.path(), "namespace").await;
+    let suite = tokio::process::Command::new("node")
+        .args(["--test", "--test-concurrency=1", "test/"])
+        .current_dir(&dir)
+        .env("AGENTBOX_URL", &url)
+        .env("AGENTBOX_TEST_KEY_A", &a)
+        .env("AGENTBOX_TEST_KEY_B", &b)
+        .env("AGENTBOX_TEST_PROVIDERS", "namespace,docker")
+        .env("AGENTBOX_BIN", env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_HOME", home.path())
+        .env_remove("AGENTBOX_KEY")
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(900), suite)
+        .await
+        .expect("the suite ends within 15 minutes")
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{said}");
+    assert!(out.status.success(), "the TypeScript client's suite failed:\n{said}");
+    assert!(said.contains("# skipped 0") && said.contains("# fail 0"), "{said}");
+    assert!(!said.contains("# pass 0"), "{said}");
+    server.start_kill().unwrap();
+}
