@@ -114,7 +114,13 @@ impl Metrics {
             crate::error::code_of_status(status).as_str().to_string()
         };
         let route = route.to_string();
-        let method = method.to_string();
+        // A client names its method: any token, a label value each. The standard ones are
+        // kept, the rest counted as one.
+        let method = match method {
+            "GET" | "POST" | "PUT" | "DELETE" | "PATCH" | "HEAD" | "OPTIONS" => method,
+            _ => "OTHER",
+        }
+        .to_string();
         self.requests
             .get_or_create(&RequestLabels {
                 method: method.clone(),

@@ -67,6 +67,19 @@ async fn metrics_count_requests_tools_streams_and_boxes() {
     }
     let (st, _) = call(&s, Some(&key), "GET", "/v1/boxes/local:nope", None).await;
     assert_eq!(st, 404);
+    // Methods a client makes up are one label value, not one each.
+    for m in ["BREW", "WHEN"] {
+        let r = s
+            .http
+            .request(
+                reqwest::Method::from_bytes(m.as_bytes()).unwrap(),
+                format!("{}/nowhere", s.url),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 404);
+    }
     let (st, _) = call(
         &s,
         Some(&key),
@@ -122,6 +135,9 @@ async fn metrics_count_requests_tools_streams_and_boxes() {
     let refused = r#"agentbox_http_requests_total{method="GET",route="/metrics",code="permission_denied"}"#;
     assert_eq!(sample(&text, refused), Some(1.0), "{text}");
     assert!(!text.contains("local:"), "no box's id in a label: {text}");
+    let other = r#"agentbox_http_requests_total{method="OTHER",route="unmatched",code="not_found"}"#;
+    assert_eq!(sample(&text, other), Some(2.0), "{text}");
+    assert!(!text.contains("BREW"), "{text}");
     let took = r#"agentbox_http_request_duration_seconds_count{method="POST",route="/v1/boxes/{id}/exec"}"#;
     assert_eq!(sample(&text, took), Some(2.0), "{text}");
     assert_eq!(
