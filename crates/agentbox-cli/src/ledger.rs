@@ -47,8 +47,9 @@ pub(crate) fn receipts(a: ReceiptsArgs) -> Result<i32> {
 
 #[derive(Args)]
 pub(crate) struct LedgerArgs {
-    /// Where the ledger is: `jsonl:DIR`, `sqlite:FILE` or `postgres:CONNINFO` (a password belongs
-    /// in PGPASSWORD, never here). Default: `jsonl:$AGENTBOX_HOME/ledger`.
+    /// Where the ledger is: `jsonl:DIR`, `sqlite:FILE`, `postgres:@FILE` (a file holding the
+    /// libpq connection string, so a password is in no argument) or `postgres:CONNINFO` (a
+    /// password belongs in PGPASSWORD, never here). Default: `jsonl:$AGENTBOX_HOME/ledger`.
     #[arg(long)]
     store: Option<String>,
     /// The calls that acted on this target (an absolute path, or a box), newest first.
@@ -76,13 +77,34 @@ pub(crate) async fn store(spec: Option<&str>) -> Result<Arc<dyn LedgerStore>> {
     };
     let (kind, rest) = spec.split_once(':').ok_or_else(|| {
         Error::invalid(format!(
-            "--store {spec:?}: not jsonl:DIR, sqlite:FILE or postgres:CONNINFO"
+            "--store {spec:?}: not jsonl:DIR, sqlite:FILE, postgres:@FILE or postgres:CONNINFO"
         ))
     })?;
     Ok(match kind {
         "jsonl" => Arc::new(JsonlLedger::open(rest.as_ref())?),
         "sqlite" => Arc::new(SqliteLedger::open(rest.as_ref())?),
-        "postgres" => Arc::new(PostgresLedger::connect(rest).await?),
+        "postgres" => match rest.strip_prefix('@') {
+            Some(file) => {
+                let text =
+                    std::fs::read_to_string(file).map_err(|e| Error::io(e, format!("--store postgres:@{file}")))?;
+                let conninfo = text.trim();
+                if conninfo.is_empty() {
+                    return Err(Error::invalid(format!(
+                        "postgres:@{file}: the file is empty (it holds a libpq connection string)"
+                    )));
+                }
+                Arc::new(PostgresLedger::connect(conninfo).await?)
+            }
+            None => {
+                if rest.contains("password") {
+                    return Err(Error::invalid(
+                        "postgres:CONNINFO holds a password, which would show in this process's arguments: \
+                         put the connection string in a file and give postgres:@FILE",
+                    ));
+                }
+                Arc::new(PostgresLedger::connect(rest).await?)
+            }
+        },
         other => {
             return Err(Error::invalid(format!(
                 "--store: {other:?} is not a store (jsonl, sqlite, postgres)"

@@ -49,8 +49,8 @@ pub(crate) struct ServeArgs {
     /// Where the runs `/v1/runs` shows live (`<DIR>/runs/<ID>`; default: AGENTBOX_HOME).
     #[arg(long, value_name = "DIR")]
     runs: Option<PathBuf>,
-    /// The ledger `/v1/ledger` reads: `jsonl:DIR`, `sqlite:FILE` or `postgres:CONNINFO`
-    /// (default: `jsonl:$AGENTBOX_HOME/ledger`).
+    /// The ledger `/v1/ledger` reads: `jsonl:DIR`, `sqlite:FILE` or `postgres:@FILE` (a file
+    /// holding the connection string; default: `jsonl:$AGENTBOX_HOME/ledger`).
     #[arg(long, value_name = "STORE")]
     ledger: Option<String>,
     /// A receipts file (JSON lines) `/v1/receipts` adds up.

@@ -1696,3 +1696,39 @@ fn the_service_bench_measures_each_side_beside_its_baseline() {
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "no box left: {listed}");
 }
+
+/// A ledger in PostgreSQL is named by a file holding its connection string; one whose
+/// password would sit in this process's arguments is refused before anything connects.
+#[test]
+fn a_postgres_ledgers_password_never_goes_in_an_argument() {
+    let h = Home::new();
+    let out = h.run(
+        &[
+            "ledger",
+            "--store",
+            "postgres:host=db user=a password=hunter2",
+            "--run",
+            "r1",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("postgres:@FILE") && !said.contains("hunter2"), "{said}");
+    let empty = h.0.path().join("pg");
+    std::fs::write(&empty, "\n").unwrap();
+    let out = h.run(
+        &[
+            "ledger",
+            "--store",
+            &format!("postgres:@{}", empty.display()),
+            "--run",
+            "r1",
+        ],
+        b"",
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the file is empty"),
+        "{out:?}"
+    );
+}

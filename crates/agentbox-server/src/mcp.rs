@@ -154,8 +154,8 @@ impl McpHands {
             ));
         };
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        // A client's cancellation ends the call (and the command it ran).
-        let ctx = Ctx::background();
+        // A client's cancellation ends the call (and the command it ran); an hour ends any.
+        let ctx = Ctx::background().with_timeout(TOOL_DEADLINE);
         let cancel = ctx.clone();
         let ct = context.ct.clone();
         let watch = tokio::spawn(async move {
@@ -192,6 +192,9 @@ pub(crate) struct Sessions {
 
 /// The most sessions remembered before those rmcp no longer has are forgotten.
 const MAX_REMEMBERED: usize = 10_000;
+
+/// How long one tool call may take (a tool's own timeout, `bash`'s say, is shorter).
+const TOOL_DEADLINE: Duration = Duration::from_secs(3600);
 
 /// How long a session's box may live at most (less where the key says less).
 const SESSION_LIFETIME: Duration = Duration::from_secs(3600);

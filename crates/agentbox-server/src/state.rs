@@ -147,11 +147,10 @@ impl AppState {
     /// Keep `b`, reached just now.
     pub(crate) fn keep_box(&self, b: &Arc<dyn Sandbox>) {
         let mut kept = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
+        // Handles past their time let go now (each may hold a connection), not when asked for.
+        kept.retain(|_, (_, at)| at.elapsed() < BOX_KEPT_FOR);
         if kept.len() >= MAX_KEPT {
-            kept.retain(|_, (_, at)| at.elapsed() < BOX_KEPT_FOR);
-            if kept.len() >= MAX_KEPT {
-                kept.clear();
-            }
+            kept.clear();
         }
         kept.insert(b.id().to_string(), (b.clone(), std::time::Instant::now()));
     }

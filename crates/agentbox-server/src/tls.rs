@@ -17,6 +17,9 @@ use tokio_rustls::server::TlsStream;
 
 use crate::listen::{Accept, HEADER_DEADLINE};
 
+/// The most TLS handshakes under way at once.
+pub const MAX_HANDSHAKES: usize = 1024;
+
 /// The server's side of TLS from a PEM certificate chain and its PEM private key.
 ///
 /// ```no_run
@@ -57,6 +60,7 @@ impl TlsListener {
     pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> Self {
         let (tx, ready) = mpsc::channel(64);
         let acceptor = TlsAcceptor::from(config);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         let accepting = tokio::spawn(async move {
             loop {
                 let (io, peer) = match tcp.accept().await {
@@ -67,9 +71,16 @@ impl TlsListener {
                         continue;
                     }
                 };
+                // A flood of connections that never handshake is bounded: past the most, a new
+                // one is closed at once.
+                let Ok(slot) = handshakes.clone().try_acquire_owned() else {
+                    tracing::debug!(%peer, "{MAX_HANDSHAKES} TLS handshakes under way: a new connection closed");
+                    continue;
+                };
                 let acceptor = acceptor.clone();
                 let tx = tx.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     match tokio::time::timeout(HEADER_DEADLINE, acceptor.accept(io)).await {
                         Ok(Ok(s)) => {
                             let _ = tx.send(s).await;

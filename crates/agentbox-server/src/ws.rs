@@ -139,6 +139,21 @@ fn asks_for_websocket(h: &HeaderMap) -> bool {
     has(header::CONNECTION, "upgrade") && has(header::UPGRADE, "websocket")
 }
 
+/// The `Sec-WebSocket-Accept` of `req`, or why it is not an upgrade: checked before a route
+/// does anything an upgrade that never comes would leave behind.
+pub(crate) fn check(req: &Request) -> Result<String, ApiError> {
+    if !asks_for_websocket(req.headers()) {
+        return Err(ApiError::new(
+            ErrorCode::Invalid,
+            "this route is a WebSocket: send `Connection: Upgrade` and `Upgrade: websocket` (an HTTP/1.1 GET)",
+        ));
+    }
+    req.headers()
+        .get(header::SEC_WEBSOCKET_KEY)
+        .map(|k| derive_accept_key(k.as_bytes()))
+        .ok_or_else(|| ApiError::new(ErrorCode::Invalid, "Sec-WebSocket-Key: missing"))
+}
+
 /// The 101 answer to `req`'s upgrade, and a task given the socket once hyper hands it over.
 /// A request that is not an upgrade is `invalid`, naming what it lacks.
 pub(crate) fn upgrade<F, Fut>(mut req: Request, serve: F) -> Result<Response, ApiError>
@@ -146,17 +161,7 @@ where
     F: FnOnce(Socket) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    if !asks_for_websocket(req.headers()) {
-        return Err(ApiError::new(
-            ErrorCode::Invalid,
-            "this route is a WebSocket: send `Connection: Upgrade` and `Upgrade: websocket` (an HTTP/1.1 GET)",
-        ));
-    }
-    let accept = req
-        .headers()
-        .get(header::SEC_WEBSOCKET_KEY)
-        .map(|k| derive_accept_key(k.as_bytes()))
-        .ok_or_else(|| ApiError::new(ErrorCode::Invalid, "Sec-WebSocket-Key: missing"))?;
+    let accept = check(&req)?;
     let on = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match on.await {

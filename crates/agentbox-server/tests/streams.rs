@@ -244,6 +244,11 @@ async fn frames_out_of_protocol_are_refused_with_a_close_code() {
         );
         assert_eq!(next(&mut ws).await.err(), Some(Some(code)));
     }
+    // A plain GET of a terminal is refused before any program starts.
+    let (st, b) = call(&s, Some(&key), "GET", &format!("/v1/boxes/{id}/terminal"), None).await;
+    assert_eq!((st, code_of(&b)), (400, "invalid"), "{b}");
+    let (_, listed) = call(&s, Some(&key), "GET", &format!("/v1/boxes/{id}/processes"), None).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "only the sleep: {listed}");
     // A plain GET of a stream is told what it lacks, in the one shape.
     let (st, b) = call(&s, Some(&key), "GET", &path, None).await;
     assert_eq!((st, code_of(&b)), (400, "invalid"), "{b}");

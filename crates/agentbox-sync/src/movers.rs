@@ -374,11 +374,17 @@ async fn list(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize, ctx: &
     Ok(mark)
 }
 
+/// The lock of pulls into `to`. A lock no pull holds is dropped here, so a process that pulls
+/// into many directories (a server's scratch directories) keeps only those in use.
+/// The locks of the directories pulls are running into.
+static LOCKS: StdMutex<Option<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = StdMutex::new(None);
+
 fn pull_lock(to: &Path) -> Arc<tokio::sync::Mutex<()>> {
-    static LOCKS: StdMutex<Option<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = StdMutex::new(None);
     let key = std::fs::canonicalize(to).unwrap_or_else(|_| to.to_path_buf());
-    let mut g = LOCKS.lock().unwrap();
-    g.get_or_insert_with(HashMap::new).entry(key).or_default().clone()
+    let mut g = LOCKS.lock().unwrap_or_else(|p| p.into_inner());
+    let locks = g.get_or_insert_with(HashMap::new);
+    locks.retain(|_, l| Arc::strong_count(l) > 1);
+    locks.entry(key).or_default().clone()
 }
 
 /// Bring back from the box what changed since `opts.since`.
@@ -593,5 +599,25 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<R> {
         let n = (buf.filled().len() - before) as u64;
         self.bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_lock_no_pull_holds_is_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 0..100 {
+            let d = dir.path().join(n.to_string());
+            std::fs::create_dir(&d).unwrap();
+            drop(super::pull_lock(&d));
+        }
+        let held = super::pull_lock(dir.path());
+        let n = super::LOCKS.lock().unwrap().as_ref().map_or(0, |m| m.len());
+        assert!(
+            n <= 1 + 4,
+            "only the locks in use stay (this one, and other tests' at most): {n}"
+        );
+        drop(held);
     }
 }

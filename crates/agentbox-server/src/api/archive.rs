@@ -119,7 +119,16 @@ pub(crate) async fn put(
     let mut stream = body.into_data_stream();
     let mut read = 0u64;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::new(ErrorCode::Invalid, format!("the archive's body: {e}")))?;
+        let chunk = chunk.map_err(|e| {
+            // A body that stopped coming is the client's time run out, as elsewhere.
+            let text = e.to_string();
+            let code = if text.contains("within the designated timeout") {
+                ErrorCode::Timeout
+            } else {
+                ErrorCode::Invalid
+            };
+            ApiError::new(code, format!("the archive's body: {text}"))
+        })?;
         read += chunk.len() as u64;
         // Headers and padding ride over the extractor's bound on contents: a tar twice the
         // bound is refused here, whatever its members claim.

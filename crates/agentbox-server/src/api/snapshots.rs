@@ -20,6 +20,9 @@ use crate::error::ApiError;
 use crate::keys::KeyInfo;
 use crate::state::AppState;
 
+/// Providers with no snapshots of the vendor's own: each of theirs was taken through agentbox.
+const OWN_SNAPSHOTS_ONLY: [&str; 3] = ["local", "namespace", "docker"];
+
 /// The longest name a key may give a snapshot (the provider's name is 63 at most).
 pub const MAX_SNAPSHOT_NAME: usize = 63 - PREFIX_LEN;
 /// `s-`, 16 hex digits of the key's id, `-`.
@@ -149,6 +152,12 @@ pub(crate) async fn own_snapshot(
         && p.snapshots(&ctx).await?.iter().any(|s| s.name == full)
     {
         spec.snapshot = Some(full);
+        return Ok(spec);
+    }
+    // Where every snapshot is one agentbox took (an operator's, through the CLI), a name that is
+    // not the key's is no key's to start from.
+    if OWN_SNAPSHOTS_ONLY.contains(&provider) {
+        return Err(missing());
     }
     Ok(spec)
 }

@@ -31,8 +31,15 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::ws::{self, ClientMessage, ServerMessage, Socket};
 
-/// How long a refused client is given to finish sending and close.
+/// How long a refused client is given to finish sending and close, and a client whose
+/// program ended to close.
 const LINGER: Duration = Duration::from_secs(5);
+/// How often the server pings a stream's client.
+const PING: Duration = Duration::from_secs(30);
+/// A client that answers nothing (not even a ping) this long is gone: its stream ends.
+const SILENT: Duration = Duration::from_secs(90);
+/// How long one message may take to go out to a client.
+const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 /// How long one poll of the box waits for output before asking again.
 const POLL: Duration = Duration::from_secs(10);
 /// The most bytes of output one poll takes (a message is at most this, base64'd).
@@ -102,6 +109,8 @@ pub(crate) async fn terminal(
     Query(q): Query<OpenTerminal>,
     req: Request,
 ) -> Result<Response, ApiError> {
+    // Not an upgrade: refused before a program starts that no socket would ever reach.
+    ws::check(&req)?;
     let b = reach(&state, &key, &p.id).await?;
     processes(b.as_ref())?;
     let argv = match q.command {
@@ -130,10 +139,50 @@ pub(crate) async fn terminal(
     })?;
     tracing::info!(box_id = %b.id(), handle, key = %key.name, "terminal opened");
     let open = state.metrics.stream_opened();
+    // An upgrade that never completes drops this closure unrun: its program ends with it.
+    let unclaimed = Unclaimed {
+        b: Some(b.clone()),
+        handle,
+    };
     ws::upgrade(req, move |socket| async move {
+        let mut claimed = unclaimed;
+        claimed.b = None;
         serve(socket, b, handle, 0, Some(handle)).await;
         drop(open);
     })
+}
+
+/// A terminal's program no socket took: killed and forgotten when dropped still holding its box.
+struct Unclaimed {
+    b: Option<Arc<dyn Sandbox>>,
+    handle: u64,
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        let (Some(b), handle) = (self.b.take(), self.handle) else {
+            return;
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Some(p) = b.processes() {
+                    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+                    let _ = p.signal(handle, 9, &ctx).await;
+                    // Its end read (what it printed dropped), then the box lets it go.
+                    let mut after = 0;
+                    for _ in 0..5 {
+                        match p.read(handle, after, Duration::from_secs(2), POLL_BYTES, &ctx).await {
+                            Ok(r) if r.exit.is_some() => break,
+                            Ok(r) => after = r.next,
+                            Err(_) => break,
+                        }
+                    }
+                    let _ = p.forget(handle, &ctx).await;
+                }
+                tracing::info!(box_id = %b.id(), handle, "a terminal no socket took was ended");
+            });
+        }
+    }
 }
 
 /// Serve one stream until the program ends, the client leaves, or a frame is out of protocol.
@@ -144,8 +193,10 @@ async fn serve(socket: Socket, b: Arc<dyn Sandbox>, handle: u64, after: u64, sta
     let writer = tokio::spawn(async move {
         while let Some(m) = rx.recv().await {
             let closing = matches!(m, Message::Close(_));
-            if sink.send(m).await.is_err() || closing {
-                break;
+            // A client that stopped reading is let go, not waited for.
+            match tokio::time::timeout(WRITE_DEADLINE, sink.send(m)).await {
+                Ok(Ok(())) if !closing => {}
+                _ => break,
             }
         }
         let _ = sink.flush().await;
@@ -154,9 +205,33 @@ async fn serve(socket: Socket, b: Arc<dyn Sandbox>, handle: u64, after: u64, sta
     if let Some(h) = started {
         let _ = tx.send(ServerMessage::Started { handle: h }.frame()).await;
     }
-    let output = tokio::spawn(pump(b.clone(), handle, after, tx.clone()));
+    let mut output = tokio::spawn(pump(b.clone(), handle, after, tx.clone()));
     let mut refused = false;
-    while let Some(frame) = incoming.next().await {
+    let mut pumping = true;
+    // Once the output is all sent (or cannot be), the client has LINGER to close.
+    let mut ending: Option<tokio::time::Instant> = None;
+    let mut ping = tokio::time::interval(PING);
+    let mut heard = tokio::time::Instant::now();
+    loop {
+        let frame = tokio::select! {
+            f = incoming.next() => f,
+            _ = &mut output, if pumping => {
+                pumping = false;
+                ending = Some(tokio::time::Instant::now() + LINGER);
+                continue;
+            }
+            _ = ping.tick() => {
+                if heard.elapsed() > SILENT {
+                    tracing::info!(box_id = %b.id(), handle, "stream closed: the client answered nothing for {} s", SILENT.as_secs());
+                    break;
+                }
+                let _ = tx.try_send(Message::Ping(Vec::new().into()));
+                continue;
+            }
+            _ = tokio::time::sleep_until(ending.unwrap_or_else(tokio::time::Instant::now)), if ending.is_some() => break,
+        };
+        let Some(frame) = frame else { break };
+        heard = tokio::time::Instant::now();
         let answer = match frame {
             Ok(Message::Text(t)) => match ws::parse(t.as_bytes()) {
                 Ok(m) => {

@@ -71,6 +71,20 @@ enum Store {
     Postgres(postgres::Postgres),
 }
 
+/// How long one call of the PostgreSQL store may take (a half-open connection never answers).
+pub const STORE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `call` within [`STORE_DEADLINE`], else `timeout` naming what it was doing.
+async fn within<T>(doing: &str, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(STORE_DEADLINE, call).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::timeout(format!(
+            "API keys: {doing}: PostgreSQL did not answer within {} s",
+            STORE_DEADLINE.as_secs()
+        ))),
+    }
+}
+
 /// The columns of a key, in the order both stores read them.
 const COLUMNS: &str = "id, name, admin, max_boxes, max_lifetime_ms, providers, requests_per_minute, created_ms";
 
@@ -204,7 +218,7 @@ impl Keys {
         let h = hash(&secret);
         let added = match &self.store {
             Store::Sqlite(s) => s.add(&row, &h)?,
-            Store::Postgres(p) => p.add(&row, &h).await?,
+            Store::Postgres(p) => within("writing the key", p.add(&row, &h)).await?,
         };
         if !added {
             return Err(Error::refused(format!("key name {name:?}: a key of that name exists")));
@@ -217,7 +231,7 @@ impl Keys {
         let h = hash(secret);
         let row = match &self.store {
             Store::Sqlite(s) => s.find(&h)?,
-            Store::Postgres(p) => p.find(&h).await?,
+            Store::Postgres(p) => within("looking a key up", p.find(&h)).await?,
         };
         Ok(row.map(Row::info))
     }
@@ -226,7 +240,7 @@ impl Keys {
     pub async fn list(&self) -> Result<Vec<KeyInfo>> {
         let rows = match &self.store {
             Store::Sqlite(s) => s.list()?,
-            Store::Postgres(p) => p.list().await?,
+            Store::Postgres(p) => within("listing the keys", p.list()).await?,
         };
         Ok(rows.into_iter().map(Row::info).collect())
     }
@@ -236,7 +250,7 @@ impl Keys {
     pub async fn remove(&self, name: &str) -> Result<bool> {
         match &self.store {
             Store::Sqlite(s) => s.remove(name),
-            Store::Postgres(p) => p.remove(name).await,
+            Store::Postgres(p) => within("removing the key", p.remove(name)).await,
         }
     }
 }

@@ -25,17 +25,21 @@ pub(super) struct Postgres {
     client: Mutex<std::sync::Arc<agentbox_transport::postgres::Postgres>>,
 }
 
-fn row(r: &tokio_postgres::Row) -> Row {
-    Row {
-        id: r.get(0),
-        name: r.get(1),
-        admin: r.get(2),
-        max_boxes: r.get(3),
-        max_lifetime_ms: r.get(4),
-        providers: r.get(5),
-        requests_per_minute: r.get(6),
-        created_ms: r.get(7),
-    }
+/// A row read back; a column of another type (a table someone changed) is an error, not a
+/// panic.
+fn row(r: &tokio_postgres::Row) -> Result<Row> {
+    let bad =
+        |e: tokio_postgres::Error| agentbox_core::Error::unknown(format!("API keys: a row of agentbox_keys: {e}"));
+    Ok(Row {
+        id: r.try_get(0).map_err(bad)?,
+        name: r.try_get(1).map_err(bad)?,
+        admin: r.try_get(2).map_err(bad)?,
+        max_boxes: r.try_get(3).map_err(bad)?,
+        max_lifetime_ms: r.try_get(4).map_err(bad)?,
+        providers: r.try_get(5).map_err(bad)?,
+        requests_per_minute: r.try_get(6).map_err(bad)?,
+        created_ms: r.try_get(7).map_err(bad)?,
+    })
 }
 
 impl Postgres {
@@ -92,7 +96,7 @@ impl Postgres {
             )
             .await
             .map_err(|e| pg.error(e, "looking a key up"))?;
-        Ok(found.as_ref().map(row))
+        found.as_ref().map(row).transpose()
     }
 
     pub(super) async fn list(&self) -> Result<Vec<Row>> {
@@ -102,7 +106,7 @@ impl Postgres {
             .query(&format!("SELECT {COLUMNS} FROM agentbox_keys ORDER BY name"), &[])
             .await
             .map_err(|e| pg.error(e, "listing the keys"))?;
-        Ok(rows.iter().map(row).collect())
+        rows.iter().map(row).collect()
     }
 
     pub(super) async fn remove(&self, name: &str) -> Result<bool> {
