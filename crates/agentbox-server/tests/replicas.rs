@@ -1,6 +1,7 @@
 //! Nothing lives only in a server's memory: two servers over one PostgreSQL key store (and one
 //! provider) serve the same keys and the same boxes, and a server started after another
-//! stopped finds every box again. A key's request rate is answered 429 with `Retry-After`.
+//! stopped finds every box again, and a process's output goes on from the cursor read through
+//! the first. A key's request rate is answered 429 with `Retry-After`.
 
 mod support;
 
@@ -47,6 +48,29 @@ async fn two_servers_over_one_postgres_serve_the_same_keys_and_boxes() {
     let (st, _) = call(&two, Some(&b), "GET", &format!("/v1/boxes/{id}"), None).await;
     assert_eq!(st, 404);
 
+    // A process's output read part way through one server...
+    let (st, p) = call(
+        &one,
+        Some(&a),
+        "POST",
+        &format!("/v1/boxes/{id}/processes"),
+        Some(json!({"command": "echo before; read x; echo after:$x"})),
+    )
+    .await;
+    assert_eq!(st, 201, "{p}");
+    let h = p["handle"].as_u64().unwrap();
+    let procs = format!("/v1/boxes/{id}/processes/{h}");
+    let (_, before) = call(
+        &one,
+        Some(&a),
+        "GET",
+        &format!("{procs}/output?after=0&wait_ms=30000"),
+        None,
+    )
+    .await;
+    assert_eq!(before["chunks"][0]["text"], "before\n", "{before}");
+    let cursor = before["next"].as_u64().unwrap();
+
     // A server that stops leaves the box running; the next one finds it.
     one.stop().await;
     let three = start_in(Arc::new(Keys::postgres(&conn).await.unwrap()), 1 << 20, home.path()).await;
@@ -54,6 +78,25 @@ async fn two_servers_over_one_postgres_serve_the_same_keys_and_boxes() {
     assert_eq!(st, 200, "{listed}");
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed[0]["id"], id.as_str());
+    // ...goes on from its cursor through the next, nothing repeated.
+    let (st, _) = call(
+        &three,
+        Some(&a),
+        "POST",
+        &format!("{procs}/stdin"),
+        Some(json!({"data": "x\n"})),
+    )
+    .await;
+    assert_eq!(st, 204);
+    let (_, rest) = call(
+        &three,
+        Some(&a),
+        "GET",
+        &format!("{procs}/output?after={cursor}&wait_ms=30000"),
+        None,
+    )
+    .await;
+    assert_eq!(rest["chunks"][0]["text"], "after:x\n", "{rest}");
 
     // A key removed through one replica is gone for all.
     assert!(first.remove(&format!("a-{run}")).await.unwrap());
