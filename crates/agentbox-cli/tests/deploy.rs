@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentbox");
 const WAIT: Duration = Duration::from_secs(60);
@@ -194,23 +195,7 @@ exec "$@""#;
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(WAIT, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            eprintln!("{line}");
-            if let Some(url) = line.strip_prefix("agentbox serve: serving on ") {
-                return url.to_string();
-            }
-        }
-        panic!("the server ended before it served");
-    })
-    .await
-    .expect("the server serves within a minute");
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("{line}");
-        }
-    });
+    let url = common::serving_url(&mut server).await;
     assert!(
         url.starts_with("https://127.0.0.1:"),
         "TLS, as the Deployment says: {url}"

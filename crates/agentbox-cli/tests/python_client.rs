@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 mod common;
 
@@ -66,26 +65,16 @@ async fn the_python_clients_suite_passes_against_a_real_server() {
     let home = tempfile::tempdir().unwrap();
     let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
     let (mut server, url) = common::serve(home.path(), "namespace").await;
-    let suite = tokio::process::Command::new(&py)
+    let mut suite = tokio::process::Command::new(&py);
+    suite
         .args(["-m", "pytest", "-q", "-rs", "tests"])
         .current_dir(client_dir())
         .env("AGENTBOX_URL", &url)
         .env("AGENTBOX_TEST_KEY_A", &a)
         .env("AGENTBOX_TEST_KEY_B", &b)
         .env("AGENTBOX_TEST_PROVIDERS", "namespace,docker")
-        .env_remove("AGENTBOX_KEY")
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(900), suite)
-        .await
-        .expect("the suite ends within 15 minutes")
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("{said}");
-    assert!(out.status.success(), "the Python client's suite failed:\n{said}");
+        .env_remove("AGENTBOX_KEY");
+    let said = common::run_suite(&mut suite, "the Python client").await;
     assert!(!said.contains("skipped"), "nothing skipped: {said}");
     assert!(said.contains(" passed"), "{said}");
     server.start_kill().unwrap();

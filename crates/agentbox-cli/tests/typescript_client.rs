@@ -5,7 +5,6 @@
 //! `scripts/test` exports its directory as `AGENTBOX_TEST_CLIENT_TS`.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 mod common;
 
@@ -55,7 +54,8 @@ async fn the_typescript_clients_suite_passes_against_a_real_server() {
     let home = tempfile::tempdir().unwrap();
     let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
     let (mut server, url) = common::serve(home.path(), "namespace").await;
-    let suite = tokio::process::Command::new("node")
+    let mut suite = tokio::process::Command::new("node");
+    suite
         .args(["--test", "--test-concurrency=1", "test/"])
         .current_dir(&dir)
         .env("AGENTBOX_URL", &url)
@@ -64,19 +64,8 @@ async fn the_typescript_clients_suite_passes_against_a_real_server() {
         .env("AGENTBOX_TEST_PROVIDERS", "namespace,docker")
         .env("AGENTBOX_BIN", env!("CARGO_BIN_EXE_agentbox"))
         .env("AGENTBOX_HOME", home.path())
-        .env_remove("AGENTBOX_KEY")
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(900), suite)
-        .await
-        .expect("the suite ends within 15 minutes")
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("{said}");
-    assert!(out.status.success(), "the TypeScript client's suite failed:\n{said}");
+        .env_remove("AGENTBOX_KEY");
+    let said = common::run_suite(&mut suite, "the TypeScript client").await;
     assert!(said.contains("# skipped 0") && said.contains("# fail 0"), "{said}");
     assert!(!said.contains("# pass 0"), "{said}");
     server.start_kill().unwrap();

@@ -52,19 +52,6 @@ async fn put(s: &Server, key: &str, id: &str, path: &str, tar: Vec<u8>) -> (u16,
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
-async fn exec(s: &Server, key: &str, id: &str, command: &str) -> String {
-    let (st, b) = call(
-        s,
-        Some(key),
-        "POST",
-        &format!("/v1/boxes/{id}/exec"),
-        Some(json!({"command": command})),
-    )
-    .await;
-    assert_eq!(st, 200, "{b}");
-    b["stdout"].as_str().unwrap().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_goes_in_and_out_as_a_tar_and_nothing_hostile_lands() {
     let keys = Arc::new(Keys::in_memory().unwrap());
@@ -104,7 +91,7 @@ async fn a_directory_goes_in_and_out_as_a_tar_and_nothing_hostile_lands() {
             .any(|s| s["path"] == "../escape.txt"),
         "{got}"
     );
-    let listed = exec(
+    let listed = run_in(
         &s,
         &key,
         &id,
@@ -118,7 +105,7 @@ async fn a_directory_goes_in_and_out_as_a_tar_and_nothing_hostile_lands() {
     );
 
     // Out again, with a link the box made beside them: left out, and said.
-    exec(&s, &key, &id, "ln -s /etc/passwd in/dir/link").await;
+    run_in(&s, &key, &id, "ln -s /etc/passwd in/dir/link").await;
     let r = s
         .http
         .get(format!("{}/v1/boxes/{id}/archive?path=in/dir", s.url))
@@ -150,7 +137,7 @@ async fn a_directory_goes_in_and_out_as_a_tar_and_nothing_hostile_lands() {
     cut[148] ^= 0x55; // the first header's checksum
     let (st, b) = put(&s, &key, &id, "other", cut).await;
     assert_eq!((st, code_of(&b)), (400, "invalid"), "{b}");
-    assert_eq!(exec(&s, &key, &id, "ls -d other 2>/dev/null | wc -l").await, "0\n");
+    assert_eq!(run_in(&s, &key, &id, "ls -d other 2>/dev/null | wc -l").await, "0\n");
 
     // A path that climbs, a directory that is not there, another key's box.
     let (st, b) = put(&s, &key, &id, "../up", tar.clone()).await;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use agentbox_server::{Keys, Limits};
 use serde_json::json;
 use support::*;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 async fn scrape(s: &Server, key: &str) -> (u16, String, String) {
     let r = s
@@ -110,17 +109,9 @@ async fn metrics_count_requests_tools_streams_and_boxes() {
     let h = p["handle"].as_u64().unwrap();
 
     // A stream open while the scrape runs.
-    let url = format!(
-        "{}/v1/boxes/{id}/processes/{h}/stream",
-        s.url.replace("http://", "ws://")
-    );
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    let tcp = tokio::net::TcpStream::connect(s.url.trim_start_matches("http://"))
+    let ws = ws_connect(&s, &key, &format!("/v1/boxes/{id}/processes/{h}/stream"))
         .await
         .unwrap();
-    let (ws, _) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
 
     let (st, _, _) = scrape(&s, &key).await;
     assert_eq!(st, 403, "an admin key's alone");

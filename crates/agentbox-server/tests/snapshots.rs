@@ -14,19 +14,6 @@ async fn make(s: &Server, key: &str, spec: Value) -> (u16, Value) {
     call(s, Some(key), "POST", "/v1/boxes", Some(json!({"spec": spec}))).await
 }
 
-async fn run(s: &Server, key: &str, id: &str, command: &str) -> String {
-    let (st, b) = call(
-        s,
-        Some(key),
-        "POST",
-        &format!("/v1/boxes/{id}/exec"),
-        Some(json!({"command": command})),
-    )
-    .await;
-    assert_eq!(st, 200, "{b}");
-    b["stdout"].as_str().unwrap().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_are_a_keys_own_and_forks_belong_to_the_key_that_forked() {
     let keys = Arc::new(Keys::in_memory().unwrap());
@@ -40,7 +27,7 @@ async fn snapshots_are_a_keys_own_and_forks_belong_to_the_key_that_forked() {
     let (st, made) = make(&s, &a, spec(600_000)).await;
     assert_eq!(st, 201, "{made}");
     let id = made["id"].as_str().unwrap().to_string();
-    run(&s, &a, &id, "echo kept > f.txt").await;
+    run_in(&s, &a, &id, "echo kept > f.txt").await;
 
     let (st, snap) = call(
         &s,
@@ -93,7 +80,7 @@ async fn snapshots_are_a_keys_own_and_forks_belong_to_the_key_that_forked() {
     let (st, from) = make(&s, &a, json!({"max_lifetime_ms": 600_000, "snapshot": "base"})).await;
     assert_eq!(st, 201, "{from}");
     let from_id = from["id"].as_str().unwrap().to_string();
-    assert_eq!(run(&s, &a, &from_id, "cat f.txt").await, "kept\n");
+    assert_eq!(run_in(&s, &a, &from_id, "cat f.txt").await, "kept\n");
 
     // A fork past the key's most is refused; one within it belongs to the key.
     let (st, past) = call(
@@ -105,7 +92,7 @@ async fn snapshots_are_a_keys_own_and_forks_belong_to_the_key_that_forked() {
     )
     .await;
     assert_eq!((st, code_of(&past)), (429, "rate_limited"), "{past}");
-    run(&s, &a, &id, "echo changed > f.txt").await;
+    run_in(&s, &a, &id, "echo changed > f.txt").await;
     let (st, forks) = call(
         &s,
         Some(&a),
@@ -116,7 +103,7 @@ async fn snapshots_are_a_keys_own_and_forks_belong_to_the_key_that_forked() {
     .await;
     assert_eq!(st, 201, "{forks}");
     let fork_id = forks[0]["id"].as_str().unwrap().to_string();
-    assert_eq!(run(&s, &a, &fork_id, "cat f.txt").await, "changed\n");
+    assert_eq!(run_in(&s, &a, &fork_id, "cat f.txt").await, "changed\n");
     let (st, _) = call(&s, Some(&b), "GET", &format!("/v1/boxes/{fork_id}"), None).await;
     assert_eq!(st, 404);
     let (st, refused) = call(

@@ -13,26 +13,8 @@ use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use support::*;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-
-type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
-
-/// A WebSocket to `path` with `key`, or the HTTP status it was refused with.
-async fn connect(s: &Server, key: &str, path: &str) -> Result<Ws, u16> {
-    let url = format!("{}{path}", s.url.replace("http://", "ws://"));
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    let host = s.url.trim_start_matches("http://").to_string();
-    let tcp = tokio::net::TcpStream::connect(host).await.unwrap();
-    match tokio_tungstenite::client_async(req, tcp).await {
-        Ok((ws, _)) => Ok(ws),
-        Err(WsError::Http(r)) => Err(r.status().as_u16()),
-        Err(e) => panic!("{path}: {e}"),
-    }
-}
 
 /// The next message, within 60 s: a JSON message, or the close frame's code.
 async fn next(ws: &mut Ws) -> Result<Value, Option<CloseCode>> {
@@ -99,15 +81,15 @@ async fn a_stream_survives_a_reconnect_from_its_cursor() {
     let path = format!("/v1/boxes/{id}/processes/{h}/stream");
 
     // Another key's process is not there: refused before any upgrade.
-    assert_eq!(connect(&s, &other, &path).await.err(), Some(404));
+    assert_eq!(ws_connect(&s, &other, &path).await.err(), Some(404));
 
-    let mut ws = connect(&s, &key, &path).await.unwrap();
+    let mut ws = ws_connect(&s, &key, &path).await.unwrap();
     let (first, _) = read_until(&mut ws, "one\n").await;
     send(&mut ws, json!({"type": "stdin", "data": "hi\n"})).await;
     let (second, cursor) = read_until(&mut ws, "got:hi\n").await;
     // The client goes away mid-stream, and comes back from where it was.
     drop(ws);
-    let mut ws = connect(&s, &key, &format!("{path}?after={cursor}")).await.unwrap();
+    let mut ws = ws_connect(&s, &key, &format!("{path}?after={cursor}")).await.unwrap();
     send(
         &mut ws,
         json!({"type": "stdin", "data_base64": base64::engine::general_purpose::STANDARD.encode("x\n")}),
@@ -144,7 +126,7 @@ async fn a_stream_says_the_gap_of_bytes_no_longer_kept() {
     )
     .await;
     assert_eq!(st, 200, "{b}");
-    let mut ws = connect(&s, &key, &format!("/v1/boxes/{id}/processes/{h}/stream"))
+    let mut ws = ws_connect(&s, &key, &format!("/v1/boxes/{id}/processes/{h}/stream"))
         .await
         .unwrap();
     let gap = next(&mut ws).await.unwrap();
@@ -182,7 +164,7 @@ async fn a_terminal_is_resized_and_reattached_by_its_handle() {
         "/v1/boxes/{id}/terminal?rows=30&cols=90&command={}",
         command.replace(' ', "%20").replace(';', "%3B")
     );
-    let mut ws = connect(&s, &key, &q).await.unwrap();
+    let mut ws = ws_connect(&s, &key, &q).await.unwrap();
     let started = next(&mut ws).await.unwrap();
     assert_eq!(started["type"], "started", "{started}");
     let h = started["handle"].as_u64().unwrap();
@@ -198,7 +180,7 @@ async fn a_terminal_is_resized_and_reattached_by_its_handle() {
     );
     drop(ws);
     // The terminal's program outlived the socket: reattached by its handle, from the start.
-    let mut ws = connect(&s, &key, &format!("/v1/boxes/{id}/processes/{h}/stream"))
+    let mut ws = ws_connect(&s, &key, &format!("/v1/boxes/{id}/processes/{h}/stream"))
         .await
         .unwrap();
     read_until(&mut ws, "30 90").await;
@@ -229,7 +211,7 @@ async fn frames_out_of_protocol_are_refused_with_a_close_code() {
         (Message::text("x".repeat(2 << 20)), CloseCode::Size),
     ];
     for (frame, code) in cases {
-        let mut ws = connect(&s, &key, &path).await.unwrap();
+        let mut ws = ws_connect(&s, &key, &path).await.unwrap();
         // A frame too big may cut the connection before the client finishes sending it.
         let _ = ws.send(frame).await;
         let e = next(&mut ws).await.unwrap();

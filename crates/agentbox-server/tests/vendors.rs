@@ -16,7 +16,6 @@ use agentbox_server::{Keys, Limits};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use support::*;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 /// Everything the service offers a box of `provider`, through the service.
 async fn through_the_service(provider: &str, vars: &[(&str, String)], keeps_processes: bool) {
@@ -104,17 +103,9 @@ async fn through_the_service(provider: &str, vars: &[(&str, String)], keeps_proc
     }
     assert_eq!(st, 201, "{provider}: {p}");
     let h = p["handle"].as_u64().unwrap();
-    let url = format!(
-        "{}/v1/boxes/{id}/processes/{h}/stream",
-        s.url.replace("http://", "ws://")
-    );
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    let tcp = tokio::net::TcpStream::connect(s.url.trim_start_matches("http://"))
+    let mut ws = ws_connect(&s, &key, &format!("/v1/boxes/{id}/processes/{h}/stream"))
         .await
         .unwrap();
-    let (mut ws, _) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
     let mut text = String::new();
     let exit = loop {
         let m = tokio::time::timeout(Duration::from_secs(60), ws.next())

@@ -79,7 +79,6 @@ pub(crate) fn key(home: &std::path::Path, name: &str) -> String {
 /// `agentbox serve` over `home` on a loopback port, its default provider `provider`: the
 /// process (killed when dropped) and its URL once it serves (its log copied to this test's).
 pub(crate) async fn serve(home: &std::path::Path, provider: &str) -> (tokio::process::Child, String) {
-    use tokio::io::AsyncBufReadExt;
     let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .args(["serve", "--listen", "127.0.0.1:0", "--provider", provider])
         .env("AGENTBOX_HOME", home)
@@ -88,6 +87,14 @@ pub(crate) async fn serve(home: &std::path::Path, provider: &str) -> (tokio::pro
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let url = serving_url(&mut server).await;
+    (server, url)
+}
+
+/// The URL a starting `agentbox serve` says it serves on (its stderr piped), within 60 s; its
+/// log from then on is copied to this test's.
+pub(crate) async fn serving_url(server: &mut tokio::process::Child) -> String {
+    use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
     let url = tokio::time::timeout(std::time::Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await.unwrap() {
@@ -105,5 +112,22 @@ pub(crate) async fn serve(home: &std::path::Path, provider: &str) -> (tokio::pro
             eprintln!("{line}");
         }
     });
-    (server, url)
+    url
+}
+
+/// A client's suite run to its end within 15 minutes, its output printed: the output, after
+/// checking it passed.
+pub(crate) async fn run_suite(suite: &mut tokio::process::Command, what: &str) -> String {
+    let out = tokio::time::timeout(std::time::Duration::from_secs(900), suite.output())
+        .await
+        .expect("the suite ends within 15 minutes")
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{said}");
+    assert!(out.status.success(), "{what}'s suite failed:\n{said}");
+    said
 }

@@ -158,3 +158,38 @@ pub(crate) fn local() -> Limits {
 pub(crate) fn spec(lifetime_ms: u64) -> Value {
     json!({"max_lifetime_ms": lifetime_ms})
 }
+
+/// A WebSocket client's stream.
+pub(crate) type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// A WebSocket to `path` with `key`, or the HTTP status it was refused with.
+pub(crate) async fn ws_connect(s: &Server, key: &str, path: &str) -> Result<Ws, u16> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!("{}{path}", s.url.replace("http://", "ws://"));
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let tcp = tokio::net::TcpStream::connect(s.url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    match tokio_tungstenite::client_async(req, tcp).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(WsError::Http(r)) => Err(r.status().as_u16()),
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+/// `command` run to its end in box `id` with `key`, which must succeed: its stdout.
+pub(crate) async fn run_in(s: &Server, key: &str, id: &str, command: &str) -> String {
+    let (st, b) = call(
+        s,
+        Some(key),
+        "POST",
+        &format!("/v1/boxes/{id}/exec"),
+        Some(json!({"command": command})),
+    )
+    .await;
+    assert_eq!(st, 200, "{b}");
+    b["stdout"].as_str().unwrap().to_string()
+}
