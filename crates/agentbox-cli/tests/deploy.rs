@@ -16,20 +16,6 @@ mod common;
 const BIN: &str = env!("CARGO_BIN_EXE_agentbox");
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A path from `var`, or `None` after the loud notice (a failure under CI).
-fn tool(var: &str, test: &str) -> Option<PathBuf> {
-    if let Ok(p) = std::env::var(var)
-        && !p.is_empty()
-    {
-        return Some(PathBuf::from(p));
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: CI needs {var} (scripts/test runs scripts/kube-clients)");
-    }
-    eprintln!("\n!!!! {test}: {var} UNSET: this test did NOT run. Run scripts/kube-clients and export it. !!!!\n");
-    None
-}
-
 async fn kubectl(k: &Path, fake: &FakeKube, args: &[&str]) -> String {
     let out = tokio::time::timeout(
         WAIT,
@@ -64,7 +50,7 @@ async fn the_manifests_apply_and_the_server_makes_a_pod_box_in_cluster() {
     let Some(pg) = agentbox_testing::services::postgres(TEST) else {
         return;
     };
-    let Some(k) = tool("AGENTBOX_TEST_KUBECTL", TEST) else {
+    let Some(k) = agentbox_testing::services::path_from("AGENTBOX_TEST_KUBECTL", "scripts/kube-clients", TEST) else {
         return;
     };
     let _ = rustls::crypto::ring::default_provider().install_default();

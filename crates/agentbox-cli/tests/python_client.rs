@@ -8,23 +8,6 @@ use std::process::Command;
 
 mod common;
 
-/// The venv's python, or `None` after the loud notice (a failure under CI).
-fn python(test: &str) -> Option<PathBuf> {
-    match std::env::var("AGENTBOX_TEST_CLIENT_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(PathBuf::from(p)),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{test}: CI needs AGENTBOX_TEST_CLIENT_PYTHON (scripts/test runs scripts/python-client)")
-        }
-        _ => {
-            eprintln!(
-                "\n!!!! {test}: AGENTBOX_TEST_CLIENT_PYTHON UNSET: this test did NOT run. \
-                 Run scripts/python-client and export it. !!!!\n"
-            );
-            None
-        }
-    }
-}
-
 fn client_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python")
 }
@@ -41,7 +24,11 @@ fn run(py: &Path, args: &[&str]) -> (bool, String) {
 
 #[test]
 fn the_python_client_is_formatted_linted_and_typed() {
-    let Some(py) = python("the_python_client_is_formatted_linted_and_typed") else {
+    let Some(py) = agentbox_testing::services::path_from(
+        "AGENTBOX_TEST_CLIENT_PYTHON",
+        "scripts/python-client",
+        "the_python_client_is_formatted_linted_and_typed",
+    ) else {
         return;
     };
     for check in [
@@ -57,7 +44,10 @@ fn the_python_client_is_formatted_linted_and_typed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_clients_suite_passes_against_a_real_server() {
     let test = "the_python_clients_suite_passes_against_a_real_server";
-    let Some(py) = python(test) else { return };
+    let Some(py) = agentbox_testing::services::path_from("AGENTBOX_TEST_CLIENT_PYTHON", "scripts/python-client", test)
+    else {
+        return;
+    };
     if !agentbox_testing::services::docker_available(test) {
         return;
     }

@@ -4,30 +4,15 @@
 //! (`tsc --noEmit`, Biome). `scripts/typescript-client` installs its packages and builds it;
 //! `scripts/test` exports its directory as `AGENTBOX_TEST_CLIENT_TS`.
 
-use std::path::PathBuf;
-
 mod common;
-
-/// The client's directory, built, or `None` after the loud notice (a failure under CI).
-fn client(test: &str) -> Option<PathBuf> {
-    match std::env::var("AGENTBOX_TEST_CLIENT_TS") {
-        Ok(p) if !p.is_empty() => Some(PathBuf::from(p)),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{test}: CI needs AGENTBOX_TEST_CLIENT_TS (scripts/test runs scripts/typescript-client)")
-        }
-        _ => {
-            eprintln!(
-                "\n!!!! {test}: AGENTBOX_TEST_CLIENT_TS UNSET: this test did NOT run. \
-                 Run scripts/typescript-client and export it. !!!!\n"
-            );
-            None
-        }
-    }
-}
 
 #[test]
 fn the_typescript_client_is_typed_formatted_and_linted() {
-    let Some(dir) = client("the_typescript_client_is_typed_formatted_and_linted") else {
+    let Some(dir) = agentbox_testing::services::path_from(
+        "AGENTBOX_TEST_CLIENT_TS",
+        "scripts/typescript-client",
+        "the_typescript_client_is_typed_formatted_and_linted",
+    ) else {
         return;
     };
     let out = std::process::Command::new("npm")
@@ -46,7 +31,10 @@ fn the_typescript_client_is_typed_formatted_and_linted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_typescript_clients_suite_passes_against_a_real_server() {
     let test = "the_typescript_clients_suite_passes_against_a_real_server";
-    let Some(dir) = client(test) else { return };
+    let Some(dir) = agentbox_testing::services::path_from("AGENTBOX_TEST_CLIENT_TS", "scripts/typescript-client", test)
+    else {
+        return;
+    };
     if !agentbox_testing::services::docker_available(test) {
         return;
     }

@@ -805,16 +805,7 @@ mod judged {
 
     /// A path from `var`, or `None` after the loud notice (a failure under CI).
     fn tool(var: &str, test: &str) -> Option<PathBuf> {
-        if let Ok(p) = std::env::var(var)
-            && !p.is_empty()
-        {
-            return Some(PathBuf::from(p));
-        }
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: CI needs {var} (scripts/test runs scripts/kube-clients)");
-        }
-        eprintln!("\n!!!! {test}: {var} UNSET: this test did NOT run. Run scripts/kube-clients and export it. !!!!\n");
-        None
+        agentbox_testing::services::path_from(var, "scripts/kube-clients", test)
     }
 
     async fn fake(test: &str, v5: bool) -> Option<FakeKube> {

@@ -79,3 +79,18 @@ pub fn rootfs(test: &str) -> Option<String> {
     eprintln!("\n!!!! {test}: NO ROOTFS ({ROOTFS_ENV} unset): this test did NOT run. Run scripts/box-rootfs. !!!!\n");
     None
 }
+
+/// The path `var` names (a tool or a client the test scripts installed), or `None` after a loud
+/// notice saying to run `script`; under CI a missing one is a failure.
+pub fn path_from(var: &str, script: &str, test: &str) -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var(var)
+        && !p.is_empty()
+    {
+        return Some(p.into());
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI needs {var} (scripts/test runs {script})");
+    }
+    eprintln!("\n!!!! {test}: {var} UNSET: this test did NOT run. Run {script} and export it. !!!!\n");
+    None
+}
