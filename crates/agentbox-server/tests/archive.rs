@@ -163,3 +163,98 @@ async fn a_directory_goes_in_and_out_as_a_tar_and_nothing_hostile_lands() {
     .await;
     assert_eq!((st, code_of(&b)), (404, "not_found"), "{b}");
 }
+
+/// The members of a tar, as (path, text), sorted.
+fn members_of(bytes: &[u8]) -> Vec<(String, String)> {
+    let mut members: Vec<(String, String)> = tar::Archive::new(bytes)
+        .entries()
+        .unwrap()
+        .map(|e| {
+            let mut e = e.unwrap();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut e, &mut text).unwrap();
+            (e.path().unwrap().display().to_string(), text)
+        })
+        .collect();
+    members.sort();
+    members
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_and_a_pick_bring_out_only_what_changed() {
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let (_, key) = keys.add("k", false, local()).await.unwrap();
+    let (_, other) = keys.add("other", false, local()).await.unwrap();
+    let s = start(keys, 1 << 20).await;
+    let (st, b) = call(
+        &s,
+        Some(&key),
+        "POST",
+        "/v1/boxes",
+        Some(json!({"spec": spec(600_000)})),
+    )
+    .await;
+    assert_eq!(st, 201, "{b}");
+    let id = b["id"].as_str().unwrap().to_string();
+    run_in(
+        &s,
+        &key,
+        &id,
+        "mkdir -p w/sub && printf one > w/a.txt && printf two > w/sub/b.txt && ln -s /etc/passwd w/link",
+    )
+    .await;
+
+    let (st, listed) = call(
+        &s,
+        Some(&key),
+        "GET",
+        &format!("/v1/boxes/{id}/archive/listing?path=w"),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{listed}");
+    let e = &listed["entries"];
+    assert_eq!(
+        (e["a.txt"]["kind"].as_str(), e["a.txt"]["size"].as_u64()),
+        (Some("f"), Some(3))
+    );
+    assert_eq!(e["sub"]["kind"], "d");
+    assert_eq!(e["link"]["kind"], "l", "a link is listed, not followed: {listed}");
+    assert!(e["sub/b.txt"]["mtime"].as_str().unwrap().contains('.'), "{listed}");
+
+    // Only the files named come out; a link named is left out, as is what was not named.
+    let pick = |names: serde_json::Value| {
+        s.http
+            .post(format!("{}/v1/boxes/{id}/archive/pick", s.url))
+            .bearer_auth(&key)
+            .json(&json!({"path": "w", "names": names}))
+            .send()
+    };
+    let r = pick(json!(["sub/b.txt", "link"])).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "application/x-tar");
+    let got = members_of(&r.bytes().await.unwrap());
+    assert_eq!(
+        got,
+        vec![
+            ("sub/".to_string(), String::new()),
+            ("sub/b.txt".to_string(), "two".to_string())
+        ]
+    );
+
+    // A name that climbs is refused, naming which; another key's box is not found.
+    let r = pick(json!(["a.txt", "../etc/passwd"])).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(code_of(&b), "invalid");
+    assert!(b["message"].as_str().unwrap().starts_with("names[1]"), "{b}");
+    let (st, b) = call(
+        &s,
+        Some(&other),
+        "GET",
+        &format!("/v1/boxes/{id}/archive/listing?path=w"),
+        None,
+    )
+    .await;
+    assert_eq!((st, code_of(&b)), (404, "not_found"), "{b}");
+}

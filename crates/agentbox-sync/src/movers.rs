@@ -306,7 +306,7 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
             out.stderr_text().trim()
         )));
     }
-    let mut mark = list(b, &opts.to, &opts.exclude, MAX_LISTING_BYTES, ctx).await?;
+    let mut mark = list_box(b, &opts.to, &opts.exclude, MAX_LISTING_BYTES, ctx).await?;
     for (path, e) in mark.entries.iter_mut() {
         e.sha256 = hashes.get(path).cloned();
     }
@@ -320,7 +320,9 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
     Ok(Seeded { sent, skipped, mark })
 }
 
-async fn list(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize, ctx: &Ctx) -> Result<Mark> {
+/// The box's listing of `dir` (kind, size, mode, mtime of each path under it, links not
+/// followed), at most `max` bytes of it: what a pull compares with its mark.
+pub async fn list_box(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize, ctx: &Ctx) -> Result<Mark> {
     let argv = ["sh", "-c", LIST, "agentbox-list", dir].map(String::from).to_vec();
     let p = b
         .exec(
@@ -394,7 +396,7 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
     // Pulls into one directory run one at a time, from the first check to the mark.
     let lock = pull_lock(&opts.to);
     let _held = lock.lock().await;
-    let listed = list(
+    let listed = list_box(
         b,
         &opts.from,
         &opts.exclude,
@@ -422,59 +424,8 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         }
         wanted.push(path.clone());
     }
-    let mut receipt = Receipt::default();
-    let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    if !wanted.is_empty() {
-        let argv = ["sh", "-c", PACK, "agentbox-pull", &opts.from]
-            .map(String::from)
-            .to_vec();
-        let mut p = b
-            .exec(
-                &argv,
-                &ExecOptions {
-                    env: [("LC_ALL".into(), "C".into())].into(),
-                    ..Default::default()
-                },
-                ctx,
-            )
-            .await?;
-        let mut list_bytes = Vec::new();
-        for w in &wanted {
-            list_bytes.extend_from_slice(w.as_bytes());
-            list_bytes.push(0);
-        }
-        let mut stdin = p.stdin.take();
-        let writer = async move {
-            if let Some(s) = stdin.as_mut() {
-                let _ = s.write_all(&list_bytes).await;
-                let _ = s.close().await;
-            }
-        };
-        let wanted_set: std::collections::HashSet<String> = wanted.iter().cloned().collect();
-        let admit: crate::Admit = Arc::new(move |path: &str, _| wanted_set.contains(&relative(path)));
-        let stdout = p
-            .stdout
-            .take()
-            .ok_or_else(|| Error::unknown("the pack has no stdout"))?;
-        let extract_opts = Options {
-            admit: Some(admit),
-            max_bytes: opts.max_bytes.unwrap_or(crate::MAX_BYTES),
-            ..Default::default()
-        };
-        let (_, r) = tokio::join!(
-            writer,
-            extract_tar(
-                Counted {
-                    inner: stdout,
-                    bytes: bytes.clone()
-                },
-                opts.to.clone(),
-                extract_opts
-            )
-        );
-        receipt = r;
-        let _ = p.wait().await;
-    }
+    let max_bytes = opts.max_bytes.unwrap_or(crate::MAX_BYTES);
+    let (receipt, bytes) = fetch(b, &opts.from, &wanted, &opts.to, max_bytes, ctx).await?;
     // The next mark: the box's listing, with the hash of what the host now holds.
     let mut mark = listed.clone();
     for (path, e) in mark.entries.iter_mut() {
@@ -537,7 +488,6 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
             mark.entries.insert(p, e);
         }
     }
-    let bytes = bytes.load(std::sync::atomic::Ordering::Relaxed);
     tracing::info!(
         listed = listed.entries.len(),
         fetched = wanted.len(),
@@ -556,6 +506,70 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         host_changed,
         mark,
     })
+}
+
+/// Bring the files and directories `names` (relative to the box directory `from`) to the host
+/// directory `to`, through the safe extractor: a member the box sends that was not asked for
+/// is skipped. Answers the extraction's receipt and the bytes that came out of the box.
+pub async fn fetch(
+    b: &dyn Sandbox,
+    from: &str,
+    names: &[String],
+    to: &Path,
+    max_bytes: u64,
+    ctx: &Ctx,
+) -> Result<(Receipt, u64)> {
+    if names.is_empty() {
+        return Ok((Receipt::default(), 0));
+    }
+    let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let argv = ["sh", "-c", PACK, "agentbox-pull", from].map(String::from).to_vec();
+    let mut p = b
+        .exec(
+            &argv,
+            &ExecOptions {
+                env: [("LC_ALL".into(), "C".into())].into(),
+                ..Default::default()
+            },
+            ctx,
+        )
+        .await?;
+    let mut list_bytes = Vec::new();
+    for w in names {
+        list_bytes.extend_from_slice(w.as_bytes());
+        list_bytes.push(0);
+    }
+    let mut stdin = p.stdin.take();
+    let writer = async move {
+        if let Some(s) = stdin.as_mut() {
+            let _ = s.write_all(&list_bytes).await;
+            let _ = s.close().await;
+        }
+    };
+    let wanted_set: std::collections::HashSet<String> = names.iter().cloned().collect();
+    let admit: crate::Admit = Arc::new(move |path: &str, _| wanted_set.contains(&relative(path)));
+    let stdout = p
+        .stdout
+        .take()
+        .ok_or_else(|| Error::unknown("the pack has no stdout"))?;
+    let extract_opts = Options {
+        admit: Some(admit),
+        max_bytes,
+        ..Default::default()
+    };
+    let (_, receipt) = tokio::join!(
+        writer,
+        extract_tar(
+            Counted {
+                inner: stdout,
+                bytes: bytes.clone()
+            },
+            to.to_path_buf(),
+            extract_opts
+        )
+    );
+    let _ = p.wait().await;
+    Ok((receipt, bytes.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 /// The part of an agent's home that is its memory: seeded read-only, never pulled back, never

@@ -202,6 +202,22 @@ pub(crate) async fn get(
     if let Some(e) = stopped(&pulled.receipt, &format!("the box's archive of {from}")) {
         return Err(e);
     }
+    let skipped = pulled.receipt.skipped.clone();
+    let unfollowed = pulled.mark.entries.values().map(|e| e.kind.clone()).collect::<Vec<_>>();
+    packed(&key.name, b.id().to_string(), from, to, skipped, &unfollowed).await
+}
+
+/// The tree the server extracted at `to`, packed again and answered as a tar, with what was
+/// left out (the extractor's skips and, by `kinds` the box listed, links and the like never
+/// followed) in `agentbox-skipped`.
+async fn packed(
+    key: &str,
+    box_id: String,
+    from: String,
+    to: std::path::PathBuf,
+    skipped: BTreeMap<agentbox_sync::SkipReason, u64>,
+    kinds: &[String],
+) -> Result<Response, ApiError> {
     let packed = tokio::task::spawn_blocking(move || {
         agentbox_sync::pack_dir(&SeedOptions {
             from: to,
@@ -210,15 +226,10 @@ pub(crate) async fn get(
     })
     .await
     .map_err(|e| ApiError::new(ErrorCode::Unknown, format!("packing: {e}")))??;
-    let mut skipped: BTreeMap<String, u64> = pulled
-        .receipt
-        .skipped
-        .iter()
-        .map(|(r, n)| (reason_text(r), *n))
-        .collect();
+    let mut skipped: BTreeMap<String, u64> = skipped.iter().map(|(r, n)| (reason_text(r), *n)).collect();
     // What the box listed but no pull asks for: links and the like, never followed.
-    for e in pulled.mark.entries.values().filter(|e| e.kind != "f" && e.kind != "d") {
-        let reason = if e.kind == "l" { "symlink" } else { "special" };
+    for kind in kinds.iter().filter(|k| *k != "f" && *k != "d") {
+        let reason = if kind == "l" { "symlink" } else { "special" };
         *skipped.entry(reason.into()).or_default() += 1;
     }
     let said = skipped
@@ -226,7 +237,7 @@ pub(crate) async fn get(
         .map(|(r, n)| format!("{r}={n}"))
         .collect::<Vec<_>>()
         .join(",");
-    tracing::info!(box_id = %b.id(), path = %from, sent = packed.sent, skipped = %said, key = %key.name, "archive packed");
+    tracing::info!(box_id = %box_id, path = %from, sent = packed.sent, skipped = %said, key = %key, "archive packed");
     let mut r = packed.archive.into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
@@ -234,4 +245,101 @@ pub(crate) async fn get(
         h.insert("agentbox-skipped", v);
     }
     Ok(r)
+}
+
+/// One path of a box directory's listing.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ListedEntry {
+    /// `f` file, `d` directory, `l` link, other letters as `find -printf %y` prints them.
+    pub kind: String,
+    /// Bytes.
+    pub size: u64,
+    /// Permission bits, in octal.
+    pub mode: String,
+    /// Modification time as the box printed it (seconds with nanoseconds): compare it as text,
+    /// never with this machine's clock.
+    pub mtime: String,
+}
+
+/// A box directory's listing: what an incremental pull compares with what it last saw.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Listing {
+    /// Every path under the directory (relative, links not followed), in byte order.
+    pub entries: BTreeMap<String, ListedEntry>,
+}
+
+/// `GET /v1/boxes/{id}/archive/listing?path=DIR`: each path under the directory with its
+/// kind, size, mode and mtime as the box lists them. A client that keeps the last listing
+/// asks `pick` for only what changed since: sync's incremental pull, over the API.
+pub(crate) async fn listing(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Path(p): Path<BoxPath>,
+    Query(q): Query<ArchivePath>,
+) -> Result<Json<Listing>, ApiError> {
+    let from = checked(&q.path, "path")?;
+    let b = reach(&state, &key, &p.id).await?;
+    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+    let mark = agentbox_sync::list_box(b.as_ref(), &from, &[], agentbox_sync::MAX_LISTING_BYTES, &ctx).await?;
+    let entries = mark
+        .entries
+        .into_iter()
+        .map(|(path, e)| {
+            let e = ListedEntry {
+                kind: e.kind,
+                size: e.size,
+                mode: e.mode,
+                mtime: e.mtime,
+            };
+            (path, e)
+        })
+        .collect();
+    Ok(Json(Listing { entries }))
+}
+
+/// The files of a directory to bring out.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Pick {
+    /// The box directory, as for the archive.
+    pub path: String,
+    /// Paths relative to it (as the listing names them): files and directories. Anything
+    /// else, and anything not named, is left out.
+    pub names: Vec<String>,
+}
+
+/// `POST /v1/boxes/{id}/archive/pick`: the named files and directories of a box directory as
+/// a tar, through the same safe extractor as the whole archive.
+pub(crate) async fn pick(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Path(p): Path<BoxPath>,
+    Json(body): Json<Pick>,
+) -> Result<Response, ApiError> {
+    let from = checked(&body.path, "path")?;
+    if body.names.len() as u64 > MAX_ENTRIES {
+        return Err(ApiError::new(
+            ErrorCode::TooLarge,
+            format!("names: {} paths, at most {MAX_ENTRIES}", body.names.len()),
+        ));
+    }
+    for (i, n) in body.names.iter().enumerate() {
+        let climbs = n.split('/').any(|s| s == ".." || s.is_empty() || s == ".");
+        if n.starts_with('/') || climbs || n.contains('\0') {
+            return Err(ApiError::new(
+                ErrorCode::Invalid,
+                format!("names[{i}]: {n:?} is not a relative path in normal form"),
+            ));
+        }
+    }
+    let b = reach(&state, &key, &p.id).await?;
+    let dir = scratch()?;
+    let to = dir.path().join("tree");
+    std::fs::create_dir_all(&to).map_err(|e| ApiError::new(ErrorCode::Unknown, format!("a scratch directory: {e}")))?;
+    let ctx = Ctx::background().with_timeout(ARCHIVE_DEADLINE.max(CALL_DEADLINE));
+    let (receipt, _) = agentbox_sync::fetch(b.as_ref(), &from, &body.names, &to, MAX_ARCHIVE, &ctx).await?;
+    if let Some(e) = stopped(&receipt, &format!("the box's archive of {from}")) {
+        return Err(e);
+    }
+    packed(&key.name, b.id().to_string(), from, to, receipt.skipped.clone(), &[]).await
 }

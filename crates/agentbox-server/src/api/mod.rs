@@ -128,6 +128,18 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
             }),
         )
         .api_route(
+            "/v1/boxes/{id}/archive/listing",
+            get_with(archive::listing, |o| {
+                o.summary("A directory's listing (kind, size, mode, mtime of each path, links not followed): what an incremental pull compares")
+            }),
+        )
+        .api_route(
+            "/v1/boxes/{id}/archive/pick",
+            post_with(archive::pick, |o| {
+                o.summary("The named files and directories of a directory as a tar, through the safe extractor")
+            }),
+        )
+        .api_route(
             "/v1/boxes/{id}/files/stat",
             get_with(files::stat, |o| o.summary("What a path is (a link not followed)")),
         )
