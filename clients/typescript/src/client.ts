@@ -4,6 +4,7 @@ import type {
   BoxInfo,
   ExecResult,
   FileInfo,
+  Listing,
   Output,
   ProcessState,
   ProviderInfo,
@@ -315,6 +316,24 @@ export class Box {
   /** The directory `path`'s contents as a tar. */
   downloadTar(path: string): Promise<Buffer> {
     return this.client.bytes({ method: "GET", path: `${box(this.id)}/archive`, query: { path } });
+  }
+
+  /** Each path under the directory `path` with its kind, size, mode and mtime (links not followed). */
+  listing(path: string): Promise<Listing> {
+    return this.client.call({
+      method: "GET",
+      path: `${box(this.id)}/archive/listing`,
+      query: { path },
+    });
+  }
+
+  /** The files and directories `names` (relative to the directory `path`) as a tar. */
+  pick(path: string, names: string[]): Promise<Buffer> {
+    return this.client.bytes({
+      method: "POST",
+      path: `${box(this.id)}/archive/pick`,
+      json: { path, names },
+    });
   }
 
   /** Call one of the agent's tools (`bash`, `read`, `edit`...) on the box. */

@@ -14,3 +14,5 @@ export { AgentboxError } from "./errors.js";
 export { LocalClient, type LocalOptions } from "./local.js";
 export type * from "./models.js";
 export { Stream } from "./stream.js";
+export { type Mark, type MarkEntry, type Pulled, pull, type Seeded, seed } from "./sync.js";
+export { packDir, unpack } from "./tar.js";

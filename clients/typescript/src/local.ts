@@ -4,7 +4,7 @@
  * then needs only the `agentbox` binary.
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -20,6 +20,12 @@ export interface LocalOptions {
   args?: string[];
   /** Milliseconds to wait for it to serve (default 60,000). */
   startMs?: number;
+  /**
+   * A directory (made, mode 0700) that keeps the key store and its key between starts, so the
+   * boxes one start made are this key's again at the next (a named box found by `openBox`).
+   * Without it, each start has a key store of its own, removed by `close`.
+   */
+  keep?: string;
 }
 
 /** A client of a service this process started, which `close` stops. */
@@ -44,20 +50,27 @@ export class LocalClient extends Client {
   static async start(o: LocalOptions = {}): Promise<LocalClient> {
     const bin = o.bin ?? process.env.AGENTBOX_BIN ?? "agentbox";
     const dir = mkdtempSync(join(tmpdir(), "agentbox-client-"));
-    const keys = join(dir, "keys.db");
+    if (o.keep) mkdirSync(o.keep, { recursive: true, mode: 0o700 });
+    const keys = join(o.keep ?? dir, "keys.db");
+    const kept = o.keep ? join(o.keep, "key") : undefined;
     const socket = join(dir, "agentbox.sock");
     let key: string;
     try {
-      const made = await promisify(execFile)(bin, [
-        "serve",
-        "keys",
-        "add",
-        "local",
-        "--admin",
-        "--keys",
-        keys,
-      ]);
-      key = made.stdout.trim();
+      if (kept && existsSync(kept)) {
+        key = readFileSync(kept, "utf8").trim();
+      } else {
+        const made = await promisify(execFile)(bin, [
+          "serve",
+          "keys",
+          "add",
+          "local",
+          "--admin",
+          "--keys",
+          keys,
+        ]);
+        key = made.stdout.trim();
+        if (kept) writeFileSync(kept, `${key}\n`, { mode: 0o600 });
+      }
     } catch (e) {
       rmSync(dir, { recursive: true, force: true });
       throw new AgentboxError(

@@ -119,6 +119,22 @@ export interface Unpacked {
   masked: number;
 }
 
+/** One path of a box directory's listing. */
+export interface ListedEntry {
+  /** `f` file, `d` directory, `l` link, other letters as `find -printf %y` prints them. */
+  kind: string;
+  size: number;
+  /** Permission bits, in octal. */
+  mode: string;
+  /** The box's mtime, as text: compare it, never read it as this machine's time. */
+  mtime: string;
+}
+
+/** A box directory's listing, by relative path. */
+export interface Listing {
+  entries: Record<string, ListedEntry>;
+}
+
 /** One message of a live stream. */
 export type StreamEvent =
   | { type: "output"; seq: number; stream: "stdout" | "stderr"; data: Uint8Array; text: string }

@@ -3,10 +3,21 @@
 // the providers to run on (AGENTBOX_TEST_PROVIDERS, comma-separated) and the binary
 // (AGENTBOX_BIN) for a service of the client's own.
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 
-import { AgentboxError, Client, LocalClient } from "../dist/index.js";
+import { AgentboxError, Client, LocalClient, pull, seed } from "../dist/index.js";
 
 function env(name) {
   const v = process.env[name];
@@ -108,6 +119,48 @@ for (const provider of providers) {
         await box.delete();
       }
       await rejectsWith(a.getBox(box.id), "not_found");
+    });
+
+    it("seed a directory and pull back only what changed, never an edit made here", async () => {
+      const here = mkdtempSync(join(tmpdir(), "agentbox-sync-"));
+      writeFileSync(join(here, "keep.txt"), "kept");
+      writeFileSync(join(here, "edit.txt"), "before");
+      writeFileSync(join(here, "mine.txt"), "mine");
+      mkdirSync(join(here, "deep/er"), { recursive: true });
+      writeFileSync(join(here, "deep/er/file.txt"), "deep");
+      symlinkSync("/etc/passwd", join(here, "link"));
+      const box = await a.createBox({ provider, spec: { max_lifetime_ms: 600_000 } });
+      try {
+        const seeded = await seed(box, here, "work");
+        assert.deepEqual(seeded.skipped, ["link"], "a link is never followed");
+        assert.equal((await box.readFile("work/deep/er/file.txt")).toString(), "deep");
+        assert.equal(seeded.mark["edit.txt"].kind, "f");
+        // Nothing changed: nothing comes back.
+        let pulled = await pull(box, "work", here, seeded.mark);
+        assert.deepEqual([pulled.written, pulled.deleted, pulled.hostChanged], [[], [], []]);
+        // The box edits, makes, removes, and links out; this machine edits mine.txt meanwhile.
+        await box.exec({
+          command:
+            "cd work && printf after > edit.txt && printf new > new.txt && rm keep.txt && " +
+            "printf boxs > mine.txt && ln -s /etc/shadow out && mkdir -p made/dir",
+        });
+        writeFileSync(join(here, "mine.txt"), "mine, edited here");
+        pulled = await pull(box, "work", here, pulled.mark);
+        assert.deepEqual(pulled.written.sort(), ["edit.txt", "new.txt"]);
+        assert.deepEqual(pulled.deleted, ["keep.txt"]);
+        assert.deepEqual(pulled.hostChanged, ["mine.txt"]);
+        assert.equal(readFileSync(join(here, "edit.txt"), "utf8"), "after");
+        assert.equal(readFileSync(join(here, "mine.txt"), "utf8"), "mine, edited here");
+        assert.equal(existsSync(join(here, "keep.txt")), false);
+        assert.equal(existsSync(join(here, "out")), false, "a link the box made never lands");
+        assert.ok(statSync(join(here, "made/dir")).isDirectory());
+        // The edit here is named again at the next pull, and never taken.
+        pulled = await pull(box, "work", here, pulled.mark);
+        assert.deepEqual([pulled.written, pulled.hostChanged], [[], ["mine.txt"]]);
+      } finally {
+        await box.delete();
+        rmSync(here, { recursive: true, force: true });
+      }
     });
 
     it("keep a detached process, read from a cursor and streamed across a drop", async () => {
@@ -212,5 +265,30 @@ describe("a service of the client's own", () => {
       await c.close();
     }
     assert.equal(existsSync(socket), false);
+  });
+
+  it("keeps its key where asked, so a named box is found again by the next start", async () => {
+    const keep = mkdtempSync(join(tmpdir(), "agentbox-keep-"));
+    const start = () =>
+      LocalClient.start({ bin: env("AGENTBOX_BIN"), args: ["--provider", providers[0]], keep });
+    let c = await start();
+    let first;
+    try {
+      first = await c.openBox({ name: "kept-box", spec: { max_lifetime_ms: 600_000 } });
+      await first.writeFile("note.txt", "still here");
+    } finally {
+      await c.close();
+    }
+    assert.equal(statSync(join(keep, "key")).mode & 0o777, 0o600);
+    c = await start();
+    try {
+      const again = await c.openBox({ name: "kept-box", spec: { max_lifetime_ms: 600_000 } });
+      assert.equal(again.id, first.id);
+      assert.equal((await again.readFile("note.txt")).toString(), "still here");
+      await again.delete();
+    } finally {
+      await c.close();
+      rmSync(keep, { recursive: true, force: true });
+    }
   });
 });
