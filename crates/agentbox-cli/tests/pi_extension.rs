@@ -1,0 +1,75 @@
+//! The pi extension (`clients/pi`) judged by pi itself: its suite (Node's test runner) drives
+//! real pi sessions (`@mariozechner/pi-coding-agent` from npm, pinned; pi-ai's faux model
+//! scripted to call every tool) with the extension loaded, on namespace and Docker boxes and on
+//! boxes of the fake E2B, each through a service the extension starts itself from this build's
+//! binary; and its type check, format and lint (`tsc`, Biome). `scripts/pi-extension` installs
+//! its packages; `scripts/test` exports its directory as `AGENTBOX_TEST_PI`.
+
+mod common;
+
+use agentbox_fakes::e2b::{FakeE2B, FakeE2BOptions};
+
+#[test]
+fn the_pi_extension_is_typed_formatted_and_linted() {
+    let Some(dir) = agentbox_testing::services::path_from(
+        "AGENTBOX_TEST_PI",
+        "scripts/pi-extension",
+        "the_pi_extension_is_typed_formatted_and_linted",
+    ) else {
+        return;
+    };
+    let out = std::process::Command::new("npm")
+        .args(["run", "--silent", "check"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "npm run check: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_itself_judges_its_tools_in_boxes() {
+    let test = "pi_itself_judges_its_tools_in_boxes";
+    let Some(dir) = agentbox_testing::services::path_from("AGENTBOX_TEST_PI", "scripts/pi-extension", test) else {
+        return;
+    };
+    if !agentbox_testing::services::docker_available(test) {
+        return;
+    }
+    let Some(rootfs) = agentbox_testing::services::rootfs(test) else {
+        return;
+    };
+    agentbox_testing::runner::ensure();
+    let key = "e2b_pi0123456789abcdefghij";
+    let fake = FakeE2B::start(FakeE2BOptions {
+        api_key: key.into(),
+        rootfs: Some(rootfs.into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut suite = tokio::process::Command::new("node");
+    suite
+        .args(["--test", "--test-concurrency=1", "test/pi.test.mjs"])
+        .current_dir(&dir)
+        .env("AGENTBOX_TEST_PI_PROVIDERS", "namespace,docker,e2b")
+        .env("AGENTBOX_BIN", env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_HOME", home.path())
+        .env("E2B_API_URL", fake.url())
+        .env("E2B_SANDBOX_URL", fake.url())
+        .env("E2B_API_KEY", key)
+        .env("AGENTBOX_E2B_WORKSPACE", "/workspace")
+        .env_remove("AGENTBOX_URL")
+        .env_remove("AGENTBOX_KEY");
+    let said = common::run_suite(&mut suite, "the pi extension").await;
+    assert!(said.contains("# skipped 0") && said.contains("# fail 0"), "{said}");
+    assert!(
+        said.contains("# pass 6"),
+        "two judgements on each of three providers: {said}"
+    );
+}
