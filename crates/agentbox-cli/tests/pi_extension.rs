@@ -73,3 +73,37 @@ async fn pi_itself_judges_its_tools_in_boxes() {
         "two judgements on each of three providers: {said}"
     );
 }
+
+/// The benchmark reports each side beside the other, and the memory figure (its numbers are
+/// measured, never asserted: `node --expose-gc bench/tools.mjs` for the full run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pi_bench_measures_each_side_beside_pis_own() {
+    let test = "the_pi_bench_measures_each_side_beside_pis_own";
+    let Some(dir) = agentbox_testing::services::path_from("AGENTBOX_TEST_PI", "scripts/pi-extension", test) else {
+        return;
+    };
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new("node")
+        .args(["--expose-gc", "bench/tools.mjs"])
+        .current_dir(&dir)
+        .env("AGENTBOX_BIN", env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_HOME", home.path())
+        .env("AGENTBOX_PI_BENCH_ROUNDS", "20")
+        .env("AGENTBOX_PI_BENCH_CALLS", "200")
+        .env_remove("AGENTBOX_URL")
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("{said}");
+    for line in ["read: ", "bash: "] {
+        let l = said
+            .lines()
+            .find(|l| l.starts_with(line))
+            .unwrap_or_else(|| panic!("no {line}: {said}"));
+        assert!(l.contains(" ms vs ") && l.contains("ratio "), "{l}");
+    }
+    assert!(said.contains("of heap added after 200 tool calls"), "{said}");
+}
