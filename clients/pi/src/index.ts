@@ -77,27 +77,41 @@ export default function agentbox(pi: ExtensionAPI): void {
     ctx.ui.setStatus("agentbox", text);
   };
 
+  /** With a UI, a new box offered in place of a lost one (seeded from here). */
+  const offer = async (s: BoxSession, ctx: ExtensionContext | undefined) => {
+    if (!s.lost || !ctx?.hasUI) return;
+    status(ctx);
+    if (await ctx.ui.confirm("agentbox", `${s.lost}. Make a new box, seeded from here?`)) {
+      await s.renew();
+      status(ctx);
+    }
+  };
+
   /** The session with a box, or the one line why not. A lost box is offered anew, never the host. */
   const ready = async (ctx: ExtensionContext | undefined): Promise<BoxSession> => {
     const s = session;
     if (failed) throw new BoxLost(failed);
     if (!s) throw new BoxLost("agentbox: no box: the session has not started");
-    if (s.lost && ctx?.hasUI) {
-      const again = await ctx.ui.confirm(
-        "agentbox",
-        `${s.lost}. Make a new box, seeded from here?`,
-      );
-      if (again) {
-        await s.renew();
-        status(ctx);
-      }
-    }
+    await offer(s, ctx);
     s.ready();
     if (asleep) {
       await s.guard(() => s.ready().wake());
       asleep = false;
     }
     return s;
+  };
+
+  /** A call that finds the box lost says so in its one line, after offering a new box. */
+  const offering = async <T>(
+    ctx: ExtensionContext | undefined,
+    f: () => Promise<T>,
+  ): Promise<T> => {
+    try {
+      return await f();
+    } catch (e) {
+      if (e instanceof BoxLost && session) await offer(session, ctx);
+      throw e;
+    }
   };
 
   /** One of agentbox's own tools, with pi's name, schema and rendering. */
@@ -128,73 +142,58 @@ export default function agentbox(pi: ExtensionAPI): void {
     return { content: r.content, details: details as D };
   };
 
-  const read = createReadToolDefinition(cwd);
+  // pi's own read, write, edit and bash, each call given the box's operations.
   pi.registerTool({
-    ...read,
-    async execute(id, params, signal, onUpdate, ctx) {
-      const s = await ready(ctx);
-      return createReadToolDefinition(s.cwd, { operations: readOps(s) }).execute(
-        id,
-        params,
-        signal,
-        onUpdate,
-        ctx,
-      );
-    },
+    ...createReadToolDefinition(cwd),
+    execute: (id, params, signal, onUpdate, ctx) =>
+      offering(ctx, async () => {
+        const s = await ready(ctx);
+        const def = createReadToolDefinition(s.cwd, { operations: readOps(s) });
+        return def.execute(id, params, signal, onUpdate, ctx);
+      }),
   });
-  const write = createWriteToolDefinition(cwd);
   pi.registerTool({
-    ...write,
-    async execute(id, params, signal, onUpdate, ctx) {
-      const s = await ready(ctx);
-      return createWriteToolDefinition(s.cwd, { operations: writeOps(s) }).execute(
-        id,
-        params,
-        signal,
-        onUpdate,
-        ctx,
-      );
-    },
+    ...createWriteToolDefinition(cwd),
+    execute: (id, params, signal, onUpdate, ctx) =>
+      offering(ctx, async () => {
+        const s = await ready(ctx);
+        const def = createWriteToolDefinition(s.cwd, { operations: writeOps(s) });
+        return def.execute(id, params, signal, onUpdate, ctx);
+      }),
   });
-  const edit = createEditToolDefinition(cwd);
   pi.registerTool({
-    ...edit,
-    async execute(id, params, signal, onUpdate, ctx) {
-      const s = await ready(ctx);
-      return createEditToolDefinition(s.cwd, { operations: editOps(s) }).execute(
-        id,
-        params,
-        signal,
-        onUpdate,
-        ctx,
-      );
-    },
+    ...createEditToolDefinition(cwd),
+    execute: (id, params, signal, onUpdate, ctx) =>
+      offering(ctx, async () => {
+        const s = await ready(ctx);
+        const def = createEditToolDefinition(s.cwd, { operations: editOps(s) });
+        return def.execute(id, params, signal, onUpdate, ctx);
+      }),
   });
-  const bash = createBashToolDefinition(cwd);
   pi.registerTool({
-    ...bash,
-    async execute(id, params, signal, onUpdate, ctx) {
-      const s = await ready(ctx);
-      return createBashToolDefinition(s.cwd, { operations: bashOps(s) }).execute(
-        id,
-        params,
-        signal,
-        onUpdate,
-        ctx,
-      );
-    },
+    ...createBashToolDefinition(cwd),
+    execute: (id, params, signal, onUpdate, ctx) =>
+      offering(ctx, async () => {
+        const s = await ready(ctx);
+        const def = createBashToolDefinition(s.cwd, { operations: bashOps(s) });
+        return def.execute(id, params, signal, onUpdate, ctx);
+      }),
   });
+  // agentbox's grep, find and ls, with pi's names, schemas and rendering.
   pi.registerTool({
     ...createGrepToolDefinition(cwd),
-    execute: (_id, params, _signal, _onUpdate, ctx) => boxTool("grep", params, ctx),
+    execute: (_id, params, _signal, _onUpdate, ctx) =>
+      offering(ctx, () => boxTool("grep", params, ctx)),
   });
   pi.registerTool({
     ...createFindToolDefinition(cwd),
-    execute: (_id, params, _signal, _onUpdate, ctx) => boxTool("find", params, ctx),
+    execute: (_id, params, _signal, _onUpdate, ctx) =>
+      offering(ctx, () => boxTool("find", params, ctx)),
   });
   pi.registerTool({
     ...createLsToolDefinition(cwd),
-    execute: (_id, params, _signal, _onUpdate, ctx) => boxTool("ls", params, ctx),
+    execute: (_id, params, _signal, _onUpdate, ctx) =>
+      offering(ctx, () => boxTool("ls", params, ctx)),
   });
 
   // The user's `!` commands run in the box too; what they change comes back when they end.

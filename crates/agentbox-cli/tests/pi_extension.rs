@@ -1,7 +1,8 @@
 //! The pi extension (`clients/pi`) judged by pi itself: its suite (Node's test runner) drives
 //! real pi sessions (`@mariozechner/pi-coding-agent` from npm, pinned; pi-ai's faux model
 //! scripted to call every tool) with the extension loaded, on namespace and Docker boxes and on
-//! boxes of the fake E2B, each through a service the extension starts itself from this build's
+//! boxes of the fake E2B (and the session's life: status line, /agentbox, a lost box, /resume,
+//! ! commands, an abort), each through a service the extension starts itself from this build's
 //! binary; and its type check, format and lint (`tsc`, Biome). `scripts/pi-extension` installs
 //! its packages; `scripts/test` exports its directory as `AGENTBOX_TEST_PI`.
 
@@ -55,7 +56,12 @@ async fn pi_itself_judges_its_tools_in_boxes() {
     let home = tempfile::tempdir().unwrap();
     let mut suite = tokio::process::Command::new("node");
     suite
-        .args(["--test", "--test-concurrency=1", "test/pi.test.mjs"])
+        .args([
+            "--test",
+            "--test-concurrency=1",
+            "test/pi.test.mjs",
+            "test/lifecycle.test.mjs",
+        ])
         .current_dir(&dir)
         .env("AGENTBOX_TEST_PI_PROVIDERS", "namespace,docker,e2b")
         .env("AGENTBOX_BIN", env!("CARGO_BIN_EXE_agentbox"))
@@ -69,8 +75,8 @@ async fn pi_itself_judges_its_tools_in_boxes() {
     let said = common::run_suite(&mut suite, "the pi extension").await;
     assert!(said.contains("# skipped 0") && said.contains("# fail 0"), "{said}");
     assert!(
-        said.contains("# pass 6"),
-        "two judgements on each of three providers: {said}"
+        said.contains("# pass 10"),
+        "two judgements on each of three providers, and four of a session's life: {said}"
     );
 }
 
