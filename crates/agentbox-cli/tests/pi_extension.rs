@@ -2,7 +2,7 @@
 //! real pi sessions (`@mariozechner/pi-coding-agent` from npm, pinned; pi-ai's faux model
 //! scripted to call every tool) with the extension loaded, on namespace and Docker boxes and on
 //! boxes of the fake E2B (and the session's life: status line, /agentbox, a lost box, /resume,
-//! ! commands, an abort), each through a service the extension starts itself from this build's
+//! ! commands, an abort; and `pi -e` from pi's own command line), each through a service the extension starts itself from this build's
 //! binary; and its type check, format and lint (`tsc`, Biome). `scripts/pi-extension` installs
 //! its packages; `scripts/test` exports its directory as `AGENTBOX_TEST_PI`.
 
@@ -61,6 +61,7 @@ async fn pi_itself_judges_its_tools_in_boxes() {
             "--test-concurrency=1",
             "test/pi.test.mjs",
             "test/lifecycle.test.mjs",
+            "test/cli.test.mjs",
         ])
         .current_dir(&dir)
         .env("AGENTBOX_TEST_PI_PROVIDERS", "namespace,docker,e2b")
@@ -75,8 +76,8 @@ async fn pi_itself_judges_its_tools_in_boxes() {
     let said = common::run_suite(&mut suite, "the pi extension").await;
     assert!(said.contains("# skipped 0") && said.contains("# fail 0"), "{said}");
     assert!(
-        said.contains("# pass 10"),
-        "two judgements on each of three providers, and four of a session's life: {said}"
+        said.contains("# pass 11"),
+        "two judgements on each of three providers, four of a session's life, pi's command line: {said}"
     );
 }
 
