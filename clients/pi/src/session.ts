@@ -65,6 +65,15 @@ export class BoxSession {
     return this.lostWhy;
   }
 
+  /**
+   * The provider: the config's, else namespace. Never the service's own default, which falls
+   * back to a local box (this machine itself) where namespaces cannot be made: there the
+   * session has no box, and says why, rather than run the tools here.
+   */
+  get provider(): string {
+    return this.config.provider ?? "namespace";
+  }
+
   private get markFile(): string {
     return join(this.stateDir, "marks", `${this.name}.json`);
   }
@@ -75,7 +84,7 @@ export class BoxSession {
     if (url) {
       this.client = new Client({ url });
     } else {
-      const args = this.config.provider ? ["--provider", this.config.provider] : [];
+      const args = ["--provider", this.provider];
       this.client = await LocalClient.start({
         bin: this.config.bin,
         args,
@@ -111,7 +120,7 @@ export class BoxSession {
    */
   private async find(): Promise<Box> {
     const c = await this.service();
-    const provider = this.config.provider ? { provider: this.config.provider } : {};
+    const provider = { provider: this.provider };
     const spec = specOf(this.config);
     try {
       return await c.openBox({ name: this.name, spec, ...provider });

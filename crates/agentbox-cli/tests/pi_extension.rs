@@ -62,6 +62,7 @@ async fn pi_itself_judges_its_tools_in_boxes() {
             "test/pi.test.mjs",
             "test/lifecycle.test.mjs",
             "test/cli.test.mjs",
+            "test/config.test.mjs",
         ])
         .current_dir(&dir)
         .env("AGENTBOX_TEST_PI_PROVIDERS", "namespace,docker,e2b")
@@ -76,8 +77,8 @@ async fn pi_itself_judges_its_tools_in_boxes() {
     let said = common::run_suite(&mut suite, "the pi extension").await;
     assert!(said.contains("# skipped 0") && said.contains("# fail 0"), "{said}");
     assert!(
-        said.contains("# pass 11"),
-        "two judgements on each of three providers, four of a session's life, pi's command line: {said}"
+        said.contains("# pass 12"),
+        "two judgements on each of three providers, four of a session's life, pi's command line, its config: {said}"
     );
 }
 
