@@ -217,6 +217,11 @@ export class BoxSession {
   async renew(): Promise<Box> {
     this.current = undefined;
     this.mark = {};
+    // A service of the extension's own is started again: it may be what was lost.
+    if (this.client instanceof LocalClient) {
+      await this.client.close().catch(() => undefined);
+      this.client = undefined;
+    }
     try {
       const old = JSON.parse(readFileSync(this.markFile, "utf8")) as { box: string };
       if (old) writeFileSync(this.markFile, "{}");

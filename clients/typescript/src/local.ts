@@ -69,7 +69,15 @@ export class LocalClient extends Client {
           keys,
         ]);
         key = made.stdout.trim();
-        if (kept) writeFileSync(kept, `${key}\n`, { mode: 0o600 });
+        if (kept) {
+          try {
+            writeFileSync(kept, `${key}\n`, { mode: 0o600, flag: "wx" });
+          } catch (e) {
+            // Another start kept its key first: that one is the kept key.
+            if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+            key = readFileSync(kept, "utf8").trim();
+          }
+        }
       }
     } catch (e) {
       rmSync(dir, { recursive: true, force: true });
