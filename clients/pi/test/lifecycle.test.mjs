@@ -38,6 +38,12 @@ describe("a session's box", () => {
       assert.match(seen.notes.at(-1).message, new RegExp(`^agentbox ${id} \\(running, `));
       await s.session.prompt("/agentbox extend 30");
       assert.match(seen.notes.at(-1).message, /^agentbox: 2h(29|30)m left$/);
+      // Asleep, it is woken by the next call.
+      await s.session.prompt("/agentbox sleep");
+      assert.equal(seen.notes.at(-1).message, "agentbox: asleep; the next tool call wakes it");
+      assert.equal(seen.status.get("agentbox"), `agentbox ${id} · asleep`);
+      const [woken] = await s.prompt([{ name: "read", args: { path: "README.md" } }]);
+      assert.deepEqual([woken.isError, text(woken)], [false, "hello\n"]);
       await s.session.prompt("/agentbox bogus");
       assert.match(seen.notes.at(-1).message, /bogus: not a verb/);
       // Ended (the first confirm says yes): the next call says so, in one line, and the offer
