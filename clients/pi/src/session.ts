@@ -203,12 +203,16 @@ export class BoxSession {
     if (e.status === 0 && (e.code === "transfer_failed" || e.code === "timeout")) {
       return `agentbox: the service no longer answers (${e.reason}); nothing ran. /agentbox new makes a new box`;
     }
-    if (e.code !== "not_found" && e.code !== "unavailable") return undefined;
+    // An ended box answers `gone` while the service still holds its handle, `not_found`
+    // once it let go of it: either is asked again of the box itself.
+    if (!["not_found", "gone", "unavailable"].includes(e.code)) return undefined;
     try {
       const info = await b.refresh();
       if (info.status !== "ended") return undefined;
     } catch (again) {
-      if (!(again instanceof AgentboxError) || again.code !== "not_found") return undefined;
+      if (!(again instanceof AgentboxError) || !["not_found", "gone"].includes(again.code)) {
+        return undefined;
+      }
     }
     return `agentbox: the box ${b.id} is gone (ended or lost); nothing ran. /agentbox new makes a new box`;
   }
