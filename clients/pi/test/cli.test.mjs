@@ -16,6 +16,10 @@ it("pi -e runs pi's tools in a box from pi's own command line", async () => {
   const agentDir = mkdtempSync(join(tmpdir(), "pi-cli-agent-"));
   const marker = join(tmpdir(), `pi-cli-marker-${process.pid}`);
   writeFileSync(join(cwd, "README.md"), "hello from here\n");
+  writeFileSync(
+    join(agentDir, "agentbox.json"),
+    JSON.stringify({ onExit: "end", lifetime: "15m" }),
+  );
   const script = [
     { name: "read", args: { path: "README.md" } },
     { name: "write", args: { path: "from-the-box.txt", content: "written in the box\n" } },

@@ -1,5 +1,6 @@
 // A pi session scripted with pi-ai's faux model: each step one tool call, in order, run by
 // pi's agent loop, with the extension loaded (`boxed`) or pi's built-in tools on this machine.
+import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -22,7 +23,13 @@ export const TOOLS = ["read", "bash", "edit", "write", "grep", "find", "ls"];
  * Run `calls` ({name, args}) through a pi session in `cwd`. Answers each call's result as pi
  * recorded it ({name, content, details, isError}) and the session, still open.
  */
-export async function runSession({ cwd, agentDir, boxed, calls, sessionId, flags, ui }) {
+export async function runSession({ cwd, agentDir, boxed, calls, sessionId, flags, ui, config }) {
+  // A test's box ends with its session (and within a quarter of an hour whatever happens),
+  // unless the test says otherwise.
+  writeFileSync(
+    join(agentDir, "agentbox.json"),
+    JSON.stringify({ onExit: "end", lifetime: "15m", ...config }),
+  );
   // A window no output fills, and no compaction: each scripted answer is one tool call's.
   const faux = registerFauxProvider({
     models: [{ id: "faux-judge", contextWindow: 100_000_000, maxTokens: 100_000 }],

@@ -32,12 +32,12 @@ describe("a session's box", () => {
     const s = await runSession({ cwd, agentDir, boxed: true, calls: [], ui });
     try {
       const status = seen.status.get("agentbox");
-      assert.match(status, /^agentbox namespace:\S+ · (1h59m|2h00m) left$/, status);
+      assert.match(status, /^agentbox namespace:\S+ · 1[45]m left$/, status);
       const id = status.split(" ")[1];
       await s.session.prompt("/agentbox");
       assert.match(seen.notes.at(-1).message, new RegExp(`^agentbox ${id} \\(running, `));
       await s.session.prompt("/agentbox extend 30");
-      assert.match(seen.notes.at(-1).message, /^agentbox: 2h(29|30)m left$/);
+      assert.match(seen.notes.at(-1).message, /^agentbox: 4[45]m left$/);
       // Asleep, it is woken by the next call.
       await s.session.prompt("/agentbox sleep");
       assert.equal(seen.notes.at(-1).message, "agentbox: asleep; the next tool call wakes it");
@@ -65,7 +65,7 @@ describe("a session's box", () => {
       const [read] = await s.prompt([{ name: "read", args: { path: "README.md" } }]);
       assert.deepEqual([read.isError, text(read)], [false, "hello\n"]);
       // The same name, so the same id: a box made anew, running.
-      assert.match(seen.status.get("agentbox"), /^agentbox namespace:\S+ · \d+h\d+m left$/);
+      assert.match(seen.status.get("agentbox"), /^agentbox namespace:\S+ · 1[45]m left$/);
     } finally {
       await closeSession(s.session);
     }
@@ -78,6 +78,7 @@ describe("a session's box", () => {
       agentDir,
       boxed: true,
       sessionId,
+      config: { onExit: "sleep" },
       calls: [{ name: "bash", args: { command: "echo kept > box-only.txt; hostname" } }],
     });
     const host = text(first.results[0]).trim();
