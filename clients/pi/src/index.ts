@@ -77,14 +77,25 @@ export default function agentbox(pi: ExtensionAPI): void {
     ctx.ui.setStatus("agentbox", text);
   };
 
-  /** With a UI, a new box offered in place of a lost one (seeded from here). */
-  const offer = async (s: BoxSession, ctx: ExtensionContext | undefined) => {
-    if (!s.lost || !ctx?.hasUI) return;
-    status(ctx);
-    if (await ctx.ui.confirm("agentbox", `${s.lost}. Make a new box, seeded from here?`)) {
-      await s.renew();
-      status(ctx);
-    }
+  /**
+   * With a UI, a new box offered in place of a lost one (seeded from here): once, however many
+   * calls found it lost at once.
+   */
+  let offered: Promise<void> | undefined;
+  const offer = (s: BoxSession, ctx: ExtensionContext | undefined): Promise<void> => {
+    if (!s.lost || !ctx?.hasUI) return Promise.resolve();
+    offered ??= (async () => {
+      try {
+        status(ctx);
+        if (await ctx.ui.confirm("agentbox", `${s.lost}. Make a new box, seeded from here?`)) {
+          await s.renew();
+          status(ctx);
+        }
+      } finally {
+        offered = undefined;
+      }
+    })();
+    return offered;
   };
 
   /** The session with a box, or the one line why not. A lost box is offered anew, never the host. */
@@ -106,10 +117,12 @@ export default function agentbox(pi: ExtensionAPI): void {
     ctx: ExtensionContext | undefined,
     f: () => Promise<T>,
   ): Promise<T> => {
+    const lostBefore = session?.lost;
     try {
       return await f();
     } catch (e) {
-      if (e instanceof BoxLost && session) await offer(session, ctx);
+      // Found lost by this call (a box already lost was offered before it began).
+      if (e instanceof BoxLost && session && !lostBefore) await offer(session, ctx);
       throw e;
     }
   };

@@ -132,7 +132,7 @@ export function bashOps(s: BoxSession): BashOperations {
           command,
           cwd,
           // The box's own bound, past ours: a command never outlives a lost client by long.
-          ...(seconds ? { timeoutMs: seconds * 1000 + 5000 } : {}),
+          ...(seconds ? { timeoutMs: Math.ceil(seconds * 1000) + 5000 } : {}),
         }),
       );
       let aborted = false;
@@ -145,6 +145,8 @@ export function bashOps(s: BoxSession): BashOperations {
         kill();
       };
       signal?.addEventListener("abort", onAbort, { once: true });
+      // An abort while it was starting: its event came before anyone listened.
+      if (signal?.aborted) onAbort();
       const timer = seconds
         ? setTimeout(() => {
             timedOut = true;
@@ -181,6 +183,8 @@ export function bashOps(s: BoxSession): BashOperations {
       } finally {
         if (timer) clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
+        // A command whose end was not seen (its stream failed) is not left running.
+        if (!ended) kill();
         p.forget().catch(() => undefined);
       }
       if (aborted) throw new Error("aborted");

@@ -3,7 +3,15 @@
  * it at the same path, what it changes pulled back after each turn, and its loss said in one
  * line, never papered over by running anything on this machine.
  */
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 
 import {
@@ -17,6 +25,9 @@ import {
 } from "@agentbox/client";
 
 import { type AgentboxConfig, specOf } from "./config.js";
+
+/** Paths a pull never brings back nor removes here (see `BoxSession.pullExclude`). */
+export const NEVER_PULLED = [".git", ".pi"];
 
 /** A call that cannot run because the box is gone (or the service no longer answers). */
 export class BoxLost extends Error {
@@ -47,6 +58,7 @@ export class BoxSession {
   private mark: Mark = {};
   private lostWhy: string | undefined;
   private pulling: Promise<unknown> = Promise.resolve();
+  private renewing: Promise<Box> | undefined;
 
   constructor(config: AgentboxConfig, cwd: string, name: string, stateDir: string) {
     this.config = config;
@@ -141,10 +153,30 @@ export class BoxSession {
     return this.config.exclude ?? [];
   }
 
+  /**
+   * What a pull never brings back nor removes here: the config's, and `.git` and `.pi`, whose
+   * files run here unasked (a git hook, a git config's fsmonitor, a pi extension or config).
+   */
+  private pullExclude(): string[] {
+    return [...this.exclude(), ...NEVER_PULLED];
+  }
+
+  /**
+   * What makes this box this box: its id and when it started. A box made anew under the same
+   * name has the same id and a new start; its mark is not the old one's (pulling an empty box
+   * against the old mark would remove here what the old box had).
+   */
+  private identity(): string | undefined {
+    const b = this.current;
+    const started = b?.info.facts.started_at_ms;
+    return b && typeof started === "number" ? `${b.id}@${started}` : undefined;
+  }
+
   private readMark(): Mark | undefined {
     try {
       const kept = JSON.parse(readFileSync(this.markFile, "utf8")) as { box: string; mark: Mark };
-      return kept.box === this.current?.id ? kept.mark : undefined;
+      const me = this.identity();
+      return me !== undefined && kept.box === me ? kept.mark : undefined;
     } catch {
       return undefined;
     }
@@ -153,7 +185,13 @@ export class BoxSession {
   private writeMark(): void {
     mkdirSync(join(this.stateDir, "marks"), { recursive: true, mode: 0o700 });
     const tmp = `${this.markFile}.${process.pid}`;
-    writeFileSync(tmp, JSON.stringify({ box: this.current?.id, mark: this.mark }));
+    const fd = openSync(tmp, "w", 0o600);
+    try {
+      writeSync(fd, JSON.stringify({ box: this.identity(), mark: this.mark }));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
     renameSync(tmp, this.markFile);
   }
 
@@ -162,7 +200,11 @@ export class BoxSession {
     const run = async () => {
       const b = this.current;
       if (!b || this.lostWhy) return [];
-      const pulled = await this.guard(() => pull(b, this.cwd, this.cwd, this.mark, this.exclude()));
+      const pulled = await this.guard(() =>
+        pull(b, this.cwd, this.cwd, this.mark, this.pullExclude()),
+      );
+      // A box renewed meanwhile has a mark of its own.
+      if (this.current !== b) return [];
       this.mark = pulled.mark;
       this.writeMark();
       return pulled.hostChanged;
@@ -219,20 +261,25 @@ export class BoxSession {
 
   /** A new box in place of a lost one, seeded from here. */
   async renew(): Promise<Box> {
-    this.current = undefined;
-    this.mark = {};
-    // A service of the extension's own is started again: it may be what was lost.
-    if (this.client instanceof LocalClient) {
-      await this.client.close().catch(() => undefined);
-      this.client = undefined;
-    }
-    try {
-      const old = JSON.parse(readFileSync(this.markFile, "utf8")) as { box: string };
-      if (old) writeFileSync(this.markFile, "{}");
-    } catch {
-      // No mark kept: nothing to forget.
-    }
-    return this.open();
+    this.renewing ??= (async () => {
+      try {
+        // A pull under way finishes first (and, the box gone, keeps nothing).
+        this.current = undefined;
+        await this.pulling;
+        this.mark = {};
+        // A service of the extension's own is started again: it may be what was lost.
+        if (this.client instanceof LocalClient) {
+          await this.client.close().catch(() => undefined);
+          this.client = undefined;
+        }
+        // The same box, if it lives on (its service was what was lost), is pulled from, never
+        // seeded over; a box made anew is seeded.
+        return await this.open();
+      } finally {
+        this.renewing = undefined;
+      }
+    })();
+    return this.renewing;
   }
 
   /** Milliseconds the box has left, when its provider says. */

@@ -212,7 +212,7 @@ for (const provider of providers) {
         {
           name: "bash",
           args: {
-            command: `touch ${marker} && rm dup.txt && mkdir -p built && echo ok > built/out.txt && hostname`,
+            command: `touch ${marker} && rm dup.txt && mkdir -p built .git/hooks .pi && echo ok > built/out.txt && echo evil > .git/hooks/pre-commit && echo '{}' > .pi/agentbox.json && hostname`,
           },
         },
       ];
@@ -238,6 +238,9 @@ for (const provider of providers) {
         assert.match(readFileSync(join(cwd, "src/main.js"), "utf8"), /"box"/);
         assert.equal(readFileSync(join(cwd, "built/out.txt"), "utf8"), "ok\n");
         assert.equal(existsSync(join(cwd, "dup.txt")), false, "a removal in the box comes back");
+        // What would run here unasked never comes back.
+        assert.equal(existsSync(join(cwd, ".git/hooks/pre-commit")), false);
+        assert.equal(existsSync(join(cwd, ".pi/agentbox.json")), false);
         assert.equal(existsSync(marker), false, "the marker command ran here, not in the box");
         const said = results.at(-1).content[0].text.trim();
         assert.notEqual(said, (await import("node:os")).hostname(), "bash ran on this machine");

@@ -4,7 +4,17 @@
  * then needs only the `agentbox` binary.
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import {
+  existsSync,
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -59,23 +69,28 @@ export class LocalClient extends Client {
       if (kept && existsSync(kept)) {
         key = readFileSync(kept, "utf8").trim();
       } else {
+        // A name of its own: two first starts at once each add a key, and the first kept wins.
         const made = await promisify(execFile)(bin, [
           "serve",
           "keys",
           "add",
-          "local",
+          `local-${randomBytes(4).toString("hex")}`,
           "--admin",
           "--keys",
           keys,
         ]);
         key = made.stdout.trim();
         if (kept) {
+          // Written whole beside its place, then linked in: a reader never sees half a key.
+          const tmp = `${kept}.${process.pid}.${randomBytes(4).toString("hex")}`;
+          writeFileSync(tmp, `${key}\n`, { mode: 0o600 });
           try {
-            writeFileSync(kept, `${key}\n`, { mode: 0o600, flag: "wx" });
+            linkSync(tmp, kept);
           } catch (e) {
-            // Another start kept its key first: that one is the kept key.
             if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
             key = readFileSync(kept, "utf8").trim();
+          } finally {
+            unlinkSync(tmp);
           }
         }
       }
@@ -91,7 +106,7 @@ export class LocalClient extends Client {
       stdio: ["ignore", "ignore", "pipe"],
     });
     const wait = o.startMs ?? 60_000;
-    await new Promise<void>((resolve, reject) => {
+    const served = new Promise<void>((resolve, reject) => {
       let said = "";
       const timer = setTimeout(() => {
         child.kill();
@@ -106,6 +121,10 @@ export class LocalClient extends Client {
           resolve();
         }
       });
+      child.once("error", (e) => {
+        clearTimeout(timer);
+        reject(new AgentboxError("unknown", `starting ${bin} serve: ${e.message}`, 0));
+      });
       child.once("exit", (code) => {
         clearTimeout(timer);
         reject(
@@ -113,6 +132,12 @@ export class LocalClient extends Client {
         );
       });
     });
+    try {
+      await served;
+    } catch (e) {
+      rmSync(dir, { recursive: true, force: true });
+      throw e;
+    }
     // Its log is read (and dropped) so it never blocks on a full pipe.
     child.stderr?.resume();
     return new LocalClient(socket, key, child, dir);
@@ -120,7 +145,8 @@ export class LocalClient extends Client {
 
   /** Stop the service (SIGTERM: it finishes what is in flight) and remove its socket and keys. */
   async close(): Promise<void> {
-    if (this.child.exitCode === null) {
+    // Still running: neither an exit code nor the signal that ended it.
+    if (this.child.exitCode === null && this.child.signalCode === null) {
       const ended = new Promise((r) => this.child.once("exit", r));
       this.child.kill("SIGTERM");
       await ended;

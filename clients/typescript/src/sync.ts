@@ -8,12 +8,16 @@
  * is never replaced nor removed: it is named in `hostChanged`, again at each pull.
  */
 import { createHash } from "node:crypto";
-import { lstatSync, readFileSync, rmdirSync, unlinkSync } from "node:fs";
+import { readFileSync, rmdirSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 
 import type { Box } from "./client.js";
 import type { ListedEntry } from "./models.js";
-import { packDir, segments, unpack } from "./tar.js";
+import { lstatOrNone, packDir, segments, unpack } from "./tar.js";
+
+/** The most names, and listed bytes, one pick asks for: a large change comes in parts. */
+const PICK_NAMES = 2000;
+const PICK_BYTES = 64 << 20;
 
 /** One path as the box last listed it, with the SHA-256 of what this machine holds for it. */
 export interface MarkEntry extends ListedEntry {
@@ -51,8 +55,8 @@ export interface Pulled {
 
 function sha256(path: string): string | undefined {
   try {
-    const st = lstatSync(path);
-    if (!st.isFile()) return undefined;
+    const st = lstatOrNone(path);
+    if (!st?.isFile()) return undefined;
     return createHash("sha256").update(readFileSync(path)).digest("hex");
   } catch {
     return undefined;
@@ -111,29 +115,53 @@ export async function pull(
   exclude: string[] = [],
 ): Promise<Pulled> {
   const listed = (await box.listing(from)).entries;
-  const here = (p: string) => join(to, ...(segments(p) ?? ["\0"]));
+  const here = (p: string) => join(to, ...(segments(p) ?? []));
   const hostChanged: string[] = [];
   const wanted: string[] = [];
+  // What this machine held for each wanted file when it was compared: it must still hold it
+  // when the box's copy is put in place, or the box's is left out.
+  const held = new Map<string, string | undefined>();
   for (const [p, e] of Object.entries(listed)) {
-    if (left(p, exclude) || (e.kind !== "f" && e.kind !== "d")) continue;
+    if (left(p, exclude) || (e.kind !== "f" && e.kind !== "d") || !segments(p)) continue;
     const old = since[p];
     if (old && !old.gone && same(old, e)) continue;
-    if (e.kind === "f" && lstatSync(here(p), { throwIfNoEntry: false })) {
-      if (!old?.sha256 || sha256(here(p)) !== old.sha256) {
+    if (e.kind === "f") {
+      const now = lstatOrNone(here(p)) ? sha256(here(p)) : undefined;
+      if (lstatOrNone(here(p)) && (!old?.sha256 || now !== old.sha256)) {
         hostChanged.push(p);
         continue;
       }
+      held.set(p, now);
     }
     wanted.push(p);
   }
   const wantedSet = new Set(wanted);
-  let written: string[] = [];
-  let skipped: Pulled["skipped"] = [];
-  if (wanted.length > 0) {
-    const tar = await box.pick(from, wanted);
-    const u = unpack(tar, to, (p) => wantedSet.has(p));
-    written = u.files;
-    skipped = u.skipped;
+  const written: string[] = [];
+  const hashes = new Map<string, string>();
+  const skipped: Pulled["skipped"] = [];
+  const mayReplace = (p: string) => {
+    const now = lstatOrNone(here(p)) ? sha256(here(p)) : undefined;
+    if (now === held.get(p)) return true;
+    hostChanged.push(p);
+    return false;
+  };
+  // In parts, each put in place as it comes.
+  for (let i = 0; i < wanted.length; ) {
+    const part: string[] = [];
+    let bytes = 0;
+    while (
+      i < wanted.length &&
+      part.length < PICK_NAMES &&
+      (part.length === 0 || bytes < PICK_BYTES)
+    ) {
+      const p = wanted[i++] as string;
+      part.push(p);
+      bytes += listed[p]?.size ?? 0;
+    }
+    const u = unpack(await box.pick(from, part), to, (p) => wantedSet.has(p), mayReplace);
+    written.push(...u.files);
+    for (const [p, h] of u.hashes) hashes.set(p, h);
+    skipped.push(...u.skipped.filter((x) => x.reason !== "changed_here"));
   }
   const writtenSet = new Set(written);
   const mark: Mark = {};
@@ -142,7 +170,7 @@ export async function pull(
     if (e.kind !== "f") {
       mark[p] = { ...e };
     } else if (writtenSet.has(p)) {
-      mark[p] = { ...e, sha256: sha256(here(p)) };
+      mark[p] = { ...e, sha256: hashes.get(p) };
     } else if (wantedSet.has(p) || hostChanged.includes(p)) {
       // Not written (or left as this machine has it): the old entry stays, so the next pull
       // sees the box's change again.
@@ -160,10 +188,11 @@ export async function pull(
   const deleted: string[] = [];
   for (const p of gone) {
     const old = since[p] as MarkEntry;
+    if (!segments(p)) continue;
     const path = here(p);
-    const st = lstatSync(path, { throwIfNoEntry: false });
-    if (!st) continue;
     try {
+      const st = lstatOrNone(path);
+      if (!st) continue;
       if (old.kind === "f" && st.isFile()) {
         if (sha256(path) !== old.sha256) {
           hostChanged.push(p);

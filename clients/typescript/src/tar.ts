@@ -13,6 +13,7 @@ import {
   readdirSync,
   readFileSync,
   renameSync,
+  type Stats,
   unlinkSync,
   writeSync,
 } from "node:fs";
@@ -27,7 +28,8 @@ export function segments(name: string): string[] | undefined {
   const trimmed = name.replace(/^(\.\/)+/, "").replace(/\/+$/, "");
   if (!trimmed || trimmed.startsWith("/") || trimmed.includes("\0")) return undefined;
   const parts = trimmed.split("/");
-  if (parts.some((p) => p === "" || p === "." || p === "..")) return undefined;
+  // `\` and `:` would be separators or drives to a Windows host.
+  if (parts.some((p) => p === "" || p === "." || p === ".." || /[\\:]/.test(p))) return undefined;
   return parts;
 }
 
@@ -153,6 +155,8 @@ function number(h: Buffer, at: number, len: number, what: string): number {
 export interface UnpackedHere {
   /** Relative paths of the files written. */
   files: string[];
+  /** The SHA-256 of the bytes written, by relative path. */
+  hashes: Map<string, string>;
   /** Members left out, with why. */
   skipped: Array<{ path: string; reason: string }>;
 }
@@ -160,10 +164,18 @@ export interface UnpackedHere {
 /**
  * Unpack `tar` into `dest`: files and directories only, each named by a relative path that
  * stays inside, no link on the way followed (a parent that is not a directory leaves the
- * member out), each file written beside its place and renamed over it. `admit` chooses members.
+ * member out), each file written beside its place and renamed over it. `admit` chooses members;
+ * `mayReplace`, asked just before a file is put in place, may still leave it out (a file here
+ * that changed meanwhile). A file replaced keeps the permission bits it had here. A member
+ * that cannot be written (no space, no permission) is left out and said; the rest go on.
  */
-export function unpack(tar: Buffer, dest: string, admit: (path: string) => boolean): UnpackedHere {
-  const out: UnpackedHere = { files: [], skipped: [] };
+export function unpack(
+  tar: Buffer,
+  dest: string,
+  admit: (path: string) => boolean,
+  mayReplace: (path: string) => boolean = () => true,
+): UnpackedHere {
+  const out: UnpackedHere = { files: [], hashes: new Map(), skipped: [] };
   let at = 0;
   let longName: string | undefined;
   while (at + BLOCK <= tar.length) {
@@ -210,45 +222,80 @@ export function unpack(tar: Buffer, dest: string, admit: (path: string) => boole
       out.skipped.push({ path: rel, reason: type === "2" ? "link" : "unsupported" });
       continue;
     }
-    // Each parent a real directory (made when missing), never a link.
-    let dir = dest;
-    let ok = true;
-    for (const s of segs.slice(0, type === "5" ? segs.length : -1)) {
-      dir = join(dir, s);
-      const st = lstatSync(dir, { throwIfNoEntry: false });
-      if (!st) mkdirSync(dir, { mode: 0o755 });
-      else if (!st.isDirectory()) {
-        ok = false;
-        break;
+    try {
+      const why = place(dest, segs, type === "5", body, number(h, 100, 8, "mode"), () =>
+        mayReplace(rel),
+      );
+      if (why) out.skipped.push({ path: rel, reason: why });
+      else if (type !== "5") {
+        out.files.push(rel);
+        out.hashes.set(rel, createHash("sha256").update(body).digest("hex"));
       }
+    } catch (e) {
+      out.skipped.push({ path: rel, reason: `not_written: ${(e as Error).message}` });
     }
-    if (!ok) {
-      out.skipped.push({ path: rel, reason: "not_a_directory_on_the_way" });
-      continue;
-    }
-    if (type === "5") continue;
-    const target = join(dir, segs[segs.length - 1] ?? "");
-    if (lstatSync(target, { throwIfNoEntry: false })?.isDirectory()) {
-      out.skipped.push({ path: rel, reason: "a_directory_here" });
-      continue;
-    }
-    // Setuid, setgid, sticky and others' write are never written.
-    const mode = number(h, 100, 8, "mode") & 0o775;
-    const tmp = join(dir, `.agentbox-${randomBytes(6).toString("hex")}`);
-    const fd = openSync(tmp, "wx", mode);
+  }
+  return out;
+}
+
+/** What `lstat` says of `p`, or `undefined` where nothing is (or a file is where a directory was). */
+export function lstatOrNone(p: string): Stats | undefined {
+  try {
+    return lstatSync(p);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "ENOENT" || code === "ENOTDIR") return undefined;
+    throw e;
+  }
+}
+
+/**
+ * Put one member in place under `dest`: its parents real directories (made when missing, never
+ * a link), a file written beside its place and renamed over it. Answers why it was left out.
+ */
+function place(
+  dest: string,
+  segs: string[],
+  isDir: boolean,
+  body: Buffer,
+  boxMode: number,
+  mayReplace: () => boolean,
+): string | undefined {
+  let dir = dest;
+  for (const s of segs.slice(0, isDir ? segs.length : -1)) {
+    dir = join(dir, s);
+    const st = lstatOrNone(dir);
+    if (!st) mkdirSync(dir, { mode: 0o755 });
+    else if (!st.isDirectory()) return "not_a_directory_on_the_way";
+  }
+  if (isDir) return undefined;
+  const target = join(dir, segs[segs.length - 1] ?? "");
+  const here = lstatOrNone(target);
+  if (here?.isDirectory()) return "a_directory_here";
+  // A file replaced keeps its bits here; a new one takes the box's, less setuid, setgid,
+  // sticky and others' write.
+  const mode = here?.isFile() ? here.mode & 0o777 : boxMode & 0o775;
+  const tmp = join(dir, `.agentbox-${randomBytes(6).toString("hex")}`);
+  const fd = openSync(tmp, "wx", mode);
+  try {
     try {
       writeSync(fd, body);
       fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
-    try {
-      renameSync(tmp, target);
-    } catch (e) {
+    if (!mayReplace()) {
       unlinkSync(tmp);
-      throw e;
+      return "changed_here";
     }
-    out.files.push(rel);
+    renameSync(tmp, target);
+  } catch (e) {
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // Renamed into place, or never made.
+    }
+    throw e;
   }
-  return out;
+  return undefined;
 }
