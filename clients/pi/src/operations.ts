@@ -115,6 +115,9 @@ export function editOps(s: BoxSession): EditOperations {
   };
 }
 
+/** Run `$1` with bash where the box has bash, else with sh. */
+const BASH_OR_SH = 'command -v bash >/dev/null 2>&1 && exec bash -c "$1"; exec sh -c "$1"';
+
 /**
  * pi's bash over the box: the command runs detached in the box, its output streamed to pi as
  * it comes (pi throttles its updates as it does for its own), stdin closed as pi's is. An
@@ -129,7 +132,8 @@ export function bashOps(s: BoxSession): BashOperations {
       const seconds = timeout !== undefined && timeout > 0 ? timeout : undefined;
       const p = await s.guard(() =>
         box.start({
-          command,
+          // pi's bash is bash (the service's `command` is `sh -c`): bash where the box has it.
+          argv: ["sh", "-c", BASH_OR_SH, "sh", command],
           cwd,
           // The box's own bound, past ours: a command never outlives a lost client by long.
           ...(seconds ? { timeoutMs: Math.ceil(seconds * 1000) + 5000 } : {}),
