@@ -19,17 +19,7 @@ fn the_pi_extension_is_typed_formatted_and_linted() {
     ) else {
         return;
     };
-    let out = std::process::Command::new("npm")
-        .args(["run", "--silent", "check"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "npm run check: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::npm_check(std::path::Path::new(&dir));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -117,17 +117,7 @@ async fn a_directory_goes_in_and_out_as_a_tar_and_nothing_hostile_lands() {
     assert_eq!(r.headers()["content-type"], "application/x-tar");
     assert_eq!(r.headers()["agentbox-skipped"], "symlink=1");
     let bytes = r.bytes().await.unwrap();
-    let mut members: Vec<(String, String)> = tar::Archive::new(&bytes[..])
-        .entries()
-        .unwrap()
-        .map(|e| {
-            let mut e = e.unwrap();
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut e, &mut text).unwrap();
-            (e.path().unwrap().display().to_string(), text)
-        })
-        .collect();
-    members.sort();
+    let members = members_of(&bytes);
     let want = [("a.txt", "alpha"), ("sub/", ""), ("sub/b.txt", "beta")];
     let want: Vec<(String, String)> = want.iter().map(|(p, t)| (p.to_string(), t.to_string())).collect();
     assert_eq!(members, want);

@@ -131,3 +131,19 @@ pub(crate) async fn run_suite(suite: &mut tokio::process::Command, what: &str) -
     assert!(out.status.success(), "{what}'s suite failed:\n{said}");
     said
 }
+
+/// `npm run check` (its type check, format and lint) in the package `dir`, passed.
+pub(crate) fn npm_check(dir: &std::path::Path) {
+    let out = Command::new("npm")
+        .args(["run", "--silent", "check"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "npm run check in {}: {}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
