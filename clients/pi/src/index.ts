@@ -24,6 +24,7 @@ import {
   type ExtensionAPI,
   type ExtensionContext,
   getAgentDir,
+  type ToolDefinition,
 } from "@mariozechner/pi-coding-agent";
 
 import { type AgentboxConfig, loadConfig } from "./config.js";
@@ -155,43 +156,28 @@ export default function agentbox(pi: ExtensionAPI): void {
     return { content: r.content, details: details as D };
   };
 
-  // pi's own read, write, edit and bash, each call given the box's operations.
-  pi.registerTool({
-    ...createReadToolDefinition(cwd),
-    execute: (id, params, signal, onUpdate, ctx) =>
-      offering(ctx, async () => {
-        const s = await ready(ctx);
-        const def = createReadToolDefinition(s.cwd, { operations: readOps(s) });
-        return def.execute(id, params, signal, onUpdate, ctx);
-      }),
-  });
-  pi.registerTool({
-    ...createWriteToolDefinition(cwd),
-    execute: (id, params, signal, onUpdate, ctx) =>
-      offering(ctx, async () => {
-        const s = await ready(ctx);
-        const def = createWriteToolDefinition(s.cwd, { operations: writeOps(s) });
-        return def.execute(id, params, signal, onUpdate, ctx);
-      }),
-  });
-  pi.registerTool({
-    ...createEditToolDefinition(cwd),
-    execute: (id, params, signal, onUpdate, ctx) =>
-      offering(ctx, async () => {
-        const s = await ready(ctx);
-        const def = createEditToolDefinition(s.cwd, { operations: editOps(s) });
-        return def.execute(id, params, signal, onUpdate, ctx);
-      }),
-  });
-  pi.registerTool({
-    ...createBashToolDefinition(cwd),
-    execute: (id, params, signal, onUpdate, ctx) =>
-      offering(ctx, async () => {
-        const s = await ready(ctx);
-        const def = createBashToolDefinition(s.cwd, { operations: bashOps(s) });
-        return def.execute(id, params, signal, onUpdate, ctx);
-      }),
-  });
+  /**
+   * One of pi's own tools, registered with pi's name, schema and rendering; each call made by
+   * pi's own definition given the box's operations.
+   */
+  const overBox = <O, T extends { execute: ToolDefinition["execute"] }>(
+    create: (cwd: string, options?: { operations?: O }) => T,
+    operations: (s: BoxSession) => O,
+  ) => {
+    pi.registerTool({
+      ...(create(cwd) as unknown as ToolDefinition),
+      execute: (id, params, signal, onUpdate, ctx) =>
+        offering(ctx, async () => {
+          const s = await ready(ctx);
+          const def = create(s.cwd, { operations: operations(s) });
+          return def.execute(id, params, signal, onUpdate, ctx);
+        }),
+    });
+  };
+  overBox(createReadToolDefinition, readOps);
+  overBox(createWriteToolDefinition, writeOps);
+  overBox(createEditToolDefinition, editOps);
+  overBox(createBashToolDefinition, bashOps);
   // agentbox's grep, find and ls, with pi's names, schemas and rendering.
   pi.registerTool({
     ...createGrepToolDefinition(cwd),

@@ -320,20 +320,27 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
     Ok(Seeded { sent, skipped, mark })
 }
 
+/// Run `script` (named `name`, its `$1` the box directory `dir`) under `sh` in the C locale,
+/// so `find` and `tar` print names and times the same way on every box.
+async fn in_c_locale(
+    b: &dyn Sandbox,
+    script: &str,
+    name: &str,
+    dir: &str,
+    ctx: &Ctx,
+) -> Result<agentbox_core::Process> {
+    let argv = ["sh", "-c", script, name, dir].map(String::from).to_vec();
+    let opts = ExecOptions {
+        env: [("LC_ALL".into(), "C".into())].into(),
+        ..Default::default()
+    };
+    b.exec(&argv, &opts, ctx).await
+}
+
 /// The box's listing of `dir` (kind, size, mode, mtime of each path under it, links not
 /// followed), at most `max` bytes of it: what a pull compares with its mark.
 pub async fn list_box(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize, ctx: &Ctx) -> Result<Mark> {
-    let argv = ["sh", "-c", LIST, "agentbox-list", dir].map(String::from).to_vec();
-    let p = b
-        .exec(
-            &argv,
-            &ExecOptions {
-                env: [("LC_ALL".into(), "C".into())].into(),
-                ..Default::default()
-            },
-            ctx,
-        )
-        .await?;
+    let p = in_c_locale(b, LIST, "agentbox-list", dir, ctx).await?;
     let out = finish(
         p,
         FinishOptions {
@@ -523,17 +530,7 @@ pub async fn fetch(
         return Ok((Receipt::default(), 0));
     }
     let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let argv = ["sh", "-c", PACK, "agentbox-pull", from].map(String::from).to_vec();
-    let mut p = b
-        .exec(
-            &argv,
-            &ExecOptions {
-                env: [("LC_ALL".into(), "C".into())].into(),
-                ..Default::default()
-            },
-            ctx,
-        )
-        .await?;
+    let mut p = in_c_locale(b, PACK, "agentbox-pull", from, ctx).await?;
     let mut list_bytes = Vec::new();
     for w in names {
         list_bytes.extend_from_slice(w.as_bytes());
