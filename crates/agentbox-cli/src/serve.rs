@@ -56,6 +56,34 @@ pub(crate) struct ServeArgs {
     /// A receipts file (JSON lines) `/v1/receipts` adds up.
     #[arg(long, value_name = "FILE")]
     receipts: Option<PathBuf>,
+    /// Serve E2B's API too, on this TCP address (TLS as the service's; only a loopback
+    /// address unless TLS or --insecure-listen). E2B's SDKs reach it with E2B_API_URL and
+    /// E2B_SANDBOX_URL set to its URL and one of this server's keys as E2B_API_KEY.
+    #[arg(long, value_name = "ADDR")]
+    e2b: Option<std::net::SocketAddr>,
+    /// An E2B template, NAME=PROVIDER or NAME=PROVIDER:IMAGE (repeat it). `base`, the SDKs'
+    /// default, is a box of the default provider unless it is named here.
+    #[arg(long = "e2b-template", value_name = "NAME=PROVIDER[:IMAGE]", requires = "e2b")]
+    e2b_templates: Vec<String>,
+}
+
+/// `--e2b-template NAME=PROVIDER[:IMAGE]`, each.
+fn e2b_templates(flags: &[String]) -> Result<agentbox_server::e2b::Templates> {
+    let mut out = agentbox_server::e2b::Templates::new();
+    for f in flags {
+        let bad = |why: String| crate::usage(Error::invalid(format!("--e2b-template {f:?}: {why}")));
+        let (name, template) = f
+            .split_once('=')
+            .ok_or_else(|| bad("not NAME=PROVIDER[:IMAGE]".into()))?;
+        if name.is_empty() {
+            return Err(bad("no template name before '='".into()));
+        }
+        let template = template.parse().map_err(bad)?;
+        if out.insert(name.to_string(), template).is_some() {
+            return Err(bad(format!("template {name:?} named twice")));
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Subcommand)]
@@ -141,6 +169,16 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
             a.listen
         ))));
     }
+    if let Some(at) = a.e2b
+        && tls.is_none()
+        && !at.ip().is_loopback()
+        && !a.insecure_listen
+    {
+        return Err(crate::usage(Error::invalid(format!(
+            "--e2b {at}: not a loopback address; plain HTTP there shows every key in flight \
+             (give --tls-cert and --tls-key, or say --insecure-listen to serve it anyway)"
+        ))));
+    }
     let environment = crate::boxes::environment()?;
     let default_provider = crate::boxes::chosen(a.provider.as_deref(), &environment).await?;
     let mut options = ServerOptions::new(Arc::new(keys));
@@ -152,8 +190,36 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
         options.ledger = Some(crate::ledger::store(a.ledger.as_deref()).await.map_err(crate::usage)?);
     }
     options.receipts = a.receipts.clone();
-    let app = agentbox_server::router(options);
-    let shutdown = async {
+    options.e2b_templates = e2b_templates(&a.e2b_templates)?;
+    let service = agentbox_server::service(options);
+    let app = service.api.clone();
+    // One signal stops both listeners.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let e2b = match a.e2b {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| Error::io(e, format!("--e2b {at}")))?;
+            let at = listener.local_addr().map_err(|e| Error::io(e, "the bound address"))?;
+            let (app, mut stopped) = (service.e2b.clone(), stopped.clone());
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            Some(match tls.clone() {
+                Some(config) => {
+                    eprintln!("agentbox serve: E2B's API on https://{at}");
+                    let listener = agentbox_server::tls::TlsListener::new(listener, config);
+                    tokio::spawn(agentbox_server::serve(listener, app, shutdown))
+                }
+                None => {
+                    eprintln!("agentbox serve: E2B's API on http://{at}");
+                    tokio::spawn(agentbox_server::serve(listener, app, shutdown))
+                }
+            })
+        }
+        None => None,
+    };
+    let shutdown = async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         let terminated = async {
             match term.as_mut() {
@@ -168,6 +234,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
             _ = terminated => {}
         }
         eprintln!("agentbox serve: stopping: no new connections; the requests in flight finish");
+        let _ = stop.send(true);
     };
     match &a.socket {
         Some(path) => {
@@ -201,6 +268,13 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
                 }
             }
         }
+    }
+    if let Some(e2b) = e2b {
+        match e2b.await {
+            Ok(served) => served?,
+            Err(e) => return Err(Error::new(agentbox_core::ErrorCode::Unknown, format!("E2B's API: {e}"))),
+        }
+        service.end_e2b().await;
     }
     Ok(0)
 }

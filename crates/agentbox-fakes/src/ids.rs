@@ -1,11 +1,6 @@
 //! What vendors give and check: random ids (UUIDs), base64, and keys compared in constant time.
 
-/// Compared in time that does not depend on where the two differ (a key against the one
-/// expected).
-pub(crate) fn same(a: &str, b: &str) -> bool {
-    use subtle::ConstantTimeEq;
-    a.as_bytes().ct_eq(b.as_bytes()).into()
-}
+pub(crate) use agentbox_e2b::http::same;
 
 /// A random RFC 4122 version-4 UUID, as Kubernetes gives every object and Daytona every
 /// sandbox. A failing system RNG leaves zeros: ids need only be unique within one fake, which
@@ -26,8 +21,4 @@ pub(crate) fn uuid4() -> String {
     )
 }
 
-/// Standard base64 with padding, as Go's `encoding/json` writes a `[]byte` and envd its output.
-pub(crate) fn b64_encode(b: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(b)
-}
+pub(crate) use agentbox_e2b::http::b64_encode;

@@ -669,6 +669,8 @@ mod judged {
             .env("E2B_API_KEY", key)
             .env("E2B_HTTP_VERSION", "1.1")
             .env("JUDGE_LIST_PAGE", LIST_PAGE.to_string())
+            .env("JUDGE_MODE", "fake")
+            .env("JUDGE_MAX_TIMEOUT", "3600")
             .env("HOME", dir.path())
             .env("NO_PROXY", "127.0.0.1")
             .env_remove("E2B_DOMAIN")

@@ -1,14 +1,21 @@
-"""The judge of agentbox's fake E2B: E2B's own Python SDK (`e2b` 2.x), which nobody here
-wrote, drives the fake and asserts each answer. Run by tests/e2b.rs (its `judged` module), which starts the
-fake and sets E2B_API_URL and E2B_SANDBOX_URL (both the fake's one url: envd calls carry
-`E2b-Sandbox-Id`), E2B_API_KEY, E2B_HTTP_VERSION=1.1 and JUDGE_LIST_PAGE (the fake's page).
+"""The judge of agentbox's E2B API: E2B's own Python SDK (`e2b` 2.x), which nobody here
+wrote, drives it and asserts each answer. The same API is judged twice (`JUDGE_MODE`):
 
-Each step prints `OK <step>`; `WAIT <what>` asks the Rust side to act on the fake first;
-`VANISH <id>` (printed from a timer, mid-command) asks it to make a sandbox vanish.
+- `fake`: the fake E2B, run by tests/e2b.rs of the providers (its `judged` module);
+- `serve`: `agentbox serve --e2b`, run by tests/e2b_api.rs of the CLI, with two of its keys.
+
+The runner sets E2B_API_URL and E2B_SANDBOX_URL (both the one url: envd calls carry
+`E2b-Sandbox-Id`), E2B_API_KEY, E2B_HTTP_VERSION=1.1, JUDGE_LIST_PAGE (the listing's page)
+and JUDGE_MAX_TIMEOUT (the plan's longest timeout, in seconds); for `serve`, AGENTBOX_URL (the
+service's own API) and JUDGE_OTHER_KEY (a second key, which must see nothing of the first's).
+
+Each step prints `OK <step>`; in `fake` mode `VANISH <id>` (printed from a timer, mid-command)
+asks the runner to make a sandbox vanish; in `serve` mode the judge ends that sandbox's box
+itself, through the service's own API, as a box ended elsewhere.
 """
 
 # /// script
-# dependencies = ["e2b>=2.63,<3"]
+# dependencies = ["e2b>=2.63,<3", "httpx"]
 # ///
 
 import datetime
@@ -16,9 +23,11 @@ import os
 import threading
 import time
 
+import httpx
 from e2b import (
     AuthenticationException,
     CommandExitException,
+    NotFoundException,
     Sandbox,
     SandboxQuery,
     SandboxState,
@@ -35,7 +44,33 @@ def check(cond, what):
 
 
 LIST_PAGE = int(os.environ["JUDGE_LIST_PAGE"])
+MAX_TIMEOUT = int(os.environ["JUDGE_MAX_TIMEOUT"])
+MODE = os.environ["JUDGE_MODE"]
+check(MODE in ("fake", "serve"), f"JUDGE_MODE {MODE!r}: fake or serve")
 TAG = {"judge": "e2b", "run": str(os.getpid())}
+
+
+def boxes_of(sandbox_id, key):
+    """The service's own boxes labelled with an E2B sandbox's id, as `key` sees them."""
+    r = httpx.get(
+        os.environ["AGENTBOX_URL"] + "/v1/boxes",
+        params={"labels": f"agentbox-server.e2b={sandbox_id}"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    r.raise_for_status()
+    return [b["id"] for b in r.json()]
+
+
+def end_elsewhere(sandbox_id):
+    """End a sandbox's box through the service's own API, not E2B's."""
+    for box in boxes_of(sandbox_id, os.environ["E2B_API_KEY"]):
+        r = httpx.delete(
+            os.environ["AGENTBOX_URL"] + "/v1/boxes/" + box,
+            headers={"Authorization": f"Bearer {os.environ['E2B_API_KEY']}"},
+            timeout=30,
+        )
+        r.raise_for_status()
 
 sbx = Sandbox.create(
     template="base",
@@ -145,7 +180,7 @@ check(info.metadata == TAG, f"metadata {info.metadata}")
 ok("timeout")
 
 try:
-    Sandbox.create(template="base", timeout=7200)
+    Sandbox.create(template="base", timeout=MAX_TIMEOUT + 1)
     raise AssertionError("a timeout past the plan's was taken")
 except Exception as e:
     check("Timeout cannot be greater" in str(e), f"over the plan: {e}")
@@ -182,8 +217,37 @@ check(all(p.pid != bg.pid for p in resumed.commands.list()), "programs ended by 
 check(resumed.commands.run("echo again").stdout == "again\n", "runs after resume")
 ok("pause-resume")
 
+if MODE == "serve":
+    other = os.environ["JUDGE_OTHER_KEY"]
+    mine = boxes_of(sbx.sandbox_id, os.environ["E2B_API_KEY"])
+    check(len(mine) == 1, f"the sandbox is one box of the service's: {mine}")
+    check(boxes_of(sbx.sandbox_id, other) == [], "another key sees its box")
+    theirs = Sandbox.list(api_key=other).next_items()
+    check(all(i.sandbox_id != sbx.sandbox_id for i in theirs), f"another key lists it: {theirs}")
+    try:
+        Sandbox.get_info(sbx.sandbox_id, api_key=other)
+        raise AssertionError("another key read the sandbox")
+    except NotFoundException:
+        pass
+    try:
+        Sandbox.connect(sbx.sandbox_id, api_key=other)
+        raise AssertionError("another key connected to the sandbox")
+    except NotFoundException:
+        pass
+    check(not Sandbox.kill(sbx.sandbox_id, api_key=other), "another key killed the sandbox")
+    check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "still running")
+    ok("owners")
+
+
+def vanish(sandbox_id):
+    if MODE == "fake":
+        print(f"VANISH {sandbox_id}", flush=True)
+    else:
+        end_elsewhere(sandbox_id)
+
+
 victim = Sandbox.create(template="base", timeout=120)
-threading.Timer(2.0, lambda: print(f"VANISH {victim.sandbox_id}", flush=True)).start()
+threading.Timer(2.0, lambda: vanish(victim.sandbox_id)).start()
 t0 = time.monotonic()
 try:
     victim.commands.run("sleep 30")
@@ -203,6 +267,9 @@ try:
     raise AssertionError("a killed sandbox has info")
 except Exception as e:
     check("not found" in str(e).lower(), f"killed info: {e}")
+if MODE == "serve":
+    for s in [sbx, victim] + others + [stranger]:
+        check(boxes_of(s.sandbox_id, os.environ["E2B_API_KEY"]) == [], f"{s.sandbox_id}: its box outlived it")
 ok("kill-sandbox")
 
 try:

@@ -35,6 +35,7 @@ use axum::routing::get;
 mod access;
 pub mod api;
 mod auth;
+pub mod e2b;
 pub mod error;
 pub mod keys;
 mod listen;
@@ -54,9 +55,42 @@ pub use state::{OWNER_LABEL, ServerOptions};
 
 /// The service's routes. See the [crate documentation](crate).
 pub fn router(options: ServerOptions) -> axum::Router {
+    service(options).api
+}
+
+/// The service: its own API, and E2B's API over the same keys and providers, to be served on
+/// a port of its own (E2B's SDKs take a whole URL for each of E2B's two hosts).
+pub struct Service {
+    /// The native API, its document, health and metrics: what [`router`] gives.
+    pub api: axum::Router,
+    /// E2B's control plane and envd ([`agentbox_e2b`]), each sandbox a box of the provider
+    /// its template maps to ([`ServerOptions::e2b_templates`]).
+    pub e2b: axum::Router,
+    sandboxes: Arc<agentbox_e2b::E2b>,
+}
+
+impl Service {
+    /// End every box made through E2B's API: its sandboxes' records live in this process, so
+    /// a server that stops ends them rather than leave boxes no E2B call can reach.
+    pub async fn end_e2b(&self) {
+        self.sandboxes.end_all().await;
+    }
+}
+
+/// The service and E2B's API beside it. See [`Service`].
+///
+/// ```no_run
+/// # async fn f(keys: std::sync::Arc<agentbox_server::Keys>) {
+/// let s = agentbox_server::service(agentbox_server::ServerOptions::new(keys));
+/// let e2b = tokio::net::TcpListener::bind("127.0.0.1:3000").await.unwrap();
+/// tokio::spawn(async move { axum::serve(e2b, s.e2b).await });
+/// # }
+/// ```
+pub fn service(options: ServerOptions) -> Service {
     let max_body = options.max_body;
     let body_deadline = options.body_deadline;
     let state = Arc::new(state::AppState::new(options));
+    let sandboxes = Arc::new(e2b::api(state.clone()));
     let served = Arc::new(openapi());
     let ready = state.clone();
     let metrics = state.metrics.clone();
@@ -76,9 +110,16 @@ pub fn router(options: ServerOptions) -> axum::Router {
         .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
         .route("/readyz", get(move || readyz(ready.clone())))
         .layer(axum::middleware::from_fn(metrics::tag_route));
-    answered_in_one_shape(app, max_body)
+    let api = answered_in_one_shape(app, max_body)
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_deadline))
-        .layer(axum::middleware::from_fn_with_state(metrics, access::log))
+        .layer(axum::middleware::from_fn_with_state(metrics.clone(), access::log));
+    // E2B's answers are its own shape ({code: number, message}), so none of the layers above
+    // rewrite them; the access log is the same.
+    let e2b = sandboxes
+        .router()
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_deadline))
+        .layer(axum::middleware::from_fn_with_state(metrics, access::log));
+    Service { api, e2b, sandboxes }
 }
 
 /// How long a client may take between two pieces of a request's body (by default: see

@@ -34,6 +34,8 @@ pub struct ServerOptions {
     pub ledger: Option<Arc<dyn agentbox_transport::ledger::LedgerStore>>,
     /// The receipts file `/v1/receipts` adds up; `None`: none is read.
     pub receipts: Option<std::path::PathBuf>,
+    /// The E2B templates [`crate::Service::e2b`] maps, each to a provider and image.
+    pub e2b_templates: crate::e2b::Templates,
 }
 
 impl ServerOptions {
@@ -50,6 +52,7 @@ impl ServerOptions {
             runs_root: None,
             ledger: None,
             receipts: None,
+            e2b_templates: Default::default(),
         }
     }
 }
@@ -66,6 +69,7 @@ struct Slot {
 
 pub(crate) struct AppState {
     pub(crate) keys: Arc<Keys>,
+    pub(crate) e2b_templates: crate::e2b::Templates,
     pub(crate) default_provider: String,
     environment: Environment,
     provider_options: Options,
@@ -98,6 +102,7 @@ impl AppState {
     pub(crate) fn new(o: ServerOptions) -> Self {
         AppState {
             keys: o.keys,
+            e2b_templates: o.e2b_templates,
             default_provider: o.default_provider,
             environment: o.environment,
             provider_options: o.provider_options,

@@ -12,8 +12,9 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::e2b::state::{ENVD_VERSION, Sbx, Shared, St, lock, now_ms, random, rfc3339, supervise};
+use crate::Caller;
 use crate::http::Query;
+use crate::state::{ENVD_VERSION, Sbx, Shared, St, lock, now_ms, random, rfc3339, supervise};
 
 /// The largest control-plane body.
 const MAX_BODY: usize = 4 << 20;
@@ -70,9 +71,10 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
         .get("x-api-key")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !crate::ids::same(key, &s.api_key) {
-        return error(401, "Invalid API key");
-    }
+    let caller = match s.backend.caller(key).await {
+        Ok(c) => c,
+        Err(r) => return error(r.status, r.message),
+    };
     if let Some((status, message)) = s.fault(method.as_str(), &path) {
         return error(status, message);
     }
@@ -91,28 +93,40 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
     };
     match (&method, seg.as_slice()) {
         (&Method::GET, ["health"]) => json_response(StatusCode::OK, &json!({"message": "Health check successful"})),
-        (&Method::POST, ["sandboxes"]) => create(&s, &json, false).await,
-        (&Method::POST, ["v2", "sandboxes"]) => create(&s, &json, true).await,
-        (&Method::GET, ["sandboxes"]) => list_v1(&s, &q),
-        (&Method::GET, ["v2", "sandboxes"]) => list(&s, &q),
-        (&Method::GET, ["sandboxes", id]) => match s.sandbox(id) {
+        (&Method::POST, ["sandboxes"]) => create(&s, &caller, &json, false).await,
+        (&Method::POST, ["v2", "sandboxes"]) => create(&s, &caller, &json, true).await,
+        (&Method::GET, ["sandboxes"]) => list_v1(&s, &caller, &q),
+        (&Method::GET, ["v2", "sandboxes"]) => list(&s, &caller, &q),
+        (&Method::GET, ["sandboxes", id]) => match s.owned(&caller, id) {
             Some(x) => json_response(StatusCode::OK, &detail(&x)),
             None => not_found(id),
         },
         (&Method::DELETE, ["sandboxes", id]) => {
-            if s.remove(id) {
+            if s.owned(&caller, id).is_some() && s.remove(id) {
                 empty(StatusCode::NO_CONTENT)
             } else {
                 not_found(id)
             }
         }
-        (&Method::POST, ["sandboxes", id, "timeout"]) => set_timeout(&s, id, &json).await,
-        (&Method::POST, ["sandboxes", id, "pause"]) => pause(&s, id).await,
-        (&Method::POST, ["sandboxes", id, "resume"]) => resume(&s, id, &json).await,
+        (&Method::POST, ["sandboxes", id, "timeout"]) => set_timeout(&s, &caller, id, &json).await,
+        (&Method::POST, ["sandboxes", id, "pause"]) => pause(&s, &caller, id).await,
+        (&Method::POST, ["sandboxes", id, "resume"]) => resume(&s, &caller, id, &json).await,
         (&Method::POST, ["sandboxes", id, "connect"]) | (&Method::POST, ["v2", "sandboxes", id, "connect"]) => {
-            connect(&s, id, &json).await
+            connect(&s, &caller, id, &json).await
         }
-        _ => error(404, format!("{method} {path}: no such route in this fake")),
+        _ => error(
+            404,
+            format!("{method} {path}: no such route in E2B's API as agentbox serves it"),
+        ),
+    }
+}
+
+/// A pause or resume the provider refused or failed: a provider that cannot sleep a box
+/// answers 501 (E2B's answer to a feature it lacks), naming the provider; anything else 500.
+fn lifecycle_error(e: &agentbox_core::Error) -> Response {
+    match e.code() {
+        agentbox_core::ErrorCode::Unsupported => error(501, e.message()),
+        _ => error(500, e.message()),
     }
 }
 
@@ -160,7 +174,7 @@ fn timeout_of(s: &Shared, v: &Value, default: u64) -> Result<u64, Refused> {
     Ok(t)
 }
 
-async fn create(s: &Arc<Shared>, v: &Value, v2: bool) -> Response {
+async fn create(s: &Arc<Shared>, caller: &Caller, v: &Value, v2: bool) -> Response {
     let Some(template) = v.get("templateID").and_then(Value::as_str).filter(|t| !t.is_empty()) else {
         return error(400, "templateID: required");
     };
@@ -183,16 +197,17 @@ async fn create(s: &Arc<Shared>, v: &Value, v2: bool) -> Response {
     let network_none = allow_internet == Some(false) || lists;
     let auto_pause = v.get("autoPause").and_then(Value::as_bool).unwrap_or(false);
     // v2 sandboxes are always secure (the SDK no longer sends `secure`).
-    let secure = v2 || v.get("secure").and_then(Value::as_bool).unwrap_or(false);
+    let secure = s.always_secure || v2 || v.get("secure").and_then(Value::as_bool).unwrap_or(false);
     let lifetime = std::time::Duration::from_secs(timeout);
-    let b = match s.make_box(lifetime, network_none, &env).await {
-        Ok(b) => b,
-        Err(e) => return error(500, format!("the sandbox could not be made: {e}")),
-    };
     let id = random(b"abcdefghijklmnopqrstuvwxyz0123456789", 20);
+    let made = match s.make_box(&id, caller, template, lifetime, !network_none, &env).await {
+        Ok(m) => m,
+        Err(r) => return error(r.status, r.message),
+    };
     let token = secure.then(|| random(b"0123456789abcdef", 32));
     let x = Arc::new(Sbx::new(
         id.clone(),
+        caller.id.clone(),
         s.seq.fetch_add(1, Ordering::Relaxed),
         template.to_string(),
         None,
@@ -202,7 +217,7 @@ async fn create(s: &Arc<Shared>, v: &Value, v2: bool) -> Response {
         allow_internet,
         network,
         auto_pause,
-        b,
+        made,
     ));
     lock(&s.sandboxes).insert(id, x.clone());
     supervise(s.clone(), x.clone());
@@ -284,11 +299,12 @@ fn metadata_filter(q: &Query) -> Vec<(String, String)> {
         .collect()
 }
 
-fn matching(s: &Shared, q: &Query, states: &[St]) -> Vec<Arc<Sbx>> {
+fn matching(s: &Shared, caller: &Caller, q: &Query, states: &[St]) -> Vec<Arc<Sbx>> {
     let meta = metadata_filter(q);
     let template = q.get("template").filter(|t| !t.is_empty());
     lock(&s.sandboxes)
         .values()
+        .filter(|x| caller.admin || x.owner == caller.id)
         .filter(|x| states.contains(&x.state()))
         .filter(|x| meta.iter().all(|(k, v)| x.metadata.get(k) == Some(v)))
         .filter(|x| template.is_none_or(|t| x.template_id == t || x.alias.as_deref() == Some(t)))
@@ -296,13 +312,13 @@ fn matching(s: &Shared, q: &Query, states: &[St]) -> Vec<Arc<Sbx>> {
         .collect()
 }
 
-fn list_v1(s: &Shared, q: &Query) -> Response {
-    let mut all = matching(s, q, &[St::Running]);
+fn list_v1(s: &Shared, caller: &Caller, q: &Query) -> Response {
+    let mut all = matching(s, caller, q, &[St::Running]);
     all.sort_by_key(|x| std::cmp::Reverse(x.seq));
     json_response(StatusCode::OK, &Value::Array(all.iter().map(|x| listed(x)).collect()))
 }
 
-fn list(s: &Shared, q: &Query) -> Response {
+fn list(s: &Shared, caller: &Caller, q: &Query) -> Response {
     let mut states = Vec::new();
     for st in q
         .all("state")
@@ -338,7 +354,7 @@ fn list(s: &Shared, q: &Query) -> Response {
             None => return error(400, format!("nextToken {t:?}: not a token this API gave")),
         },
     };
-    let mut all = matching(s, q, &states);
+    let mut all = matching(s, caller, q, &states);
     let running = all.iter().filter(|x| x.state() == St::Running).count();
     if asc {
         all.sort_by_key(|x| x.seq);
@@ -364,8 +380,8 @@ fn list(s: &Shared, q: &Query) -> Response {
     r
 }
 
-async fn set_timeout(s: &Shared, id: &str, v: &Value) -> Response {
-    let Some(x) = s.sandbox(id) else {
+async fn set_timeout(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
+    let Some(x) = s.owned(caller, id) else {
         return not_found(id);
     };
     if v.get("timeout").is_none() {
@@ -376,12 +392,12 @@ async fn set_timeout(s: &Shared, id: &str, v: &Value) -> Response {
         Err(r) => return refuse(r),
     };
     let _held = x.op.lock().await;
-    x.set_end(s, now_ms() + t * 1000).await;
+    x.set_end(now_ms() + t * 1000).await;
     empty(StatusCode::NO_CONTENT)
 }
 
-async fn pause(s: &Shared, id: &str) -> Response {
-    let Some(x) = s.sandbox(id) else {
+async fn pause(s: &Shared, caller: &Caller, id: &str) -> Response {
+    let Some(x) = s.owned(caller, id) else {
         return not_found(id);
     };
     let _held = x.op.lock().await;
@@ -390,14 +406,14 @@ async fn pause(s: &Shared, id: &str) -> Response {
         St::Gone => return not_found(id),
         St::Running => {}
     }
-    match x.pause(s).await {
+    match x.pause().await {
         Ok(_) => empty(StatusCode::NO_CONTENT),
-        Err(e) => error(500, e),
+        Err(e) => lifecycle_error(&e),
     }
 }
 
-async fn resume(s: &Shared, id: &str, v: &Value) -> Response {
-    let Some(x) = s.sandbox(id) else {
+async fn resume(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
+    let Some(x) = s.owned(caller, id) else {
         return not_found(id);
     };
     let t = match timeout_of(s, v, DEFAULT_TIMEOUT) {
@@ -410,14 +426,14 @@ async fn resume(s: &Shared, id: &str, v: &Value) -> Response {
         St::Gone => return not_found(id),
         St::Paused => {}
     }
-    match x.resume(s, now_ms() + t * 1000).await {
+    match x.resume(now_ms() + t * 1000).await {
         Ok(()) => json_response(StatusCode::CREATED, &sandbox(&x)),
-        Err(e) => error(500, e),
+        Err(e) => lifecycle_error(&e),
     }
 }
 
-async fn connect(s: &Shared, id: &str, v: &Value) -> Response {
-    let Some(x) = s.sandbox(id) else {
+async fn connect(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
+    let Some(x) = s.owned(caller, id) else {
         return not_found(id);
     };
     let t = match timeout_of(s, v, 300) {
@@ -431,13 +447,13 @@ async fn connect(s: &Shared, id: &str, v: &Value) -> Response {
         St::Running => {
             // The TTL is only extended.
             if end > *x.end_ms.borrow() {
-                x.set_end(s, end).await;
+                x.set_end(end).await;
             }
             json_response(StatusCode::OK, &sandbox(&x))
         }
-        St::Paused => match x.resume(s, end).await {
+        St::Paused => match x.resume(end).await {
             Ok(()) => json_response(StatusCode::CREATED, &sandbox(&x)),
-            Err(e) => error(500, e),
+            Err(e) => lifecycle_error(&e),
         },
     }
 }

@@ -1,14 +1,14 @@
 //! E2B's proxy to a port of a sandbox other than envd's (`https://{port}-{id}.{domain}`, or one
 //! URL with `E2b-Sandbox-Id` and `E2b-Sandbox-Port`, as the SDK addresses envd under
-//! `E2B_SANDBOX_URL`). A request is forwarded, upgrades (WebSockets) included, to
-//! `127.0.0.1:{port}`, where a box with the open network (which shares this machine's) listens.
+//! `E2B_SANDBOX_URL`). A request is forwarded, upgrades (WebSockets) included, to the port's
+//! endpoint as the box's provider gives it (`Sandbox::endpoint`).
 //!
 //! Nothing listening on the port: 502 with the words of E2B's "Closed Port" page. A sandbox
 //! that is not running: 502 "not found", as for envd. Simpler than E2B: every port is public
-//! (E2B's default; `allowPublicTraffic: false` and its traffic access token are not modelled),
-//! and a sandbox without internet access has no port this proxy reaches: its box has no
-//! network at all (not even a socket of its own to listen on), where E2B's proxy still reaches
-//! it. Such a port is 502, saying so.
+//! (E2B's default; `allowPublicTraffic: false` and its traffic access token are not yet
+//! served), and a sandbox without internet access has no port this proxy reaches: its box has
+//! no network at all (not even a socket of its own to listen on), where E2B's proxy still
+//! reaches it. Such a port is 502, saying so; so is a port the provider gives no endpoint for.
 
 use std::sync::Arc;
 
@@ -17,11 +17,13 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
 
-use crate::e2b::api::json_response;
-use crate::e2b::state::Shared;
+use crate::api::json_response;
+use crate::state::Shared;
 
 /// The headers of the proxy's own, not forwarded.
 const PROXY_HEADERS: [&str; 3] = ["e2b-sandbox-id", "e2b-sandbox-port", "x-access-token"];
+/// How long finding a port's endpoint, and connecting to it, may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(crate) async fn forward(s: Arc<Shared>, id: String, port: u16, req: Request) -> Response {
     let path = req.uri().path().to_string();
@@ -36,7 +38,7 @@ pub(crate) async fn forward(s: Arc<Shared>, id: String, port: u16, req: Request)
         return gone();
     };
     let closed = |why: String| {
-        tracing::debug!(sandbox = %id, port, why, "fake e2b: a closed port");
+        tracing::debug!(sandbox = %id, port, why, "e2b: a closed port");
         json_response(
             StatusCode::BAD_GATEWAY,
             &json!({
@@ -53,16 +55,27 @@ pub(crate) async fn forward(s: Arc<Shared>, id: String, port: u16, req: Request)
             &json!({
                 "code": 502,
                 "message": format!(
-                    "The sandbox {id} has no internet access, and in this fake E2B no network: no port of it is reached."
+                    "The sandbox {id} has no internet access, and here no network: no port of it is reached."
                 ),
                 "sandboxId": id,
                 "port": port,
             }),
         );
     }
-    let tcp = match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-        Ok(t) => t,
+    let ctx = agentbox_core::Ctx::background().with_timeout(CONNECT_TIMEOUT);
+    let at = match b.endpoint(port, &ctx).await {
+        Ok(at) => at,
         Err(e) => return closed(e.to_string()),
+    };
+    let tcp = match tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio::net::TcpStream::connect((at.host.as_str(), at.port)),
+    )
+    .await
+    {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return closed(e.to_string()),
+        Err(_) => return closed(format!("no connection within {CONNECT_TIMEOUT:?}")),
     };
     match crate::http::forward(tcp, req, &path, &format!("localhost:{port}"), &PROXY_HEADERS).await {
         Ok(r) => r,

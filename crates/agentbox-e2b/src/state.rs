@@ -7,20 +7,19 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Killer, Lifecycle, Network, Provider, Sandbox, Spec, Stdin};
-use agentbox_providers::namespace::NamespaceProvider;
+use agentbox_core::{Ctx, Killer, Provider, Sandbox, Stdin};
 use axum::body::Bytes;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::e2b::RecordedRequest;
+use crate::{Ask, Backend, Caller, Made, RecordedRequest, Refusal};
 
 /// How many requests the log keeps (the oldest let go).
 const MAX_RECORDED: usize = 10_000;
 /// How long making, sleeping, waking or ending a box may take.
 pub(crate) const BOX_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long past its end a running sandbox's box may live on its own (the fake ends it at the
-/// end; this bounds a box whose fake died).
+/// How long past its end a running sandbox's box may live on its own (this crate ends it at
+/// the end; the margin bounds a box whose server died).
 const BOX_MARGIN: Duration = Duration::from_secs(120);
 /// How long a paused sandbox's box (its files) is kept.
 pub(crate) const PAUSED_KEPT: Duration = Duration::from_secs(24 * 3600);
@@ -53,7 +52,7 @@ pub(crate) fn random(alphabet: &[u8], n: usize) -> String {
         .collect()
 }
 
-/// A fault scripted by [`crate::e2b::FakeE2B::fail_next`].
+/// A fault scripted by [`crate::E2b::fail_next`].
 pub(crate) struct Fault {
     pub(crate) method: String,
     pub(crate) path_prefix: String,
@@ -63,12 +62,11 @@ pub(crate) struct Fault {
 }
 
 pub(crate) struct Shared {
-    pub(crate) api_key: String,
-    pub(crate) rootfs: Option<std::path::PathBuf>,
+    pub(crate) backend: Arc<dyn Backend>,
     pub(crate) keepalive: Duration,
     pub(crate) max_timeout: Duration,
     pub(crate) list_page_max: usize,
-    pub(crate) provider: Arc<NamespaceProvider>,
+    pub(crate) always_secure: bool,
     pub(crate) sandboxes: Mutex<BTreeMap<String, Arc<Sbx>>>,
     pub(crate) seq: AtomicU64,
     pub(crate) next_pid: AtomicU32,
@@ -110,23 +108,31 @@ impl Shared {
         lock(&self.sandboxes).get(id).cloned()
     }
 
-    /// Make a box for a sandbox: `network_none` or open, `env` its environment.
+    /// Sandbox `id` if `caller` may see it: its own, or any for an admin. Another key's
+    /// sandbox is as one that does not exist.
+    pub(crate) fn owned(&self, caller: &Caller, id: &str) -> Option<Arc<Sbx>> {
+        self.sandbox(id).filter(|x| caller.admin || x.owner == caller.id)
+    }
+
+    /// Make a sandbox's box through the backend, for `lifetime` (the sandbox's timeout; the
+    /// box lives a margin longer).
     pub(crate) async fn make_box(
         &self,
+        id: &str,
+        caller: &Caller,
+        template: &str,
         lifetime: Duration,
-        network_none: bool,
+        internet: bool,
         env: &BTreeMap<String, String>,
-    ) -> Result<Arc<dyn Sandbox>, String> {
-        let mut spec = Spec::new(lifetime + BOX_MARGIN);
-        spec.image = self.rootfs.as_ref().map(|r| r.to_string_lossy().into_owned());
-        // E2B's proxy reaches a sandbox's ports (its runner's among them) on this machine's
-        // loopback: the box shares this machine's network unless it is blocked.
-        spec.network = Some(if network_none { Network::None } else { Network::Host });
-        spec.env = env.clone();
-        self.provider
-            .create(&spec, &Ctx::background().with_timeout(BOX_TIMEOUT))
-            .await
-            .map_err(|e| e.message().to_string())
+    ) -> Result<Made, Refusal> {
+        let ask = Ask {
+            sandbox_id: id.to_string(),
+            template: template.to_string(),
+            lifetime: lifetime + BOX_MARGIN,
+            internet,
+            env: env.clone(),
+        };
+        self.backend.make(caller, &ask).await
     }
 
     /// End a sandbox now: out of the records, its streams cut, its box destroyed in the
@@ -139,7 +145,7 @@ impl Shared {
         true
     }
 
-    /// End every sandbox's box (the fake shuts down), and any box of its provider left.
+    /// End every sandbox's box (the server shuts down).
     pub(crate) async fn end_all(&self) {
         let all: Vec<Arc<Sbx>> = std::mem::take(&mut *lock(&self.sandboxes)).into_values().collect();
         let ctx = Ctx::background().with_timeout(Duration::from_secs(10));
@@ -148,11 +154,6 @@ impl Shared {
             x.cut.send_modify(|n| *n += 1);
             let b = lock(&x.boxed).take();
             if let Some(b) = b {
-                let _ = b.destroy(&ctx).await;
-            }
-        }
-        if let Ok(left) = self.provider.list(&Default::default(), &ctx).await {
-            for b in left {
                 let _ = b.destroy(&ctx).await;
             }
         }
@@ -179,6 +180,8 @@ impl St {
 /// One sandbox.
 pub(crate) struct Sbx {
     pub(crate) id: String,
+    /// The caller that made it ([`Caller::id`]).
+    pub(crate) owner: String,
     pub(crate) seq: u64,
     pub(crate) client_id: String,
     pub(crate) template_id: String,
@@ -191,6 +194,8 @@ pub(crate) struct Sbx {
     /// The network config as asked (recorded, answered back).
     pub(crate) network: Option<Value>,
     pub(crate) auto_pause: bool,
+    /// The provider its box is of: its pause is this provider's sleep, its resume the wake.
+    pub(crate) provider: Arc<dyn Provider>,
     /// When it ends (ms since the epoch); a change wakes its supervisor.
     pub(crate) end_ms: watch::Sender<u64>,
     pub(crate) state: Mutex<St>,
@@ -206,6 +211,7 @@ impl Sbx {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: String,
+        owner: String,
         seq: u64,
         template_id: String,
         alias: Option<String>,
@@ -215,10 +221,11 @@ impl Sbx {
         allow_internet: Option<bool>,
         network: Option<Value>,
         auto_pause: bool,
-        b: Arc<dyn Sandbox>,
+        made: Made,
     ) -> Sbx {
         Sbx {
             id,
+            owner,
             seq,
             client_id: random(b"0123456789abcdef", 8),
             template_id,
@@ -229,9 +236,10 @@ impl Sbx {
             allow_internet,
             network,
             auto_pause,
+            provider: made.provider,
             end_ms: watch::channel(end_ms).0,
             state: Mutex::new(St::Running),
-            boxed: Mutex::new(Some(b)),
+            boxed: Mutex::new(Some(made.sandbox)),
             op: tokio::sync::Mutex::new(()),
             procs: Mutex::new(BTreeMap::new()),
             cut: watch::channel(0).0,
@@ -273,7 +281,7 @@ impl Sbx {
 
     /// Pause: its programs ended (the box sleeps), its files kept, its streams cut. False when
     /// it was not running.
-    pub(crate) async fn pause(&self, s: &Shared) -> Result<bool, String> {
+    pub(crate) async fn pause(&self) -> agentbox_core::Result<bool> {
         if self.state() != St::Running {
             return Ok(false);
         }
@@ -284,12 +292,12 @@ impl Sbx {
         *lock(&self.state) = St::Paused;
         self.cut.send_modify(|n| *n += 1);
         lock(&self.procs).clear();
-        s.provider
+        self.provider
             .sleep(b.id(), &ctx)
             .await
-            .map_err(|e| format!("pausing the sandbox: {}", e.message()))?;
+            .map_err(|e| agentbox_core::Error::new(e.code(), format!("pausing the sandbox: {}", e.message())))?;
         let kept = now_ms() + PAUSED_KEPT.as_millis() as u64;
-        if let Err(e) = s.provider.extend(b.id(), kept, &ctx).await {
+        if let Err(e) = self.provider.extend(b.id(), kept, &ctx).await {
             tracing::warn!(sandbox = %self.id, error = %e, "keeping a paused sandbox's box");
         }
         self.end_ms.send_modify(|_| {});
@@ -297,17 +305,17 @@ impl Sbx {
     }
 
     /// Resume a paused sandbox until `end_ms`: a fresh box over the same files.
-    pub(crate) async fn resume(&self, s: &Shared, end_ms: u64) -> Result<(), String> {
+    pub(crate) async fn resume(&self, end_ms: u64) -> agentbox_core::Result<()> {
         let Some(b) = lock(&self.boxed).clone() else {
-            return Err("the sandbox's box is gone".into());
+            return Err(agentbox_core::Error::not_found("the sandbox's box is gone"));
         };
         let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
-        let woke = s
+        let woke = self
             .provider
             .wake(b.id(), &ctx)
             .await
-            .map_err(|e| format!("resuming the sandbox: {}", e.message()))?;
-        let _ = s
+            .map_err(|e| agentbox_core::Error::new(e.code(), format!("resuming the sandbox: {}", e.message())))?;
+        let _ = self
             .provider
             .extend(b.id(), end_ms + BOX_MARGIN.as_millis() as u64, &ctx)
             .await;
@@ -318,10 +326,10 @@ impl Sbx {
     }
 
     /// A new end for a running sandbox (its box's own end follows).
-    pub(crate) async fn set_end(&self, s: &Shared, end_ms: u64) {
+    pub(crate) async fn set_end(&self, end_ms: u64) {
         if let Some(b) = self.running_box() {
             let until = end_ms + BOX_MARGIN.as_millis() as u64;
-            if let Err(e) = s
+            if let Err(e) = self
                 .provider
                 .extend(b.id(), until, &Ctx::background().with_timeout(BOX_TIMEOUT))
                 .await
@@ -333,7 +341,13 @@ impl Sbx {
     }
 }
 
-/// Watch a sandbox's end: at it, a running sandbox is killed (or paused, with autoPause).
+/// How often a sandbox running programs has its box's status asked: a box ended elsewhere
+/// (through agentbox's own API, by its provider) makes the sandbox gone, its streams cut, so
+/// no stream waits on a program that can no longer end.
+const LIVENESS_EVERY: Duration = Duration::from_secs(3);
+
+/// Watch a sandbox's end: at it, a running sandbox is killed (or paused, with autoPause); and,
+/// while it runs programs, that its box still runs.
 pub(crate) fn supervise(s: Arc<Shared>, x: Arc<Sbx>) {
     tokio::spawn(async move {
         let mut rx = x.end_ms.subscribe();
@@ -356,13 +370,25 @@ pub(crate) fn supervise(s: Arc<Shared>, x: Arc<Sbx>) {
                         return;
                     }
                 }
+                _ = tokio::time::sleep(LIVENESS_EVERY) => {
+                    let Some(b) = x.running_box() else { continue };
+                    if lock(&x.procs).is_empty() || box_runs(b.as_ref()).await {
+                        continue;
+                    }
+                    let _held = x.op.lock().await;
+                    if x.state() == St::Running {
+                        tracing::info!(sandbox = %x.id, box_id = %b.id(), "e2b: the sandbox's box ended under it");
+                        s.remove(&x.id);
+                        return;
+                    }
+                }
                 _ = tokio::time::sleep(wait) => {
                     let _held = x.op.lock().await;
                     if *x.end_ms.borrow() != end || x.state() != St::Running {
                         continue;
                     }
                     if x.auto_pause {
-                        if let Err(e) = x.pause(&s).await {
+                        if let Err(e) = x.pause().await {
                             tracing::warn!(sandbox = %x.id, error = %e, "auto-pausing at the timeout");
                             s.remove(&x.id);
                             return;
@@ -521,6 +547,12 @@ pub(crate) async fn start_proc(
         let _ = me.events.send(Ev::End(end));
     });
     Ok((proc, rx))
+}
+
+/// Whether a box still runs (asked within 5 s; no answer is not running).
+async fn box_runs(b: &dyn Sandbox) -> bool {
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(5));
+    matches!(b.status(&ctx).await, Ok(agentbox_core::Status::Running))
 }
 
 /// Go's name of a signal, as envd's status says it (`signal: killed`).

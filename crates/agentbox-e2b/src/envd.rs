@@ -23,10 +23,10 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::e2b::api::{error, json_response};
-use crate::e2b::state::{Ev, Proc, Sbx, Shared, St, lock, rfc3339, start_proc};
+use crate::api::{error, json_response};
 use crate::http::Query;
-use crate::ids::b64_encode;
+use crate::http::b64_encode;
+use crate::state::{Ev, Proc, Sbx, Shared, St, lock, rfc3339, start_proc};
 
 /// The largest RPC request.
 const MAX_RPC: usize = 16 << 20;
@@ -167,7 +167,7 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
             .get("x-access-token")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if !crate::ids::same(shown, t) {
+        if !crate::http::same(shown, t) {
             let msg = "unauthorized access, please provide a valid access token or method signing if supported";
             return if path.starts_with("/files") || path == "/health" {
                 error(401, msg)
@@ -252,7 +252,7 @@ async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|e| !e.eq_ignore_ascii_case("identity"))
     {
-        return error(400, "Content-Encoding: only identity is served by this fake");
+        return error(400, "Content-Encoding: only identity is served here");
     }
     let mut written = Vec::new();
     if ctype.starts_with("multipart/form-data") {
@@ -365,9 +365,10 @@ async fn rpc(s: Arc<Shared>, x: Arc<Sbx>, b: Arc<dyn Sandbox>, method: &str, req
             }
             Err(e) => stream_error(e),
         },
-        "filesystem.Filesystem/WatchDir" => {
-            stream_error(RpcError("unimplemented", "WatchDir is not served by this fake".into()))
-        }
+        "filesystem.Filesystem/WatchDir" => stream_error(RpcError(
+            "unimplemented",
+            "WatchDir is not served by agentbox's E2B API yet".into(),
+        )),
         _ => match unary(&x, &b, method, &v).await {
             Ok(v) => json_response(StatusCode::OK, &v),
             Err(e) => e.unary(),
@@ -410,7 +411,10 @@ async fn start(
     deadline: Option<Duration>,
 ) -> Response {
     if v.get("pty").is_some_and(|p| !p.is_null()) {
-        return stream_error(RpcError("unimplemented", "PTYs are not served by this fake".into()));
+        return stream_error(RpcError(
+            "unimplemented",
+            "PTYs are not served by agentbox's E2B API yet".into(),
+        ));
     }
     let p = v.get("process").cloned().unwrap_or(Value::Null);
     let Some(cmd) = p.get("cmd").and_then(Value::as_str).filter(|c| !c.is_empty()) else {
@@ -659,7 +663,7 @@ async fn unary(x: &Sbx, b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result
         m if m.starts_with("filesystem.Filesystem/") => files(b, &m["filesystem.Filesystem/".len()..], v).await,
         _ => Err(RpcError(
             "unimplemented",
-            format!("{method} is not served by this fake"),
+            format!("{method} is not served by agentbox's E2B API yet"),
         )),
     }
 }
@@ -734,7 +738,7 @@ async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, R
         }
         _ => Err(RpcError(
             "unimplemented",
-            format!("filesystem.Filesystem/{method} is not served by this fake"),
+            format!("filesystem.Filesystem/{method} is not served by agentbox's E2B API yet"),
         )),
     }
 }

@@ -1,0 +1,121 @@
+//! E2B's API as `agentbox serve --e2b` serves it, judged by E2B's own Python SDK (`e2b` 2.x),
+//! which nobody here wrote: the same judge as the fake E2B's
+//! (`crates/agentbox-providers/tests/e2b_judge.py`, `JUDGE_MODE=serve`), over namespace boxes,
+//! with two of the server's keys. Beside the fake's steps it checks what the service adds: a
+//! sandbox is one box of the service's own API, owned by the key that made it; another key
+//! neither lists, reads, connects to nor kills it; a box ended through the service's API is a
+//! sandbox the SDK finds not running; a killed sandbox leaves no box.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use agentbox_testing::judge;
+
+/// The judge's whole run, bounded.
+const JUDGE_TIMEOUT: Duration = Duration::from_secs(600);
+/// The page the judge asks for: it pages past it.
+const LIST_PAGE: usize = 2;
+
+/// `agentbox serve --e2b` over `home` on loopback ports, its default provider `provider`:
+/// the process (killed when dropped), the service's URL and E2B's.
+async fn serve_e2b(home: &std::path::Path, provider: &str) -> (tokio::process::Child, String, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--e2b",
+            "127.0.0.1:0",
+            "--provider",
+            provider,
+        ])
+        .env("AGENTBOX_HOME", home)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let (api, e2b) = tokio::time::timeout(Duration::from_secs(60), async {
+        let (mut api, mut e2b) = (None, None);
+        while let Some(line) = lines.next_line().await.unwrap() {
+            eprintln!("{line}");
+            if let Some(url) = line.strip_prefix("agentbox serve: serving on ") {
+                api = Some(url.to_string());
+            }
+            if let Some(url) = line.strip_prefix("agentbox serve: E2B's API on ") {
+                e2b = Some(url.to_string());
+            }
+            if let (Some(a), Some(e)) = (&api, &e2b) {
+                return (a.clone(), e.clone());
+            }
+        }
+        panic!("the server ended before it served");
+    })
+    .await
+    .expect("the server serves within 60 s");
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{line}");
+        }
+    });
+    (server, api, e2b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_judges_agentbox_serve_e2b() {
+    let test = "the_python_sdk_judges_agentbox_serve_e2b";
+    let Some(py) = judge::python("e2b", test) else {
+        return;
+    };
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
+    let (mut server, api, e2b) = serve_e2b(home.path(), "namespace").await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agentbox-providers/tests/e2b_judge.py");
+    let mut command = tokio::process::Command::new(&py);
+    command
+        .arg(&script)
+        .env("E2B_API_URL", &e2b)
+        .env("E2B_SANDBOX_URL", &e2b)
+        .env("E2B_API_KEY", &a)
+        .env("E2B_HTTP_VERSION", "1.1")
+        .env("JUDGE_MODE", "serve")
+        .env("JUDGE_LIST_PAGE", LIST_PAGE.to_string())
+        .env("JUDGE_MAX_TIMEOUT", (24 * 3600).to_string())
+        .env("JUDGE_OTHER_KEY", &b)
+        .env("AGENTBOX_URL", &api)
+        .env("HOME", home.path())
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_DEBUG")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY");
+    let judged = judge::run(command, JUDGE_TIMEOUT, |_| {}).await;
+    judged.assert_steps(&[
+        "create",
+        "run",
+        "envs",
+        "no-internet",
+        "connect",
+        "stdin",
+        "list",
+        "kill",
+        "files-rw",
+        "files-ops",
+        "timeout",
+        "timeout-max",
+        "list-paging",
+        "pause-resume",
+        "owners",
+        "vanish",
+        "kill-sandbox",
+        "bad-key",
+    ]);
+    server.start_kill().unwrap();
+}

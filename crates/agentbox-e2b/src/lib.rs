@@ -1,0 +1,362 @@
+//! E2B's API over any agentbox provider: the control plane (`E2B_API_URL`) and envd, each
+//! sandbox's own server (`E2B_SANDBOX_URL`), on one router. E2B's SDKs, pointed at it, make
+//! and drive agentbox boxes as they would E2B sandboxes.
+//!
+//! There is one implementation of E2B's API in agentbox, and it has two users:
+//! `agentbox serve --e2b ADDR` serves it over the registry's providers, with agentbox's API
+//! keys as `E2B_API_KEY`; `agentbox-fakes`' fake E2B serves it over namespace boxes, with the
+//! fault switches ([`E2b::fail_next`] and the rest) that the e2b provider's tests set. What
+//! differs between them is a [`Backend`]: who a key is, and how a sandbox's box is made.
+//! Both are judged by E2B's own SDKs: where an SDK and this crate disagree, this crate is
+//! wrong. `docs/e2b-api.md` is the overview for users.
+//!
+//! One port serves both of E2B's hosts. A request with an `E2b-Sandbox-Id` header is for that
+//! sandbox's envd (the SDK sends it, and `E2b-Sandbox-Port: 49983`, on every envd call when
+//! `E2B_SANDBOX_URL` points it at one url); a request naming another port goes through E2B's
+//! proxy to that port of the sandbox (`ports`); every other request is the control plane's.
+//! HTTP/1.1 and Connect's JSON codec are served; the SDK is told `E2B_HTTP_VERSION=1.1`.
+//!
+//! The control plane (E2B's `openapi.yml`; the SDK's generated client where they differ), each
+//! call showing `X-API-KEY` (one the backend does not know: 401 `{code, message}`, checked
+//! first): `POST /v2/sandboxes` (the SDK's create) and `POST /sandboxes`,
+//! `GET /sandboxes/{id}`, `GET /v2/sandboxes` and `GET /sandboxes` (running only, unpaged),
+//! `DELETE /sandboxes/{id}`, `POST /sandboxes/{id}/timeout`, `POST /sandboxes/{id}/pause`,
+//! `POST /sandboxes/{id}/resume`, `POST /sandboxes/{id}/connect` and
+//! `POST /v2/sandboxes/{id}/connect` (the SDK's connect and resume), and `GET /health`.
+//! Errors are E2B's `{code, message}`. A key sees only the sandboxes it made (an admin key
+//! every one): another key's sandbox is 404, as one that does not exist. Ids are 20 lowercase
+//! letters and digits.
+//!
+//! A sandbox: its `envVars` are its box's environment; `timeout` (seconds, default 15, more
+//! than [`E2bOptions::max_timeout`] is 400 as E2B answers: "Timeout cannot be greater than
+//! 1 hours") sets its end, which this crate keeps itself (and the box's own lifetime, a
+//! margin later, is the provider's to enforce should this process die): at the end it is
+//! killed (gone: 404), or paused with `autoPause`. A timeout call sets the end to now +
+//! timeout; a connect to a running sandbox only extends it (200), to a paused one resumes it
+//! (201); resume of a running one is 409, pause of a paused one 409. Pause is the provider's
+//! sleep (every program ended, the files kept), for a day at most; resume its wake. A v2
+//! create is always secure (its answer and detail carry `envdAccessToken`, which envd then
+//! demands in `X-Access-Token`); a v1 create only with `secure: true`, unless
+//! [`E2bOptions::always_secure`]. `allow_internet_access: false` is no network;
+//! `network.allowOut`/`denyOut` lists are not yet enforced, so any list is no network too
+//! (fail closed); the network config is recorded and answered back. Listing: newest first
+//! (or `order=asc`), filtered by `metadata` (`k=v&k2=v2`, each escaped once more, then the
+//! whole value as a query parameter: as the SDK sends it), `state` (comma-separated) and
+//! `template`; at most `limit` (1 to 100, and at most [`E2bOptions::list_page_max`]) a page,
+//! the next page's token in `X-Next-Token` (absent on the last page), `X-Total-Running`
+//! beside it.
+//!
+//! envd (`spec/envd`): Connect RPC over HTTP/1.1 with JSON (see `envd`): `process.Process`
+//! Start, Connect, List, SendInput, StreamInput, CloseStdin, SendSignal (SIGTERM, SIGKILL),
+//! Update (accepted, nothing done: no PTYs); `filesystem.Filesystem` Stat, ListDir (with
+//! `depth`), MakeDir (an existing one: `already_exists`), Move, Remove; `GET /files?path=`
+//! (download, every byte) and `POST /files` (multipart, a `file` part per file named by its
+//! path, or octet-stream with `path`), `GET /health` (204). A process stream is `start {pid}`,
+//! its output as `data {stdout|stderr}` chunks, `keepalive {}` after every quiet interval (the
+//! request's `Keepalive-Ping-Interval` seconds, else [`E2bOptions::keepalive`], envd's 90 s),
+//! then `end {exitCode, exited, status}` as Go's `ProcessState` says it (`exit status 3`;
+//! `signal: killed`, exit code -1, not exited) and the end-of-stream envelope. A Connect by pid
+//! (or tag) streams the same from then on. A `Connect-Timeout-Ms` on a Start kills the program
+//! at it. Pids are this crate's own, from 1000. The user a call asks (`Authorization: Basic
+//! base64(user:)`, or `username=`) is recorded; everything runs as the box's user. A call for a
+//! sandbox that is not running (gone, paused, unknown) is answered as E2B's proxy answers it:
+//! 502 `{"code": 502, "message": "The sandbox ID was not found"}`, which the SDK reads as not
+//! running.
+//!
+//! Not yet served (each answered as E2B answers a route or feature it lacks, never as a
+//! missing sandbox): PTYs, WatchDir and watchers, file metadata (`X-Metadata-*`), gzip
+//! uploads, signed URLs, snapshots, forks, metrics, logs, templates, volumes, MCP and IAM;
+//! Connect's binary codec and HTTP/2. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
+//! not enforced; relative paths and `~` are from `/root` for every user, and a program's
+//! default working directory is its box's. A process stream that falls more than 4096 chunks
+//! behind skips some. The records of sandboxes live in this process: a server that restarts
+//! forgets them (their boxes end at their lifetimes).
+//!
+//! ```no_run
+//! # async fn f(backend: std::sync::Arc<dyn agentbox_e2b::Backend>) -> Result<(), String> {
+//! use agentbox_e2b::{E2b, E2bOptions};
+//! let e2b = E2b::new(backend, E2bOptions::default())?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await.map_err(|e| e.to_string())?;
+//! axum::serve(listener, e2b.router()).await.map_err(|e| e.to_string())?;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod envd;
+pub mod http;
+mod ports;
+mod state;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentbox_core::{Provider, Sandbox};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::response::Response;
+
+use crate::state::{Fault, Shared, lock};
+
+/// How an [`E2b`] behaves.
+#[derive(Clone, Debug)]
+pub struct E2bOptions {
+    /// A process stream's keepalive interval when the request names none
+    /// (`Keepalive-Ping-Interval`): envd's default, 90 s.
+    pub keepalive: Duration,
+    /// The longest timeout a sandbox may ask (the plan's: 1 h on E2B's default plan, 24 h on
+    /// Pro); more is 400.
+    pub max_timeout: Duration,
+    /// The most sandboxes one listing page holds (E2B's: 100).
+    pub list_page_max: usize,
+    /// Every sandbox demands its envd access token, whatever its create asked. envd's calls
+    /// carry no API key, so a service with more than one key sets this: without it, anyone
+    /// who learns a v1 sandbox's id drives it.
+    pub always_secure: bool,
+}
+
+impl Default for E2bOptions {
+    fn default() -> Self {
+        E2bOptions {
+            keepalive: Duration::from_secs(90),
+            max_timeout: Duration::from_secs(3600),
+            list_page_max: 100,
+            always_secure: true,
+        }
+    }
+}
+
+/// Who called the control plane: the key's id (the owner of the sandboxes it makes, never the
+/// key itself), whether it sees every sandbox, and what the backend knows of it.
+#[derive(Clone)]
+pub struct Caller {
+    /// The owner written on what this caller makes.
+    pub id: String,
+    /// Sees and drives every sandbox, whoever made it.
+    pub admin: bool,
+    /// The backend's own record of the caller (the service's key, with its limits), handed
+    /// back to [`Backend::make`]; this crate never reads it.
+    pub record: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl Caller {
+    /// A caller with no record of the backend's.
+    pub fn new(id: impl Into<String>, admin: bool) -> Self {
+        Caller {
+            id: id.into(),
+            admin,
+            record: Arc::new(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("id", &self.id)
+            .field("admin", &self.admin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a create asks of a sandbox's box.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    /// The sandbox's id, made before its box (a backend may label the box with it).
+    pub sandbox_id: String,
+    /// The template it names (`base`, or any name the backend maps).
+    pub template: String,
+    /// How long the box must live at least: the sandbox's timeout and a margin. The sandbox
+    /// ends at its timeout (this crate ends it); this lifetime bounds a box whose server died.
+    pub lifetime: Duration,
+    /// Whether it may reach the internet (`false`: no network at all).
+    pub internet: bool,
+    /// Its environment (`envVars`).
+    pub env: BTreeMap<String, String>,
+}
+
+/// A box made for a sandbox, and the provider that made it (its pause and resume are that
+/// provider's sleep and wake).
+pub struct Made {
+    /// The provider.
+    pub provider: Arc<dyn Provider>,
+    /// The box.
+    pub sandbox: Arc<dyn Sandbox>,
+}
+
+/// A refusal in E2B's words: the HTTP status and the message of its `{code, message}` body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The HTTP status (and the body's `code`).
+    pub status: u16,
+    /// What was wrong, and why.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal of `status` saying `message`.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// Where [`E2b`] takes its callers and boxes from: the service's keys and registry, or a
+/// fake's one key and namespace provider.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentbox_e2b::{Ask, Backend, Caller, Made, Refusal};
+/// struct OneKey;
+/// #[async_trait::async_trait]
+/// impl Backend for OneKey {
+///     async fn caller(&self, key: &str) -> Result<Caller, Refusal> {
+///         match agentbox_e2b::http::same(key, "e2b_secret") {
+///             true => Ok(Caller::new("me", false)),
+///             false => Err(Refusal::new(401, "Invalid API key")),
+///         }
+///     }
+///     async fn make(&self, _: &Caller, ask: &Ask) -> Result<Made, Refusal> {
+///         Err(Refusal::new(400, format!("template {:?}: not known here", ask.template)))
+///     }
+/// }
+/// let _: Arc<dyn Backend> = Arc::new(OneKey);
+/// ```
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The caller an `X-API-KEY` names, or the refusal to answer (401 for a key it does not
+    /// know, 429 past the key's rate).
+    async fn caller(&self, api_key: &str) -> Result<Caller, Refusal>;
+
+    /// Make the box of a new sandbox for `caller` (its template mapped, its limits checked).
+    async fn make(&self, caller: &Caller, ask: &Ask) -> Result<Made, Refusal>;
+}
+
+/// One request as it was received, for a test to read back (never a key or token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The path, without the query (as `/v2/sandboxes` or `/process.Process/Start`).
+    pub path: String,
+    /// The sandbox it is for: named in the path (control plane) or by `E2b-Sandbox-Id` (envd).
+    pub sandbox_id: Option<String>,
+    /// The user an envd call asks for (`Authorization: Basic`), if any.
+    pub user: Option<String>,
+}
+
+/// E2B's API over a [`Backend`]. Its [`E2b::router`] serves it; [`E2b::end_all`] ends every
+/// sandbox's box.
+pub struct E2b {
+    shared: Arc<Shared>,
+}
+
+impl E2b {
+    /// E2B's API over `backend`.
+    pub fn new(backend: Arc<dyn Backend>, o: E2bOptions) -> Result<E2b, String> {
+        if o.list_page_max == 0 {
+            return Err("list_page_max: zero (no listing could page)".into());
+        }
+        if o.keepalive.is_zero() {
+            return Err("keepalive: zero".into());
+        }
+        Ok(E2b {
+            shared: Arc::new(Shared {
+                backend,
+                keepalive: o.keepalive,
+                max_timeout: o.max_timeout,
+                list_page_max: o.list_page_max,
+                always_secure: o.always_secure,
+                sandboxes: Default::default(),
+                seq: AtomicU64::new(1),
+                next_pid: AtomicU32::new(1000),
+                faults: Default::default(),
+                requests: Mutex::new(VecDeque::new()),
+                silence: tokio::sync::watch::channel(false).0,
+            }),
+        })
+    }
+
+    /// The routes of both of E2B's hosts, on one router. Bodies are read by each route with
+    /// its own bound (an upload up to 512 MiB), so no layer above may bound them lower.
+    pub fn router(&self) -> axum::Router {
+        axum::Router::new()
+            .fallback(dispatch)
+            .with_state(self.shared.clone())
+            .layer(DefaultBodyLimit::disable())
+    }
+
+    /// Every request received, oldest first (the last 10,000), without its headers, query or
+    /// body. Control-plane requests the key refused are in it too.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests).iter().cloned().collect()
+    }
+
+    /// A test's fault: the next `n` requests of `method` (`*`: any) whose path starts with
+    /// `path_prefix` (control plane or envd alike) answer `status` with E2B's error body
+    /// `{code, message}`, after the key is checked (control plane) and before anything else.
+    /// Faults stand in line; a request meets the first that matches it.
+    pub fn fail_next(&self, method: &str, path_prefix: &str, status: u16, message: &str, n: usize) {
+        if n == 0 {
+            return;
+        }
+        lock(&self.shared.faults).push(Fault {
+            method: method.to_string(),
+            path_prefix: path_prefix.to_string(),
+            status,
+            message: message.to_string(),
+            left: n,
+        });
+    }
+
+    /// A test's fault: sandbox `id` dies at once, as a host failure would end it: its box
+    /// destroyed, every open process stream cut mid-way (no end event, no end of stream),
+    /// later control-plane calls 404 and envd calls 502. Whether it was there.
+    pub fn vanish(&self, id: &str) -> bool {
+        self.shared.remove(id)
+    }
+
+    /// A test's fault: while `on`, every process stream sends nothing (no data, no
+    /// keepalives) but stays open: a hang a client must detect by the keepalives it misses.
+    pub fn silence_keepalives(&self, on: bool) {
+        self.shared.silence.send_replace(on);
+    }
+
+    /// Every sandbox there is, oldest first: its id and state (`running` or `paused`).
+    pub fn sandboxes(&self) -> Vec<(String, String)> {
+        let r = lock(&self.shared.sandboxes);
+        let mut all: Vec<_> = r.values().collect();
+        all.sort_by_key(|x| x.seq);
+        all.iter()
+            .map(|x| (x.id.clone(), x.state().name().to_string()))
+            .collect()
+    }
+
+    /// End every sandbox's box (the server shuts down), each within 10 s.
+    pub async fn end_all(&self) {
+        self.shared.end_all().await;
+    }
+}
+
+/// Every request: envd's when it names a sandbox (`E2b-Sandbox-Id`) and no other port
+/// (`E2b-Sandbox-Port`), a sandbox's port through the proxy when it names another, else the
+/// control plane's.
+async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let sandbox = req
+        .headers()
+        .get("e2b-sandbox-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let port = req
+        .headers()
+        .get("e2b-sandbox-port")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|p| p.parse::<u16>().ok());
+    match (sandbox, port) {
+        (Some(id), Some(p)) if p != envd::PORT => ports::forward(s, id, p, req).await,
+        (Some(id), _) => envd::handle(s, id, req).await,
+        (None, _) => api::handle(s, req).await,
+    }
+}
