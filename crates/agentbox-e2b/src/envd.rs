@@ -32,7 +32,7 @@ use crate::state::{Ev, Proc, Sbx, Shared, St, lock, rfc3339, start_proc};
 const MAX_RPC: usize = 16 << 20;
 /// The largest upload.
 const MAX_UPLOAD: usize = 512 << 20;
-/// Where relative paths start (the box's home), whoever asks.
+/// Where relative paths start, whoever asks, in a box that names no workspace.
 const HOME: &str = "/root";
 /// How long a file operation may take.
 const FILE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -117,16 +117,23 @@ fn user_of(h: &HeaderMap) -> Option<String> {
     Some(s.split(':').next().unwrap_or("").to_string()).filter(|u| !u.is_empty())
 }
 
-/// A path as envd takes it: relative ones from the home.
-fn resolve(path: &str) -> String {
+/// Where a box's relative paths start: its workspace, where its programs start too (so a file
+/// written as `x.txt` is the `x.txt` a command sees), else `/root`.
+fn home_of(b: &dyn Sandbox) -> String {
+    b.facts().workspace.clone().unwrap_or_else(|| HOME.to_string())
+}
+
+/// A path as envd takes it: relative ones, and `~`, from `home`.
+fn resolve(home: &str, path: &str) -> String {
+    let home = home.trim_end_matches('/');
     if path.starts_with('/') {
         path.to_string()
     } else if path.is_empty() || path == "~" {
-        HOME.to_string()
+        home.to_string()
     } else if let Some(rest) = path.strip_prefix("~/") {
-        format!("{HOME}/{rest}")
+        format!("{home}/{rest}")
     } else {
-        format!("{HOME}/{path}")
+        format!("{home}/{path}")
     }
 }
 
@@ -192,7 +199,8 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
 }
 
 async fn download(b: Arc<dyn Sandbox>, q: Query) -> Response {
-    let Some(path) = q.get("path").map(resolve) else {
+    let home = home_of(b.as_ref());
+    let Some(path) = q.get("path").map(|p| resolve(&home, p)) else {
         return error(400, "path: required");
     };
     let Some(f) = b.files() else {
@@ -240,6 +248,7 @@ async fn write_file(b: &Arc<dyn Sandbox>, path: &str, data: &[u8]) -> Result<Val
 
 async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
     let q = Query::of(&req);
+    let home = home_of(b.as_ref());
     let ctype = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -284,8 +293,8 @@ async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
         let single = parts.len() == 1;
         for (name, data) in parts {
             let target = match (&path, name) {
-                (Some(p), _) if single => resolve(p),
-                (_, Some(n)) if !n.is_empty() => resolve(&n),
+                (Some(p), _) if single => resolve(&home, p),
+                (_, Some(n)) if !n.is_empty() => resolve(&home, &n),
                 _ => return error(400, "path: required (a query parameter, or each file's name)"),
             };
             match write_file(&b, &target, &data).await {
@@ -294,7 +303,7 @@ async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
             }
         }
     } else {
-        let Some(path) = q.get("path").map(resolve) else {
+        let Some(path) = q.get("path").map(|p| resolve(&home, p)) else {
             return error(400, "path: required with an octet-stream body");
         };
         let data = match axum::body::to_bytes(req.into_body(), MAX_UPLOAD).await {
@@ -438,7 +447,7 @@ async fn start(
         .get("cwd")
         .and_then(Value::as_str)
         .filter(|c| !c.is_empty())
-        .map(resolve);
+        .map(|c| resolve(&home_of(b.as_ref()), c));
     let tag = v.get("tag").and_then(Value::as_str).map(str::to_string);
     let stdin = v.get("stdin").and_then(Value::as_bool).unwrap_or(false);
     match start_proc(s, x, b, cmd.to_string(), args, envs, cwd, tag, stdin, deadline).await {
@@ -610,11 +619,11 @@ fn entry(path: &str, m: &FileMeta) -> Value {
     })
 }
 
-fn path_field(v: &Value, field: &str) -> Result<String, RpcError> {
+fn path_field(home: &str, v: &Value, field: &str) -> Result<String, RpcError> {
     v.get(field)
         .and_then(Value::as_str)
         .filter(|p| !p.is_empty())
-        .map(resolve)
+        .map(|p| resolve(home, p))
         .ok_or_else(|| invalid(format!("{field}: required")))
 }
 
@@ -673,14 +682,15 @@ async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, R
         return Err(RpcError("internal", "the box serves no files".into()));
     };
     let ctx = Ctx::background().with_timeout(FILE_TIMEOUT);
+    let home = home_of(b.as_ref());
     match method {
         "Stat" => {
-            let path = path_field(v, "path")?;
+            let path = path_field(&home, v, "path")?;
             let m = f.stat(&path, false, &ctx).await.map_err(|e| file_error(e, &path))?;
             Ok(json!({"entry": entry(&path, &m)}))
         }
         "ListDir" => {
-            let path = path_field(v, "path")?;
+            let path = path_field(&home, v, "path")?;
             let depth = v.get("depth").and_then(Value::as_u64).unwrap_or(1).max(1);
             let m = f.stat(&path, true, &ctx).await.map_err(|e| file_error(e, &path))?;
             if m.kind != FileType::Dir {
@@ -705,7 +715,7 @@ async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, R
             Ok(json!({"entries": entries}))
         }
         "MakeDir" => {
-            let path = path_field(v, "path")?;
+            let path = path_field(&home, v, "path")?;
             if f.stat(&path, true, &ctx).await.is_ok() {
                 return Err(RpcError(
                     "already_exists",
@@ -717,8 +727,8 @@ async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, R
             Ok(json!({"entry": entry(&path, &m)}))
         }
         "Move" => {
-            let from = path_field(v, "source")?;
-            let to = path_field(v, "destination")?;
+            let from = path_field(&home, v, "source")?;
+            let to = path_field(&home, v, "destination")?;
             if let Some(dir) = parent(&to) {
                 match f.mkdir(dir, true, &ctx).await {
                     Ok(()) | Err(FileError::Os(17)) => {}
@@ -730,7 +740,7 @@ async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, R
             Ok(json!({"entry": entry(&to, &m)}))
         }
         "Remove" => {
-            let path = path_field(v, "path")?;
+            let path = path_field(&home, v, "path")?;
             f.remove(&path, true, false, &ctx)
                 .await
                 .map_err(|e| file_error(e, &path))?;

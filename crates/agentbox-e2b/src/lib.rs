@@ -67,8 +67,8 @@
 //! missing sandbox): PTYs, WatchDir and watchers, file metadata (`X-Metadata-*`), gzip
 //! uploads, signed URLs, snapshots, forks, metrics, logs, templates, volumes, MCP and IAM;
 //! Connect's binary codec and HTTP/2. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
-//! not enforced; relative paths and `~` are from `/root` for every user, and a program's
-//! default working directory is its box's. A process stream that falls more than 4096 chunks
+//! not enforced; relative paths and `~` are from the box's workspace (where its programs
+//! start) for every user. A process stream that falls more than 4096 chunks
 //! behind skips some. The records of sandboxes live in this process: a server that restarts
 //! forgets them (their boxes end at their lifetimes).
 //!

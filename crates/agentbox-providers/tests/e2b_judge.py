@@ -148,6 +148,11 @@ check(sbx.files.read("/tmp/f.txt" if False else "/tmp/f", format="bytes")[:3] ==
 info = sbx.files.write("/tmp/deep/er/t.txt", "text")
 check(info.path == "/tmp/deep/er/t.txt", f"write info {info}")
 check(sbx.files.read("/tmp/deep/er/t.txt") == "text", "text read")
+# A relative path is where a command starts: what one writes, the other reads.
+sbx.files.write("rel.txt", "relative")
+check(sbx.commands.run("cat rel.txt").stdout == "relative", "a relative file seen by a command")
+sbx.commands.run("echo made > made.txt")
+check(sbx.files.read("made.txt") == "made\n", "a command's file read by a relative path")
 ok("files-rw")
 
 check(sbx.files.make_dir("/tmp/d"), "make_dir")
