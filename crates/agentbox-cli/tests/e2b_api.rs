@@ -12,6 +12,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use agentbox_testing::judge;
+use agentbox_testing::judge::e2b::{Sdk, Setup};
 
 /// The judge's whole run, bounded.
 const JUDGE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -67,55 +68,40 @@ async fn serve_e2b(home: &std::path::Path, provider: &str) -> (tokio::process::C
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_judges_agentbox_serve_e2b() {
-    let test = "the_python_sdk_judges_agentbox_serve_e2b";
-    let Some(py) = judge::python("e2b", test) else {
+    let Some(py) = judge::python("e2b", "the_python_sdk_judges_agentbox_serve_e2b") else {
         return;
     };
+    judge_serve(Sdk::Python(py)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_npm_sdk_judges_agentbox_serve_e2b() {
+    let Some(dir) = judge::node("e2b", "the_npm_sdk_judges_agentbox_serve_e2b") else {
+        return;
+    };
+    judge_serve(Sdk::Node(dir)).await;
+}
+
+/// `agentbox serve --e2b` over namespace boxes, with two keys, judged by `sdk`'s judge.
+async fn judge_serve(sdk: Sdk) {
     agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
     let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
     let (mut server, api, e2b) = serve_e2b(home.path(), "namespace").await;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agentbox-providers/tests/e2b_judge.py");
-    let mut command = tokio::process::Command::new(&py);
-    command
-        .arg(&script)
-        .env("E2B_API_URL", &e2b)
-        .env("E2B_SANDBOX_URL", &e2b)
-        .env("E2B_API_KEY", &a)
-        .env("E2B_HTTP_VERSION", "1.1")
-        .env("JUDGE_MODE", "serve")
-        .env("JUDGE_LIST_PAGE", LIST_PAGE.to_string())
-        .env("JUDGE_MAX_TIMEOUT", (24 * 3600).to_string())
-        .env("JUDGE_OTHER_KEY", &b)
-        .env("AGENTBOX_URL", &api)
-        .env("HOME", home.path())
-        .env("NO_PROXY", "127.0.0.1")
-        .env_remove("E2B_DOMAIN")
-        .env_remove("E2B_DEBUG")
-        .env_remove("E2B_ACCESS_TOKEN")
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("ALL_PROXY");
+    let mut command = judge::e2b::command(
+        &sdk,
+        &Setup {
+            url: &e2b,
+            key: &a,
+            mode: "serve",
+            list_page: LIST_PAGE,
+            max_timeout_secs: 24 * 3600,
+            home: home.path(),
+        },
+    );
+    command.env("JUDGE_OTHER_KEY", &b).env("AGENTBOX_URL", &api);
     let judged = judge::run(command, JUDGE_TIMEOUT, |_| {}).await;
-    judged.assert_steps(&[
-        "create",
-        "run",
-        "envs",
-        "no-internet",
-        "connect",
-        "stdin",
-        "list",
-        "kill",
-        "files-rw",
-        "files-ops",
-        "timeout",
-        "timeout-max",
-        "list-paging",
-        "pause-resume",
-        "owners",
-        "vanish",
-        "kill-sandbox",
-        "bad-key",
-    ]);
+    judged.assert_steps(judge::e2b::STEPS);
+    judged.assert_steps(judge::e2b::SERVE_STEPS);
     server.start_kill().unwrap();
 }

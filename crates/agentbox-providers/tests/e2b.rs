@@ -632,11 +632,11 @@ mod judged {
     //! mid-command, kills, and meets a wrong key (`tests/e2b_judge.py`). `scripts/judge-clients e2b`
     //! installs the SDK; `scripts/test` exports the venv's python as `AGENTBOX_TEST_E2B_PYTHON`.
 
-    use std::path::Path;
     use std::time::Duration;
 
     use agentbox_fakes::e2b::{FakeE2B, FakeE2BOptions};
     use agentbox_testing::judge;
+    use agentbox_testing::judge::e2b::{self, Sdk, Setup};
 
     /// The judge's whole run, bounded.
     const JUDGE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -649,6 +649,21 @@ mod judged {
         let Some(py) = judge::python("e2b", test) else {
             return;
         };
+        judge_the_fake(Sdk::Python(py), "root").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_npm_sdk_judges_the_fake() {
+        let test = "the_npm_sdk_judges_the_fake";
+        let Some(dir) = judge::node("e2b", test) else {
+            return;
+        };
+        judge_the_fake(Sdk::Node(dir), "root").await;
+    }
+
+    /// The fake, judged by `sdk`'s judge: every step passed, the SDK's calls recorded (a
+    /// command run as `user`), never the key, no sandbox left.
+    async fn judge_the_fake(sdk: Sdk, user: &str) {
         agentbox_testing::runner::ensure();
         let key = "e2b_judge0123456789abcdef";
         let fake = FakeE2B::start(FakeE2BOptions {
@@ -660,50 +675,25 @@ mod judged {
         .await
         .expect("the fake starts");
         let dir = tempfile::tempdir().expect("a temp dir");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("e2b_judge.py");
-        let mut command = tokio::process::Command::new(&py);
-        command
-            .arg(&script)
-            .env("E2B_API_URL", fake.url())
-            .env("E2B_SANDBOX_URL", fake.url())
-            .env("E2B_API_KEY", key)
-            .env("E2B_HTTP_VERSION", "1.1")
-            .env("JUDGE_LIST_PAGE", LIST_PAGE.to_string())
-            .env("JUDGE_MODE", "fake")
-            .env("JUDGE_MAX_TIMEOUT", "3600")
-            .env("HOME", dir.path())
-            .env("NO_PROXY", "127.0.0.1")
-            .env_remove("E2B_DOMAIN")
-            .env_remove("E2B_DEBUG")
-            .env_remove("E2B_ACCESS_TOKEN")
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("ALL_PROXY");
+        let url = fake.url();
+        let command = e2b::command(
+            &sdk,
+            &Setup {
+                url: &url,
+                key,
+                mode: "fake",
+                list_page: LIST_PAGE,
+                max_timeout_secs: 3600,
+                home: dir.path(),
+            },
+        );
         let judged = judge::run(command, JUDGE_TIMEOUT, |line| {
             if let Some(id) = line.strip_prefix("VANISH ") {
                 assert!(fake.vanish(id), "the sandbox to vanish is there");
             }
         })
         .await;
-        judged.assert_steps(&[
-            "create",
-            "run",
-            "envs",
-            "no-internet",
-            "connect",
-            "stdin",
-            "list",
-            "kill",
-            "files-rw",
-            "files-ops",
-            "timeout",
-            "timeout-max",
-            "list-paging",
-            "pause-resume",
-            "vanish",
-            "kill-sandbox",
-            "bad-key",
-        ]);
+        judged.assert_steps(e2b::STEPS);
         let log = fake.requests();
         for path in [
             "/v2/sandboxes",
@@ -714,7 +704,7 @@ mod judged {
             assert!(log.iter().any(|r| r.path == path), "the SDK called {path}");
         }
         assert!(
-            log.iter().any(|r| r.user.as_deref() == Some("root")),
+            log.iter().any(|r| r.user.as_deref() == Some(user)),
             "the asked user was recorded"
         );
         assert!(

@@ -1,5 +1,6 @@
-//! Running a vendor's Python SDK as the judge of its fake (`tests/<vendor>_judge.py` of the
-//! providers crate): the SDK's python from the variable `scripts/test` exports, the script's
+//! Running a vendor's SDK as the judge of its fake (`tests/<vendor>_judge.py` of the providers
+//! crate with the Python SDK, `tests/<vendor>-js/judge.mjs` with the npm SDK): the SDK's
+//! python (or the judge's directory) from the variable `scripts/test` exports, the script's
 //! `OK <step>` lines, its `WAIT <what>` requests answered once the test acted on the fake, its
 //! end within a deadline.
 //!
@@ -23,9 +24,28 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 /// The python of `vendor`'s SDK, from `AGENTBOX_TEST_<VENDOR>_PYTHON`, or `None` after the loud
 /// notice (a failure under CI). `scripts/judge-clients <vendor>` installs it.
 pub fn python(vendor: &str, test: &str) -> Option<PathBuf> {
-    let var = format!("AGENTBOX_TEST_{}_PYTHON", vendor.to_uppercase());
-    let installer = format!("scripts/judge-clients {vendor}");
-    if let Ok(p) = std::env::var(&var)
+    installed(
+        &format!("AGENTBOX_TEST_{}_PYTHON", vendor.to_uppercase()),
+        &format!("scripts/judge-clients {vendor}"),
+        test,
+    )
+}
+
+/// The directory of `vendor`'s JavaScript judge with its npm SDK installed
+/// (`tests/<vendor>-js` of the providers crate), from `AGENTBOX_TEST_<VENDOR>_JS`, or `None`
+/// after the loud notice (a failure under CI). `scripts/judge-clients-js <vendor>` installs it.
+pub fn node(vendor: &str, test: &str) -> Option<PathBuf> {
+    installed(
+        &format!("AGENTBOX_TEST_{}_JS", vendor.to_uppercase()),
+        &format!("scripts/judge-clients-js {vendor}"),
+        test,
+    )
+}
+
+/// The path in `var`, or `None` after the loud notice that `test` did not run (a failure under
+/// CI, which always installs it with `installer`).
+fn installed(var: &str, installer: &str, test: &str) -> Option<PathBuf> {
+    if let Ok(p) = std::env::var(var)
         && !p.is_empty()
     {
         return Some(PathBuf::from(p));
@@ -96,6 +116,95 @@ pub async fn run(mut judge: tokio::process::Command, limit: Duration, mut act: i
         .expect("the judge ends within its time");
     let status = child.wait().await.expect("the judge's exit");
     let errs = errs.await.unwrap_or_default();
-    assert!(status.success(), "the Python SDK judge failed:\n{said}\n{errs}");
+    assert!(status.success(), "the SDK's judge failed:\n{said}\n{errs}");
     Judged { said, errs }
+}
+
+/// The judges of E2B's API (`agentbox-e2b`): E2B's Python SDK (`tests/e2b_judge.py` of the
+/// providers crate) and its npm SDK (`tests/e2b-js/judge.mjs`), the same steps in both, run
+/// against the fake E2B (`fake`) and `agentbox serve --e2b` (`serve`).
+pub mod e2b {
+    use std::path::{Path, PathBuf};
+
+    /// Every step a judge passes in either mode; `serve` adds [`SERVE_STEPS`].
+    pub const STEPS: &[&str] = &[
+        "create",
+        "run",
+        "envs",
+        "no-internet",
+        "connect",
+        "stdin",
+        "list",
+        "kill",
+        "files-rw",
+        "files-ops",
+        "timeout",
+        "timeout-max",
+        "list-paging",
+        "pause-resume",
+        "vanish",
+        "kill-sandbox",
+        "bad-key",
+    ];
+
+    /// The steps only `serve` has: two keys that see nothing of each other's.
+    pub const SERVE_STEPS: &[&str] = &["owners"];
+
+    /// Which SDK judges.
+    pub enum Sdk {
+        /// The Python SDK: its venv's python.
+        Python(PathBuf),
+        /// The npm SDK: the judge's directory, its packages installed.
+        Node(PathBuf),
+    }
+
+    /// Where the judge runs and what it is told.
+    pub struct Setup<'a> {
+        /// E2B's one URL (both `E2B_API_URL` and `E2B_SANDBOX_URL`).
+        pub url: &'a str,
+        /// `E2B_API_KEY`.
+        pub key: &'a str,
+        /// `fake` or `serve`.
+        pub mode: &'a str,
+        /// The page the judge lists by (it pages past it).
+        pub list_page: usize,
+        /// The plan's longest timeout, in seconds.
+        pub max_timeout_secs: u64,
+        /// Its `HOME`.
+        pub home: &'a Path,
+    }
+
+    /// The judge's command, E2B's variables set and every proxy and E2B variable of this
+    /// process's left out; a `serve` judge also needs `AGENTBOX_URL` and `JUDGE_OTHER_KEY`.
+    pub fn command(sdk: &Sdk, s: &Setup<'_>) -> tokio::process::Command {
+        let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agentbox-providers/tests");
+        let mut c = match sdk {
+            Sdk::Python(py) => {
+                let mut c = tokio::process::Command::new(py);
+                c.arg(tests.join("e2b_judge.py"));
+                c
+            }
+            Sdk::Node(dir) => {
+                let mut c = tokio::process::Command::new("node");
+                c.arg(dir.join("judge.mjs")).current_dir(dir);
+                c
+            }
+        };
+        c.env("E2B_API_URL", s.url)
+            .env("E2B_SANDBOX_URL", s.url)
+            .env("E2B_API_KEY", s.key)
+            .env("E2B_HTTP_VERSION", "1.1")
+            .env("JUDGE_LIST_PAGE", s.list_page.to_string())
+            .env("JUDGE_MODE", s.mode)
+            .env("JUDGE_MAX_TIMEOUT", s.max_timeout_secs.to_string())
+            .env("HOME", s.home)
+            .env("NO_PROXY", "127.0.0.1")
+            .env_remove("E2B_DOMAIN")
+            .env_remove("E2B_DEBUG")
+            .env_remove("E2B_ACCESS_TOKEN")
+            .env_remove("HTTP_PROXY")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("ALL_PROXY");
+        c
+    }
 }

@@ -1,0 +1,264 @@
+// The judge of agentbox's E2B API in JavaScript: E2B's own npm SDK (`e2b`, pinned in
+// package.json), which nobody here wrote, drives it and asserts each answer. The twin of
+// ../e2b_judge.py, with the same steps and modes (`JUDGE_MODE`):
+//
+// - `fake`: the fake E2B, run by tests/e2b.rs of the providers (its `judged` module);
+// - `serve`: `agentbox serve --e2b`, run by tests/e2b_api.rs of the CLI, with two of its keys.
+//
+// The runner sets E2B_API_URL and E2B_SANDBOX_URL (both the one url), E2B_API_KEY,
+// JUDGE_LIST_PAGE, JUDGE_MAX_TIMEOUT (seconds); for `serve`, AGENTBOX_URL and JUDGE_OTHER_KEY.
+// Each step prints `OK <step>`; in `fake` mode `VANISH <id>` asks the runner to make a sandbox
+// vanish; in `serve` mode the judge ends that sandbox's box itself, through the service's API.
+
+import {
+  AuthenticationError,
+  CommandExitError,
+  NotFoundError,
+  Sandbox,
+} from "e2b";
+
+function ok(step) {
+  console.log(`OK ${step}`);
+}
+
+function check(cond, what) {
+  if (!cond) throw new Error(`judge: ${what}`);
+}
+
+async function refused(f, kind, what) {
+  try {
+    await f();
+  } catch (e) {
+    check(e instanceof kind, `${what}: ${e?.constructor?.name}: ${e?.message}`);
+    return e;
+  }
+  throw new Error(`judge: ${what}: nothing was refused`);
+}
+
+const env = process.env;
+const LIST_PAGE = Number(env.JUDGE_LIST_PAGE);
+const MAX_TIMEOUT = Number(env.JUDGE_MAX_TIMEOUT);
+const MODE = env.JUDGE_MODE;
+check(MODE === "fake" || MODE === "serve", `JUDGE_MODE ${MODE}: fake or serve`);
+const TAG = { judge: "e2b-js", run: String(process.pid) };
+
+/** The service's own boxes labelled with an E2B sandbox's id, as `key` sees them. */
+async function boxesOf(sandboxId, key) {
+  const url = new URL("/v1/boxes", env.AGENTBOX_URL);
+  url.searchParams.set("labels", `agentbox-server.e2b=${sandboxId}`);
+  const r = await fetch(url, {
+    headers: { authorization: `Bearer ${key}` },
+    signal: AbortSignal.timeout(30_000),
+  });
+  check(r.ok, `GET ${url}: ${r.status}`);
+  return (await r.json()).map((b) => b.id);
+}
+
+/** End a sandbox's box through the service's own API, not E2B's. */
+async function endElsewhere(sandboxId) {
+  for (const box of await boxesOf(sandboxId, env.E2B_API_KEY)) {
+    const r = await fetch(new URL(`/v1/boxes/${box}`, env.AGENTBOX_URL), {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${env.E2B_API_KEY}` },
+      signal: AbortSignal.timeout(30_000),
+    });
+    check(r.ok, `DELETE ${box}: ${r.status}`);
+  }
+}
+
+const sbx = await Sandbox.create("base", {
+  timeoutMs: 120_000,
+  metadata: TAG,
+  envs: { SBX_VAR: "from-sandbox" },
+  allowInternetAccess: false,
+});
+check(sbx.sandboxId.length === 20, `sandbox id ${sbx.sandboxId}`);
+check(await sbx.isRunning(), "a new sandbox runs");
+ok("create");
+
+const exit3 = await refused(
+  () => sbx.commands.run("echo out; echo err >&2; exit 3"),
+  CommandExitError,
+  "exit 3",
+);
+check(exit3.exitCode === 3, `exit code ${exit3.exitCode}`);
+check(exit3.stdout === "out\n", `stdout ${JSON.stringify(exit3.stdout)}`);
+check(exit3.stderr === "err\n", `stderr ${JSON.stringify(exit3.stderr)}`);
+let r = await sbx.commands.run("echo fine");
+check(r.exitCode === 0 && r.stdout === "fine\n", `a fine command: ${JSON.stringify(r)}`);
+const seen = [];
+await sbx.commands.run("echo a; echo b", { onStdout: (d) => seen.push(d) });
+check(seen.join("") === "a\nb\n", `streamed stdout ${JSON.stringify(seen)}`);
+ok("run");
+
+r = await sbx.commands.run('printf "%s %s" "$SBX_VAR" "$CMD_VAR"', { envs: { CMD_VAR: "mine" } });
+check(r.stdout === "from-sandbox mine", `envs: ${JSON.stringify(r.stdout)}`);
+r = await sbx.commands.run("pwd", { cwd: "/tmp", user: "root" });
+check(r.stdout === "/tmp\n", `cwd: ${JSON.stringify(r.stdout)}`);
+ok("envs");
+
+r = await sbx.commands.run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '");
+check(r.stdout.split(/\s+/).filter(Boolean).join(",") === "lo", `interfaces: ${JSON.stringify(r.stdout)}`);
+ok("no-internet");
+
+let h = await sbx.commands.run("sleep 2; echo done", { background: true });
+check(h.pid > 0, `pid ${h.pid}`);
+const again = await sbx.commands.connect(h.pid);
+let res = await again.wait();
+check(res.stdout === "done\n", `reattached output ${JSON.stringify(res.stdout)}`);
+ok("connect");
+
+h = await sbx.commands.run("read line; echo got:$line", { background: true, stdin: true });
+await sbx.commands.sendStdin(h.pid, "hello\n");
+res = await h.wait();
+check(res.stdout === "got:hello\n", `stdin: ${JSON.stringify(res.stdout)}`);
+h = await sbx.commands.run("cat", { background: true, stdin: true });
+await sbx.commands.sendStdin(h.pid, new TextEncoder().encode("bytes\n"));
+await sbx.commands.closeStdin(h.pid);
+res = await h.wait();
+check(res.stdout === "bytes\n", `closeStdin: ${JSON.stringify(res.stdout)}`);
+ok("stdin");
+
+h = await sbx.commands.run("sleep 60", { background: true });
+const listed = await sbx.commands.list();
+const mine = listed.filter((p) => p.pid === h.pid);
+check(mine.length === 1, `list: ${JSON.stringify(listed)}`);
+check(mine[0].args.at(-1) === "sleep 60", `listed: ${JSON.stringify(mine[0])}`);
+ok("list");
+
+check(await sbx.commands.kill(h.pid), "kill a running one");
+const killed = await refused(() => h.wait(), CommandExitError, "a killed command");
+check(killed.exitCode === -1, `killed: exit ${killed.exitCode}`);
+check(!(await sbx.commands.kill(h.pid)), "kill a gone one");
+ok("kill");
+
+const data = new Uint8Array(256 * 1024).map((_, i) => i % 256);
+await sbx.files.write("/tmp/f", data.buffer);
+const got = await sbx.files.read("/tmp/f", { format: "bytes" });
+check(Buffer.from(got).equals(Buffer.from(data)), `read back ${got.length} bytes`);
+const info = await sbx.files.write("/tmp/deep/er/t.txt", "text");
+check(info.path === "/tmp/deep/er/t.txt", `write info ${JSON.stringify(info)}`);
+check((await sbx.files.read("/tmp/deep/er/t.txt")) === "text", "text read");
+await sbx.files.write("rel.txt", "relative");
+check((await sbx.commands.run("cat rel.txt")).stdout === "relative", "a relative file seen by a command");
+await sbx.commands.run("echo made > made.txt");
+check((await sbx.files.read("made.txt")) === "made\n", "a command's file read by a relative path");
+ok("files-rw");
+
+check(await sbx.files.makeDir("/tmp/d"), "makeDir");
+check(!(await sbx.files.makeDir("/tmp/d")), "makeDir again");
+await sbx.files.write("/tmp/d/a", "a");
+const entries = await sbx.files.list("/tmp/d");
+check(entries.map((e) => e.name).join(",") === "a", `list ${JSON.stringify(entries)}`);
+check(entries[0].size === 1, `size ${entries[0].size}`);
+const moved = await sbx.files.rename("/tmp/d/a", "/tmp/d/b");
+check(moved.path === "/tmp/d/b", `rename ${JSON.stringify(moved)}`);
+check((await sbx.files.exists("/tmp/d/b")) && !(await sbx.files.exists("/tmp/d/a")), "exists");
+const gi = await sbx.files.getInfo("/tmp/d");
+check(gi.type === "dir", `getInfo ${JSON.stringify(gi)}`);
+await sbx.files.remove("/tmp/d");
+check(!(await sbx.files.exists("/tmp/d")), "removed");
+await refused(() => sbx.files.read("/tmp/nope"), NotFoundError, "a missing file");
+ok("files-ops");
+
+await sbx.setTimeout(600_000);
+const left = ((await sbx.getInfo()).endAt.getTime() - Date.now()) / 1000;
+check(570 < left && left <= 601, `end after setTimeout: ${left}`);
+const detail = await Sandbox.getInfo(sbx.sandboxId);
+check(detail.state === "running", `state ${detail.state}`);
+check(JSON.stringify(detail.metadata) === JSON.stringify(TAG), `metadata ${JSON.stringify(detail.metadata)}`);
+ok("timeout");
+
+const over = await refused(
+  () => Sandbox.create("base", { timeoutMs: (MAX_TIMEOUT + 1) * 1000 }),
+  Error,
+  "a timeout past the plan's",
+);
+check(String(over.message).includes("Timeout cannot be greater"), `over the plan: ${over.message}`);
+ok("timeout-max");
+
+const others = [];
+for (let i = 0; i <= LIST_PAGE; i++) {
+  others.push(await Sandbox.create("base", { timeoutMs: 60_000, metadata: TAG }));
+}
+const stranger = await Sandbox.create("base", { timeoutMs: 60_000, metadata: { judge: "other" } });
+const pages = Sandbox.list({ query: { metadata: TAG }, limit: LIST_PAGE });
+const found = [];
+let n = 0;
+while (pages.hasNext) {
+  const items = await pages.nextItems();
+  check(items.length <= LIST_PAGE, `a page of ${items.length}`);
+  found.push(...items.map((i) => i.sandboxId));
+  n += 1;
+}
+const want = new Set([sbx.sandboxId, ...others.map((o) => o.sandboxId)]);
+check(found.length === want.size && found.every((f) => want.has(f)), `listed ${found}, want ${[...want]}`);
+check(n >= 2, `pages ${n}`);
+for (const o of [...others, stranger]) await o.kill();
+ok("list-paging");
+
+await sbx.files.write("/tmp/kept", "kept across the pause");
+const bg = await sbx.commands.run("sleep 100", { background: true });
+await sbx.pause();
+check((await Sandbox.getInfo(sbx.sandboxId)).state === "paused", "paused state");
+const paused = await Sandbox.list({ query: { metadata: TAG, state: ["paused"] } }).nextItems();
+check(paused.map((p) => p.sandboxId).join(",") === sbx.sandboxId, `paused list ${JSON.stringify(paused)}`);
+const resumed = await Sandbox.connect(sbx.sandboxId);
+check((await Sandbox.getInfo(sbx.sandboxId)).state === "running", "running again");
+check((await resumed.files.read("/tmp/kept")) === "kept across the pause", "the file kept");
+check((await resumed.commands.list()).every((p) => p.pid !== bg.pid), "programs ended by the pause");
+check((await resumed.commands.run("echo again")).stdout === "again\n", "runs after resume");
+ok("pause-resume");
+
+if (MODE === "serve") {
+  const other = env.JUDGE_OTHER_KEY;
+  const boxes = await boxesOf(sbx.sandboxId, env.E2B_API_KEY);
+  check(boxes.length === 1, `the sandbox is one box of the service's: ${boxes}`);
+  check((await boxesOf(sbx.sandboxId, other)).length === 0, "another key sees its box");
+  const theirs = await Sandbox.list({ apiKey: other }).nextItems();
+  check(
+    theirs.every((i) => i.sandboxId !== sbx.sandboxId),
+    `another key lists it: ${JSON.stringify(theirs)}`,
+  );
+  await refused(() => Sandbox.getInfo(sbx.sandboxId, { apiKey: other }), NotFoundError, "another key's getInfo");
+  await refused(() => Sandbox.connect(sbx.sandboxId, { apiKey: other }), NotFoundError, "another key's connect");
+  check(!(await Sandbox.kill(sbx.sandboxId, { apiKey: other })), "another key killed the sandbox");
+  check((await Sandbox.getInfo(sbx.sandboxId)).state === "running", "still running");
+  ok("owners");
+}
+
+const victim = await Sandbox.create("base", { timeoutMs: 120_000 });
+setTimeout(() => {
+  if (MODE === "fake") {
+    console.log(`VANISH ${victim.sandboxId}`);
+  } else {
+    endElsewhere(victim.sandboxId).catch((e) => console.error(`ending the box: ${e}`));
+  }
+}, 2000);
+const t0 = Date.now();
+try {
+  await victim.commands.run("sleep 30");
+  throw new Error("judge: a vanished sandbox's command ended well");
+} catch (e) {
+  const took = (Date.now() - t0) / 1000;
+  console.log(`vanish: ${e?.constructor?.name} after ${took.toFixed(1)}s: ${String(e?.message).slice(0, 200)}`);
+  check(took < 20, `the vanish took ${took}s to show`);
+  check(!(e instanceof CommandExitError), `vanish: a command's exit, not a lost sandbox: ${e?.message}`);
+  // The SDK's words for a sandbox lost under a request: "killed or reached its end of life".
+  check(/not running|not found|killed/i.test(String(e?.message)), `vanish: ${e?.constructor?.name}: ${e?.message}`);
+}
+check(!(await Sandbox.kill(victim.sandboxId)), "kill of a vanished one");
+ok("vanish");
+
+check(await resumed.kill(), "kill");
+check(!(await Sandbox.kill(sbx.sandboxId)), "kill again");
+await refused(() => Sandbox.getInfo(sbx.sandboxId), NotFoundError, "a killed sandbox's info");
+if (MODE === "serve") {
+  for (const s of [sbx, victim, ...others, stranger]) {
+    check((await boxesOf(s.sandboxId, env.E2B_API_KEY)).length === 0, `${s.sandboxId}: its box outlived it`);
+  }
+}
+ok("kill-sandbox");
+
+await refused(() => Sandbox.create("base", { apiKey: "e2b_wrong" }), AuthenticationError, "a wrong key");
+ok("bad-key");
