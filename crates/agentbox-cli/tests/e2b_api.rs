@@ -1,7 +1,8 @@
 //! E2B's API as `agentbox serve --e2b` serves it, judged by E2B's own Python SDK (`e2b` 2.x),
 //! which nobody here wrote: the same judge as the fake E2B's
-//! (`crates/agentbox-providers/tests/e2b_judge.py`, `JUDGE_MODE=serve`), over namespace boxes,
-//! with two of the server's keys. Beside the fake's steps it checks what the service adds: a
+//! (`crates/agentbox-providers/tests/e2b_judge.py`, `JUDGE_MODE=serve`) and its npm SDK
+//! (`tests/e2b-js/judge.mjs` there), over namespace boxes (and Docker boxes, for the Python
+//! SDK), with two of the server's keys. Beside the fake's steps it checks what the service adds: a
 //! sandbox is one box of the service's own API, owned by the key that made it; another key
 //! neither lists, reads, connects to nor kills it; a box ended through the service's API is a
 //! sandbox the SDK finds not running; a killed sandbox leaves no box.
@@ -71,7 +72,19 @@ async fn the_python_sdk_judges_agentbox_serve_e2b() {
     let Some(py) = judge::python("e2b", "the_python_sdk_judges_agentbox_serve_e2b") else {
         return;
     };
-    judge_serve(Sdk::Python(py)).await;
+    judge_serve(Sdk::Python(py), "namespace").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_judges_agentbox_serve_e2b_over_docker() {
+    let test = "the_python_sdk_judges_agentbox_serve_e2b_over_docker";
+    let Some(py) = judge::python("e2b", test) else {
+        return;
+    };
+    if !agentbox_testing::services::docker_available(test) {
+        return;
+    }
+    judge_serve(Sdk::Python(py), "docker").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,15 +92,15 @@ async fn the_npm_sdk_judges_agentbox_serve_e2b() {
     let Some(dir) = judge::node("e2b", "the_npm_sdk_judges_agentbox_serve_e2b") else {
         return;
     };
-    judge_serve(Sdk::Node(dir)).await;
+    judge_serve(Sdk::Node(dir), "namespace").await;
 }
 
-/// `agentbox serve --e2b` over namespace boxes, with two keys, judged by `sdk`'s judge.
-async fn judge_serve(sdk: Sdk) {
+/// `agentbox serve --e2b` over `provider`'s boxes, with two keys, judged by `sdk`'s judge.
+async fn judge_serve(sdk: Sdk, provider: &str) {
     agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
     let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
-    let (mut server, api, e2b) = serve_e2b(home.path(), "namespace").await;
+    let (mut server, api, e2b) = serve_e2b(home.path(), provider).await;
     let mut command = judge::e2b::command(
         &sdk,
         &Setup {

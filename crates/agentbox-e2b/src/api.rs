@@ -71,7 +71,7 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
         .get("x-api-key")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let caller = match s.backend.caller(key).await {
+    let caller = match s.backend.caller(key, req.extensions()).await {
         Ok(c) => c,
         Err(r) => return error(r.status, r.message),
     };

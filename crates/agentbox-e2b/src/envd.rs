@@ -412,7 +412,7 @@ fn stream_error(e: RpcError) -> Response {
 }
 
 async fn start(
-    s: &Shared,
+    s: &Arc<Shared>,
     x: &Arc<Sbx>,
     b: Arc<dyn Sandbox>,
     v: &Value,
@@ -510,7 +510,13 @@ fn stream(s: &Shared, x: &Sbx, pid: u32, mut rx: broadcast::Receiver<Ev>, keepal
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => true,
                         Err(broadcast::error::RecvError::Closed) => {
-                            let _ = tx.send(Ok(frame(2, &json!({"error": {"code": "unknown", "message": "the process's events ended"}})))).await;
+                            // Its sandbox went (the program's events end with it): cut, as
+                            // the cut above would have.
+                            if cut.has_changed().unwrap_or(true) {
+                                let _ = tx.send(Err(std::io::Error::other("the sandbox is gone"))).await;
+                            } else {
+                                let _ = tx.send(Ok(frame(2, &json!({"error": {"code": "unknown", "message": "the process's events ended"}})))).await;
+                            }
                             return;
                         }
                     };

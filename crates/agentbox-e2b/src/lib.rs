@@ -212,7 +212,7 @@ impl Refusal {
 /// struct OneKey;
 /// #[async_trait::async_trait]
 /// impl Backend for OneKey {
-///     async fn caller(&self, key: &str) -> Result<Caller, Refusal> {
+///     async fn caller(&self, key: &str, _: &axum::http::Extensions) -> Result<Caller, Refusal> {
 ///         match agentbox_e2b::http::same(key, "e2b_secret") {
 ///             true => Ok(Caller::new("me", false)),
 ///             false => Err(Refusal::new(401, "Invalid API key")),
@@ -227,8 +227,9 @@ impl Refusal {
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync + 'static {
     /// The caller an `X-API-KEY` names, or the refusal to answer (401 for a key it does not
-    /// know, 429 past the key's rate).
-    async fn caller(&self, api_key: &str) -> Result<Caller, Refusal>;
+    /// know, 429 past the key's rate). `extensions` are the request's, where a server's own
+    /// layers left what they want told (the access log's caller).
+    async fn caller(&self, api_key: &str, extensions: &axum::http::Extensions) -> Result<Caller, Refusal>;
 
     /// Make the box of a new sandbox for `caller` (its template mapped, its limits checked).
     async fn make(&self, caller: &Caller, ask: &Ask) -> Result<Made, Refusal>;

@@ -441,7 +441,7 @@ impl Proc {
 /// Start a program in a sandbox's box: its pid and the receiver its start stream reads.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn start_proc(
-    s: &Shared,
+    s: &Arc<Shared>,
     x: &Arc<Sbx>,
     b: Arc<dyn Sandbox>,
     cmd: String,
@@ -502,6 +502,7 @@ pub(crate) async fn start_proc(
     }
     let me = proc.clone();
     let sbx = x.clone();
+    let shared = s.clone();
     tokio::spawn(async move {
         let deadline = async {
             match deadline {
@@ -524,6 +525,15 @@ pub(crate) async fn start_proc(
         let _ = tokio::time::timeout(OUTPUT_GRACE, async { while pumps.join_next().await.is_some() {} }).await;
         pumps.abort_all();
         let sent = me.signalled.load(Ordering::Relaxed) as i32;
+        // Killed by no one here: if its box ended with it (ended elsewhere), the sandbox is
+        // gone and this was no exit (the supervisor's check, for a program its box's end left
+        // hanging, would come too late for one its box's end killed).
+        let unasked = sent == 0 && st.as_ref().map_or(true, |st| st.signal.is_some() || st.code >= 128);
+        if unasked && sbx.state() == St::Running && !box_runs(b.as_ref()).await {
+            tracing::info!(sandbox = %sbx.id, "e2b: the sandbox's box ended under a program");
+            shared.remove(&sbx.id);
+            return;
+        }
         let (code, signal) = match &st {
             Ok(st) => (
                 st.code,

@@ -98,7 +98,7 @@ struct OneKey {
 
 #[async_trait::async_trait]
 impl Backend for OneKey {
-    async fn caller(&self, api_key: &str) -> Result<Caller, Refusal> {
+    async fn caller(&self, api_key: &str, _: &axum::http::Extensions) -> Result<Caller, Refusal> {
         match agentbox_e2b::http::same(api_key, &self.api_key) {
             true => Ok(Caller::new("fake", false)),
             false => Err(Refusal::new(401, "Invalid API key")),

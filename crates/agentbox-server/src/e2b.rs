@@ -73,7 +73,7 @@ fn refusal(e: ApiError) -> Refusal {
 
 #[async_trait::async_trait]
 impl Backend for ServiceBackend {
-    async fn caller(&self, api_key: &str) -> Result<Caller, Refusal> {
+    async fn caller(&self, api_key: &str, extensions: &axum::http::Extensions) -> Result<Caller, Refusal> {
         let key = self
             .state
             .keys
@@ -81,6 +81,9 @@ impl Backend for ServiceBackend {
             .await
             .map_err(|e| refusal(e.into()))?
             .ok_or_else(|| Refusal::new(401, "Invalid API key: not one this server holds"))?;
+        if let Some(who) = extensions.get::<crate::access::Who>() {
+            who.set(&key.name);
+        }
         self.state.rates.take(&key).map_err(refusal)?;
         Ok(Caller {
             id: key.id.clone(),
