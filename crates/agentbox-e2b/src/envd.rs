@@ -26,7 +26,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::api::{error, json_response};
 use crate::http::Query;
 use crate::http::b64_encode;
-use crate::state::{Ev, Proc, Sbx, Shared, St, lock, rfc3339, start_proc};
+use crate::state::{Ev, Launch, Proc, Sbx, Shared, St, lock, rfc3339, start_proc};
 
 /// The largest RPC request.
 const MAX_RPC: usize = 16 << 20;
@@ -419,12 +419,13 @@ async fn start(
     keepalive: Duration,
     deadline: Option<Duration>,
 ) -> Response {
-    if v.get("pty").is_some_and(|p| !p.is_null()) {
-        return stream_error(RpcError(
-            "unimplemented",
-            "PTYs are not served by agentbox's E2B API yet".into(),
-        ));
-    }
+    let tty = match v.get("pty") {
+        None | Some(Value::Null) => None,
+        Some(p) => match size_of(p) {
+            Ok((rows, cols)) => Some(agentbox_core::Tty { rows, cols, term: None }),
+            Err(e) => return stream_error(e),
+        },
+    };
     let p = v.get("process").cloned().unwrap_or(Value::Null);
     let Some(cmd) = p.get("cmd").and_then(Value::as_str).filter(|c| !c.is_empty()) else {
         return stream_error(invalid("process.cmd: required"));
@@ -450,7 +451,17 @@ async fn start(
         .map(|c| resolve(&home_of(b.as_ref()), c));
     let tag = v.get("tag").and_then(Value::as_str).map(str::to_string);
     let stdin = v.get("stdin").and_then(Value::as_bool).unwrap_or(false);
-    match start_proc(s, x, b, cmd.to_string(), args, envs, cwd, tag, stdin, deadline).await {
+    let launch = Launch {
+        cmd: cmd.to_string(),
+        args,
+        envs,
+        cwd,
+        tag,
+        stdin,
+        deadline,
+        tty,
+    };
+    match start_proc(s, x, b, launch).await {
         Ok((p, rx)) => stream(s, x, p.pid, rx, keepalive),
         Err(e) => stream_error(invalid(format!("error starting process: {e}"))),
     }
@@ -502,6 +513,10 @@ fn stream(s: &Shared, x: &Sbx, pid: u32, mut rx: broadcast::Receiver<Ev>, keepal
                             tick.reset();
                             send(&tx, json!({"data": {"stderr": b64_encode(&b)}})).await
                         }
+                        Ok(Ev::Pty(b)) => {
+                            tick.reset();
+                            send(&tx, json!({"data": {"pty": b64_encode(&b)}})).await
+                        }
                         Ok(Ev::End(e)) => {
                             if send(&tx, json!({"end": e})).await {
                                 let _ = tx.send(Ok(frame(2, &json!({})))).await;
@@ -552,6 +567,24 @@ fn find(x: &Sbx, v: &Value) -> Result<Arc<Proc>, RpcError> {
             .ok_or_else(|| RpcError("not_found", format!("process with tag {tag} not found")));
     }
     Err(invalid("process: a pid or a tag"))
+}
+
+/// A PTY's `size {cols, rows}`: rows and columns, each 1 to 1000.
+fn size_of(pty: &Value) -> Result<(u16, u16), RpcError> {
+    let size = pty.get("size").ok_or_else(|| invalid("pty.size: required"))?;
+    let dim = |k: &str| {
+        size.get(k)
+            .and_then(Value::as_u64)
+            .filter(|n| (1..=1000).contains(n))
+            .map(|n| n as u16)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "pty.size.{k}: {}: 1 to 1000",
+                    size.get(k).unwrap_or(&Value::Null)
+                ))
+            })
+    };
+    Ok((dim("rows")?, dim("cols")?))
 }
 
 /// The signal a SendSignal names (by enum name or number).
@@ -672,7 +705,14 @@ async fn unary(x: &Sbx, b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result
             Ok(json!({}))
         }
         "process.Process/Update" => {
-            find(x, v)?;
+            let p = find(x, v)?;
+            if let Some(pty) = v.get("pty").filter(|p| !p.is_null()) {
+                let (rows, cols) = size_of(pty)?;
+                p.killer
+                    .resize(rows, cols)
+                    .await
+                    .map_err(|e| RpcError("internal", format!("error resizing the terminal: {e}")))?;
+            }
             Ok(json!({}))
         }
         m if m.starts_with("filesystem.Filesystem/") => files(b, &m["filesystem.Filesystem/".len()..], v).await,

@@ -48,7 +48,8 @@
 //!
 //! envd (`spec/envd`): Connect RPC over HTTP/1.1 with JSON (see `envd`): `process.Process`
 //! Start, Connect, List, SendInput, StreamInput, CloseStdin, SendSignal (SIGTERM, SIGKILL),
-//! Update (accepted, nothing done: no PTYs); `filesystem.Filesystem` Stat, ListDir (with
+//! Update (a terminal's size); a Start with `pty {size}` runs the program in a terminal (its
+//! output `data {pty}`, its input `input {pty}`); `filesystem.Filesystem` Stat, ListDir (with
 //! `depth`), MakeDir (an existing one: `already_exists`), Move, Remove; `GET /files?path=`
 //! (download, every byte) and `POST /files` (multipart, a `file` part per file named by its
 //! path, or octet-stream with `path`), `GET /health` (204). A process stream is `start {pid}`,
@@ -64,7 +65,7 @@
 //! running.
 //!
 //! Not yet served (each answered as E2B answers a route or feature it lacks, never as a
-//! missing sandbox): PTYs, WatchDir and watchers, file metadata (`X-Metadata-*`), gzip
+//! missing sandbox): WatchDir and watchers, file metadata (`X-Metadata-*`), gzip
 //! uploads, signed URLs, snapshots, forks, metrics, logs, templates, volumes, MCP and IAM;
 //! Connect's binary codec and HTTP/2. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
 //! not enforced; relative paths and `~` are from the box's workspace (where its programs

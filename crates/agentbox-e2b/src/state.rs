@@ -408,6 +408,8 @@ pub(crate) fn supervise(s: Arc<Shared>, x: Arc<Sbx>) {
 #[derive(Clone, Debug)]
 pub(crate) enum Ev {
     Stdout(Bytes),
+    /// A terminal's output.
+    Pty(Bytes),
     Stderr(Bytes),
     /// Its end event (`exitCode`, `exited`, `status`, `error`).
     End(Value),
@@ -438,25 +440,45 @@ impl Proc {
     }
 }
 
+/// What a Start asks of a program.
+pub(crate) struct Launch {
+    pub(crate) cmd: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) envs: BTreeMap<String, String>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) tag: Option<String>,
+    /// Its stdin kept open for SendInput (a terminal's always is).
+    pub(crate) stdin: bool,
+    /// Killed at this, from its start (`Connect-Timeout-Ms`).
+    pub(crate) deadline: Option<Duration>,
+    /// Run in a terminal of this size: its output is `pty` data, its input the terminal's.
+    pub(crate) tty: Option<agentbox_core::Tty>,
+}
+
 /// Start a program in a sandbox's box: its pid and the receiver its start stream reads.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn start_proc(
     s: &Arc<Shared>,
     x: &Arc<Sbx>,
     b: Arc<dyn Sandbox>,
-    cmd: String,
-    args: Vec<String>,
-    envs: BTreeMap<String, String>,
-    cwd: Option<String>,
-    tag: Option<String>,
-    stdin: bool,
-    deadline: Option<Duration>,
+    l: Launch,
 ) -> Result<(Arc<Proc>, broadcast::Receiver<Ev>), String> {
+    let Launch {
+        cmd,
+        args,
+        envs,
+        cwd,
+        tag,
+        stdin,
+        deadline,
+        tty,
+    } = l;
+    let pty = tty.is_some();
     let mut argv = vec![cmd.clone()];
     argv.extend(args.iter().cloned());
     let opts = agentbox_core::ExecOptions {
         cwd: cwd.clone(),
         env: envs.clone(),
+        tty,
         ..Default::default()
     };
     let mut p = b
@@ -464,7 +486,10 @@ pub(crate) async fn start_proc(
         .await
         .map_err(|e| e.message().to_string())?;
     let mut input = p.stdin.take();
-    if !stdin && let Some(mut i) = input.take() {
+    if !stdin
+        && !pty
+        && let Some(mut i) = input.take()
+    {
         let _ = i.close().await;
     }
     let (events, rx) = broadcast::channel(EVENTS_BEHIND);
@@ -494,7 +519,11 @@ pub(crate) async fn start_proc(
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         let b = Bytes::copy_from_slice(&chunk[..n]);
-                        let _ = tx.send(if out { Ev::Stdout(b) } else { Ev::Stderr(b) });
+                        let _ = tx.send(match (pty, out) {
+                            (true, _) => Ev::Pty(b),
+                            (false, true) => Ev::Stdout(b),
+                            (false, false) => Ev::Stderr(b),
+                        });
                     }
                 }
             }

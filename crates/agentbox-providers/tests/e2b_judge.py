@@ -26,6 +26,7 @@ import time
 import httpx
 from e2b import (
     AuthenticationException,
+    PtySize,
     CommandExitException,
     NotFoundException,
     Sandbox,
@@ -139,6 +140,26 @@ except CommandExitException as e:
     check(e.exit_code == -1, f"killed: exit {e.exit_code}")
 check(not sbx.commands.kill(h.pid), "kill a gone one")
 ok("kill")
+
+# A terminal: its size as asked, then as resized, its exit code, its output as pty data.
+t = sbx.pty.create(PtySize(rows=24, cols=80))
+sbx.pty.send_stdin(t.pid, b"stty size; exit 5\n")
+seen = []
+try:
+    t.wait(on_pty=lambda d: seen.append(bytes(d)))
+    raise AssertionError("a terminal's exit 5 raised nothing")
+except CommandExitException as e:
+    check(e.exit_code == 5, f"the terminal's exit {e.exit_code}")
+check(b"24 80" in b"".join(seen), f"the terminal's size: {b''.join(seen)!r}")
+t = sbx.pty.create(PtySize(rows=24, cols=80))
+sbx.pty.resize(t.pid, PtySize(rows=30, cols=100))
+sbx.pty.send_stdin(t.pid, b"stty size; exit\n")
+seen = []
+t.wait(on_pty=lambda d: seen.append(bytes(d)))
+check(b"30 100" in b"".join(seen), f"the resized terminal: {b''.join(seen)!r}")
+t = sbx.pty.create(PtySize(rows=24, cols=80))
+check(sbx.pty.kill(t.pid), "kill a terminal")
+ok("pty")
 
 data = bytes(range(256)) * 1024
 sbx.files.write("/tmp/f", data)

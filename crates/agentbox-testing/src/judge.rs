@@ -136,6 +136,7 @@ pub mod e2b {
         "stdin",
         "list",
         "kill",
+        "pty",
         "files-rw",
         "files-ops",
         "timeout",

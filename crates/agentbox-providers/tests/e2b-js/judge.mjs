@@ -132,6 +132,24 @@ check(killed.exitCode === -1, `killed: exit ${killed.exitCode}`);
 check(!(await sbx.commands.kill(h.pid)), "kill a gone one");
 ok("kill");
 
+// A terminal: its size as asked, then as resized, its exit code, its output as pty data.
+const enc = new TextEncoder();
+let seenPty = [];
+let t = await sbx.pty.create({ rows: 24, cols: 80, onData: (d) => seenPty.push(Buffer.from(d)) });
+await sbx.pty.sendInput(t.pid, enc.encode("stty size; exit 5\n"));
+const ptyExit = await refused(() => t.wait(), CommandExitError, "a terminal's exit 5");
+check(ptyExit.exitCode === 5, `the terminal's exit ${ptyExit.exitCode}`);
+check(Buffer.concat(seenPty).toString().includes("24 80"), `the terminal's size: ${Buffer.concat(seenPty)}`);
+seenPty = [];
+t = await sbx.pty.create({ rows: 24, cols: 80, onData: (d) => seenPty.push(Buffer.from(d)) });
+await sbx.pty.resize(t.pid, { rows: 30, cols: 100 });
+await sbx.pty.sendInput(t.pid, enc.encode("stty size; exit\n"));
+await t.wait();
+check(Buffer.concat(seenPty).toString().includes("30 100"), `the resized terminal: ${Buffer.concat(seenPty)}`);
+t = await sbx.pty.create({ rows: 24, cols: 80, onData: () => {} });
+check(await sbx.pty.kill(t.pid), "kill a terminal");
+ok("pty");
+
 const data = new Uint8Array(256 * 1024).map((_, i) => i % 256);
 await sbx.files.write("/tmp/f", data.buffer);
 const got = await sbx.files.read("/tmp/f", { format: "bytes" });
