@@ -102,10 +102,13 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
             None => not_found(id),
         },
         (&Method::DELETE, ["sandboxes", id]) => {
-            if s.owned(&caller, id).is_some() && s.remove(id) {
-                empty(StatusCode::NO_CONTENT)
-            } else {
-                not_found(id)
+            // Answered once the box is gone, as E2B answers a kill once the sandbox is.
+            match s.owned(&caller, id).and_then(|_| s.remove(id)) {
+                Some(ending) => {
+                    let _ = ending.await;
+                    empty(StatusCode::NO_CONTENT)
+                }
+                None => not_found(id),
             }
         }
         (&Method::POST, ["sandboxes", id, "timeout"]) => set_timeout(&s, &caller, id, &json).await,

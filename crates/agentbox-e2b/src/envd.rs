@@ -374,10 +374,7 @@ async fn rpc(s: Arc<Shared>, x: Arc<Sbx>, b: Arc<dyn Sandbox>, method: &str, req
             }
             Err(e) => stream_error(e),
         },
-        "filesystem.Filesystem/WatchDir" => stream_error(RpcError(
-            "unimplemented",
-            "WatchDir is not served by agentbox's E2B API yet".into(),
-        )),
+        "filesystem.Filesystem/WatchDir" => watch_dir(&x, b, &v, keepalive).await,
         _ => match unary(&x, &b, method, &v).await {
             Ok(v) => json_response(StatusCode::OK, &v),
             Err(e) => e.unary(),
@@ -715,6 +712,28 @@ async fn unary(x: &Sbx, b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result
             }
             Ok(json!({}))
         }
+        "filesystem.Filesystem/CreateWatcher" => {
+            let (root, recursive, first) = watched(b, v).await?;
+            let id = crate::state::random(b"abcdefghijklmnopqrstuvwxyz0123456789", 16);
+            let w = crate::watch::Watcher::start(b.clone(), root, recursive, first);
+            lock(&x.watchers).insert(id.clone(), w);
+            Ok(json!({"watcherId": id}))
+        }
+        "filesystem.Filesystem/GetWatcherEvents" => {
+            let id = v.get("watcherId").and_then(Value::as_str).unwrap_or("");
+            let events = lock(&x.watchers)
+                .get(id)
+                .map(crate::watch::Watcher::drain)
+                .ok_or_else(|| RpcError("not_found", format!("watcher with id {id} not found")))?;
+            Ok(json!({"events": events}))
+        }
+        "filesystem.Filesystem/RemoveWatcher" => {
+            let id = v.get("watcherId").and_then(Value::as_str).unwrap_or("");
+            lock(&x.watchers)
+                .remove(id)
+                .ok_or_else(|| RpcError("not_found", format!("watcher with id {id} not found")))?;
+            Ok(json!({}))
+        }
         m if m.starts_with("filesystem.Filesystem/") => files(b, &m["filesystem.Filesystem/".len()..], v).await,
         _ => Err(RpcError(
             "unimplemented",
@@ -797,6 +816,77 @@ async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, R
             format!("filesystem.Filesystem/{method} is not served by agentbox's E2B API yet"),
         )),
     }
+}
+
+/// What a watch asks: its directory (which must be one), whether it goes down the tree, and
+/// its first listing.
+async fn watched(b: &Arc<dyn Sandbox>, v: &Value) -> Result<(String, bool, crate::watch::Seen), RpcError> {
+    let root = path_field(&home_of(b.as_ref()), v, "path")?;
+    let recursive = v.get("recursive").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(f) = b.files() {
+        let ctx = Ctx::background().with_timeout(FILE_TIMEOUT);
+        let m = f.stat(&root, true, &ctx).await.map_err(|e| file_error(e, &root))?;
+        if m.kind != FileType::Dir {
+            return Err(invalid(format!("path {root} not a directory")));
+        }
+    }
+    let first = crate::watch::list(b.as_ref(), &root, recursive)
+        .await
+        .map_err(|e| file_error(e, &root))?;
+    Ok((root, recursive, first))
+}
+
+/// WatchDir: `start`, then each poll's events as they come (`keepalive` after every quiet
+/// interval), until the client goes or the sandbox does.
+async fn watch_dir(x: &Sbx, b: Arc<dyn Sandbox>, v: &Value, keepalive: Duration) -> Response {
+    let (root, recursive, first) = match watched(&b, v).await {
+        Ok(w) => w,
+        Err(e) => return stream_error(e),
+    };
+    let (tx, out) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let mut cut = x.cut.subscribe();
+    cut.borrow_and_update();
+    tokio::spawn(async move {
+        // WatchDirResponse's oneof is its own fields (`start`, `filesystem`, `keepalive`),
+        // not a process event's `event` wrapper.
+        let send = |v: Value| {
+            let tx = tx.clone();
+            async move { tx.send(Ok(frame(0, &v))).await.is_ok() }
+        };
+        if !send(json!({"start": {}})).await {
+            return;
+        }
+        let mut last = first;
+        let mut quiet = Duration::ZERO;
+        loop {
+            tokio::select! {
+                _ = cut.changed() => {
+                    let _ = tx.send(Err(std::io::Error::other("the sandbox is gone"))).await;
+                    return;
+                }
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep(crate::watch::POLL) => {}
+            }
+            quiet += crate::watch::POLL;
+            let Ok(now) = crate::watch::list(b.as_ref(), &root, recursive).await else {
+                continue;
+            };
+            for e in crate::watch::changes(&last, &now) {
+                quiet = Duration::ZERO;
+                if !send(json!({"filesystem": e})).await {
+                    return;
+                }
+            }
+            last = now;
+            if quiet >= keepalive {
+                quiet = Duration::ZERO;
+                if !send(json!({"keepalive": {}})).await {
+                    return;
+                }
+            }
+        }
+    });
+    stream_response(out)
 }
 
 /// StreamInput: a client stream of `start {process}`, `data {input}` and `keepalive`

@@ -50,7 +50,9 @@
 //! Start, Connect, List, SendInput, StreamInput, CloseStdin, SendSignal (SIGTERM, SIGKILL),
 //! Update (a terminal's size); a Start with `pty {size}` runs the program in a terminal (its
 //! output `data {pty}`, its input `input {pty}`); `filesystem.Filesystem` Stat, ListDir (with
-//! `depth`), MakeDir (an existing one: `already_exists`), Move, Remove; `GET /files?path=`
+//! `depth`), MakeDir (an existing one: `already_exists`), Move, Remove, WatchDir and the
+//! watcher API (CreateWatcher, GetWatcherEvents, RemoveWatcher; a poll of the directory, see
+//! `watch`); `GET /files?path=`
 //! (download, every byte) and `POST /files` (multipart, a `file` part per file named by its
 //! path, or octet-stream with `path`), `GET /health` (204). A process stream is `start {pid}`,
 //! its output as `data {stdout|stderr}` chunks, `keepalive {}` after every quiet interval (the
@@ -65,7 +67,7 @@
 //! running.
 //!
 //! Not yet served (each answered as E2B answers a route or feature it lacks, never as a
-//! missing sandbox): WatchDir and watchers, file metadata (`X-Metadata-*`), gzip
+//! missing sandbox): file metadata (`X-Metadata-*`), gzip
 //! uploads, signed URLs, snapshots, forks, metrics, logs, templates, volumes, MCP and IAM;
 //! Connect's binary codec and HTTP/2. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
 //! not enforced; relative paths and `~` are from the box's workspace (where its programs
@@ -87,6 +89,7 @@ mod envd;
 pub mod http;
 mod ports;
 mod state;
+mod watch;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -317,7 +320,7 @@ impl E2b {
     /// destroyed, every open process stream cut mid-way (no end event, no end of stream),
     /// later control-plane calls 404 and envd calls 502. Whether it was there.
     pub fn vanish(&self, id: &str) -> bool {
-        self.shared.remove(id)
+        self.shared.remove(id).is_some()
     }
 
     /// A test's fault: while `on`, every process stream sends nothing (no data, no
@@ -336,7 +339,7 @@ impl E2b {
             .collect()
     }
 
-    /// End every sandbox's box (the server shuts down), each within 10 s.
+    /// End every sandbox's box (the server shuts down), each within 30 s.
     pub async fn end_all(&self) {
         self.shared.end_all().await;
     }

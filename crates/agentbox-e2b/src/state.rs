@@ -135,27 +135,19 @@ impl Shared {
         self.backend.make(caller, &ask).await
     }
 
-    /// End a sandbox now: out of the records, its streams cut, its box destroyed in the
-    /// background. Whether it was there.
-    pub(crate) fn remove(&self, id: &str) -> bool {
-        let Some(x) = lock(&self.sandboxes).remove(id) else {
-            return false;
-        };
-        x.end_everything(St::Gone);
-        true
+    /// End a sandbox now: out of the records, its streams cut, its box destroyed by the task
+    /// returned (`None`: it was not there).
+    pub(crate) fn remove(&self, id: &str) -> Option<tokio::task::JoinHandle<()>> {
+        let x = lock(&self.sandboxes).remove(id)?;
+        Some(x.end_everything(St::Gone))
     }
 
-    /// End every sandbox's box (the server shuts down).
+    /// End every sandbox's box (the server shuts down), each within [`BOX_TIMEOUT`].
     pub(crate) async fn end_all(&self) {
-        let all: Vec<Arc<Sbx>> = std::mem::take(&mut *lock(&self.sandboxes)).into_values().collect();
-        let ctx = Ctx::background().with_timeout(Duration::from_secs(10));
-        for x in all {
-            x.set_state(St::Gone);
-            x.cut.send_modify(|n| *n += 1);
-            let b = lock(&x.boxed).take();
-            if let Some(b) = b {
-                let _ = b.destroy(&ctx).await;
-            }
+        let ids: Vec<String> = lock(&self.sandboxes).keys().cloned().collect();
+        let ending: Vec<_> = ids.iter().filter_map(|id| self.remove(id)).collect();
+        for e in ending {
+            let _ = e.await;
         }
     }
 }
@@ -203,6 +195,8 @@ pub(crate) struct Sbx {
     /// Lifecycle calls one at a time.
     pub(crate) op: tokio::sync::Mutex<()>,
     pub(crate) procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
+    /// Its watchers (the watcher API), by id; each polls until it is dropped.
+    pub(crate) watchers: Mutex<BTreeMap<String, crate::watch::Watcher>>,
     /// Bumped to cut every open stream of it mid-way (pause, vanish, kill).
     pub(crate) cut: watch::Sender<u64>,
 }
@@ -242,6 +236,7 @@ impl Sbx {
             boxed: Mutex::new(Some(made.sandbox)),
             op: tokio::sync::Mutex::new(()),
             procs: Mutex::new(BTreeMap::new()),
+            watchers: Mutex::new(BTreeMap::new()),
             cut: watch::channel(0).0,
         }
     }
@@ -263,20 +258,21 @@ impl Sbx {
         lock(&self.boxed).clone()
     }
 
-    /// Cut its streams, forget its programs, and destroy its box in the background.
-    fn end_everything(&self, st: St) {
+    /// Cut its streams, forget its programs and watchers, and destroy its box on the task
+    /// returned.
+    fn end_everything(&self, st: St) -> tokio::task::JoinHandle<()> {
         self.set_state(st);
         self.cut.send_modify(|n| *n += 1);
         lock(&self.procs).clear();
+        lock(&self.watchers).clear();
         let b = lock(&self.boxed).take();
-        if let Some(b) = b {
-            let id = self.id.clone();
-            tokio::spawn(async move {
-                if let Err(e) = b.destroy(&Ctx::background().with_timeout(BOX_TIMEOUT)).await {
-                    tracing::warn!(sandbox = %id, error = %e, "ending a sandbox's box");
-                }
-            });
-        }
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            let Some(b) = b else { return };
+            if let Err(e) = b.destroy(&Ctx::background().with_timeout(BOX_TIMEOUT)).await {
+                tracing::warn!(sandbox = %id, error = %e, "ending a sandbox's box");
+            }
+        })
     }
 
     /// Pause: its programs ended (the box sleeps), its files kept, its streams cut. False when
@@ -292,6 +288,7 @@ impl Sbx {
         *lock(&self.state) = St::Paused;
         self.cut.send_modify(|n| *n += 1);
         lock(&self.procs).clear();
+        lock(&self.watchers).clear();
         self.provider
             .sleep(b.id(), &ctx)
             .await

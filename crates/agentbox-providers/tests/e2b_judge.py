@@ -196,6 +196,39 @@ except Exception as e:
     check(type(e).__name__ in ("NotFoundException", "FileNotFoundException"), f"missing: {type(e).__name__}")
 ok("files-ops")
 
+# A watched directory: its events, down the tree, drained from the watcher as they come.
+sbx.files.make_dir("/tmp/w/sub")
+w = sbx.files.watch_dir("/tmp/w", recursive=True)
+events = set()
+
+
+def watched(want):
+    """Drain the watcher until `want` (a name and a type) was seen, within 15 s."""
+    deadline = time.monotonic() + 15
+    while want not in events and time.monotonic() < deadline:
+        events.update((e.name, e.type.value) for e in w.get_new_events())
+        time.sleep(0.1)
+    check(want in events, f"watch: no {want} in {events}")
+
+
+sbx.files.write("/tmp/w/a", "1")
+watched(("a", "create"))
+sbx.files.write("/tmp/w/sub/b", "2")
+watched(("sub/b", "create"))
+sbx.files.remove("/tmp/w/sub/b")
+watched(("sub/b", "remove"))
+sbx.files.write("/tmp/w/a", "22")
+watched(("a", "write"))
+want = {("a", "create"), ("a", "write"), ("sub/b", "create"), ("sub/b", "remove")}
+check(events == want, f"watch events beyond the steps: {events}")
+w.stop()
+try:
+    sbx.files.watch_dir("/tmp/nope")
+    raise AssertionError("a missing directory was watched")
+except Exception as e:
+    check(type(e).__name__ in ("NotFoundException", "FileNotFoundException"), f"watch a missing dir: {type(e).__name__}")
+ok("watch")
+
 sbx.set_timeout(600)
 end = sbx.get_info().end_at
 left = (end - datetime.datetime.now(datetime.timezone.utc)).total_seconds()

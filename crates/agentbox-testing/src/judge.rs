@@ -139,6 +139,7 @@ pub mod e2b {
         "pty",
         "files-rw",
         "files-ops",
+        "watch",
         "timeout",
         "timeout-max",
         "list-paging",

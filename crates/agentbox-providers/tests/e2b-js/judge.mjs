@@ -179,6 +179,30 @@ check(!(await sbx.files.exists("/tmp/d")), "removed");
 await refused(() => sbx.files.read("/tmp/nope"), NotFoundError, "a missing file");
 ok("files-ops");
 
+// A watched directory: its events, down the tree, as they come.
+await sbx.files.makeDir("/tmp/w/sub");
+const events = new Set();
+const w = await sbx.files.watchDir("/tmp/w", (e) => events.add(`${e.name} ${e.type}`), { recursive: true });
+/** Wait until `want` ("name type") was seen, within 15 s. */
+async function watched(want) {
+  for (let waited = 0; waited < 15_000 && !events.has(want); waited += 100) {
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  check(events.has(want), `watch: no ${want} in ${[...events]}`);
+}
+await sbx.files.write("/tmp/w/a", "1");
+await watched("a create");
+await sbx.files.write("/tmp/w/sub/b", "2");
+await watched("sub/b create");
+await sbx.files.remove("/tmp/w/sub/b");
+await watched("sub/b remove");
+await sbx.files.write("/tmp/w/a", "22");
+await watched("a write");
+check(events.size === 4, `watch events beyond the steps: ${[...events]}`);
+await w.stop();
+await refused(() => sbx.files.watchDir("/tmp/nope", () => {}), NotFoundError, "watch a missing dir");
+ok("watch");
+
 await sbx.setTimeout(600_000);
 const left = ((await sbx.getInfo()).endAt.getTime() - Date.now()) / 1000;
 check(570 < left && left <= 601, `end after setTimeout: ${left}`);
