@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::Caller;
 use crate::http::Query;
 use crate::state::{ENVD_VERSION, Sbx, Shared, St, lock, now_ms, random, rfc3339, supervise};
+use agentbox_core::Network;
 
 /// The largest control-plane body.
 const MAX_BODY: usize = 4 << 20;
@@ -191,19 +192,16 @@ async fn create(s: &Arc<Shared>, caller: &Caller, v: &Value, v2: bool) -> Respon
     };
     let allow_internet = v.get("allow_internet_access").and_then(Value::as_bool);
     let network = v.get("network").filter(|n| !n.is_null()).cloned();
-    let lists = network.as_ref().is_some_and(|n| {
-        ["allowOut", "denyOut"]
-            .iter()
-            .any(|k| n.get(k).and_then(Value::as_array).is_some_and(|a| !a.is_empty()))
-    });
-    // Domain and CIDR lists cannot be enforced here: any list is no network (fail closed).
-    let network_none = allow_internet == Some(false) || lists;
+    let asked = match network_of(allow_internet, network.as_ref()) {
+        Ok(n) => n,
+        Err(r) => return refuse(r),
+    };
     let auto_pause = v.get("autoPause").and_then(Value::as_bool).unwrap_or(false);
     // v2 sandboxes are always secure (the SDK no longer sends `secure`).
     let secure = s.always_secure || v2 || v.get("secure").and_then(Value::as_bool).unwrap_or(false);
     let lifetime = std::time::Duration::from_secs(timeout);
     let id = random(b"abcdefghijklmnopqrstuvwxyz0123456789", 20);
-    let made = match s.make_box(&id, caller, template, lifetime, !network_none, &env).await {
+    let made = match s.make_box(&id, caller, template, lifetime, asked, &env).await {
         Ok(m) => m,
         Err(r) => return error(r.status, r.message),
     };
@@ -226,6 +224,56 @@ async fn create(s: &Arc<Shared>, caller: &Caller, v: &Value, v2: bool) -> Respon
     supervise(s.clone(), x.clone());
     json_response(StatusCode::CREATED, &sandbox(&x))
 }
+
+/// E2B's network asks as agentbox's (`None`: the provider's open network).
+///
+/// E2B denies what `denyOut` lists and allows what `allowOut` lists over it; agentbox enforces
+/// allowlists, and reads a list the way that fails closed. So: no internet is no network;
+/// `allowOut` (alone, or over a `denyOut` of all traffic, `0.0.0.0/0`) is an allowlist of it;
+/// a `denyOut` of all traffic alone is no network; any other `denyOut` is refused, naming
+/// why, rather than enforced as something else. Transform `rules` are refused likewise.
+fn network_of(allow_internet: Option<bool>, n: Option<&Value>) -> Result<Option<Network>, Refused> {
+    if allow_internet == Some(false) {
+        return Ok(Some(Network::None));
+    }
+    let list = |k: &str| -> Result<Vec<String>, Refused> {
+        match n.and_then(|n| n.get(k)) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| (400, format!("network.{k}: {x} is not a string")))
+                })
+                .collect(),
+            Some(x) => Err((400, format!("network.{k}: {x} is not a list"))),
+        }
+    };
+    if n.and_then(|n| n.get("rules"))
+        .is_some_and(|r| !r.is_null() && r != &json!({}))
+    {
+        return Err((400, "network.rules: transform rules are not served here".into()));
+    }
+    let (allow, deny) = (list("allowOut")?, list("denyOut")?);
+    if !deny.is_empty() && !deny.iter().any(|d| d == ALL_TRAFFIC) {
+        return Err((
+            400,
+            format!(
+                "network.denyOut: {deny:?}: agentbox enforces allowlists, not deny lists: deny all traffic \
+                 ({ALL_TRAFFIC}) and name what is allowed in allowOut"
+            ),
+        ));
+    }
+    Ok(match (allow.is_empty(), deny.is_empty()) {
+        (true, true) => None,
+        (true, false) => Some(Network::None),
+        (false, _) => Some(Network::Allow(allow)),
+    })
+}
+
+/// E2B's name for every IPv4 address, in `denyOut`: the internet denied.
+const ALL_TRAFFIC: &str = "0.0.0.0/0";
 
 /// The `Sandbox` answer of a create, resume or connect.
 fn sandbox(x: &Sbx) -> Value {
@@ -458,5 +506,37 @@ async fn connect(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
             Ok(()) => json_response(StatusCode::CREATED, &sandbox(&x)),
             Err(e) => lifecycle_error(&e),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e2b_networks_are_agentbox_allowlists_or_refused() {
+        let n = |v: Value| network_of(None, Some(&v));
+        assert_eq!(network_of(Some(false), None), Ok(Some(Network::None)));
+        assert_eq!(network_of(None, None), Ok(None));
+        assert_eq!(
+            n(json!({"allowOut": ["a.com"]})),
+            Ok(Some(Network::Allow(vec!["a.com".into()]))),
+            "allowOut alone is an allowlist: read the way that fails closed"
+        );
+        assert_eq!(n(json!({"rules": {"a.com": []}})).unwrap_err().0, 400);
+        assert_eq!(n(json!({"denyOut": ["0.0.0.0/0"]})), Ok(Some(Network::None)));
+        assert_eq!(
+            n(json!({"denyOut": ["0.0.0.0/0"], "allowOut": ["a.com", "10.0.0.0/8"]})),
+            Ok(Some(Network::Allow(vec!["a.com".into(), "10.0.0.0/8".into()])))
+        );
+        let refused = n(json!({"denyOut": ["1.2.3.4/32"]})).unwrap_err();
+        assert_eq!(refused.0, 400);
+        assert!(
+            refused.1.contains("network.denyOut") && refused.1.contains("allowlists"),
+            "{}",
+            refused.1
+        );
+        assert_eq!(n(json!({"allowOut": "a.com"})).unwrap_err().0, 400);
+        assert_eq!(n(json!({"allowOut": [1]})).unwrap_err().0, 400);
     }
 }

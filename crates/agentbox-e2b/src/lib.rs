@@ -38,8 +38,9 @@
 //! create is always secure (its answer and detail carry `envdAccessToken`, which envd then
 //! demands in `X-Access-Token`); a v1 create only with `secure: true`, unless
 //! [`E2bOptions::always_secure`]. `allow_internet_access: false` is no network;
-//! `network.allowOut`/`denyOut` lists are not yet enforced, so any list is no network too
-//! (fail closed); the network config is recorded and answered back. Listing: newest first
+//! `network.allowOut` is an allowlist, and a `denyOut` of all traffic alone no network (see
+//! `api::network_of`; any other deny list is refused, naming why); the network config is
+//! answered back as asked. Listing: newest first
 //! (or `order=asc`), filtered by `metadata` (`k=v&k2=v2`, each escaped once more, then the
 //! whole value as a query parameter: as the SDK sends it), `state` (comma-separated) and
 //! `template`; at most `limit` (1 to 100, and at most [`E2bOptions::list_page_max`]) a page,
@@ -173,8 +174,9 @@ pub struct Ask {
     /// How long the box must live at least: the sandbox's timeout and a margin. The sandbox
     /// ends at its timeout (this crate ends it); this lifetime bounds a box whose server died.
     pub lifetime: Duration,
-    /// Whether it may reach the internet (`false`: no network at all).
-    pub internet: bool,
+    /// Its network: `None` the provider's open one; `Some(None)` nothing at all (no internet,
+    /// or everything denied); `Some(Allow(..))` only what E2B's `allowOut` lists.
+    pub network: Option<agentbox_core::Network>,
     /// Its environment (`envVars`).
     pub env: BTreeMap<String, String>,
 }

@@ -122,14 +122,14 @@ impl Shared {
         caller: &Caller,
         template: &str,
         lifetime: Duration,
-        internet: bool,
+        network: Option<agentbox_core::Network>,
         env: &BTreeMap<String, String>,
     ) -> Result<Made, Refusal> {
         let ask = Ask {
             sandbox_id: id.to_string(),
             template: template.to_string(),
             lifetime: lifetime + BOX_MARGIN,
-            internet,
+            network,
             env: env.clone(),
         };
         self.backend.make(caller, &ask).await

@@ -9,7 +9,8 @@
 //! Its backend: every control-plane call must show [`FakeE2BOptions::api_key`]; every
 //! template is [`FakeE2BOptions::rootfs`] (or this machine's `/`, read only) whatever it names;
 //! a box shares this machine's network (E2B's proxy reaches a sandbox's ports, its runner's
-//! among them, on loopback) unless the sandbox has no internet, then it has none. A v1 create
+//! among them, on loopback) unless the sandbox has no internet or an allowlist, then it has
+//! none (an allowlist cannot be kept on this machine's network: it fails closed). A v1 create
 //! is secure only when it asks, as E2B's.
 //!
 //! The knobs of a test: [`FakeE2B::fail_next`] (the next requests of a method and path answer
@@ -108,7 +109,13 @@ impl Backend for OneKey {
     async fn make(&self, _: &Caller, ask: &Ask) -> Result<Made, Refusal> {
         let mut spec = Spec::new(ask.lifetime);
         spec.image = self.rootfs.as_ref().map(|r| r.to_string_lossy().into_owned());
-        spec.network = Some(if ask.internet { Network::Host } else { Network::None });
+        // Its ports are reached on this machine's loopback, so an open box shares this
+        // machine's network; an allowlist cannot be kept that way, so it is no network (fail
+        // closed).
+        spec.network = Some(match ask.network {
+            None => Network::Host,
+            Some(_) => Network::None,
+        });
         spec.env = ask.env.clone();
         let sandbox = self
             .provider

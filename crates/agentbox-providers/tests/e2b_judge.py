@@ -63,6 +63,19 @@ def boxes_of(sandbox_id, key):
     return [b["id"] for b in r.json()]
 
 
+def box_info(sandbox_id):
+    """The service's own view of a sandbox's one box."""
+    boxes = boxes_of(sandbox_id, os.environ["E2B_API_KEY"])
+    check(len(boxes) == 1, f"{sandbox_id}: {boxes}")
+    r = httpx.get(
+        os.environ["AGENTBOX_URL"] + "/v1/boxes/" + boxes[0],
+        headers={"Authorization": f"Bearer {os.environ['E2B_API_KEY']}"},
+        timeout=30,
+    )
+    r.raise_for_status()
+    return r.json()
+
+
 def end_elsewhere(sandbox_id):
     """End a sandbox's box through the service's own API, not E2B's."""
     for box in boxes_of(sandbox_id, os.environ["E2B_API_KEY"]):
@@ -296,6 +309,24 @@ if MODE == "serve":
     check(not Sandbox.kill(sbx.sandbox_id, api_key=other), "another key killed the sandbox")
     check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "still running")
     ok("owners")
+
+    # E2B's network lists as agentbox's allowlist, kept by its egress proxy.
+    walled = Sandbox.create(
+        template="base", timeout=60, network={"deny_out": ["0.0.0.0/0"], "allow_out": ["example.com"]}
+    )
+    facts = box_info(walled.sandbox_id)["facts"].get("network")
+    check(facts == {"allowlist": ["example.com"]}, f"the box's network: {facts}")
+    check(
+        Sandbox.get_info(walled.sandbox_id).network == {"allow_out": ["example.com"], "deny_out": ["0.0.0.0/0"]},
+        "the network answered back as asked",
+    )
+    walled.kill()
+    try:
+        Sandbox.create(template="base", timeout=60, network={"deny_out": ["192.0.2.1"]})
+        raise AssertionError("a deny list other than all traffic was taken")
+    except Exception as e:
+        check("allowlists" in str(e), f"a partial deny list: {e}")
+    ok("network")
 
 
 def vanish(sandbox_id):

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use agentbox_core::{Ctx, ErrorCode, Network, Spec};
+use agentbox_core::{Ctx, ErrorCode, Spec};
 use agentbox_e2b::{Ask, Backend, Caller, Made, Refusal};
 
 use crate::api::boxes::{allowed_spec, room_for};
@@ -119,9 +119,7 @@ impl Backend for ServiceBackend {
             .unwrap_or_else(|| self.state.default_provider.clone());
         let mut spec = Spec::new(ask.lifetime);
         spec.image = template.image.clone();
-        if !ask.internet {
-            spec.network = Some(Network::None);
-        }
+        spec.network = ask.network.clone();
         spec.env = ask.env.clone();
         let mut spec = allowed_spec(key, &name, spec).map_err(refusal)?;
         spec.labels.insert(SANDBOX_LABEL.to_string(), ask.sandbox_id.clone());

@@ -149,8 +149,9 @@ pub mod e2b {
         "bad-key",
     ];
 
-    /// The steps only `serve` has: two keys that see nothing of each other's.
-    pub const SERVE_STEPS: &[&str] = &["owners"];
+    /// The steps only `serve` has: two keys that see nothing of each other's, E2B's network
+    /// lists as the box's allowlist.
+    pub const SERVE_STEPS: &[&str] = &["owners", "network"];
 
     /// Which SDK judges.
     pub enum Sdk {

@@ -54,6 +54,18 @@ async function boxesOf(sandboxId, key) {
   return (await r.json()).map((b) => b.id);
 }
 
+/** The service's own view of a sandbox's one box. */
+async function boxInfo(sandboxId) {
+  const boxes = await boxesOf(sandboxId, env.E2B_API_KEY);
+  check(boxes.length === 1, `${sandboxId}: ${boxes}`);
+  const r = await fetch(new URL(`/v1/boxes/${boxes[0]}`, env.AGENTBOX_URL), {
+    headers: { authorization: `Bearer ${env.E2B_API_KEY}` },
+    signal: AbortSignal.timeout(30_000),
+  });
+  check(r.ok, `GET ${boxes[0]}: ${r.status}`);
+  return r.json();
+}
+
 /** End a sandbox's box through the service's own API, not E2B's. */
 async function endElsewhere(sandboxId) {
   for (const box of await boxesOf(sandboxId, env.E2B_API_KEY)) {
@@ -267,6 +279,22 @@ if (MODE === "serve") {
   check(!(await Sandbox.kill(sbx.sandboxId, { apiKey: other })), "another key killed the sandbox");
   check((await Sandbox.getInfo(sbx.sandboxId)).state === "running", "still running");
   ok("owners");
+
+  // E2B's network lists as agentbox's allowlist, kept by its egress proxy.
+  const walled = await Sandbox.create("base", {
+    timeoutMs: 60_000,
+    network: { denyOut: ["0.0.0.0/0"], allowOut: ["example.com"] },
+  });
+  const facts = (await boxInfo(walled.sandboxId)).facts.network;
+  check(JSON.stringify(facts) === JSON.stringify({ allowlist: ["example.com"] }), `the box's network: ${JSON.stringify(facts)}`);
+  await walled.kill();
+  const partial = await refused(
+    () => Sandbox.create("base", { timeoutMs: 60_000, network: { denyOut: ["192.0.2.1"] } }),
+    Error,
+    "a deny list other than all traffic",
+  );
+  check(String(partial.message).includes("allowlists"), `a partial deny list: ${partial.message}`);
+  ok("network");
 }
 
 const victim = await Sandbox.create("base", { timeoutMs: 120_000 });
