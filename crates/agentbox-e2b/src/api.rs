@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -14,13 +13,13 @@ use serde_json::{Value, json};
 
 use crate::Caller;
 use crate::http::Query;
-use crate::state::{ENVD_VERSION, Sbx, Shared, St, lock, now_ms, random, rfc3339, supervise};
+use crate::state::{Asked, ENVD_VERSION, Sbx, Shared, St, lock, now_ms, random, rfc3339};
 use agentbox_core::Network;
 
 /// The largest control-plane body.
 const MAX_BODY: usize = 4 << 20;
 /// A sandbox's timeout when the create asks none (the spec's default), in seconds.
-const DEFAULT_TIMEOUT: u64 = 15;
+pub(crate) const DEFAULT_TIMEOUT: u64 = 15;
 /// What every sandbox says it has (recorded, not enforced).
 const CPU_COUNT: u64 = 2;
 const MEMORY_MB: u64 = 512;
@@ -46,7 +45,7 @@ fn empty(status: StatusCode) -> Response {
     r
 }
 
-fn not_found(id: &str) -> Response {
+pub(crate) fn not_found(id: &str) -> Response {
     error(
         404,
         format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
@@ -118,6 +117,10 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
         (&Method::POST, ["sandboxes", id, "connect"]) | (&Method::POST, ["v2", "sandboxes", id, "connect"]) => {
             connect(&s, &caller, id, &json).await
         }
+        (&Method::POST, ["sandboxes", id, "snapshots"]) => crate::snapshots::take(&s, &caller, id, &json).await,
+        (&Method::GET, ["snapshots"]) => crate::snapshots::list(&s, &caller, &q).await,
+        (&Method::DELETE, ["templates", id]) => crate::snapshots::delete(&s, &caller, id).await,
+        (&Method::POST, ["sandboxes", id, "fork"]) => crate::snapshots::fork(&s, &caller, id, &json).await,
         _ => error(
             404,
             format!("{method} {path}: no such route in E2B's API as agentbox serves it"),
@@ -135,9 +138,9 @@ fn lifecycle_error(e: &agentbox_core::Error) -> Response {
 }
 
 /// A refusal: its status and message.
-type Refused = (u16, String);
+pub(crate) type Refused = (u16, String);
 
-fn refuse((status, message): Refused) -> Response {
+pub(crate) fn refuse((status, message): Refused) -> Response {
     error(status, message)
 }
 
@@ -156,7 +159,7 @@ fn strings(v: &Value, field: &str) -> Result<BTreeMap<String, String>, Refused> 
 }
 
 /// A timeout in seconds from `field`, at most the plan's.
-fn timeout_of(s: &Shared, v: &Value, default: u64) -> Result<u64, Refused> {
+pub(crate) fn timeout_of(s: &Shared, v: &Value, default: u64) -> Result<u64, Refused> {
     let t = match v.get("timeout") {
         None | Some(Value::Null) => default,
         Some(t) => t
@@ -192,36 +195,31 @@ async fn create(s: &Arc<Shared>, caller: &Caller, v: &Value, v2: bool) -> Respon
     };
     let allow_internet = v.get("allow_internet_access").and_then(Value::as_bool);
     let network = v.get("network").filter(|n| !n.is_null()).cloned();
-    let asked = match network_of(allow_internet, network.as_ref()) {
+    let box_network = match network_of(allow_internet, network.as_ref()) {
         Ok(n) => n,
         Err(r) => return refuse(r),
     };
     let auto_pause = v.get("autoPause").and_then(Value::as_bool).unwrap_or(false);
     // v2 sandboxes are always secure (the SDK no longer sends `secure`).
     let secure = s.always_secure || v2 || v.get("secure").and_then(Value::as_bool).unwrap_or(false);
-    let lifetime = std::time::Duration::from_secs(timeout);
+    let asked = Asked {
+        owner: caller.id.clone(),
+        template_id: template.to_string(),
+        metadata,
+        env,
+        allow_internet,
+        network,
+        box_network,
+        auto_pause,
+        secure,
+    };
     let id = random(b"abcdefghijklmnopqrstuvwxyz0123456789", 20);
-    let made = match s.make_box(&id, caller, template, lifetime, asked, &env).await {
+    let lifetime = std::time::Duration::from_secs(timeout);
+    let made = match s.backend.make(caller, &s.ask(&id, &asked, lifetime)).await {
         Ok(m) => m,
         Err(r) => return error(r.status, r.message),
     };
-    let token = secure.then(|| random(b"0123456789abcdef", 32));
-    let x = Arc::new(Sbx::new(
-        id.clone(),
-        caller.id.clone(),
-        s.seq.fetch_add(1, Ordering::Relaxed),
-        template.to_string(),
-        None,
-        now_ms() + timeout * 1000,
-        metadata,
-        token,
-        allow_internet,
-        network,
-        auto_pause,
-        made,
-    ));
-    lock(&s.sandboxes).insert(id, x.clone());
-    supervise(s.clone(), x.clone());
+    let x = s.keep(id, asked, timeout, made);
     json_response(StatusCode::CREATED, &sandbox(&x))
 }
 
@@ -276,7 +274,7 @@ fn network_of(allow_internet: Option<bool>, n: Option<&Value>) -> Result<Option<
 const ALL_TRAFFIC: &str = "0.0.0.0/0";
 
 /// The `Sandbox` answer of a create, resume or connect.
-fn sandbox(x: &Sbx) -> Value {
+pub(crate) fn sandbox(x: &Sbx) -> Value {
     let mut v = json!({
         "templateID": x.template_id,
         "sandboxID": x.id,

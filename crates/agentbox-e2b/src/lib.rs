@@ -22,7 +22,9 @@
 //! `GET /sandboxes/{id}`, `GET /v2/sandboxes` and `GET /sandboxes` (running only, unpaged),
 //! `DELETE /sandboxes/{id}`, `POST /sandboxes/{id}/timeout`, `POST /sandboxes/{id}/pause`,
 //! `POST /sandboxes/{id}/resume`, `POST /sandboxes/{id}/connect` and
-//! `POST /v2/sandboxes/{id}/connect` (the SDK's connect and resume), and `GET /health`.
+//! `POST /v2/sandboxes/{id}/connect` (the SDK's connect and resume), snapshots and forks
+//! (`POST /sandboxes/{id}/snapshots`, `GET /snapshots`, `DELETE /templates/{id}`,
+//! `POST /sandboxes/{id}/fork`: see `snapshots`), and `GET /health`.
 //! Errors are E2B's `{code, message}`. A key sees only the sandboxes it made (an admin key
 //! every one): another key's sandbox is 404, as one that does not exist. Ids are 20 lowercase
 //! letters and digits.
@@ -69,7 +71,7 @@
 //!
 //! Not yet served (each answered as E2B answers a route or feature it lacks, never as a
 //! missing sandbox): file metadata (`X-Metadata-*`), gzip
-//! uploads, signed URLs, snapshots, forks, metrics, logs, templates, volumes, MCP and IAM;
+//! uploads, signed URLs, metrics, logs, template builds, volumes, MCP and IAM;
 //! Connect's binary codec and HTTP/2. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
 //! not enforced; relative paths and `~` are from the box's workspace (where its programs
 //! start) for every user. A process stream that falls more than 4096 chunks
@@ -89,6 +91,7 @@ mod api;
 mod envd;
 pub mod http;
 mod ports;
+mod snapshots;
 mod state;
 mod watch;
 
@@ -183,6 +186,7 @@ pub struct Ask {
 
 /// A box made for a sandbox, and the provider that made it (its pause and resume are that
 /// provider's sleep and wake).
+#[derive(Clone)]
 pub struct Made {
     /// The provider.
     pub provider: Arc<dyn Provider>,
@@ -238,7 +242,34 @@ pub trait Backend: Send + Sync + 'static {
     async fn caller(&self, api_key: &str, extensions: &axum::http::Extensions) -> Result<Caller, Refusal>;
 
     /// Make the box of a new sandbox for `caller` (its template mapped, its limits checked).
+    /// A template may name one of the caller's snapshots ([`Backend::snapshot`]).
     async fn make(&self, caller: &Caller, ask: &Ask) -> Result<Made, Refusal>;
+
+    /// Take a snapshot of `of` (a sandbox of the caller's) called `name`, the caller's own:
+    /// a later [`Ask::template`] of that name makes a box from it.
+    async fn snapshot(&self, caller: &Caller, of: &Made, name: &str) -> Result<(), Refusal> {
+        let _ = (caller, of, name);
+        Err(Refusal::new(501, "snapshots are not served here"))
+    }
+
+    /// The caller's snapshots: each one's name, and the box it was taken of where known.
+    async fn snapshots(&self, caller: &Caller) -> Result<Vec<(String, Option<agentbox_core::SandboxId>)>, Refusal> {
+        let _ = caller;
+        Err(Refusal::new(501, "snapshots are not served here"))
+    }
+
+    /// Delete the caller's snapshot `name`: whether it was there.
+    async fn delete_snapshot(&self, caller: &Caller, name: &str) -> Result<bool, Refusal> {
+        let _ = (caller, name);
+        Err(Refusal::new(501, "snapshots are not served here"))
+    }
+
+    /// New boxes holding `of`'s files as they are now, one per ask (each its sandbox's id,
+    /// lifetime, network, environment), counted against the caller's limits; all or none.
+    async fn fork(&self, caller: &Caller, of: &Made, asks: &[Ask]) -> Result<Vec<Made>, Refusal> {
+        let _ = (caller, of, asks);
+        Err(Refusal::new(501, "forks are not served here"))
+    }
 }
 
 /// One request as it was received, for a test to read back (never a key or token).

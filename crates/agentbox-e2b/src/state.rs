@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::{Ask, Backend, Caller, Made, RecordedRequest, Refusal};
+use crate::{Ask, Backend, Caller, Made, RecordedRequest};
 
 /// How many requests the log keeps (the oldest let go).
 const MAX_RECORDED: usize = 10_000;
@@ -114,25 +114,26 @@ impl Shared {
         self.sandbox(id).filter(|x| caller.admin || x.owner == caller.id)
     }
 
-    /// Make a sandbox's box through the backend, for `lifetime` (the sandbox's timeout; the
-    /// box lives a margin longer).
-    pub(crate) async fn make_box(
-        &self,
-        id: &str,
-        caller: &Caller,
-        template: &str,
-        lifetime: Duration,
-        network: Option<agentbox_core::Network>,
-        env: &BTreeMap<String, String>,
-    ) -> Result<Made, Refusal> {
-        let ask = Ask {
+    /// What the backend is asked for sandbox `id`'s box, as `a` asked, its timeout `lifetime`
+    /// (the box lives a margin longer).
+    pub(crate) fn ask(&self, id: &str, a: &Asked, lifetime: Duration) -> Ask {
+        Ask {
             sandbox_id: id.to_string(),
-            template: template.to_string(),
+            template: a.template_id.clone(),
             lifetime: lifetime + BOX_MARGIN,
-            network,
-            env: env.clone(),
-        };
-        self.backend.make(caller, &ask).await
+            network: a.box_network.clone(),
+            env: a.env.clone(),
+        }
+    }
+
+    /// Keep a sandbox made: its record, and its supervisor, which ends it `timeout` seconds
+    /// from now.
+    pub(crate) fn keep(self: &Arc<Self>, id: String, a: Asked, timeout: u64, made: Made) -> Arc<Sbx> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let x = Arc::new(Sbx::new(id.clone(), seq, a, now_ms() + timeout * 1000, made));
+        lock(&self.sandboxes).insert(id, x.clone());
+        supervise(self.clone(), x.clone());
+        x
     }
 
     /// End a sandbox now: out of the records, its streams cut, its box destroyed by the task
@@ -169,6 +170,25 @@ impl St {
     }
 }
 
+/// What a create asked of a sandbox.
+#[derive(Clone)]
+pub(crate) struct Asked {
+    /// The caller that made it ([`Caller::id`]).
+    pub(crate) owner: String,
+    pub(crate) template_id: String,
+    pub(crate) metadata: BTreeMap<String, String>,
+    /// Its box's environment (`envVars`).
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) allow_internet: Option<bool>,
+    /// The network config as asked (answered back).
+    pub(crate) network: Option<Value>,
+    /// The network its box was given.
+    pub(crate) box_network: Option<agentbox_core::Network>,
+    pub(crate) auto_pause: bool,
+    /// envd demands its access token.
+    pub(crate) secure: bool,
+}
+
 /// One sandbox.
 pub(crate) struct Sbx {
     pub(crate) id: String,
@@ -180,11 +200,13 @@ pub(crate) struct Sbx {
     pub(crate) alias: Option<String>,
     pub(crate) started_ms: u64,
     pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, String>,
     /// envd's access token (`X-Access-Token`), for a secure sandbox.
     pub(crate) token: Option<String>,
     pub(crate) allow_internet: Option<bool>,
     /// The network config as asked (recorded, answered back).
     pub(crate) network: Option<Value>,
+    pub(crate) box_network: Option<agentbox_core::Network>,
     pub(crate) auto_pause: bool,
     /// The provider its box is of: its pause is this provider's sleep, its resume the wake.
     pub(crate) provider: Arc<dyn Provider>,
@@ -202,34 +224,23 @@ pub(crate) struct Sbx {
 }
 
 impl Sbx {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        id: String,
-        owner: String,
-        seq: u64,
-        template_id: String,
-        alias: Option<String>,
-        end_ms: u64,
-        metadata: BTreeMap<String, String>,
-        token: Option<String>,
-        allow_internet: Option<bool>,
-        network: Option<Value>,
-        auto_pause: bool,
-        made: Made,
-    ) -> Sbx {
+    /// A sandbox `id` of `made`, as `a` asked, ending at `end_ms`.
+    pub(crate) fn new(id: String, seq: u64, a: Asked, end_ms: u64, made: Made) -> Sbx {
         Sbx {
             id,
-            owner,
+            owner: a.owner,
             seq,
             client_id: random(b"0123456789abcdef", 8),
-            template_id,
-            alias,
+            template_id: a.template_id,
+            alias: None,
             started_ms: now_ms(),
-            metadata,
-            token,
-            allow_internet,
-            network,
-            auto_pause,
+            metadata: a.metadata,
+            env: a.env,
+            token: a.secure.then(|| random(b"0123456789abcdef", 32)),
+            allow_internet: a.allow_internet,
+            network: a.network,
+            box_network: a.box_network,
+            auto_pause: a.auto_pause,
             provider: made.provider,
             end_ms: watch::channel(end_ms).0,
             state: Mutex::new(St::Running),
@@ -239,6 +250,29 @@ impl Sbx {
             watchers: Mutex::new(BTreeMap::new()),
             cut: watch::channel(0).0,
         }
+    }
+
+    /// What it was asked as: a fork is asked the same.
+    pub(crate) fn asked(&self) -> Asked {
+        Asked {
+            owner: self.owner.clone(),
+            template_id: self.template_id.clone(),
+            metadata: self.metadata.clone(),
+            env: self.env.clone(),
+            allow_internet: self.allow_internet,
+            network: self.network.clone(),
+            box_network: self.box_network.clone(),
+            auto_pause: self.auto_pause,
+            secure: self.token.is_some(),
+        }
+    }
+
+    /// Its box and provider, while it runs.
+    pub(crate) fn made(&self) -> Option<Made> {
+        Some(Made {
+            provider: self.provider.clone(),
+            sandbox: self.running_box()?,
+        })
     }
 
     pub(crate) fn state(&self) -> St {

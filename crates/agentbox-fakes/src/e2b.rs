@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Network, Provider, Spec};
+use agentbox_core::{Ctx, Lifecycle, Network, Provider, SandboxId, Spec};
 use agentbox_e2b::{Ask, Backend, Caller, E2b, E2bOptions, Made, Refusal};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
@@ -107,6 +107,71 @@ impl Backend for OneKey {
     }
 
     async fn make(&self, _: &Caller, ask: &Ask) -> Result<Made, Refusal> {
+        let mut spec = self.spec(ask);
+        let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
+        // A template that names one of the fake's snapshots starts from it.
+        let snapshots = Lifecycle::snapshots(self.provider.as_ref(), &ctx)
+            .await
+            .map_err(failed)?;
+        if snapshots.iter().any(|s| s.name == ask.template) {
+            spec.snapshot = Some(ask.template.clone());
+        }
+        let sandbox = self.provider.create(&spec, &ctx).await.map_err(failed)?;
+        Ok(Made {
+            provider: self.provider.clone(),
+            sandbox,
+        })
+    }
+
+    async fn snapshot(&self, _: &Caller, of: &Made, name: &str) -> Result<(), Refusal> {
+        let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
+        self.provider
+            .snapshot(of.sandbox.id(), name, &ctx)
+            .await
+            .map_err(|e| Refusal::new(400, e.message()))?;
+        Ok(())
+    }
+
+    async fn snapshots(&self, _: &Caller) -> Result<Vec<(String, Option<SandboxId>)>, Refusal> {
+        let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
+        let all = Lifecycle::snapshots(self.provider.as_ref(), &ctx)
+            .await
+            .map_err(failed)?;
+        Ok(all.into_iter().map(|s| (s.name, s.from)).collect())
+    }
+
+    async fn delete_snapshot(&self, _: &Caller, name: &str) -> Result<bool, Refusal> {
+        let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
+        if agentbox_core::validate_name("name", name).is_err() {
+            return Ok(false);
+        }
+        self.provider.delete_snapshot(name, &ctx).await.map_err(failed)
+    }
+
+    async fn fork(&self, _: &Caller, of: &Made, asks: &[Ask]) -> Result<Vec<Made>, Refusal> {
+        let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
+        let mut made = Vec::new();
+        for ask in asks {
+            match self.provider.fork(of.sandbox.id(), 1, &self.spec(ask), &ctx).await {
+                Ok(boxes) => made.extend(boxes.into_iter().map(|sandbox| Made {
+                    provider: self.provider.clone(),
+                    sandbox,
+                })),
+                Err(e) => {
+                    for m in made {
+                        let _ = m.sandbox.destroy(&ctx).await;
+                    }
+                    return Err(failed(e));
+                }
+            }
+        }
+        Ok(made)
+    }
+}
+
+impl OneKey {
+    /// The spec of a sandbox's box: the fake's root, this machine's network or none.
+    fn spec(&self, ask: &Ask) -> Spec {
         let mut spec = Spec::new(ask.lifetime);
         spec.image = self.rootfs.as_ref().map(|r| r.to_string_lossy().into_owned());
         // Its ports are reached on this machine's loopback, so an open box shares this
@@ -117,16 +182,13 @@ impl Backend for OneKey {
             Some(_) => Network::None,
         });
         spec.env = ask.env.clone();
-        let sandbox = self
-            .provider
-            .create(&spec, &Ctx::background().with_timeout(BOX_TIMEOUT))
-            .await
-            .map_err(|e| Refusal::new(500, format!("the sandbox could not be made: {}", e.message())))?;
-        Ok(Made {
-            provider: self.provider.clone(),
-            sandbox,
-        })
+        spec
     }
+}
+
+/// The provider's failure, as E2B answers one of its own.
+fn failed(e: agentbox_core::Error) -> Refusal {
+    Refusal::new(500, format!("the sandbox could not be made: {}", e.message()))
 }
 
 impl FakeE2B {

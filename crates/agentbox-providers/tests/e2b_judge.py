@@ -289,6 +289,40 @@ check(all(p.pid != bg.pid for p in resumed.commands.list()), "programs ended by 
 check(resumed.commands.run("echo again").stdout == "again\n", "runs after resume")
 ok("pause-resume")
 
+# A snapshot of the files: a sandbox made from it holds them; listed by its sandbox; deleted.
+resumed.files.write("snap.txt", "in the snapshot")
+snap = resumed.create_snapshot()
+from_snap = Sandbox.create(snap.snapshot_id, timeout=60)
+check(from_snap.files.read("snap.txt") == "in the snapshot", "a sandbox from the snapshot has its files")
+from_snap.kill()
+listed = Sandbox.list_snapshots(sandbox_id=resumed.sandbox_id).next_items()
+check([x.snapshot_id for x in listed] == [snap.snapshot_id], f"the sandbox's snapshots: {listed}")
+if MODE == "serve":
+    try:
+        Sandbox.create(snap.snapshot_id, timeout=60, api_key=os.environ["JUDGE_OTHER_KEY"])
+        raise AssertionError("another key started from the snapshot")
+    except AssertionError:
+        raise
+    except Exception as e:  # the SDK reads a create's 404 as a SandboxException
+        check("404" in str(e) and "not found" in str(e), f"another key's start from the snapshot: {e}")
+check(Sandbox.delete_snapshot(snap.snapshot_id), "delete the snapshot")
+check(not Sandbox.delete_snapshot(snap.snapshot_id), "delete it again")
+try:
+    resumed.create_snapshot(mode="full")
+    raise AssertionError("a memory snapshot was taken")
+except Exception as e:
+    check("memory" in str(e), f"a memory snapshot: {e}")
+ok("snapshot")
+
+forks = resumed.fork(count=2, timeout=60)
+check(len(forks) == 2 and not any(isinstance(f, Exception) for f in forks), f"forks: {forks}")
+check(len({f.sandbox_id for f in forks} | {resumed.sandbox_id}) == 3, "each fork a sandbox of its own")
+for f in forks:
+    check(f.files.read("snap.txt") == "in the snapshot", "a fork holds the files")
+    check(Sandbox.get_info(f.sandbox_id).metadata == TAG, "a fork's metadata")
+    f.kill()
+ok("fork")
+
 if MODE == "serve":
     other = os.environ["JUDGE_OTHER_KEY"]
     mine = boxes_of(sbx.sandbox_id, os.environ["E2B_API_KEY"])

@@ -7,10 +7,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use agentbox_core::{Ctx, ErrorCode, Spec};
+use agentbox_core::{Ctx, ErrorCode, SandboxId, Spec};
 use agentbox_e2b::{Ask, Backend, Caller, Made, Refusal};
+use agentbox_providers::registry;
 
-use crate::api::boxes::{allowed_spec, room_for};
+use crate::api::boxes::{CALL_DEADLINE, allowed_spec, may_use, room_for};
+use crate::api::snapshots::{full_name, prefix};
 use crate::error::{ApiError, status_of};
 use crate::keys::KeyInfo;
 use crate::state::AppState;
@@ -93,50 +95,114 @@ impl Backend for ServiceBackend {
     }
 
     async fn make(&self, caller: &Caller, ask: &Ask) -> Result<Made, Refusal> {
-        let Some(key) = caller.record.downcast_ref::<KeyInfo>() else {
-            return Err(Refusal::new(500, "the caller is not one of this server's keys"));
+        let key = key_of(caller)?;
+        let (name, mut spec) = self.placed(key, ask).await?;
+        spec.image = match &spec.snapshot {
+            Some(_) => None,
+            None => spec.image,
         };
-        let template = match self.templates.get(&ask.template) {
-            Some(t) => t.clone(),
-            None if ask.template == "base" => Template {
-                provider: None,
-                image: None,
-            },
-            None => {
-                return Err(Refusal::new(
-                    404,
-                    format!(
-                        "template '{}' not found: this server maps {} (agentbox serve --e2b-template NAME=PROVIDER[:IMAGE])",
-                        ask.template,
-                        self.names()
-                    ),
-                ));
-            }
-        };
-        let name = template
-            .provider
-            .clone()
-            .unwrap_or_else(|| self.state.default_provider.clone());
-        let mut spec = Spec::new(ask.lifetime);
-        spec.image = template.image.clone();
-        spec.network = ask.network.clone();
-        spec.env = ask.env.clone();
-        let mut spec = allowed_spec(key, &name, spec).map_err(refusal)?;
-        spec.labels.insert(SANDBOX_LABEL.to_string(), ask.sandbox_id.clone());
         let _counted = self.state.key_lock(&key.id).await;
         room_for(&self.state, key, 1, |_| false).await.map_err(refusal)?;
         let provider = self.state.provider(&name).await.map_err(|e| refusal(e.into()))?;
         let ctx = Ctx::background().with_timeout(MAKE_DEADLINE);
-        let sandbox = provider.create(&spec, &ctx).await.map_err(|e| {
-            let status = match e.code() {
-                ErrorCode::Invalid | ErrorCode::Unsupported => 400,
-                _ => 500,
-            };
-            Refusal::new(status, format!("the sandbox could not be made: {}", e.message()))
-        })?;
+        let sandbox = provider.create(&spec, &ctx).await.map_err(not_made)?;
         tracing::info!(box_id = %sandbox.id(), key = %key.name, template = %ask.template, "e2b: sandbox made");
         Ok(Made { provider, sandbox })
     }
+
+    async fn snapshot(&self, caller: &Caller, of: &Made, name: &str) -> Result<(), Refusal> {
+        let key = key_of(caller)?;
+        let full = full_name(key, name).map_err(refusal)?;
+        let ctx = Ctx::background().with_timeout(MAKE_DEADLINE);
+        of.provider
+            .snapshot(of.sandbox.id(), &full, &ctx)
+            .await
+            .map_err(|e| refusal(e.into()))?;
+        Ok(())
+    }
+
+    async fn snapshots(&self, caller: &Caller) -> Result<Vec<(String, Option<SandboxId>)>, Refusal> {
+        let key = key_of(caller)?;
+        let mine = prefix(key);
+        let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+        let mut out = Vec::new();
+        for p in self.snapshot_providers(key).await {
+            for s in p.snapshots(&ctx).await.map_err(|e| refusal(e.into()))? {
+                if let Some(name) = s.name.strip_prefix(&mine) {
+                    out.push((name.to_string(), s.from));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete_snapshot(&self, caller: &Caller, name: &str) -> Result<bool, Refusal> {
+        let key = key_of(caller)?;
+        let Ok(full) = full_name(key, name) else {
+            return Ok(false);
+        };
+        let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+        let mut deleted = false;
+        for p in self.snapshot_providers(key).await {
+            deleted |= p.delete_snapshot(&full, &ctx).await.map_err(|e| refusal(e.into()))?;
+        }
+        Ok(deleted)
+    }
+
+    async fn fork(&self, caller: &Caller, of: &Made, asks: &[Ask]) -> Result<Vec<Made>, Refusal> {
+        let key = key_of(caller)?;
+        let provider_name = of.sandbox.id().provider().to_string();
+        let mut specs = Vec::with_capacity(asks.len());
+        for ask in asks {
+            let mut spec = Spec::new(ask.lifetime);
+            spec.network = ask.network.clone();
+            spec.env = ask.env.clone();
+            let mut spec = allowed_spec(key, &provider_name, spec).map_err(refusal)?;
+            spec.labels.insert(SANDBOX_LABEL.to_string(), ask.sandbox_id.clone());
+            specs.push(spec);
+        }
+        let _counted = self.state.key_lock(&key.id).await;
+        room_for(&self.state, key, asks.len(), |_| false)
+            .await
+            .map_err(refusal)?;
+        let ctx = Ctx::background().with_timeout(MAKE_DEADLINE);
+        let mut made: Vec<Made> = Vec::new();
+        // One at a time, each with its own sandbox's label; all or none.
+        for spec in &specs {
+            match of.provider.fork(of.sandbox.id(), 1, spec, &ctx).await {
+                Ok(boxes) => made.extend(boxes.into_iter().map(|sandbox| Made {
+                    provider: of.provider.clone(),
+                    sandbox,
+                })),
+                Err(e) => {
+                    for m in made {
+                        let _ = m.sandbox.destroy(&ctx).await;
+                    }
+                    return Err(not_made(e));
+                }
+            }
+        }
+        tracing::info!(box_id = %of.sandbox.id(), n = made.len(), key = %key.name, "e2b: sandbox forked");
+        Ok(made)
+    }
+}
+
+/// The server's key behind an E2B caller.
+fn key_of(caller: &Caller) -> Result<&KeyInfo, Refusal> {
+    caller
+        .record
+        .downcast_ref::<KeyInfo>()
+        .ok_or_else(|| Refusal::new(500, "the caller is not one of this server's keys"))
+}
+
+/// A box the provider did not make, in E2B's words.
+fn not_made(e: agentbox_core::Error) -> Refusal {
+    let status = match e.code() {
+        ErrorCode::Invalid | ErrorCode::Unsupported => 400,
+        ErrorCode::NotFound => 404,
+        _ => 500,
+    };
+    Refusal::new(status, format!("the sandbox could not be made: {}", e.message()))
 }
 
 impl ServiceBackend {
@@ -148,6 +214,78 @@ impl ServiceBackend {
         }
         names.sort_unstable();
         names.join(", ")
+    }
+
+    /// The providers `key` may use that keep snapshots, made.
+    async fn snapshot_providers(&self, key: &KeyInfo) -> Vec<Arc<dyn agentbox_core::Provider>> {
+        let mut out = Vec::new();
+        for name in registry::names() {
+            if may_use(key, name).is_err() {
+                continue;
+            }
+            if let Ok(p) = self.state.provider(name).await
+                && p.honours().snapshots
+            {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// The provider and spec of `ask`'s box: its template mapped, or the key's own snapshot of
+    /// that name, or `base`.
+    async fn placed(&self, key: &KeyInfo, ask: &Ask) -> Result<(String, Spec), Refusal> {
+        let mut spec = Spec::new(ask.lifetime);
+        spec.network = ask.network.clone();
+        spec.env = ask.env.clone();
+        let name = match self.templates.get(&ask.template) {
+            Some(t) => {
+                spec.image = t.image.clone();
+                t.provider
+                    .clone()
+                    .unwrap_or_else(|| self.state.default_provider.clone())
+            }
+            None if ask.template == "base" => self.state.default_provider.clone(),
+            None => match self.snapshot_of(key, &ask.template).await? {
+                Some(provider) => {
+                    spec.snapshot = Some(full_name(key, &ask.template).map_err(refusal)?);
+                    provider
+                }
+                None => {
+                    return Err(Refusal::new(
+                        404,
+                        format!(
+                            "template '{}' not found: neither a snapshot of this key's nor a template this server \
+                             maps ({}; agentbox serve --e2b-template NAME=PROVIDER[:IMAGE])",
+                            ask.template,
+                            self.names()
+                        ),
+                    ));
+                }
+            },
+        };
+        let mut spec = allowed_spec(key, &name, spec).map_err(refusal)?;
+        spec.labels.insert(SANDBOX_LABEL.to_string(), ask.sandbox_id.clone());
+        Ok((name, spec))
+    }
+
+    /// The provider that keeps `key`'s snapshot `name`, if one does.
+    async fn snapshot_of(&self, key: &KeyInfo, name: &str) -> Result<Option<String>, Refusal> {
+        let Ok(full) = full_name(key, name) else {
+            return Ok(None);
+        };
+        let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+        for p in self.snapshot_providers(key).await {
+            if p.snapshots(&ctx)
+                .await
+                .map_err(|e| refusal(e.into()))?
+                .iter()
+                .any(|s| s.name == full)
+            {
+                return Ok(Some(p.name().to_string()));
+            }
+        }
+        Ok(None)
     }
 }
 

@@ -144,6 +144,8 @@ pub mod e2b {
         "timeout-max",
         "list-paging",
         "pause-resume",
+        "snapshot",
+        "fork",
         "vanish",
         "kill-sandbox",
         "bad-key",

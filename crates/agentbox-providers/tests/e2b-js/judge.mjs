@@ -264,6 +264,36 @@ check((await resumed.commands.list()).every((p) => p.pid !== bg.pid), "programs 
 check((await resumed.commands.run("echo again")).stdout === "again\n", "runs after resume");
 ok("pause-resume");
 
+// A snapshot of the files: a sandbox made from it holds them; listed by its sandbox; deleted.
+await resumed.files.write("snap.txt", "in the snapshot");
+const snap = await resumed.createSnapshot();
+const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 });
+check((await fromSnap.files.read("snap.txt")) === "in the snapshot", "a sandbox from the snapshot has its files");
+await fromSnap.kill();
+const snaps = await Sandbox.listSnapshots({ sandboxId: resumed.sandboxId }).nextItems();
+check(snaps.map((x) => x.snapshotId).join(",") === snap.snapshotId, `the sandbox's snapshots: ${JSON.stringify(snaps)}`);
+if (MODE === "serve") {
+  // The SDK reads a create's 404 as a SandboxError.
+  const theirs = await refused(
+    () => Sandbox.create(snap.snapshotId, { timeoutMs: 60_000, apiKey: env.JUDGE_OTHER_KEY }),
+    Error,
+    "another key's start from the snapshot",
+  );
+  check(/404.*not found/.test(theirs.message), `another key's start from the snapshot: ${theirs.message}`);
+}
+check(await Sandbox.deleteSnapshot(snap.snapshotId), "delete the snapshot");
+check(!(await Sandbox.deleteSnapshot(snap.snapshotId)), "delete it again");
+ok("snapshot");
+
+const forks = await resumed.fork({ count: 2, timeoutMs: 60_000 });
+check(forks.length === 2 && forks.every((f) => !(f instanceof Error)), `forks: ${forks}`);
+check(new Set([...forks.map((f) => f.sandboxId), resumed.sandboxId]).size === 3, "each fork a sandbox of its own");
+for (const f of forks) {
+  check((await f.files.read("snap.txt")) === "in the snapshot", "a fork holds the files");
+  await f.kill();
+}
+ok("fork");
+
 if (MODE === "serve") {
   const other = env.JUDGE_OTHER_KEY;
   const boxes = await boxesOf(sbx.sandboxId, env.E2B_API_KEY);

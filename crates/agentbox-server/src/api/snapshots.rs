@@ -90,7 +90,7 @@ fn one() -> usize {
     1
 }
 
-fn prefix(key: &KeyInfo) -> String {
+pub(crate) fn prefix(key: &KeyInfo) -> String {
     format!("s-{}-", key.id)
 }
 
@@ -103,7 +103,7 @@ fn some_keys(name: &str) -> bool {
 }
 
 /// The provider's name of `key`'s snapshot `name`, refused when `name` is not a name.
-fn full_name(key: &KeyInfo, name: &str) -> Result<String, ApiError> {
+pub(crate) fn full_name(key: &KeyInfo, name: &str) -> Result<String, ApiError> {
     validate_name("name", name)?;
     if name.len() > MAX_SNAPSHOT_NAME {
         return Err(ApiError::new(
