@@ -34,6 +34,8 @@ const MAX_RPC: usize = 16 << 20;
 const MAX_UPLOAD: usize = 512 << 20;
 /// Where relative paths start, whoever asks, in a box that names no workspace.
 const HOME: &str = "/root";
+/// The most entries one ListDir answers.
+const MAX_LISTED: usize = 100_000;
 /// How long a file operation may take.
 const FILE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -634,25 +636,72 @@ fn permissions(kind: FileType, mode: u32) -> String {
     s
 }
 
-fn entry(path: &str, m: &FileMeta) -> Value {
-    let kind = match m.kind {
+/// envd's `EntryInfo` of `path`, `m` its lstat. A symlink is reported as envd reports one:
+/// the type and permission bits of what it finally points at (unspecified and 0 when that is
+/// missing), `symlinkTarget` the path it resolves to (its own path when it resolves to
+/// nothing), and its own size, time and `permissions` (`L...`).
+async fn entry(b: &dyn Sandbox, path: &str, m: &FileMeta) -> Value {
+    let type_name = |k: FileType| match k {
         FileType::File => "FILE_TYPE_FILE",
         FileType::Dir => "FILE_TYPE_DIRECTORY",
-        FileType::Symlink => "FILE_TYPE_SYMLINK",
-        FileType::Other => "FILE_TYPE_UNSPECIFIED",
+        FileType::Symlink | FileType::Other => "FILE_TYPE_UNSPECIFIED",
     };
     let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or("").to_string();
-    json!({
+    let (kind, mode, target) = if m.kind == FileType::Symlink {
+        let ctx = Ctx::background().with_timeout(LINK_TIMEOUT);
+        let followed = match b.files() {
+            Some(f) => f.stat(path, true, &ctx).await.ok(),
+            None => None,
+        };
+        let (kind, mode) = followed.map_or(("FILE_TYPE_UNSPECIFIED", 0), |t| (type_name(t.kind), t.mode & 0o777));
+        (kind, mode, Some(resolved(b, path).await))
+    } else {
+        (type_name(m.kind), m.mode & 0o777, None)
+    };
+    let mut e = json!({
         "name": if name.is_empty() { m.name.clone() } else { name },
         "type": kind,
         "path": path,
         "size": m.size.to_string(),
-        "mode": m.mode & 0o777,
+        "mode": mode,
         "permissions": permissions(m.kind, m.mode & 0o777),
         "owner": "root",
         "group": "root",
         "modifiedTime": rfc3339(m.mtime_ms.max(0) as u64),
-    })
+    });
+    if let Some(t) = target {
+        e["symlinkTarget"] = json!(t);
+    }
+    e
+}
+
+/// How long resolving a symlink's target may take.
+const LINK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The path a symlink finally resolves to (`readlink -e` in the box), or its own path when it
+/// resolves to nothing, as envd answers a broken link.
+async fn resolved(b: &dyn Sandbox, path: &str) -> String {
+    let argv = ["readlink", "-e", "--", path].map(str::to_string);
+    let ctx = Ctx::background().with_timeout(LINK_TIMEOUT);
+    let Ok(p) = b.exec(&argv, &Default::default(), &ctx).await else {
+        return path.to_string();
+    };
+    let opts = agentbox_core::FinishOptions {
+        max_output: 64 << 10,
+        ..Default::default()
+    };
+    match agentbox_core::finish(p, opts).await {
+        Ok(done) if done.status.success() => {
+            let out = done.stdout_text();
+            let t = out.trim_end_matches('\n');
+            if t.starts_with('/') {
+                t.to_string()
+            } else {
+                path.to_string()
+            }
+        }
+        _ => path.to_string(),
+    }
 }
 
 fn path_field(home: &str, v: &Value, field: &str) -> Result<String, RpcError> {
@@ -752,44 +801,69 @@ async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, R
         "Stat" => {
             let path = path_field(&home, v, "path")?;
             let m = f.stat(&path, false, &ctx).await.map_err(|e| file_error(e, &path))?;
-            Ok(json!({"entry": entry(&path, &m)}))
+            Ok(json!({"entry": entry(b.as_ref(), &path, &m).await}))
         }
         "ListDir" => {
             let path = path_field(&home, v, "path")?;
+            // envd: 0 is 1, and 1 the directory's own entries.
             let depth = v.get("depth").and_then(Value::as_u64).unwrap_or(1).max(1);
-            let m = f.stat(&path, true, &ctx).await.map_err(|e| file_error(e, &path))?;
+            let m = f.stat(&path, true, &ctx).await.map_err(|e| match e {
+                FileError::Os(2) => RpcError("not_found", format!("path not found: {path}")),
+                e => file_error(e, &path),
+            })?;
             if m.kind != FileType::Dir {
-                return Err(invalid(format!("path '{path}' is not a directory")));
+                return Err(invalid(format!("path is not a directory: {path}")));
             }
-            let mut entries = Vec::new();
+            // Every entry down to `depth` (a symlinked directory listed, not entered), then in
+            // the order envd walks: depth first, each directory's entries in byte order, each
+            // directory followed by what is in it. That is the order of their paths compared
+            // component by component.
+            let mut found: Vec<(String, FileMeta)> = Vec::new();
             let mut todo = vec![(path.clone(), 1u64)];
             while let Some((dir, level)) = todo.pop() {
-                let list = f.list(&dir, &ctx).await.map_err(|e| file_error(e, &dir))?;
+                let list = match f.list(&dir, &ctx).await {
+                    Ok(l) => l,
+                    // Gone since it was seen: skipped, as envd skips it.
+                    Err(FileError::Os(2)) if dir != path => continue,
+                    Err(e) => return Err(file_error(e, &dir)),
+                };
                 for m in list {
-                    let p = if dir.ends_with('/') {
-                        format!("{dir}{}", m.name)
-                    } else {
-                        format!("{dir}/{}", m.name)
-                    };
+                    if found.len() >= MAX_LISTED {
+                        return Err(RpcError(
+                            "resource_exhausted",
+                            format!("path {path}: more than {MAX_LISTED} entries to depth {depth}: ask less depth"),
+                        ));
+                    }
+                    let p = format!("{}/{}", dir.trim_end_matches('/'), m.name);
                     if m.kind == FileType::Dir && level < depth {
                         todo.push((p.clone(), level + 1));
                     }
-                    entries.push(entry(&p, &m));
+                    found.push((p, m));
                 }
+            }
+            found.sort_by(|(a, _), (b, _)| a.split('/').map(str::as_bytes).cmp(b.split('/').map(str::as_bytes)));
+            let mut entries = Vec::with_capacity(found.len());
+            for (p, m) in &found {
+                entries.push(entry(b.as_ref(), p, m).await);
             }
             Ok(json!({"entries": entries}))
         }
         "MakeDir" => {
             let path = path_field(&home, v, "path")?;
-            if f.stat(&path, true, &ctx).await.is_ok() {
-                return Err(RpcError(
-                    "already_exists",
-                    format!("directory at {path} already exists"),
-                ));
+            match f.stat(&path, true, &ctx).await {
+                Ok(m) if m.kind == FileType::Dir => {
+                    return Err(RpcError("already_exists", format!("directory already exists: {path}")));
+                }
+                Ok(_) => {
+                    return Err(invalid(format!(
+                        "path already exists but it is not a directory: {path}"
+                    )));
+                }
+                Err(_) => {}
             }
             f.mkdir(&path, true, &ctx).await.map_err(|e| file_error(e, &path))?;
             let m = f.stat(&path, false, &ctx).await.map_err(|e| file_error(e, &path))?;
-            Ok(json!({"entry": entry(&path, &m)}))
+            Ok(json!({"entry": entry(b.as_ref(), &path, &m).await}))
         }
         "Move" => {
             let from = path_field(&home, v, "source")?;
@@ -802,11 +876,12 @@ async fn files(b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result<Value, R
             }
             f.rename(&from, &to, &ctx).await.map_err(|e| file_error(e, &from))?;
             let m = f.stat(&to, false, &ctx).await.map_err(|e| file_error(e, &to))?;
-            Ok(json!({"entry": entry(&to, &m)}))
+            Ok(json!({"entry": entry(b.as_ref(), &to, &m).await}))
         }
         "Remove" => {
             let path = path_field(&home, v, "path")?;
-            f.remove(&path, true, false, &ctx)
+            // As envd's RemoveAll: down the tree, and a missing path is no error.
+            f.remove(&path, true, true, &ctx)
                 .await
                 .map_err(|e| file_error(e, &path))?;
             Ok(json!({}))

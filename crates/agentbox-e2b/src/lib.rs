@@ -29,7 +29,8 @@
 //! every one): another key's sandbox is 404, as one that does not exist. Ids are 20 lowercase
 //! letters and digits.
 //!
-//! A sandbox: its `envVars` are its box's environment; `timeout` (seconds, default 15, more
+//! A sandbox: its `envVars` are its box's environment, over `E2B_SANDBOX`, `E2B_SANDBOX_ID`
+//! and `E2B_TEMPLATE_ID` as envd sets them; `timeout` (seconds, default 15, more
 //! than [`E2bOptions::max_timeout`] is 400 as E2B answers: "Timeout cannot be greater than
 //! 1 hours") sets its end, which this crate keeps itself (and the box's own lifetime, a
 //! margin later, is the provider's to enforce should this process die): at the end it is

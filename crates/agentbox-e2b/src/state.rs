@@ -52,6 +52,18 @@ pub(crate) fn random(alphabet: &[u8], n: usize) -> String {
         .collect()
 }
 
+/// A sandbox's environment as envd gives its programs one: `E2B_SANDBOX`, `E2B_SANDBOX_ID`
+/// and `E2B_TEMPLATE_ID`, then the create's `envVars` over them.
+fn env_of(id: &str, a: &Asked) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::from([
+        ("E2B_SANDBOX".to_string(), "true".to_string()),
+        ("E2B_SANDBOX_ID".to_string(), id.to_string()),
+        ("E2B_TEMPLATE_ID".to_string(), a.template_id.clone()),
+    ]);
+    env.extend(a.env.clone());
+    env
+}
+
 /// A fault scripted by [`crate::E2b::fail_next`].
 pub(crate) struct Fault {
     pub(crate) method: String,
@@ -122,7 +134,7 @@ impl Shared {
             template: a.template_id.clone(),
             lifetime: lifetime + BOX_MARGIN,
             network: a.box_network.clone(),
-            env: a.env.clone(),
+            env: env_of(id, a),
         }
     }
 

@@ -105,6 +105,8 @@ ok("run");
 
 r = await sbx.commands.run('printf "%s %s" "$SBX_VAR" "$CMD_VAR"', { envs: { CMD_VAR: "mine" } });
 check(r.stdout === "from-sandbox mine", `envs: ${JSON.stringify(r.stdout)}`);
+r = await sbx.commands.run('printf "%s %s %s" "$E2B_SANDBOX" "$E2B_SANDBOX_ID" "$E2B_TEMPLATE_ID"');
+check(r.stdout === `true ${sbx.sandboxId} base`, `envd's variables: ${JSON.stringify(r.stdout)}`);
 r = await sbx.commands.run("pwd", { cwd: "/tmp", user: "root" });
 check(r.stdout === "/tmp\n", `cwd: ${JSON.stringify(r.stdout)}`);
 ok("envs");
@@ -184,6 +186,17 @@ check(entries[0].size === 1, `size ${entries[0].size}`);
 const moved = await sbx.files.rename("/tmp/d/a", "/tmp/d/b");
 check(moved.path === "/tmp/d/b", `rename ${JSON.stringify(moved)}`);
 check((await sbx.files.exists("/tmp/d/b")) && !(await sbx.files.exists("/tmp/d/a")), "exists");
+// As envd lists: depth first, each directory's entries in byte order, each followed by its own.
+for (const p of ["/tmp/o/b", "/tmp/o/a-b", "/tmp/o/a/y", "/tmp/o/a/x"]) await sbx.files.write(p, "o");
+const order = (await sbx.files.list("/tmp/o", { depth: 2 })).map((e) => e.path);
+check(order.join(",") === "/tmp/o/a,/tmp/o/a/x,/tmp/o/a/y,/tmp/o/a-b,/tmp/o/b", `list order: ${order}`);
+await sbx.commands.run("ln -s /tmp/o/a /tmp/o/link && ln -s /tmp/o/none /tmp/o/broken");
+const link = await sbx.files.getInfo("/tmp/o/link");
+check(link.type === "dir" && link.symlinkTarget === "/tmp/o/a", `a link to a dir: ${JSON.stringify(link)}`);
+check(link.permissions.startsWith("L"), `its permissions: ${link.permissions}`);
+check((await sbx.files.getInfo("/tmp/o/broken")).symlinkTarget === "/tmp/o/broken", "a broken link's target");
+await sbx.files.remove("/tmp/o");
+await sbx.files.remove("/tmp/o"); // a missing path: no error, as envd's
 const gi = await sbx.files.getInfo("/tmp/d");
 check(gi.type === "dir", `getInfo ${JSON.stringify(gi)}`);
 await sbx.files.remove("/tmp/d");
