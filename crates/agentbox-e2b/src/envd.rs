@@ -191,7 +191,10 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
             *r.status_mut() = StatusCode::NO_CONTENT;
             r
         }
-        (&Method::GET, "/files") => download(b, Query::of(&req)).await,
+        (&Method::GET, "/files") => {
+            let gzip = accepts_gzip(req.headers());
+            download(b, Query::of(&req), gzip).await
+        }
         (&Method::POST, "/files") => upload(b, req).await,
         (&Method::POST, p) if p.starts_with("/process.Process/") || p.starts_with("/filesystem.Filesystem/") => {
             rpc(s, x, b, &p[1..], req).await
@@ -200,7 +203,46 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
     }
 }
 
-async fn download(b: Arc<dyn Sandbox>, q: Query) -> Response {
+/// Whether a download may be gzipped: `Accept-Encoding` names `gzip` with a weight above 0.
+fn accepts_gzip(h: &HeaderMap) -> bool {
+    h.get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q = parts
+                .find_map(|p| p.trim().strip_prefix("q="))
+                .and_then(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            name.eq_ignore_ascii_case("gzip") && q > 0.0
+        })
+}
+
+/// A gzip stream of `data`.
+fn gzipped(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut z = flate2::write::GzEncoder::new(Vec::with_capacity(data.len() / 2 + 64), flate2::Compression::fast());
+    z.write_all(data)?;
+    z.finish()
+}
+
+/// A gzip stream undone, refused past `max` bytes (a small body may unpack to a great deal).
+fn gunzipped(data: &[u8], max: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(data)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("error decompressing request body: {e}"))?;
+    if out.len() > max {
+        return Err(format!("the decompressed body is past {max} bytes"));
+    }
+    Ok(out)
+}
+
+async fn download(b: Arc<dyn Sandbox>, q: Query, gzip: bool) -> Response {
     let home = home_of(b.as_ref());
     let Some(path) = q.get("path").map(|p| resolve(&home, p)) else {
         return error(400, "path: required");
@@ -211,11 +253,23 @@ async fn download(b: Arc<dyn Sandbox>, q: Query) -> Response {
     let ctx = Ctx::background().with_timeout(FILE_TIMEOUT);
     match f.read(&path, &ctx).await {
         Ok(Some(data)) => {
+            let (data, encoded) = match gzip {
+                true => match gzipped(&data) {
+                    Ok(z) => (z, true),
+                    Err(e) => return error(500, format!("gzipping '{path}': {e}")),
+                },
+                false => (data, false),
+            };
             let mut r = Response::new(Body::from(data));
-            r.headers_mut().insert(
+            let h = r.headers_mut();
+            h.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/octet-stream"),
             );
+            h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+            if encoded {
+                h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            }
             r
         }
         Ok(None) => error(404, format!("path '{path}' does not exist")),
@@ -257,14 +311,34 @@ async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    if req
+    let encoding = req
         .headers()
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|e| !e.eq_ignore_ascii_case("identity"))
-    {
-        return error(400, "Content-Encoding: only identity is served here");
-    }
+        .map(|e| e.trim().to_ascii_lowercase());
+    let req = match encoding.as_deref() {
+        None | Some("") | Some("identity") => req,
+        Some("gzip") => {
+            let (mut parts, body) = req.into_parts();
+            let packed = match axum::body::to_bytes(body, MAX_UPLOAD).await {
+                Ok(d) => d,
+                Err(e) => return error(400, format!("reading the body: {e}")),
+            };
+            let body = match gunzipped(&packed, MAX_UPLOAD) {
+                Ok(b) => b,
+                Err(e) => return error(400, e),
+            };
+            parts.headers.remove(header::CONTENT_ENCODING);
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Request::from_parts(parts, Body::from(body))
+        }
+        Some(other) => {
+            return error(
+                400,
+                format!("error decompressing request body: unsupported Content-Encoding: {other}, supported: [gzip]"),
+            );
+        }
+    };
     let mut written = Vec::new();
     if ctype.starts_with("multipart/form-data") {
         let path = q.get("path").map(str::to_string);
@@ -1022,4 +1096,30 @@ async fn stream_input(x: Arc<Sbx>, req: Request) -> Response {
         }
     }
     answer(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_is_taken_by_weight_and_undone_within_a_bound() {
+        let h = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(v).unwrap());
+            h
+        };
+        assert!(accepts_gzip(&h("gzip, deflate")));
+        assert!(accepts_gzip(&h("br;q=1, GZIP;q=0.5")));
+        assert!(!accepts_gzip(&h("gzip;q=0")));
+        assert!(!accepts_gzip(&h("identity")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+        let data = vec![7u8; 100_000];
+        let z = gzipped(&data).unwrap();
+        assert!(z.len() < 1000, "compressed: {}", z.len());
+        assert_eq!(gunzipped(&z, 100_000).unwrap(), data);
+        let past = gunzipped(&z, 99_999).unwrap_err();
+        assert!(past.contains("past 99999 bytes"), "{past}");
+        assert!(gunzipped(b"not gzip", 10).unwrap_err().contains("decompressing"));
+    }
 }

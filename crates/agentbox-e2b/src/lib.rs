@@ -57,8 +57,9 @@
 //! `depth`), MakeDir (an existing one: `already_exists`), Move, Remove, WatchDir and the
 //! watcher API (CreateWatcher, GetWatcherEvents, RemoveWatcher; a poll of the directory, see
 //! `watch`); `GET /files?path=`
-//! (download, every byte) and `POST /files` (multipart, a `file` part per file named by its
-//! path, or octet-stream with `path`), `GET /health` (204). A process stream is `start {pid}`,
+//! (download, every byte; gzipped when accepted) and `POST /files` (multipart, a `file` part
+//! per file named by its path, or octet-stream with `path`; gzipped or not), `GET /health`
+//! (204). A process stream is `start {pid}`,
 //! its output as `data {stdout|stderr}` chunks, `keepalive {}` after every quiet interval (the
 //! request's `Keepalive-Ping-Interval` seconds, else [`E2bOptions::keepalive`], envd's 90 s),
 //! then `end {exitCode, exited, status}` as Go's `ProcessState` says it (`exit status 3`;
@@ -71,9 +72,9 @@
 //! running.
 //!
 //! Not yet served (each answered as E2B answers a route or feature it lacks, never as a
-//! missing sandbox): file metadata (`X-Metadata-*`), gzip
-//! uploads, signed URLs, metrics, logs, template builds, volumes, MCP and IAM;
-//! Connect's binary codec and HTTP/2. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
+//! missing sandbox): file metadata (`X-Metadata-*`, which the SDKs refuse themselves below
+//! the envd version reported), signed URLs, metrics, logs, template builds, volumes, MCP and
+//! IAM; Connect's binary codec. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
 //! not enforced; relative paths and `~` are from the box's workspace (where its programs
 //! start) for every user. A process stream that falls more than 4096 chunks
 //! behind skips some. The records of sandboxes live in this process: a server that restarts

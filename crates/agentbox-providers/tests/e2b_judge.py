@@ -180,7 +180,10 @@ data = bytes(range(256)) * 1024
 sbx.files.write("/tmp/f", data)
 got = sbx.files.read("/tmp/f", format="bytes")
 check(bytes(got) == data, f"read back {len(got)} bytes")
-check(sbx.files.read("/tmp/f.txt" if False else "/tmp/f", format="bytes")[:3] == b"\x00\x01\x02", "bytes")
+check(sbx.files.read("/tmp/f", format="bytes")[:3] == b"\x00\x01\x02", "bytes")
+# gzip both ways: the upload's body, the download's answer.
+sbx.files.write("/tmp/z", data, gzip=True)
+check(bytes(sbx.files.read("/tmp/z", format="bytes", gzip=True)) == data, "gzip both ways")
 info = sbx.files.write("/tmp/deep/er/t.txt", "text")
 check(info.path == "/tmp/deep/er/t.txt", f"write info {info}")
 check(sbx.files.read("/tmp/deep/er/t.txt") == "text", "text read")

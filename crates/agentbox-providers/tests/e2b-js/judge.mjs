@@ -168,6 +168,10 @@ const data = new Uint8Array(256 * 1024).map((_, i) => i % 256);
 await sbx.files.write("/tmp/f", data.buffer);
 const got = await sbx.files.read("/tmp/f", { format: "bytes" });
 check(Buffer.from(got).equals(Buffer.from(data)), `read back ${got.length} bytes`);
+// gzip both ways: the upload's body, the download's answer.
+await sbx.files.write("/tmp/z", data.buffer, { gzip: true });
+const unzipped = await sbx.files.read("/tmp/z", { format: "bytes", gzip: true });
+check(Buffer.from(unzipped).equals(Buffer.from(data)), `gzip both ways: ${unzipped.length} bytes`);
 const info = await sbx.files.write("/tmp/deep/er/t.txt", "text");
 check(info.path === "/tmp/deep/er/t.txt", `write info ${JSON.stringify(info)}`);
 check((await sbx.files.read("/tmp/deep/er/t.txt")) === "text", "text read");
