@@ -121,6 +121,20 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
         (&Method::GET, ["snapshots"]) => crate::snapshots::list(&s, &caller, &q).await,
         (&Method::DELETE, ["templates", id]) => crate::snapshots::delete(&s, &caller, id).await,
         (&Method::POST, ["sandboxes", id, "fork"]) => crate::snapshots::fork(&s, &caller, id, &json).await,
+        // A sandbox's own route that is not served (metrics, logs, a network update...): for a
+        // sandbox of the caller's, E2B's answer to a feature it lacks, never "not found" (which
+        // the SDKs read as a sandbox that is gone).
+        (_, ["sandboxes", id, rest, ..]) | (_, ["v2", "sandboxes", id, rest, ..]) => match s.owned(&caller, id) {
+            Some(_) => error(
+                501,
+                format!("{method} {path}: the sandbox's {rest} are not served by agentbox's E2B API"),
+            ),
+            None => not_found(id),
+        },
+        (_, ["sandboxes", "metrics"]) => error(
+            501,
+            format!("{method} {path}: metrics are not served by agentbox's E2B API"),
+        ),
         _ => error(
             404,
             format!("{method} {path}: no such route in E2B's API as agentbox serves it"),

@@ -270,6 +270,17 @@ check(info.state == SandboxState.RUNNING, f"state {info.state}")
 check(info.metadata == TAG, f"metadata {info.metadata}")
 ok("timeout")
 
+# What is not served answers as a feature E2B lacks, never as a sandbox not found.
+try:
+    sbx.get_metrics()
+    raise AssertionError("metrics were served")
+except AssertionError:
+    raise
+except Exception as e:
+    check(type(e).__name__ != "NotFoundException" and "501" in str(e), f"metrics: {type(e).__name__}: {e}")
+check(sbx.is_running(), "running after a route it lacks")
+ok("unserved")
+
 try:
     Sandbox.create(template="base", timeout=MAX_TIMEOUT + 1)
     raise AssertionError("a timeout past the plan's was taken")

@@ -240,6 +240,12 @@ check(detail.state === "running", `state ${detail.state}`);
 check(JSON.stringify(detail.metadata) === JSON.stringify(TAG), `metadata ${JSON.stringify(detail.metadata)}`);
 ok("timeout");
 
+// What is not served answers as a feature E2B lacks, never as a sandbox not found.
+const unserved = await refused(() => sbx.getMetrics(), Error, "metrics");
+check(!(unserved instanceof NotFoundError) && /501/.test(unserved.message), `metrics: ${unserved.message}`);
+check(await sbx.isRunning(), "running after a route it lacks");
+ok("unserved");
+
 const over = await refused(
   () => Sandbox.create("base", { timeoutMs: (MAX_TIMEOUT + 1) * 1000 }),
   Error,
