@@ -1,8 +1,8 @@
 //! E2B's API as `agentbox serve --e2b` serves it, judged by E2B's own Python SDK (`e2b` 2.x),
 //! which nobody here wrote: the same judge as the fake E2B's
 //! (`crates/agentbox-providers/tests/e2b_judge.py`, `JUDGE_MODE=serve`) and its npm SDK
-//! (`tests/e2b-js/judge.mjs` there), over namespace boxes (and Docker boxes, for the Python
-//! SDK), with two of the server's keys. Beside the fake's steps it checks what the service adds: a
+//! (`tests/e2b-js/judge.mjs` there), over namespace and Docker boxes, with two of the server's
+//! keys. Beside the fake's steps it checks what the service adds: a
 //! sandbox is one box of the service's own API, owned by the key that made it; another key
 //! neither lists, reads, connects to nor kills it; a box ended through the service's API is a
 //! sandbox the SDK finds not running; a killed sandbox leaves no box.
@@ -93,6 +93,18 @@ async fn the_npm_sdk_judges_agentbox_serve_e2b() {
         return;
     };
     judge_serve(Sdk::Node(dir), "namespace").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_npm_sdk_judges_agentbox_serve_e2b_over_docker() {
+    let test = "the_npm_sdk_judges_agentbox_serve_e2b_over_docker";
+    let Some(dir) = judge::node("e2b", test) else {
+        return;
+    };
+    if !agentbox_testing::services::docker_available(test) {
+        return;
+    }
+    judge_serve(Sdk::Node(dir), "docker").await;
 }
 
 /// `agentbox serve --e2b` over `provider`'s boxes, with two keys, judged by `sdk`'s judge.
