@@ -20,11 +20,20 @@ const JUDGE_TIMEOUT: Duration = Duration::from_secs(600);
 /// The page the judge asks for: it pages past it.
 const LIST_PAGE: usize = 2;
 
-/// `agentbox serve --e2b` over `home` on loopback ports, its default provider `provider`:
-/// the process (killed when dropped), the service's URL and E2B's.
-async fn serve_e2b(home: &std::path::Path, provider: &str) -> (tokio::process::Child, String, String) {
+/// `agentbox serve --e2b` over `home` on loopback ports, its default provider `provider` (of
+/// the cluster `kubeconfig` names): the process (killed when dropped), the service's URL and
+/// E2B's.
+async fn serve_e2b(
+    home: &std::path::Path,
+    provider: &str,
+    kubeconfig: Option<&std::path::Path>,
+) -> (tokio::process::Child, String, String) {
     use tokio::io::AsyncBufReadExt;
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
+    if let Some(k) = kubeconfig {
+        server.env("KUBECONFIG", k);
+    }
+    let mut server = server
         .args([
             "serve",
             "--listen",
@@ -107,12 +116,38 @@ async fn the_npm_sdk_judges_agentbox_serve_e2b_over_docker() {
     judge_serve(Sdk::Node(dir), "docker").await;
 }
 
+/// The fake Kubernetes API server's pods under `agentbox serve --e2b`, judged by the Python
+/// SDK: every step but those a kube box cannot take (pause, snapshots, forks, an allowlist),
+/// which must be refused as E2B refuses a feature it lacks, the sandbox running on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes() {
+    let test = "the_python_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes";
+    let (Some(py), Some(rootfs)) = (judge::python("e2b", test), agentbox_testing::services::rootfs(test)) else {
+        return;
+    };
+    let fake = agentbox_fakes::kube::FakeKube::start(agentbox_fakes::kube::FakeKubeOptions {
+        rootfs: Some(rootfs.into()),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake API server starts");
+    let lacks = ["pause-resume", "snapshot", "fork", "network"];
+    judge_over(Sdk::Python(py), "kube", Some(fake.kubeconfig()), &lacks).await;
+    fake.shutdown().await;
+}
+
 /// `agentbox serve --e2b` over `provider`'s boxes, with two keys, judged by `sdk`'s judge.
 async fn judge_serve(sdk: Sdk, provider: &str) {
+    judge_over(sdk, provider, None, &[]).await;
+}
+
+/// `agentbox serve --e2b` over `provider`'s boxes (of the cluster `kubeconfig` names), with two
+/// keys, judged by `sdk`'s judge; the steps in `lacks` asserted refused.
+async fn judge_over(sdk: Sdk, provider: &str, kubeconfig: Option<&std::path::Path>, lacks: &[&str]) {
     agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
     let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
-    let (mut server, api, e2b) = serve_e2b(home.path(), provider).await;
+    let (mut server, api, e2b) = serve_e2b(home.path(), provider, kubeconfig).await;
     let mut command = judge::e2b::command(
         &sdk,
         &Setup {
@@ -124,9 +159,20 @@ async fn judge_serve(sdk: Sdk, provider: &str) {
             home: home.path(),
         },
     );
-    command.env("JUDGE_OTHER_KEY", &b).env("AGENTBOX_URL", &api);
+    command
+        .env("JUDGE_OTHER_KEY", &b)
+        .env("AGENTBOX_URL", &api)
+        .env("JUDGE_LACKS", lacks.join(","));
     let judged = judge::run(command, JUDGE_TIMEOUT, |_| {}).await;
-    judged.assert_steps(judge::e2b::STEPS);
-    judged.assert_steps(judge::e2b::SERVE_STEPS);
+    let lacked: Vec<String> = lacks.iter().map(|s| format!("{s}-lacked")).collect();
+    let steps: Vec<&str> = judge::e2b::STEPS
+        .iter()
+        .chain(judge::e2b::SERVE_STEPS)
+        .map(|s| match lacks.iter().position(|l| l == s) {
+            Some(i) => lacked[i].as_str(),
+            None => s,
+        })
+        .collect();
+    judged.assert_steps(&steps);
     server.start_kill().unwrap();
 }

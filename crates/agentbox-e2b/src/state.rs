@@ -330,6 +330,11 @@ impl Sbx {
         let Some(b) = lock(&self.boxed).clone() else {
             return Ok(false);
         };
+        // Refused before anything is touched: a sandbox its provider cannot pause runs on, its
+        // programs and streams as they were.
+        if !self.provider.honours().sleep {
+            return Err(agentbox_core::refuse(self.provider.name(), "sleep"));
+        }
         let ctx = Ctx::background().with_timeout(BOX_TIMEOUT);
         *lock(&self.state) = St::Paused;
         self.cut.send_modify(|n| *n += 1);

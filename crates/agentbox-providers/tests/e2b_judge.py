@@ -8,6 +8,10 @@ The runner sets E2B_API_URL and E2B_SANDBOX_URL (both the one url: envd calls ca
 `E2b-Sandbox-Id`), E2B_API_KEY, E2B_HTTP_VERSION=1.1, JUDGE_LIST_PAGE (the listing's page)
 and JUDGE_MAX_TIMEOUT (the plan's longest timeout, in seconds); for `serve`, AGENTBOX_URL (the
 service's own API) and JUDGE_OTHER_KEY (a second key, which must see nothing of the first's).
+JUDGE_LACKS names steps the provider under the server cannot take (pause-resume, snapshot,
+fork, network): each is then asserted refused (501, as E2B refuses a feature it lacks; 400 for
+a network the provider cannot keep), never as a sandbox not found, and passed as
+`<step>-lacked`.
 
 Each step prints `OK <step>`; in `fake` mode `VANISH <id>` (printed from a timer, mid-command)
 asks the runner to make a sandbox vanish; in `serve` mode the judge ends that sandbox's box
@@ -305,53 +309,92 @@ for o in others + [stranger]:
     o.kill()
 ok("list-paging")
 
-sbx.files.write("/tmp/kept", b"kept across the pause")
-bg = sbx.commands.run("sleep 100", background=True)
-sbx.pause()
-info = Sandbox.get_info(sbx.sandbox_id)
-check(info.state == SandboxState.PAUSED, f"paused state {info.state}")
-paused = Sandbox.list(query=SandboxQuery(metadata=TAG, state=[SandboxState.PAUSED])).next_items()
-check([p.sandbox_id for p in paused] == [sbx.sandbox_id], f"paused list {paused}")
-resumed = Sandbox.connect(sbx.sandbox_id)
-check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "running again")
-check(resumed.files.read("/tmp/kept", format="bytes") == b"kept across the pause", "the file kept")
-check(all(p.pid != bg.pid for p in resumed.commands.list()), "programs ended by the pause")
-check(resumed.commands.run("echo again").stdout == "again\n", "runs after resume")
-ok("pause-resume")
+LACKS = set(filter(None, os.environ.get("JUDGE_LACKS", "").split(",")))
 
-# A snapshot of the files: a sandbox made from it holds them; listed by its sandbox; deleted.
-resumed.files.write("snap.txt", "in the snapshot")
-snap = resumed.create_snapshot()
-from_snap = Sandbox.create(snap.snapshot_id, timeout=60)
-check(from_snap.files.read("snap.txt") == "in the snapshot", "a sandbox from the snapshot has its files")
-from_snap.kill()
-listed = Sandbox.list_snapshots(sandbox_id=resumed.sandbox_id).next_items()
-check([x.snapshot_id for x in listed] == [snap.snapshot_id], f"the sandbox's snapshots: {listed}")
-if MODE == "serve":
+
+def lacked(step, attempt, status="501"):
+    """A step the provider cannot take: refused with `status` (501, a feature it lacks; 400, a
+    create it cannot honour), never as a sandbox not found, the sandbox still there."""
     try:
-        Sandbox.create(snap.snapshot_id, timeout=60, api_key=os.environ["JUDGE_OTHER_KEY"])
-        raise AssertionError("another key started from the snapshot")
+        attempt()
+        raise AssertionError(f"{step}: taken where the provider lacks it")
     except AssertionError:
         raise
-    except Exception as e:  # the SDK reads a create's 404 as a SandboxException
-        check("404" in str(e) and "not found" in str(e), f"another key's start from the snapshot: {e}")
-check(Sandbox.delete_snapshot(snap.snapshot_id), "delete the snapshot")
-check(not Sandbox.delete_snapshot(snap.snapshot_id), "delete it again")
-try:
-    resumed.create_snapshot(mode="full")
-    raise AssertionError("a memory snapshot was taken")
-except Exception as e:
-    check("memory" in str(e), f"a memory snapshot: {e}")
-ok("snapshot")
+    except Exception as e:
+        check(status in str(e) and not isinstance(e, NotFoundException), f"{step}: {type(e).__name__}: {e}")
+    check(sbx.is_running(), f"{step}: the sandbox runs on")
+    ok(f"{step}-lacked")
 
-forks = resumed.fork(count=2, timeout=60)
-check(len(forks) == 2 and not any(isinstance(f, Exception) for f in forks), f"forks: {forks}")
-check(len({f.sandbox_id for f in forks} | {resumed.sandbox_id}) == 3, "each fork a sandbox of its own")
-for f in forks:
-    check(f.files.read("snap.txt") == "in the snapshot", "a fork holds the files")
-    check(Sandbox.get_info(f.sandbox_id).metadata == TAG, "a fork's metadata")
-    f.kill()
-ok("fork")
+
+def pause_and_resume():
+    sbx.files.write("/tmp/kept", b"kept across the pause")
+    bg = sbx.commands.run("sleep 100", background=True)
+    sbx.pause()
+    info = Sandbox.get_info(sbx.sandbox_id)
+    check(info.state == SandboxState.PAUSED, f"paused state {info.state}")
+    paused = Sandbox.list(query=SandboxQuery(metadata=TAG, state=[SandboxState.PAUSED])).next_items()
+    check([p.sandbox_id for p in paused] == [sbx.sandbox_id], f"paused list {paused}")
+    resumed = Sandbox.connect(sbx.sandbox_id)
+    check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "running again")
+    check(resumed.files.read("/tmp/kept", format="bytes") == b"kept across the pause", "the file kept")
+    check(all(p.pid != bg.pid for p in resumed.commands.list()), "programs ended by the pause")
+    check(resumed.commands.run("echo again").stdout == "again\n", "runs after resume")
+    ok("pause-resume")
+    return resumed
+
+
+def snapshot(resumed):
+    """A snapshot of the files: a sandbox made from it holds them; listed by its sandbox; deleted."""
+    resumed.files.write("snap.txt", "in the snapshot")
+    snap = resumed.create_snapshot()
+    from_snap = Sandbox.create(snap.snapshot_id, timeout=60)
+    check(from_snap.files.read("snap.txt") == "in the snapshot", "a sandbox from the snapshot has its files")
+    from_snap.kill()
+    listed = Sandbox.list_snapshots(sandbox_id=resumed.sandbox_id).next_items()
+    check([x.snapshot_id for x in listed] == [snap.snapshot_id], f"the sandbox's snapshots: {listed}")
+    if MODE == "serve":
+        try:
+            Sandbox.create(snap.snapshot_id, timeout=60, api_key=os.environ["JUDGE_OTHER_KEY"])
+            raise AssertionError("another key started from the snapshot")
+        except AssertionError:
+            raise
+        except Exception as e:  # the SDK reads a create's 404 as a SandboxException
+            check("404" in str(e) and "not found" in str(e), f"another key's start from the snapshot: {e}")
+    check(Sandbox.delete_snapshot(snap.snapshot_id), "delete the snapshot")
+    check(not Sandbox.delete_snapshot(snap.snapshot_id), "delete it again")
+    try:
+        resumed.create_snapshot(mode="full")
+        raise AssertionError("a memory snapshot was taken")
+    except Exception as e:
+        check("memory" in str(e), f"a memory snapshot: {e}")
+    ok("snapshot")
+
+
+def fork(resumed):
+    resumed.files.write("fork.txt", "before the fork")
+    forks = resumed.fork(count=2, timeout=60)
+    check(len(forks) == 2 and not any(isinstance(f, Exception) for f in forks), f"forks: {forks}")
+    check(len({f.sandbox_id for f in forks} | {resumed.sandbox_id}) == 3, "each fork a sandbox of its own")
+    for f in forks:
+        check(f.files.read("fork.txt") == "before the fork", "a fork holds the files")
+        check(Sandbox.get_info(f.sandbox_id).metadata == TAG, "a fork's metadata")
+        f.kill()
+    ok("fork")
+
+
+if "pause-resume" in LACKS:
+    lacked("pause-resume", sbx.pause)
+    resumed = sbx
+else:
+    resumed = pause_and_resume()
+if "snapshot" in LACKS:
+    lacked("snapshot", sbx.create_snapshot)
+else:
+    snapshot(resumed)
+if "fork" in LACKS:
+    lacked("fork", lambda: sbx.fork(count=1, timeout=60))
+else:
+    fork(resumed)
 
 if MODE == "serve":
     other = os.environ["JUDGE_OTHER_KEY"]
@@ -374,7 +417,11 @@ if MODE == "serve":
     check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "still running")
     ok("owners")
 
-    # E2B's network lists as agentbox's allowlist, kept by its egress proxy.
+
+
+
+def network():
+    """E2B's network lists as agentbox's allowlist, kept by its egress proxy."""
     walled = Sandbox.create(
         template="base", timeout=60, network={"deny_out": ["0.0.0.0/0"], "allow_out": ["example.com"]}
     )
@@ -391,6 +438,14 @@ if MODE == "serve":
     except Exception as e:
         check("allowlists" in str(e), f"a partial deny list: {e}")
     ok("network")
+
+
+if MODE == "serve":
+    allowlist = {"deny_out": ["0.0.0.0/0"], "allow_out": ["example.com"]}
+    if "network" in LACKS:
+        lacked("network", lambda: Sandbox.create(template="base", timeout=60, network=allowlist), "400")
+    else:
+        network()
 
 
 def vanish(sandbox_id):

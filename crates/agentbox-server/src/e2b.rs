@@ -69,8 +69,14 @@ pub(crate) struct ServiceBackend {
     pub(crate) templates: Templates,
 }
 
+/// The service's error in E2B's words: its status, except that what a provider cannot do is
+/// E2B's answer to a feature it lacks (501), not the service's 422.
 fn refusal(e: ApiError) -> Refusal {
-    Refusal::new(status_of(e.code()).as_u16(), e.message())
+    let status = match e.code() {
+        ErrorCode::Unsupported => 501,
+        code => status_of(code).as_u16(),
+    };
+    Refusal::new(status, e.message())
 }
 
 #[async_trait::async_trait]
@@ -151,6 +157,9 @@ impl Backend for ServiceBackend {
 
     async fn fork(&self, caller: &Caller, of: &Made, asks: &[Ask]) -> Result<Vec<Made>, Refusal> {
         let key = key_of(caller)?;
+        if !of.provider.honours().fork {
+            return Err(refusal(agentbox_core::refuse(of.provider.name(), "fork").into()));
+        }
         let provider_name = of.sandbox.id().provider().to_string();
         let mut specs = Vec::with_capacity(asks.len());
         for ask in asks {
