@@ -174,5 +174,35 @@ async fn judge_over(sdk: Sdk, provider: &str, kubeconfig: Option<&std::path::Pat
         })
         .collect();
     judged.assert_steps(&steps);
+    // Every call of E2B's API is counted under one route, never a sandbox's id.
+    let admin = admin_key(home.path());
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let scraped = reqwest::Client::new()
+        .get(format!("{api}/metrics"))
+        .bearer_auth(&admin)
+        .timeout(std::time::Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        scraped
+            .lines()
+            .any(|l| l.starts_with("agentbox_http_requests_total{") && l.contains("route=\"e2b\"")),
+        "E2B's calls counted: {scraped}"
+    );
     server.start_kill().unwrap();
+}
+
+/// An admin key made in `home`'s store.
+fn admin_key(home: &std::path::Path) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["serve", "keys", "add", "admin", "--admin"])
+        .env("AGENTBOX_HOME", home)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

@@ -117,6 +117,7 @@ pub fn service(options: ServerOptions) -> Service {
     // rewrite them; the access log is the same.
     let e2b = sandboxes
         .router()
+        .layer(axum::middleware::from_fn(metrics::tag_e2b))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_deadline))
         .layer(axum::middleware::from_fn_with_state(metrics, access::log));
     Service { api, e2b, sandboxes }

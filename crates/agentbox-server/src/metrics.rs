@@ -171,13 +171,26 @@ pub(crate) async fn tag_route(request: Request<Body>, next: Next) -> Response {
     response
 }
 
-/// The template of the route that answered, or `unmatched`.
-pub(crate) fn route_of(response: &Response) -> String {
+/// The name a router that has no templates (E2B's API) gives every answer of its, for the
+/// metrics: never a sandbox's id.
+#[derive(Clone, Copy)]
+pub(crate) struct RouteName(pub(crate) &'static str);
+
+/// Middleware: every answer of E2B's API counted under the route `e2b`.
+pub(crate) async fn tag_e2b(request: Request<Body>, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    response.extensions_mut().insert(RouteName("e2b"));
     response
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".into())
+}
+
+/// The template of the route that answered, its router's name, or `unmatched`.
+pub(crate) fn route_of(response: &Response) -> String {
+    let e = response.extensions();
+    match (e.get::<MatchedPath>(), e.get::<RouteName>()) {
+        (Some(m), _) => m.as_str().to_string(),
+        (None, Some(RouteName(n))) => (*n).to_string(),
+        (None, None) => "unmatched".into(),
+    }
 }
 
 /// How long a scrape waits for the boxes' states.
