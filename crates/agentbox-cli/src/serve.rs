@@ -236,6 +236,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
         eprintln!("agentbox serve: stopping: no new connections; the requests in flight finish");
         let _ = stop.send(true);
     };
+    let served: Result<()>;
     match &a.socket {
         Some(path) => {
             match std::fs::remove_file(path) {
@@ -249,7 +250,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
                 .map_err(|e| Error::io(e, format!("--socket {}: making it this user's alone", path.display())))?;
             eprintln!("agentbox serve: serving on unix:{}", path.display());
-            agentbox_server::serve(listener, app, shutdown).await?;
+            served = agentbox_server::serve(listener, app, shutdown).await;
         }
         None => {
             let listener = tokio::net::TcpListener::bind(a.listen)
@@ -260,22 +261,30 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
                 Some(config) => {
                     eprintln!("agentbox serve: serving on https://{at}");
                     let listener = agentbox_server::tls::TlsListener::new(listener, config);
-                    agentbox_server::serve(listener, app, shutdown).await?;
+                    served = agentbox_server::serve(listener, app, shutdown).await;
                 }
                 None => {
                     eprintln!("agentbox serve: serving on http://{at}");
-                    agentbox_server::serve(listener, app, shutdown).await?;
+                    served = agentbox_server::serve(listener, app, shutdown).await;
                 }
             }
         }
     }
-    if let Some(e2b) = e2b {
-        match e2b.await {
-            Ok(served) => served?,
-            Err(e) => return Err(Error::new(agentbox_core::ErrorCode::Unknown, format!("E2B's API: {e}"))),
+    // E2B's sandboxes end whatever became of the listeners (a drain past its time included):
+    // their records live in this process alone.
+    let e2b_served = match e2b {
+        Some(e2b) => {
+            let r = match e2b.await {
+                Ok(r) => r,
+                Err(e) => Err(Error::new(agentbox_core::ErrorCode::Unknown, format!("E2B's API: {e}"))),
+            };
+            service.end_e2b().await;
+            r
         }
-        service.end_e2b().await;
-    }
+        None => Ok(()),
+    };
+    served?;
+    e2b_served?;
     Ok(0)
 }
 

@@ -193,6 +193,10 @@ async fn judge_over(sdk: Sdk, provider: &str, kubeconfig: Option<&std::path::Pat
             .any(|l| l.starts_with("agentbox_http_requests_total{") && l.contains("route=\"e2b\"")),
         "E2B's calls counted: {scraped}"
     );
+    assert!(
+        !scraped.contains("/sandboxes/") && !scraped.contains("process.Process"),
+        "no route of E2B's named in the metrics: {scraped}"
+    );
     server.start_kill().unwrap();
 }
 

@@ -97,13 +97,25 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
         (&Method::POST, ["v2", "sandboxes"]) => create(&s, &caller, &json, true).await,
         (&Method::GET, ["sandboxes"]) => list_v1(&s, &caller, &q),
         (&Method::GET, ["v2", "sandboxes"]) => list(&s, &caller, &q),
+        (_, ["sandboxes", "metrics"]) => error(
+            501,
+            format!("{method} {path}: metrics are not served by agentbox's E2B API"),
+        ),
         (&Method::GET, ["sandboxes", id]) => match s.owned(&caller, id) {
             Some(x) => json_response(StatusCode::OK, &detail(&x)),
             None => not_found(id),
         },
         (&Method::DELETE, ["sandboxes", id]) => {
-            // Answered once the box is gone, as E2B answers a kill once the sandbox is.
-            match s.owned(&caller, id).and_then(|_| s.remove(id)) {
+            // Answered once the box is gone, as E2B answers a kill once the sandbox is; after a
+            // pause or resume under way, never beside it.
+            let removed = match s.owned(&caller, id) {
+                Some(x) => {
+                    let _held = x.op.lock().await;
+                    s.remove(id)
+                }
+                None => None,
+            };
+            match removed {
                 Some(ending) => {
                     let _ = ending.await;
                     empty(StatusCode::NO_CONTENT)
@@ -131,10 +143,6 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
             ),
             None => not_found(id),
         },
-        (_, ["sandboxes", "metrics"]) => error(
-            501,
-            format!("{method} {path}: metrics are not served by agentbox's E2B API"),
-        ),
         _ => error(
             404,
             format!("{method} {path}: no such route in E2B's API as agentbox serves it"),
@@ -172,8 +180,9 @@ fn strings(v: &Value, field: &str) -> Result<BTreeMap<String, String>, Refused> 
     }
 }
 
-/// A timeout in seconds from `field`, at most the plan's.
-pub(crate) fn timeout_of(s: &Shared, v: &Value, default: u64) -> Result<u64, Refused> {
+/// A timeout in seconds, at most the plan's and the caller's own longest lifetime (a timeout
+/// is a new end from now, as the service's extend).
+pub(crate) fn timeout_of(s: &Shared, caller: &Caller, v: &Value, default: u64) -> Result<u64, Refused> {
     let t = match v.get("timeout") {
         None | Some(Value::Null) => default,
         Some(t) => t
@@ -192,6 +201,17 @@ pub(crate) fn timeout_of(s: &Shared, v: &Value, default: u64) -> Result<u64, Ref
             },
         ));
     }
+    if let Some(most) = caller.max_lifetime
+        && t > most.as_secs()
+    {
+        return Err((
+            400,
+            format!(
+                "Timeout cannot be greater than {} seconds: this key's longest lifetime",
+                most.as_secs()
+            ),
+        ));
+    }
     Ok(t)
 }
 
@@ -199,7 +219,7 @@ async fn create(s: &Arc<Shared>, caller: &Caller, v: &Value, v2: bool) -> Respon
     let Some(template) = v.get("templateID").and_then(Value::as_str).filter(|t| !t.is_empty()) else {
         return error(400, "templateID: required");
     };
-    let timeout = match timeout_of(s, v, DEFAULT_TIMEOUT) {
+    let timeout = match timeout_of(s, caller, v, DEFAULT_TIMEOUT) {
         Ok(t) => t,
         Err(r) => return refuse(r),
     };
@@ -226,15 +246,23 @@ async fn create(s: &Arc<Shared>, caller: &Caller, v: &Value, v2: bool) -> Respon
         box_network,
         auto_pause,
         secure,
+        max_lifetime: caller.max_lifetime,
     };
     let id = random(b"abcdefghijklmnopqrstuvwxyz0123456789", 20);
-    let lifetime = std::time::Duration::from_secs(timeout);
-    let made = match s.backend.make(caller, &s.ask(&id, &asked, lifetime)).await {
-        Ok(m) => m,
-        Err(r) => return error(r.status, r.message),
-    };
-    let x = s.keep(id, asked, timeout, made);
-    json_response(StatusCode::CREATED, &sandbox(&x))
+    // Made and kept on a task of its own: a client that goes away mid-create leaves a sandbox
+    // that ends at its timeout, never a box nothing would end.
+    let (s2, caller2) = (s.clone(), caller.clone());
+    let made = tokio::spawn(async move {
+        let lifetime = std::time::Duration::from_secs(timeout);
+        let made = s2.backend.make(&caller2, &s2.ask(&id, &asked, lifetime)).await?;
+        Ok::<_, crate::Refusal>(s2.keep(id, asked, timeout, made))
+    })
+    .await;
+    match made {
+        Ok(Ok(x)) => json_response(StatusCode::CREATED, &sandbox(&x)),
+        Ok(Err(r)) => error(r.status, r.message),
+        Err(e) => error(500, format!("making the sandbox: {e}")),
+    }
 }
 
 /// E2B's network asks as agentbox's (`None`: the provider's open network).
@@ -417,7 +445,16 @@ fn list(s: &Shared, caller: &Caller, q: &Query) -> Response {
             None => return error(400, format!("nextToken {t:?}: not a token this API gave")),
         },
     };
+    let after_ms = match q.get("startedAfter").filter(|t| !t.is_empty()) {
+        None => None,
+        Some(t) => match t.parse::<jiff::Timestamp>() {
+            Ok(ts) => Some(ts.as_millisecond()),
+            Err(e) => return error(400, format!("startedAfter {t:?}: not an RFC 3339 time: {e}")),
+        },
+    };
     let mut all = matching(s, caller, q, &states);
+    // E2B's "started at or after".
+    all.retain(|x| after_ms.is_none_or(|a| i64::try_from(x.started_ms).unwrap_or(i64::MAX) >= a));
     let running = all.iter().filter(|x| x.state() == St::Running).count();
     if asc {
         all.sort_by_key(|x| x.seq);
@@ -450,7 +487,7 @@ async fn set_timeout(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Respon
     if v.get("timeout").is_none() {
         return error(400, "timeout: required");
     }
-    let t = match timeout_of(s, v, 0) {
+    let t = match timeout_of(s, caller, v, 0) {
         Ok(t) => t,
         Err(r) => return refuse(r),
     };
@@ -479,7 +516,7 @@ async fn resume(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
     let Some(x) = s.owned(caller, id) else {
         return not_found(id);
     };
-    let t = match timeout_of(s, v, DEFAULT_TIMEOUT) {
+    let t = match timeout_of(s, caller, v, DEFAULT_TIMEOUT) {
         Ok(t) => t,
         Err(r) => return refuse(r),
     };
@@ -499,7 +536,7 @@ async fn connect(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
     let Some(x) = s.owned(caller, id) else {
         return not_found(id);
     };
-    let t = match timeout_of(s, v, 300) {
+    let t = match timeout_of(s, caller, v, 300) {
         Ok(t) => t,
         Err(r) => return refuse(r),
     };

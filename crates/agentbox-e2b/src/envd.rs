@@ -32,6 +32,12 @@ use crate::state::{Ev, Launch, Proc, Sbx, Shared, St, lock, rfc3339, start_proc}
 const MAX_RPC: usize = 16 << 20;
 /// The largest upload.
 const MAX_UPLOAD: usize = 512 << 20;
+/// How long a write to a program's stdin may wait for the program to read.
+const STDIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most watchers one sandbox keeps.
+const MAX_WATCHERS: usize = 64;
+/// The largest download.
+const MAX_DOWNLOAD: u64 = 512 << 20;
 /// Where relative paths start, whoever asks, in a box that names no workspace.
 const HOME: &str = "/root";
 /// The most entries one ListDir answers.
@@ -187,6 +193,12 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
     }
     match (&method, path.as_str()) {
         (&Method::GET, "/health") => {
+            // The SDK's "is it running": a box ended elsewhere while idle ends its sandbox here.
+            if crate::state::box_ended(b.as_ref()).await {
+                tracing::info!(sandbox = %id, "e2b: the sandbox's box ended under it");
+                s.remove(&id);
+                return gone(&id);
+            }
             let mut r = Response::new(Body::empty());
             *r.status_mut() = StatusCode::NO_CONTENT;
             r
@@ -251,6 +263,21 @@ async fn download(b: Arc<dyn Sandbox>, q: Query, gzip: bool) -> Response {
         return error(500, "the box serves no files");
     };
     let ctx = Ctx::background().with_timeout(FILE_TIMEOUT);
+    // Read whole: a file past the bound is refused before it is read, not held.
+    if let Ok(m) = f.stat(&path, true, &ctx).await {
+        if m.kind == FileType::Dir {
+            return error(400, format!("path '{path}' is a directory"));
+        }
+        if m.size > MAX_DOWNLOAD {
+            return error(
+                400,
+                format!(
+                    "path '{path}' is {} bytes: more than {MAX_DOWNLOAD} are not served here",
+                    m.size
+                ),
+            );
+        }
+    }
     match f.read(&path, &ctx).await {
         Ok(Some(data)) => {
             let (data, encoded) = match gzip {
@@ -342,6 +369,8 @@ async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
     let mut written = Vec::new();
     if ctype.starts_with("multipart/form-data") {
         let path = q.get("path").map(str::to_string);
+        // Every part together bounded as the body is read: the router takes no bound of its own.
+        let req = req.map(|b| Body::new(http_body_util::Limited::new(b, MAX_UPLOAD)));
         let mut m = match Multipart::from_request(req, &()).await {
             Ok(m) => m,
             Err(e) => return error(400, format!("the multipart body: {e}")),
@@ -524,6 +553,15 @@ async fn start(
         .map(|c| resolve(&home_of(b.as_ref()), c));
     let tag = v.get("tag").and_then(Value::as_str).map(str::to_string);
     let stdin = v.get("stdin").and_then(Value::as_bool).unwrap_or(false);
+    if lock(&x.procs).len() >= crate::state::MAX_PROCS {
+        return stream_error(RpcError(
+            "resource_exhausted",
+            format!(
+                "the sandbox runs {} programs already: wait for one to end",
+                crate::state::MAX_PROCS
+            ),
+        ));
+    }
     let launch = Launch {
         cmd: cmd.to_string(),
         args,
@@ -679,12 +717,20 @@ async fn write_stdin(p: &Proc, data: &[u8]) -> Result<(), RpcError> {
             "the process's stdin is not open".into(),
         ));
     };
-    w.write_all(data)
-        .await
-        .map_err(|e| RpcError("internal", format!("writing stdin: {e}")))?;
-    w.flush()
-        .await
-        .map_err(|e| RpcError("internal", format!("writing stdin: {e}")))
+    // A program that reads no input must not hold the call (nor its stdin's lock) forever.
+    let written = tokio::time::timeout(STDIN_TIMEOUT, async {
+        w.write_all(data).await?;
+        w.flush().await
+    })
+    .await;
+    match written {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(RpcError("internal", format!("writing stdin: {e}"))),
+        Err(_) => Err(RpcError(
+            "deadline_exceeded",
+            format!("writing stdin: the program read none of it within {STDIN_TIMEOUT:?}"),
+        )),
+    }
 }
 
 fn input_of(v: &Value) -> Result<Vec<u8>, RpcError> {
@@ -836,6 +882,12 @@ async fn unary(x: &Sbx, b: &Arc<dyn Sandbox>, method: &str, v: &Value) -> Result
             Ok(json!({}))
         }
         "filesystem.Filesystem/CreateWatcher" => {
+            if lock(&x.watchers).len() >= MAX_WATCHERS {
+                return Err(RpcError(
+                    "resource_exhausted",
+                    format!("the sandbox keeps {MAX_WATCHERS} watchers already: remove one first"),
+                ));
+            }
             let (root, recursive, first) = watched(b, v).await?;
             let id = crate::state::random(b"abcdefghijklmnopqrstuvwxyz0123456789", 16);
             let w = crate::watch::Watcher::start(b.clone(), root, recursive, first);

@@ -45,8 +45,8 @@
 //! `api::network_of`; any other deny list is refused, naming why); the network config is
 //! answered back as asked. Listing: newest first
 //! (or `order=asc`), filtered by `metadata` (`k=v&k2=v2`, each escaped once more, then the
-//! whole value as a query parameter: as the SDK sends it), `state` (comma-separated) and
-//! `template`; at most `limit` (1 to 100, and at most [`E2bOptions::list_page_max`]) a page,
+//! whole value as a query parameter: as the SDK sends it), `state` (comma-separated),
+//! `template` and `startedAfter` (started at or after an RFC 3339 time); at most `limit` (1 to 100, and at most [`E2bOptions::list_page_max`]) a page,
 //! the next page's token in `X-Next-Token` (absent on the last page), `X-Total-Running`
 //! beside it.
 //!
@@ -76,9 +76,11 @@
 //! the envd version reported), signed URLs, metrics, logs, template builds, volumes, MCP and
 //! IAM; Connect's binary codec. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
 //! not enforced; relative paths and `~` are from the box's workspace (where its programs
-//! start) for every user. A process stream that falls more than 4096 chunks
-//! behind skips some. The records of sandboxes live in this process: a server that restarts
-//! forgets them (their boxes end at their lifetimes).
+//! start) for every user. A process stream that falls more than 4096 reads of the program's
+//! pipe behind skips some. Bounds: 64 programs and 64 watchers a sandbox, 512 MiB an upload (gzip
+//! undone) and a download, 30 s for a program to take its stdin. The records of sandboxes live
+//! in this process: a server that stops ends their boxes; one killed leaves them to their
+//! lifetimes (the timeout and two minutes).
 //!
 //! ```no_run
 //! # async fn f(backend: std::sync::Arc<dyn agentbox_e2b::Backend>) -> Result<(), String> {
@@ -144,6 +146,9 @@ pub struct Caller {
     pub id: String,
     /// Sees and drives every sandbox, whoever made it.
     pub admin: bool,
+    /// The longest a sandbox of this caller's may be asked to live from now (a timeout, a
+    /// connect, a paused sandbox kept), beside the plan's; `None`: the plan's alone.
+    pub max_lifetime: Option<Duration>,
     /// The backend's own record of the caller (the service's key, with its limits), handed
     /// back to [`Backend::make`]; this crate never reads it.
     pub record: Arc<dyn std::any::Any + Send + Sync>,
@@ -155,6 +160,7 @@ impl Caller {
         Caller {
             id: id.into(),
             admin,
+            max_lifetime: None,
             record: Arc::new(()),
         }
     }

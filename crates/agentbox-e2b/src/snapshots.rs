@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::Caller;
 use crate::api::{DEFAULT_TIMEOUT, error, json_response, not_found, refuse, sandbox, timeout_of};
 use crate::http::Query;
-use crate::state::{Shared, lock, random};
+use crate::state::{Asked, Shared, lock, random};
 
 /// The most sandboxes one fork makes (agentbox's bound on a fork).
 const MAX_FORK: u64 = 16;
@@ -124,7 +124,7 @@ pub(crate) async fn fork(s: &Arc<Shared>, caller: &Caller, id: &str, v: &Value) 
     let Some(x) = s.owned(caller, id) else {
         return not_found(id);
     };
-    let timeout = match timeout_of(s, v, DEFAULT_TIMEOUT) {
+    let timeout = match timeout_of(s, caller, v, DEFAULT_TIMEOUT) {
         Ok(t) => t,
         Err(r) => return refuse(r),
     };
@@ -142,21 +142,45 @@ pub(crate) async fn fork(s: &Arc<Shared>, caller: &Caller, id: &str, v: &Value) 
             None => return error(409, format!("Sandbox {id} is not running: resume it first")),
         }
     };
-    let asked = x.asked();
+    // The forks are the caller's: its owner, its longest lifetime.
+    let asked = Asked {
+        owner: caller.id.clone(),
+        max_lifetime: caller.max_lifetime,
+        ..x.asked()
+    };
     let ids: Vec<String> = (0..count)
         .map(|_| random(b"abcdefghijklmnopqrstuvwxyz0123456789", 20))
         .collect();
     let lifetime = std::time::Duration::from_secs(timeout);
     let asks: Vec<_> = ids.iter().map(|fid| s.ask(fid, &asked, lifetime)).collect();
-    let forks = match s.backend.fork(caller, &made, &asks).await {
-        Ok(f) => f,
-        Err(r) => return error(r.status, r.message),
+    // Made and kept on a task of its own, as a create: a client gone mid-fork leaves sandboxes
+    // that end at their timeout.
+    let (s2, caller2) = (s.clone(), caller.clone());
+    let kept = tokio::spawn(async move {
+        let forks = s2.backend.fork(&caller2, &made, &asks).await?;
+        if forks.len() != ids.len() {
+            let ctx = agentbox_core::Ctx::background().with_timeout(std::time::Duration::from_secs(30));
+            for f in &forks {
+                let _ = f.sandbox.destroy(&ctx).await;
+            }
+            return Err(crate::Refusal::new(
+                500,
+                format!("the provider made {} boxes where {} were asked", forks.len(), ids.len()),
+            ));
+        }
+        Ok(ids
+            .into_iter()
+            .zip(forks)
+            .map(|(fid, m)| s2.keep(fid, asked.clone(), timeout, m))
+            .collect::<Vec<_>>())
+    })
+    .await;
+    let kept = match kept {
+        Ok(Ok(k)) => k,
+        Ok(Err(r)) => return error(r.status, r.message),
+        Err(e) => return error(500, format!("forking the sandbox: {e}")),
     };
-    let out: Vec<Value> = ids
-        .into_iter()
-        .zip(forks)
-        .map(|(fid, m)| json!({"sandbox": sandbox(&s.keep(fid, asked.clone(), timeout, m))}))
-        .collect();
+    let out: Vec<Value> = kept.iter().map(|x| json!({"sandbox": sandbox(x)})).collect();
     tracing::info!(sandbox = %id, n = out.len(), "e2b: sandbox forked");
     json_response(StatusCode::CREATED, &Value::Array(out))
 }

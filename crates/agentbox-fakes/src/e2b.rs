@@ -158,8 +158,10 @@ impl Backend for OneKey {
                     sandbox,
                 })),
                 Err(e) => {
+                    // A context of its own: the fork's may be what ran out.
+                    let undo = Ctx::background().with_timeout(std::time::Duration::from_secs(30));
                     for m in made {
-                        let _ = m.sandbox.destroy(&ctx).await;
+                        let _ = m.sandbox.destroy(&undo).await;
                     }
                     return Err(failed(e));
                 }

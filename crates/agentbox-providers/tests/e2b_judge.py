@@ -305,6 +305,13 @@ while pages.has_next:
 want = {sbx.sandbox_id} | {o.sandbox_id for o in others}
 check(set(found) == want and len(found) == len(want), f"listed {found}, want {want}")
 check(n >= 2, f"pages {n}")
+since = Sandbox.list(
+    query=SandboxQuery(metadata=TAG, started_after=Sandbox.get_info(others[0].sandbox_id).started_at), limit=LIST_PAGE
+)
+later = []
+while since.has_next:
+    later += since.next_items()
+check({i.sandbox_id for i in later} == {o.sandbox_id for o in others}, f"started after the first other: {later}")
 for o in others + [stranger]:
     o.kill()
 ok("list-paging")
@@ -414,6 +421,28 @@ if MODE == "serve":
     except NotFoundException:
         pass
     check(not Sandbox.kill(sbx.sandbox_id, api_key=other), "another key killed the sandbox")
+    for name, attempt in [
+        ("pause", lambda: Sandbox.pause(sbx.sandbox_id, api_key=other)),
+        ("set_timeout", lambda: Sandbox.set_timeout(sbx.sandbox_id, 30, api_key=other)),
+        ("snapshot", lambda: Sandbox.create_snapshot(sbx.sandbox_id, api_key=other)),
+    ]:
+        try:
+            attempt()
+            raise AssertionError(f"another key's {name} was taken")
+        except AssertionError:
+            raise
+        except Exception as e:
+            check("404" in str(e) or isinstance(e, NotFoundException), f"another key's {name}: {type(e).__name__}: {e}")
+    # envd's calls carry no key: the sandbox's own token is what is asked, and nothing else passes.
+    envd = os.environ["E2B_SANDBOX_URL"]
+    for token in [None, "wrong"]:
+        headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
+        if token:
+            headers["X-Access-Token"] = token
+        r = httpx.post(envd + "/filesystem.Filesystem/Stat", json={"path": "/"}, headers=headers, timeout=30)
+        check(r.status_code == 401, f"envd with token {token}: {r.status_code} {r.text}")
+        r = httpx.get(envd + "/files", params={"path": "/etc/hostname"}, headers=headers, timeout=30)
+        check(r.status_code == 401, f"a download with token {token}: {r.status_code} {r.text}")
     check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "still running")
     ok("owners")
 
@@ -467,6 +496,10 @@ except Exception as e:
     check(took < 20, f"the vanish took {took}s to show")
     check(type(e).__name__ == "SandboxNotRunningException", f"vanish: {type(e).__name__}")
 check(not Sandbox.kill(victim.sandbox_id), "kill of a vanished one")
+if MODE == "serve":
+    idle = Sandbox.create(template="base", timeout=60)
+    end_elsewhere(idle.sandbox_id)
+    check(not idle.is_running(), "an idle sandbox whose box ended elsewhere is not running")
 ok("vanish")
 
 check(resumed.kill(), "kill")

@@ -96,6 +96,7 @@ impl Backend for ServiceBackend {
         Ok(Caller {
             id: key.id.clone(),
             admin: key.admin,
+            max_lifetime: key.limits.max_lifetime,
             record: Arc::new(key),
         })
     }
@@ -184,8 +185,10 @@ impl Backend for ServiceBackend {
                     sandbox,
                 })),
                 Err(e) => {
+                    // A context of its own: the fork's may be what ran out.
+                    let undo = Ctx::background().with_timeout(std::time::Duration::from_secs(30));
                     for m in made {
-                        let _ = m.sandbox.destroy(&ctx).await;
+                        let _ = m.sandbox.destroy(&undo).await;
                     }
                     return Err(not_made(e));
                 }
