@@ -28,7 +28,6 @@ async fn serve_e2b(
     provider: &str,
     kubeconfig: Option<&std::path::Path>,
 ) -> (tokio::process::Child, String, String) {
-    use tokio::io::AsyncBufReadExt;
     let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
     if let Some(k) = kubeconfig {
         server.env("KUBECONFIG", k);
@@ -49,30 +48,12 @@ async fn serve_e2b(
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
-    let (api, e2b) = tokio::time::timeout(Duration::from_secs(60), async {
-        let (mut api, mut e2b) = (None, None);
-        while let Some(line) = lines.next_line().await.unwrap() {
-            eprintln!("{line}");
-            if let Some(url) = line.strip_prefix("agentbox serve: serving on ") {
-                api = Some(url.to_string());
-            }
-            if let Some(url) = line.strip_prefix("agentbox serve: E2B's API on ") {
-                e2b = Some(url.to_string());
-            }
-            if let (Some(a), Some(e)) = (&api, &e2b) {
-                return (a.clone(), e.clone());
-            }
-        }
-        panic!("the server ended before it served");
-    })
-    .await
-    .expect("the server serves within 60 s");
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("{line}");
-        }
-    });
+    let mut said = common::announced(
+        &mut server,
+        &["agentbox serve: serving on ", "agentbox serve: E2B's API on "],
+    )
+    .await;
+    let (e2b, api) = (said.remove(1), said.remove(0));
     (server, api, e2b)
 }
 
@@ -175,7 +156,7 @@ async fn judge_over(sdk: Sdk, provider: &str, kubeconfig: Option<&std::path::Pat
         .collect();
     judged.assert_steps(&steps);
     // Every call of E2B's API is counted under one route, never a sandbox's id.
-    let admin = admin_key(home.path());
+    let admin = common::key_with(home.path(), "admin", &["--admin"]);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let scraped = reqwest::Client::new()
         .get(format!("{api}/metrics"))
@@ -198,15 +179,4 @@ async fn judge_over(sdk: Sdk, provider: &str, kubeconfig: Option<&std::path::Pat
         "no route of E2B's named in the metrics: {scraped}"
     );
     server.start_kill().unwrap();
-}
-
-/// An admin key made in `home`'s store.
-fn admin_key(home: &std::path::Path) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .args(["serve", "keys", "add", "admin", "--admin"])
-        .env("AGENTBOX_HOME", home)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

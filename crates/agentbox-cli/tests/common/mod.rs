@@ -67,8 +67,14 @@ pub(crate) fn record_until(
 
 /// A key made in `home`'s store, printed once.
 pub(crate) fn key(home: &std::path::Path, name: &str) -> String {
+    key_with(home, name, &[])
+}
+
+/// A key made in `home`'s store with `flags` (`--admin`, its limits), printed once.
+pub(crate) fn key_with(home: &std::path::Path, name: &str, flags: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .args(["serve", "keys", "add", name])
+        .args(flags)
         .env("AGENTBOX_HOME", home)
         .output()
         .unwrap();
@@ -94,13 +100,25 @@ pub(crate) async fn serve(home: &std::path::Path, provider: &str) -> (tokio::pro
 /// The URL a starting `agentbox serve` says it serves on (its stderr piped), within 60 s; its
 /// log from then on is copied to this test's.
 pub(crate) async fn serving_url(server: &mut tokio::process::Child) -> String {
+    announced(server, &["agentbox serve: serving on "]).await.remove(0)
+}
+
+/// What a starting `agentbox serve` says after each of `prefixes` (its stderr piped), in their
+/// order, once it said them all, within 60 s; its log from then on is copied to this test's.
+pub(crate) async fn announced(server: &mut tokio::process::Child, prefixes: &[&str]) -> Vec<String> {
     use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+    let said = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let mut said: Vec<Option<String>> = vec![None; prefixes.len()];
         while let Some(line) = lines.next_line().await.unwrap() {
             eprintln!("{line}");
-            if let Some(url) = line.strip_prefix("agentbox serve: serving on ") {
-                return url.to_string();
+            for (i, p) in prefixes.iter().enumerate() {
+                if let Some(rest) = line.strip_prefix(p) {
+                    said[i] = Some(rest.to_string());
+                }
+            }
+            if said.iter().all(Option::is_some) {
+                return said.into_iter().flatten().collect::<Vec<_>>();
             }
         }
         panic!("the server ended before it served");
@@ -112,7 +130,7 @@ pub(crate) async fn serving_url(server: &mut tokio::process::Child) -> String {
             eprintln!("{line}");
         }
     });
-    url
+    said
 }
 
 /// A client's suite run to its end within 15 minutes, its output printed: the output, after
