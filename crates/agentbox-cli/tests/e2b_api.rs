@@ -26,15 +26,25 @@ const LIST_PAGE: usize = 2;
 async fn serve_e2b(
     home: &std::path::Path,
     provider: &str,
-    kubeconfig: Option<&std::path::Path>,
+    over: &Over<'_>,
+    tls: Option<&Tls>,
 ) -> (tokio::process::Child, String, String) {
     let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
-    if let Some(k) = kubeconfig {
+    if let Some(k) = over.kubeconfig {
         server.env("KUBECONFIG", k);
+    }
+    if let Some(t) = tls {
+        server
+            .arg("serve")
+            .arg("--tls-cert")
+            .arg(&t.cert)
+            .arg("--tls-key")
+            .arg(&t.key);
+    } else {
+        server.arg("serve");
     }
     let mut server = server
         .args([
-            "serve",
             "--listen",
             "127.0.0.1:0",
             "--e2b",
@@ -112,23 +122,91 @@ async fn the_python_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes() {
     })
     .await
     .expect("the fake API server starts");
-    let lacks = ["pause-resume", "snapshot", "fork", "network"];
-    judge_over(Sdk::Python(py), "kube", Some(fake.kubeconfig()), &lacks).await;
+    let over = Over {
+        kubeconfig: Some(fake.kubeconfig()),
+        lacks: &["pause-resume", "snapshot", "fork", "network"],
+        tls: false,
+    };
+    judge_over(Sdk::Python(py), "kube", &over).await;
     fake.shutdown().await;
+}
+
+/// Both SDKs, over TLS and with their own default settings (HTTP/2 where TLS offers it): the
+/// service's certificate, signed by an authority made for the test, which the SDKs are told to
+/// trust.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_sdks_judge_agentbox_serve_e2b_over_tls_with_their_defaults() {
+    let test = "both_sdks_judge_agentbox_serve_e2b_over_tls_with_their_defaults";
+    let (Some(py), Some(dir)) = (judge::python("e2b", test), judge::node("e2b", test)) else {
+        return;
+    };
+    let over = Over {
+        tls: true,
+        ..Default::default()
+    };
+    judge_over(Sdk::Python(py), "namespace", &over).await;
+    judge_over(Sdk::Node(dir), "namespace", &over).await;
+}
+
+/// Where a judged server's boxes are and how it is reached.
+#[derive(Default)]
+struct Over<'a> {
+    /// The cluster of kube boxes.
+    kubeconfig: Option<&'a std::path::Path>,
+    /// The steps the provider cannot take, asserted refused.
+    lacks: &'a [&'a str],
+    /// Serve https, with a certificate made for the test.
+    tls: bool,
+}
+
+/// A certificate for `127.0.0.1` and `localhost`, and the authority that signed it, as files.
+struct Tls {
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    ca: std::path::PathBuf,
+}
+
+impl Tls {
+    fn make(dir: &std::path::Path) -> Tls {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // Names of their own: OpenSSL takes a leaf whose issuer is its own subject for one signed
+        // by itself.
+        ca.distinguished_name
+            .push(DnType::CommonName, "agentbox test authority");
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        leaf.distinguished_name.push(DnType::CommonName, "localhost");
+        let leaf = leaf.signed_by(&key, &ca, &ca_key).unwrap();
+        let t = Tls {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+            ca: dir.join("ca.pem"),
+        };
+        std::fs::write(&t.cert, leaf.pem()).unwrap();
+        std::fs::write(&t.key, key.serialize_pem()).unwrap();
+        std::fs::write(&t.ca, ca.pem()).unwrap();
+        t
+    }
 }
 
 /// `agentbox serve --e2b` over `provider`'s boxes, with two keys, judged by `sdk`'s judge.
 async fn judge_serve(sdk: Sdk, provider: &str) {
-    judge_over(sdk, provider, None, &[]).await;
+    judge_over(sdk, provider, &Over::default()).await;
 }
 
-/// `agentbox serve --e2b` over `provider`'s boxes (of the cluster `kubeconfig` names), with two
-/// keys, judged by `sdk`'s judge; the steps in `lacks` asserted refused.
-async fn judge_over(sdk: Sdk, provider: &str, kubeconfig: Option<&std::path::Path>, lacks: &[&str]) {
+/// `agentbox serve --e2b` over `provider`'s boxes, reached as `over` says, with two keys, judged
+/// by `sdk`'s judge; the steps it lacks asserted refused.
+async fn judge_over(sdk: Sdk, provider: &str, over: &Over<'_>) {
     agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
+    let lacks = over.lacks;
+    let tls = over.tls.then(|| Tls::make(home.path()));
     let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
-    let (mut server, api, e2b) = serve_e2b(home.path(), provider, kubeconfig).await;
+    let (mut server, api, e2b) = serve_e2b(home.path(), provider, over, tls.as_ref()).await;
     let mut command = judge::e2b::command(
         &sdk,
         &Setup {
@@ -138,6 +216,7 @@ async fn judge_over(sdk: Sdk, provider: &str, kubeconfig: Option<&std::path::Pat
             list_page: LIST_PAGE,
             max_timeout_secs: 24 * 3600,
             home: home.path(),
+            ca: tls.as_ref().map(|t| t.ca.as_path()),
         },
     );
     command
@@ -158,7 +237,13 @@ async fn judge_over(sdk: Sdk, provider: &str, kubeconfig: Option<&std::path::Pat
     // Every call of E2B's API is counted under one route, never a sandbox's id.
     let admin = common::key_with(home.path(), "admin", &["--admin"]);
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let scraped = reqwest::Client::new()
+    let mut http = reqwest::Client::builder();
+    if let Some(t) = &tls {
+        http = http.add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(&t.ca).unwrap()).unwrap());
+    }
+    let scraped = http
+        .build()
+        .unwrap()
         .get(format!("{api}/metrics"))
         .bearer_auth(&admin)
         .timeout(std::time::Duration::from_secs(30))

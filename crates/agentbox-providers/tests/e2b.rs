@@ -685,6 +685,7 @@ mod judged {
                 list_page: LIST_PAGE,
                 max_timeout_secs: 3600,
                 home: dir.path(),
+                ca: None,
             },
         );
         let judged = judge::run(command, JUDGE_TIMEOUT, |line| {

@@ -53,6 +53,9 @@ MAX_TIMEOUT = int(os.environ["JUDGE_MAX_TIMEOUT"])
 MODE = os.environ["JUDGE_MODE"]
 check(MODE in ("fake", "serve"), f"JUDGE_MODE {MODE!r}: fake or serve")
 TAG = {"judge": "e2b", "run": str(os.getpid())}
+# The judge's own calls (to the service's API, to envd unaided) trust what the SDK is told to;
+# each on a connection of its own, as a pooled one may have been closed idle by the server.
+VERIFY = os.environ.get("SSL_CERT_FILE") or True
 
 
 def boxes_of(sandbox_id, key):
@@ -62,6 +65,7 @@ def boxes_of(sandbox_id, key):
         params={"labels": f"agentbox-server.e2b={sandbox_id}"},
         headers={"Authorization": f"Bearer {key}"},
         timeout=30,
+        verify=VERIFY,
     )
     r.raise_for_status()
     return [b["id"] for b in r.json()]
@@ -75,6 +79,7 @@ def box_info(sandbox_id):
         os.environ["AGENTBOX_URL"] + "/v1/boxes/" + boxes[0],
         headers={"Authorization": f"Bearer {os.environ['E2B_API_KEY']}"},
         timeout=30,
+        verify=VERIFY,
     )
     r.raise_for_status()
     return r.json()
@@ -87,6 +92,7 @@ def end_elsewhere(sandbox_id):
             os.environ["AGENTBOX_URL"] + "/v1/boxes/" + box,
             headers={"Authorization": f"Bearer {os.environ['E2B_API_KEY']}"},
             timeout=30,
+            verify=VERIFY,
         )
         r.raise_for_status()
 
@@ -439,9 +445,9 @@ if MODE == "serve":
         headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
         if token:
             headers["X-Access-Token"] = token
-        r = httpx.post(envd + "/filesystem.Filesystem/Stat", json={"path": "/"}, headers=headers, timeout=30)
+        r = httpx.post(envd + "/filesystem.Filesystem/Stat", json={"path": "/"}, headers=headers, timeout=30, verify=VERIFY)
         check(r.status_code == 401, f"envd with token {token}: {r.status_code} {r.text}")
-        r = httpx.get(envd + "/files", params={"path": "/etc/hostname"}, headers=headers, timeout=30)
+        r = httpx.get(envd + "/files", params={"path": "/etc/hostname"}, headers=headers, timeout=30, verify=VERIFY)
         check(r.status_code == 401, f"a download with token {token}: {r.status_code} {r.text}")
     check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "still running")
     ok("owners")

@@ -178,6 +178,10 @@ pub mod e2b {
         pub max_timeout_secs: u64,
         /// Its `HOME`.
         pub home: &'a Path,
+        /// The authority the server's TLS certificate is signed by, when it serves https: the
+        /// SDKs then trust it (`SSL_CERT_FILE`, `NODE_EXTRA_CA_CERTS`) and speak their own
+        /// default HTTP version (2); over plain http they are told 1.1, which the fake speaks.
+        pub ca: Option<&'a Path>,
     }
 
     /// The judge's command, E2B's variables set and every proxy and E2B variable of this
@@ -196,10 +200,19 @@ pub mod e2b {
                 c
             }
         };
+        match s.ca {
+            Some(ca) => {
+                c.env("SSL_CERT_FILE", ca)
+                    .env("NODE_EXTRA_CA_CERTS", ca)
+                    .env_remove("E2B_HTTP_VERSION");
+            }
+            None => {
+                c.env("E2B_HTTP_VERSION", "1.1");
+            }
+        }
         c.env("E2B_API_URL", s.url)
             .env("E2B_SANDBOX_URL", s.url)
             .env("E2B_API_KEY", s.key)
-            .env("E2B_HTTP_VERSION", "1.1")
             .env("JUDGE_LIST_PAGE", s.list_page.to_string())
             .env("JUDGE_MODE", s.mode)
             .env("JUDGE_MAX_TIMEOUT", s.max_timeout_secs.to_string())
