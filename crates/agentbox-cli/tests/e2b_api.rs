@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use agentbox_testing::judge;
@@ -43,21 +42,15 @@ async fn serve_e2b(
     } else {
         server.arg("serve");
     }
-    let mut server = server
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--e2b",
-            "127.0.0.1:0",
-            "--provider",
-            provider,
-        ])
-        .env("AGENTBOX_HOME", home)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    server.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--e2b",
+        "127.0.0.1:0",
+        "--provider",
+        provider,
+    ]);
+    let mut server = common::started(&mut server, home);
     let mut said = common::announced(
         &mut server,
         &["agentbox serve: serving on ", "agentbox serve: E2B's API on "],

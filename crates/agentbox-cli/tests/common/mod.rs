@@ -82,17 +82,24 @@ pub(crate) fn key_with(home: &std::path::Path, name: &str, flags: &[&str]) -> St
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-/// `agentbox serve` over `home` on a loopback port, its default provider `provider`: the
-/// process (killed when dropped) and its URL once it serves (its log copied to this test's).
-pub(crate) async fn serve(home: &std::path::Path, provider: &str) -> (tokio::process::Child, String) {
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--provider", provider])
+/// `command` (an `agentbox serve`, its flags given) started over `home`: killed when dropped, its
+/// stderr piped for [`announced`].
+pub(crate) fn started(command: &mut tokio::process::Command, home: &std::path::Path) -> tokio::process::Child {
+    command
         .env("AGENTBOX_HOME", home)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// `agentbox serve` over `home` on a loopback port, its default provider `provider`: the
+/// process (killed when dropped) and its URL once it serves (its log copied to this test's).
+pub(crate) async fn serve(home: &std::path::Path, provider: &str) -> (tokio::process::Child, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
+    command.args(["serve", "--listen", "127.0.0.1:0", "--provider", provider]);
+    let mut server = started(&mut command, home);
     let url = serving_url(&mut server).await;
     (server, url)
 }
