@@ -258,3 +258,56 @@ async fn judge_over(sdk: Sdk, provider: &str, over: &Over<'_>) {
     );
     server.start_kill().unwrap();
 }
+
+/// `bench e2b` measures E2B's Python SDK against `agentbox serve --e2b` beside the service's
+/// own API in one run (a sandbox made and `true` run in it; 16 MiB of a command's output),
+/// every sample of both sides checked (exit 0, every byte), and leaves no box behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_e2b_bench_measures_the_sdk_beside_the_own_api() {
+    let Some(py) = judge::python("e2b", "the_e2b_bench_measures_the_sdk_beside_the_own_api") else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args([
+            "bench",
+            "e2b",
+            "--provider",
+            "namespace",
+            "--iterations",
+            "3",
+            "--json",
+            "--python",
+        ])
+        .arg(&py)
+        .env("AGENTBOX_HOME", home.path())
+        .output();
+    let out = tokio::time::timeout(JUDGE_TIMEOUT, out).await.unwrap().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    let pairs: serde_json::Value = serde_json::from_str(&said).unwrap();
+    let names: Vec<&str> = pairs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["create then run true: e2b vs own", "16 MiB of output streamed"],
+        "{said}"
+    );
+    for p in pairs.as_array().unwrap() {
+        let ratio = p["ratio"].as_f64().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{p}");
+        assert!(p["baseline_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["subject_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["box", "ls", "--provider", "namespace", "--json"])
+        .env("AGENTBOX_HOME", home.path())
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "no box left: {listed}");
+}

@@ -30,7 +30,19 @@ pub trait Accept: Send {
 impl Accept for tokio::net::TcpListener {
     type Io = tokio::net::TcpStream;
     async fn accept(&mut self) -> std::io::Result<Self::Io> {
-        tokio::net::TcpListener::accept(self).await.map(|(s, _)| s)
+        let (s, _) = tokio::net::TcpListener::accept(self).await?;
+        no_delay(&s);
+        Ok(s)
+    }
+}
+
+/// Send each write at once (no Nagle): a response's head and its body, or a stream's small
+/// messages, written separately, would otherwise wait for the client's ACK of the first, which
+/// a client that delays its ACKs holds 40 ms (measured: every E2B command run by the Python
+/// SDK over a kept connection took 40 ms more).
+pub(crate) fn no_delay(s: &tokio::net::TcpStream) {
+    if let Err(e) = s.set_nodelay(true) {
+        tracing::debug!("TCP_NODELAY on an accepted connection: {e}");
     }
 }
 

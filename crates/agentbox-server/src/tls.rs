@@ -64,7 +64,10 @@ impl TlsListener {
         let accepting = tokio::spawn(async move {
             loop {
                 let (io, peer) = match tcp.accept().await {
-                    Ok(c) => c,
+                    Ok(c) => {
+                        crate::listen::no_delay(&c.0);
+                        c
+                    }
                     Err(e) => {
                         tracing::warn!("accepting a connection: {e}");
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -4,6 +4,7 @@
 //! interleaved sample by sample, does not drift with them.
 
 mod boxes;
+mod e2b;
 mod egress;
 mod hands;
 mod kube;
@@ -28,8 +29,10 @@ pub(crate) struct BenchArgs {
     /// connection). `serve` (a tool call through `agentbox serve` vs `agentbox mcp` and a host
     /// spawn, a wrong key vs none over 10,000 requests each, 200 streams at once vs one, and
     /// boxes made and ended through the service vs the provider, with memory before and after;
-    /// `--iterations 100` makes that 1,000 boxes).
-    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync", "kube", "egress", "serve"])]
+    /// `--iterations 100` makes that 1,000 boxes). `e2b` (E2B's Python SDK against
+    /// `agentbox serve --e2b`, beside the service's own API: a sandbox made and `true` run in
+    /// it, and 16 MiB of a command's output streamed; needs `--python` with `e2b` installed).
+    #[arg(default_value = "boxes", value_parser = ["boxes", "hands", "runner", "sync", "kube", "egress", "serve", "e2b"])]
     what: String,
     /// Samples of each side.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(3..=10_000))]
@@ -37,6 +40,9 @@ pub(crate) struct BenchArgs {
     /// The provider to measure (boxes; without it, the default of `box create`).
     #[arg(long, help = crate::boxes::default_help("The provider to measure (boxes)"))]
     provider: Option<String>,
+    /// The Python that runs E2B's SDK (e2b): for `e2b`; `python3` without it.
+    #[arg(long, value_name = "PATH")]
+    python: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -50,6 +56,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         "kube" => kube::kube(args).await,
         "egress" => egress::egress(args).await,
         "serve" => serve::serve(args).await,
+        "e2b" => e2b::e2b(args).await,
         _ => boxes::boxes(args).await,
     }
 }
