@@ -65,6 +65,18 @@ pub(crate) struct ServeArgs {
     /// default, is a box of the default provider unless it is named here.
     #[arg(long = "e2b-template", value_name = "NAME=PROVIDER[:IMAGE]", requires = "e2b")]
     e2b_templates: Vec<String>,
+    /// E2B's domain mode: the SDKs reach this server with E2B_DOMAIN=DOMAIN (no E2B_API_URL or
+    /// E2B_SANDBOX_URL), at https://api.DOMAIN and https://PORT-ID.DOMAIN, so every name under
+    /// DOMAIN must resolve to this server and its certificate cover `*.DOMAIN`; `get_host` and
+    /// signed file URLs then name sandboxes here. The one-URL mode stays served beside it.
+    #[arg(long = "e2b-domain", value_name = "DOMAIN", requires = "e2b")]
+    e2b_domain: Option<String>,
+    /// The ports of a sandbox E2B's proxy reaches (`get_host`), comma-separated, at most 32,
+    /// where a provider forwards only the ports a box asks for (namespace, Docker); without
+    /// it 3000,5000,5173,7860,8000,8080,8501,8888,9000,49999.
+    #[arg(long = "e2b-ports", value_name = "PORT,...", value_delimiter = ',', requires = "e2b",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    e2b_ports: Vec<u16>,
 }
 
 /// `--e2b-template NAME=PROVIDER[:IMAGE]`, each.
@@ -191,6 +203,22 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
     }
     options.receipts = a.receipts.clone();
     options.e2b_templates = e2b_templates(&a.e2b_templates)?;
+    options.e2b_domain = match &a.e2b_domain {
+        Some(d) => Some(
+            agentbox_server::e2b::Domain::new(d)
+                .map_err(|why| crate::usage(Error::invalid(format!("--e2b-domain {why}"))))?,
+        ),
+        None => None,
+    };
+    if !a.e2b_ports.is_empty() {
+        if a.e2b_ports.len() > 32 {
+            return Err(crate::usage(Error::invalid(format!(
+                "--e2b-ports: {} ports; at most 32 (each is a listener of every sandbox's box)",
+                a.e2b_ports.len()
+            ))));
+        }
+        options.e2b_ports = a.e2b_ports.clone();
+    }
     let service = agentbox_server::service(options);
     let app = service.api.clone();
     // One signal stops both listeners.
@@ -205,7 +233,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;
             };
-            Some(match tls.clone() {
+            let served = Some(match tls.clone() {
                 Some(config) => {
                     eprintln!("agentbox serve: E2B's API on https://{at}");
                     let listener = agentbox_server::tls::TlsListener::new(listener, config);
@@ -215,7 +243,16 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
                     eprintln!("agentbox serve: E2B's API on http://{at}");
                     tokio::spawn(agentbox_server::serve(listener, app, shutdown))
                 }
-            })
+            });
+            if let Some(d) = &a.e2b_domain {
+                let https = if tls.is_some() {
+                    ""
+                } else {
+                    " (the SDKs ask https there: TLS in front of this)"
+                };
+                eprintln!("agentbox serve: E2B's domain mode: E2B_DOMAIN={d}, https://api.{d}{https}");
+            }
+            served
         }
         None => None,
     };

@@ -42,14 +42,11 @@ async fn serve_e2b(
     } else {
         server.arg("serve");
     }
-    server.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--e2b",
-        "127.0.0.1:0",
-        "--provider",
-        provider,
-    ]);
+    let e2b_at = if over.domain { DOMAIN_AT } else { "127.0.0.1:0" };
+    server.args(["--listen", "127.0.0.1:0", "--e2b", e2b_at, "--provider", provider]);
+    if over.domain {
+        server.args(["--e2b-domain", DOMAIN]);
+    }
     let mut server = common::started(&mut server, home);
     let mut said = common::announced(
         &mut server,
@@ -118,7 +115,7 @@ async fn the_python_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes() {
     let over = Over {
         kubeconfig: Some(fake.kubeconfig()),
         lacks: &["pause-resume", "snapshot", "fork", "network"],
-        tls: false,
+        ..Default::default()
     };
     judge_over(Sdk::Python(py), "kube", &over).await;
     fake.shutdown().await;
@@ -141,6 +138,60 @@ async fn both_sdks_judge_agentbox_serve_e2b_over_tls_with_their_defaults() {
     judge_over(Sdk::Node(dir), "namespace", &over).await;
 }
 
+/// E2B's domain mode: the Python SDK told only `E2B_DOMAIN` (and its key), as a program written
+/// for E2B's cloud is, reaches the control plane at `api.DOMAIN`, envd at `49983-ID.DOMAIN`, a
+/// sandbox's port at `get_host`'s address and its files at signed URLs, over TLS with a
+/// certificate for `*.DOMAIN` (`tests/e2b_domain_judge.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_judges_e2b_domain_mode() {
+    let Some(py) = judge::python("e2b", "the_python_sdk_judges_e2b_domain_mode") else {
+        return;
+    };
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let tls = Tls::make(home.path());
+    let key = common::key(home.path(), "a");
+    let over = Over {
+        tls: true,
+        domain: true,
+        ..Default::default()
+    };
+    let (mut server, _api, e2b) = serve_e2b(home.path(), "namespace", &over, Some(&tls)).await;
+    assert_eq!(e2b, format!("https://{DOMAIN_AT}"));
+    // `*.DOMAIN` and `DOMAIN` are the server's address, for the judge alone.
+    let dns = agentbox_testing::dns::Wildcard::start(
+        DOMAIN,
+        std::net::Ipv4Addr::new(127, 0, 2, 1),
+        std::net::Ipv4Addr::new(127, 0, 2, 53),
+        home.path(),
+    )
+    .await
+    .expect("a DNS server on 127.0.2.53:53 (root, as CI runs the tests)");
+    let mut command = dns.resolving(&py);
+    command
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2b_domain_judge.py"))
+        .env("E2B_DOMAIN", DOMAIN)
+        .env("E2B_API_KEY", &key)
+        .env("SSL_CERT_FILE", &tls.ca)
+        .env("HOME", home.path());
+    for unwanted in [
+        "E2B_API_URL",
+        "E2B_SANDBOX_URL",
+        "E2B_DEBUG",
+        "E2B_HTTP_VERSION",
+        "E2B_ACCESS_TOKEN",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+    ] {
+        command.env_remove(unwanted);
+    }
+    let judged = judge::run(command, JUDGE_TIMEOUT, |_| {}).await;
+    judged.assert_steps(&["create", "envd", "port", "signed-urls", "hosts", "kill"]);
+    server.start_kill().unwrap();
+}
+
 /// Where a judged server's boxes are and how it is reached.
 #[derive(Default)]
 struct Over<'a> {
@@ -150,9 +201,18 @@ struct Over<'a> {
     lacks: &'a [&'a str],
     /// Serve https, with a certificate made for the test.
     tls: bool,
+    /// E2B's domain mode, under [`DOMAIN`].
+    domain: bool,
 }
 
-/// A certificate for `127.0.0.1` and `localhost`, and the authority that signed it, as files.
+/// The domain of E2B's domain mode under test: `.test` is reserved, never a real one.
+const DOMAIN: &str = "e2b.test";
+/// Where E2B's API is served in domain mode: port 443, as `https://api.DOMAIN` names no port,
+/// on a loopback address of its own that every name under the domain resolves to.
+const DOMAIN_AT: &str = "127.0.2.1:443";
+
+/// A certificate for `127.0.0.1`, `localhost`, [`DOMAIN`] and `*.DOMAIN`, and the authority
+/// that signed it, as files.
 struct Tls {
     cert: std::path::PathBuf,
     key: std::path::PathBuf,
@@ -171,7 +231,9 @@ impl Tls {
             .push(DnType::CommonName, "agentbox test authority");
         let ca = ca.self_signed(&ca_key).unwrap();
         let key = KeyPair::generate().unwrap();
-        let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        // And every name of E2B's domain mode under `DOMAIN`.
+        let names = ["127.0.0.1", "localhost", DOMAIN, &format!("*.{DOMAIN}")].map(str::to_string);
+        let mut leaf = CertificateParams::new(names.to_vec()).unwrap();
         leaf.distinguished_name.push(DnType::CommonName, "localhost");
         let leaf = leaf.signed_by(&key, &ca, &ca_key).unwrap();
         let t = Tls {

@@ -102,7 +102,7 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
             format!("{method} {path}: metrics are not served by agentbox's E2B API"),
         ),
         (&Method::GET, ["sandboxes", id]) => match s.owned(&caller, id) {
-            Some(x) => json_response(StatusCode::OK, &detail(&x)),
+            Some(x) => json_response(StatusCode::OK, &detail(&s, &x)),
             None => not_found(id),
         },
         (&Method::DELETE, ["sandboxes", id]) => {
@@ -259,7 +259,7 @@ async fn create(s: &Arc<Shared>, caller: &Caller, v: &Value, v2: bool) -> Respon
     })
     .await;
     match made {
-        Ok(Ok(x)) => json_response(StatusCode::CREATED, &sandbox(&x)),
+        Ok(Ok(x)) => json_response(StatusCode::CREATED, &sandbox(s, &x)),
         Ok(Err(r)) => error(r.status, r.message),
         Err(e) => error(500, format!("making the sandbox: {e}")),
     }
@@ -316,13 +316,13 @@ fn network_of(allow_internet: Option<bool>, n: Option<&Value>) -> Result<Option<
 const ALL_TRAFFIC: &str = "0.0.0.0/0";
 
 /// The `Sandbox` answer of a create, resume or connect.
-pub(crate) fn sandbox(x: &Sbx) -> Value {
+pub(crate) fn sandbox(s: &Shared, x: &Sbx) -> Value {
     let mut v = json!({
         "templateID": x.template_id,
         "sandboxID": x.id,
         "clientID": x.client_id,
         "envdVersion": ENVD_VERSION,
-        "domain": null,
+        "domain": s.domain,
     });
     if let Some(t) = &x.token {
         v["envdAccessToken"] = json!(t);
@@ -353,9 +353,9 @@ fn listed(x: &Sbx) -> Value {
     v
 }
 
-fn detail(x: &Sbx) -> Value {
+fn detail(s: &Shared, x: &Sbx) -> Value {
     let mut v = listed(x);
-    v["domain"] = Value::Null;
+    v["domain"] = json!(s.domain);
     if let Some(t) = &x.token {
         v["envdAccessToken"] = json!(t);
     }
@@ -527,7 +527,7 @@ async fn resume(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
         St::Paused => {}
     }
     match x.resume(now_ms() + t * 1000).await {
-        Ok(()) => json_response(StatusCode::CREATED, &sandbox(&x)),
+        Ok(()) => json_response(StatusCode::CREATED, &sandbox(s, &x)),
         Err(e) => lifecycle_error(&e),
     }
 }
@@ -549,10 +549,10 @@ async fn connect(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
             if end > *x.end_ms.borrow() {
                 x.set_end(end).await;
             }
-            json_response(StatusCode::OK, &sandbox(&x))
+            json_response(StatusCode::OK, &sandbox(s, &x))
         }
         St::Paused => match x.resume(end).await {
-            Ok(()) => json_response(StatusCode::CREATED, &sandbox(&x)),
+            Ok(()) => json_response(StatusCode::CREATED, &sandbox(s, &x)),
             Err(e) => lifecycle_error(&e),
         },
     }

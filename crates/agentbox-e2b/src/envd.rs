@@ -176,6 +176,7 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
     let Some(b) = x.running_box() else {
         return gone(&id);
     };
+    let mut by_signature = false;
     if let Some(t) = &x.token {
         let shown = req
             .headers()
@@ -183,12 +184,22 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         if !crate::http::same(shown, t) {
-            let msg = "unauthorized access, please provide a valid access token or method signing if supported";
-            return if path.starts_with("/files") || path == "/health" {
-                error(401, msg)
+            // A file's URL may be signed instead (the SDKs' `download_url`, `upload_url`).
+            if path == "/files" && req.headers().get("x-access-token").is_none() {
+                let op = if method == Method::POST { "write" } else { "read" };
+                if let Err(why) = signed(&Query::of(&req), op, t, now_secs()) {
+                    tracing::info!(sandbox = %id, op, "e2b: a signed file URL refused: {why}");
+                    return error(401, why);
+                }
+                by_signature = true;
             } else {
-                RpcError("unauthenticated", msg.into()).unary()
-            };
+                let msg = "unauthorized access, please provide a valid access token or method signing if supported";
+                return if path.starts_with("/files") || path == "/health" {
+                    error(401, msg)
+                } else {
+                    RpcError("unauthenticated", msg.into()).unary()
+                };
+            }
         }
     }
     match (&method, path.as_str()) {
@@ -207,11 +218,56 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
             let gzip = accepts_gzip(req.headers());
             download(b, Query::of(&req), gzip).await
         }
-        (&Method::POST, "/files") => upload(b, req).await,
+        (&Method::POST, "/files") => upload(b, req, by_signature).await,
         (&Method::POST, p) if p.starts_with("/process.Process/") || p.starts_with("/filesystem.Filesystem/") => {
             rpc(s, x, b, &p[1..], req).await
         }
         _ => error(404, format!("{method} {path}: no such route in envd")),
+    }
+}
+
+/// Seconds since the epoch.
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Whether a file URL's query is signed for `op` (`read` or `write`) with the sandbox's access
+/// `token`, as the SDKs sign it: `signature` is `v1_` and the unpadded base64 of
+/// `sha256("{path}:{op}:{username}:{token}")`, with `:{signature_expiration}` (seconds since the
+/// epoch) before the hash when the URL expires; the path and user as the query gives them
+/// (the user empty without `username`). The reason when it is not.
+pub(crate) fn signed(q: &Query, op: &str, token: &str, now: u64) -> Result<(), String> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let Some(signature) = q.get("signature") else {
+        return Err("unauthorized access, please provide a valid access token or method signing if supported".into());
+    };
+    let path = q.get("path").unwrap_or("");
+    let user = q.get("username").unwrap_or("");
+    let raw = match q.get("signature_expiration") {
+        Some(exp) => {
+            let at: u64 = exp
+                .parse()
+                .map_err(|_| format!("signature_expiration {exp:?}: not seconds since the epoch"))?;
+            if at < now {
+                return Err("signature is already expired".into());
+            }
+            format!("{path}:{op}:{user}:{token}:{exp}")
+        }
+        None => format!("{path}:{op}:{user}:{token}"),
+    };
+    let want = format!(
+        "v1_{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(sha2::Sha256::digest(raw.as_bytes()))
+    );
+    if crate::http::same(signature, &want) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid signature: not this sandbox's for {op} of {path:?} (the path, the operation, the user and the expiration are signed)"
+        ))
     }
 }
 
@@ -329,7 +385,9 @@ async fn write_file(b: &Arc<dyn Sandbox>, path: &str, data: &[u8]) -> Result<Val
     Ok(json!({"path": path, "name": name, "type": "file"}))
 }
 
-async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
+/// An upload; `signed`: allowed by a signed URL, which signs its `path` alone, so every file
+/// goes there and only one may be sent.
+async fn upload(b: Arc<dyn Sandbox>, req: Request, signed: bool) -> Response {
     let q = Query::of(&req);
     let home = home_of(b.as_ref());
     let ctype = req
@@ -396,6 +454,15 @@ async fn upload(b: Arc<dyn Sandbox>, req: Request) -> Response {
             return error(400, "no file in the multipart body");
         }
         let single = parts.len() == 1;
+        if signed && (!single || path.is_none()) {
+            return error(
+                401,
+                format!(
+                    "a signed URL writes the one path it names; {} file(s) were sent, path {path:?}",
+                    parts.len()
+                ),
+            );
+        }
         for (name, data) in parts {
             let target = match (&path, name) {
                 (Some(p), _) if single => resolve(&home, p),
@@ -1153,6 +1220,60 @@ async fn stream_input(x: Arc<Sbx>, req: Request) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Signatures as E2B's Python SDK makes them (`e2b.sandbox.signature.get_signature`, its
+    /// output for these inputs), with and without an expiration, a user and a space in a path.
+    #[test]
+    fn a_file_url_signed_as_the_sdk_signs_it_is_taken_and_nothing_else() {
+        let q = |pairs: &[(&str, &str)]| Query(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let read = q(&[
+            ("path", "/home/a b.txt"),
+            ("signature", "v1_BkTU+n+1H7X1U7y68sgFIpP/874b0xtSLa4hVpfKT3M"),
+        ]);
+        assert_eq!(signed(&read, "read", "tok123", 0), Ok(()));
+        assert!(
+            signed(&read, "write", "tok123", 0)
+                .unwrap_err()
+                .contains("invalid signature")
+        );
+        assert!(signed(&read, "read", "tok124", 0).is_err());
+        let write = q(&[
+            ("path", "x.txt"),
+            ("username", "user"),
+            ("signature", "v1_0qluIAXLBA+BTmZTCkftSC6VI6aEvhc7ZKDnRNNKEfU"),
+        ]);
+        assert_eq!(signed(&write, "write", "tok123", 0), Ok(()));
+        let expiring = q(&[
+            ("path", "x.txt"),
+            ("signature", "v1_Kxed81xNP/p7ZqOUi66nFA0pkwMPZp2nyGbsbMdq+vg"),
+            ("signature_expiration", "1060"),
+        ]);
+        assert_eq!(signed(&expiring, "read", "tok123", 1060), Ok(()));
+        assert_eq!(
+            signed(&expiring, "read", "tok123", 1061),
+            Err("signature is already expired".into())
+        );
+        let moved = q(&[
+            ("path", "x.txt"),
+            ("signature", "v1_Kxed81xNP/p7ZqOUi66nFA0pkwMPZp2nyGbsbMdq+vg"),
+            ("signature_expiration", "9999"),
+        ]);
+        assert!(
+            signed(&moved, "read", "tok123", 0).is_err(),
+            "a later expiration is not signed"
+        );
+        assert!(signed(&q(&[("path", "x.txt")]), "read", "tok123", 0).is_err());
+        assert!(
+            signed(
+                &q(&[("signature", "v1_x"), ("signature_expiration", "soon")]),
+                "read",
+                "t",
+                0
+            )
+            .unwrap_err()
+            .contains("signature_expiration")
+        );
+    }
 
     #[test]
     fn gzip_is_taken_by_weight_and_undone_within_a_bound() {

@@ -10,7 +10,9 @@
 //! Both are judged by E2B's own SDKs: where an SDK and this crate disagree, this crate is
 //! wrong. `docs/e2b-api.md` is the overview for users.
 //!
-//! One port serves both of E2B's hosts. A request with an `E2b-Sandbox-Id` header is for that
+//! One port serves every host of E2B's. Under [`E2bOptions::domain`] the host names what a
+//! request is for (`api.DOMAIN`, `PORT-ID.DOMAIN`, `sandbox.DOMAIN`); on any other host (the
+//! one-URL mode) the headers do. A request with an `E2b-Sandbox-Id` header is for that
 //! sandbox's envd (the SDK sends it, and `E2b-Sandbox-Port: 49983`, on every envd call when
 //! `E2B_SANDBOX_URL` points it at one url); a request naming another port goes through E2B's
 //! proxy to that port of the sandbox (`ports`); every other request is the control plane's.
@@ -58,7 +60,8 @@
 //! watcher API (CreateWatcher, GetWatcherEvents, RemoveWatcher; a poll of the directory, see
 //! `watch`); `GET /files?path=`
 //! (download, every byte; gzipped when accepted) and `POST /files` (multipart, a `file` part
-//! per file named by its path, or octet-stream with `path`; gzipped or not), `GET /health`
+//! per file named by its path, or octet-stream with `path`; gzipped or not; either by a URL
+//! signed with the access token rather than the token itself: `envd::signed`), `GET /health`
 //! (204). A process stream is `start {pid}`,
 //! its output as `data {stdout|stderr}` chunks, `keepalive {}` after every quiet interval (the
 //! request's `Keepalive-Ping-Interval` seconds, else [`E2bOptions::keepalive`], envd's 90 s),
@@ -73,7 +76,7 @@
 //!
 //! Not yet served (each answered as E2B answers a route or feature it lacks, never as a
 //! missing sandbox): file metadata (`X-Metadata-*`, which the SDKs refuse themselves below
-//! the envd version reported), signed URLs, metrics, logs, template builds, volumes, MCP and
+//! the envd version reported), metrics, logs, template builds, volumes, MCP and
 //! IAM; Connect's binary codec. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
 //! not enforced; relative paths and `~` are from the box's workspace (where its programs
 //! start) for every user. A process stream that falls more than 4096 reads of the program's
@@ -125,6 +128,36 @@ pub struct E2bOptions {
     /// carry no API key, so a service with more than one key sets this: without it, anyone
     /// who learns a v1 sandbox's id drives it.
     pub always_secure: bool,
+    /// The domain of E2B's domain mode (`E2B_DOMAIN` of the SDKs): requests for `api.DOMAIN`
+    /// are the control plane's, for `PORT-ID.DOMAIN` a sandbox's port (envd's, 49983, or
+    /// another through the proxy), for `sandbox.DOMAIN` the sandbox its `E2b-Sandbox-Id`
+    /// names; a create answers it as the sandbox's `domain`, so the SDK's `get_host` and its
+    /// signed file URLs name this server. Requests for any other host are routed by header,
+    /// as without it.
+    pub domain: Option<Domain>,
+}
+
+/// A domain of E2B's domain mode, checked: lowercase DNS labels (letters, digits, inner `-`),
+/// two or more.
+///
+/// ```
+/// assert!(agentbox_e2b::Domain::new("e2b.example.com").is_ok());
+/// assert!(agentbox_e2b::Domain::new("localhost").is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Domain(String);
+
+impl Domain {
+    /// `d`, if it is a domain; the reason when not.
+    pub fn new(d: &str) -> Result<Domain, String> {
+        domain_name(d).map_err(|why| format!("{d:?}: {why}"))?;
+        Ok(Domain(d.to_string()))
+    }
+
+    /// The domain's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 impl Default for E2bOptions {
@@ -134,6 +167,7 @@ impl Default for E2bOptions {
             max_timeout: Duration::from_secs(3600),
             list_page_max: 100,
             always_secure: true,
+            domain: None,
         }
     }
 }
@@ -315,6 +349,7 @@ impl E2b {
                 max_timeout: o.max_timeout,
                 list_page_max: o.list_page_max,
                 always_secure: o.always_secure,
+                domain: o.domain.map(|d| d.0),
                 sandboxes: Default::default(),
                 seq: AtomicU64::new(1),
                 next_pid: AtomicU32::new(1000),
@@ -386,9 +421,94 @@ impl E2b {
     }
 }
 
-/// Every request: envd's when it names a sandbox (`E2b-Sandbox-Id`) and no other port
-/// (`E2b-Sandbox-Port`), a sandbox's port through the proxy when it names another, else the
-/// control plane's.
+/// Whether `d` is a domain a host under it can be named by: lowercase DNS labels (letters,
+/// digits, `-`), at least two, none empty; the reason when not.
+fn domain_name(d: &str) -> Result<(), String> {
+    if d.len() > 200 {
+        return Err("longer than 200 bytes".into());
+    }
+    let labels: Vec<&str> = d.split('.').collect();
+    if labels.len() < 2 {
+        return Err("not a domain of two labels or more (as e2b.example.com)".into());
+    }
+    for l in labels {
+        if l.is_empty() || l.len() > 63 {
+            return Err("a label is empty or longer than 63 bytes".into());
+        }
+        if !l
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            || l.starts_with('-')
+            || l.ends_with('-')
+        {
+            return Err(format!("label {l:?}: not lowercase letters, digits and inner dashes"));
+        }
+    }
+    Ok(())
+}
+
+/// Where a request goes: which host of E2B's it is for.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    /// The control plane.
+    Api,
+    /// A sandbox's port (envd's when [`envd::PORT`]).
+    Sandbox(String, u16),
+    /// A host under the domain that names none of E2B's.
+    Unknown(String),
+}
+
+/// The route of a request for `host` (its port, if any, left out) with these E2B headers,
+/// under `domain` when the server has one. Under the domain, the host decides; elsewhere (a
+/// single URL for both of E2B's), the headers do.
+fn route(domain: Option<&str>, host: Option<&str>, sandbox: Option<String>, port: Option<u16>) -> Route {
+    let by_header = |sandbox: Option<String>| match sandbox {
+        Some(id) => Route::Sandbox(id, port.unwrap_or(envd::PORT)),
+        None => Route::Api,
+    };
+    let (Some(domain), Some(host)) = (domain, host) else {
+        return by_header(sandbox);
+    };
+    let host = host.to_ascii_lowercase();
+    let Some(label) = host.strip_suffix(domain).and_then(|h| h.strip_suffix('.')) else {
+        return by_header(sandbox);
+    };
+    match label {
+        "api" => Route::Api,
+        "sandbox" => match sandbox {
+            Some(id) => Route::Sandbox(id, port.unwrap_or(envd::PORT)),
+            None => Route::Unknown(host),
+        },
+        _ => match label.split_once('-') {
+            Some((p, id))
+                if !id.is_empty()
+                    && !id.contains('.')
+                    && let Ok(p) = p.parse::<u16>() =>
+            {
+                Route::Sandbox(id.to_string(), p)
+            }
+            _ => Route::Unknown(host),
+        },
+    }
+}
+
+/// The host a request was sent to, without its port: HTTP/2's `:authority` (in the URI), or
+/// HTTP/1.1's `Host`.
+fn host_of(req: &Request) -> Option<&str> {
+    let h = req.uri().host().or_else(|| {
+        req.headers()
+            .get(axum::http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+    })?;
+    // `Host` may carry a port; an IPv6 literal keeps its brackets and has no name to route.
+    Some(match h.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => h,
+    })
+}
+
+/// Every request: envd's when it is for a sandbox's envd port, a sandbox's other port through
+/// the proxy, else the control plane's (see [`route`]).
 async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> Response {
     let sandbox = req
         .headers()
@@ -400,9 +520,73 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> Response {
         .get("e2b-sandbox-port")
         .and_then(|v| v.to_str().ok())
         .and_then(|p| p.parse::<u16>().ok());
-    match (sandbox, port) {
-        (Some(id), Some(p)) if p != envd::PORT => ports::forward(s, id, p, req).await,
-        (Some(id), _) => envd::handle(s, id, req).await,
-        (None, _) => api::handle(s, req).await,
+    match route(s.domain.as_deref(), host_of(&req), sandbox, port) {
+        Route::Sandbox(id, p) if p != envd::PORT => ports::forward(s, id, p, req).await,
+        Route::Sandbox(id, _) => envd::handle(s, id, req).await,
+        Route::Api => api::handle(s, req).await,
+        Route::Unknown(host) => api::json_response(
+            axum::http::StatusCode::NOT_FOUND,
+            &serde_json::json!({
+                "code": 404,
+                "message": format!(
+                    "{host}: no host of this server's (api.DOMAIN, sandbox.DOMAIN or PORT-ID.DOMAIN)"
+                ),
+            }),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_routed_by_its_host_under_the_domain_and_by_header_elsewhere() {
+        let d = Some("e2b.test");
+        let id = || Some("abc".to_string());
+        assert_eq!(route(d, Some("api.e2b.test"), None, None), Route::Api);
+        assert_eq!(route(d, Some("API.E2B.test"), None, None), Route::Api);
+        assert_eq!(
+            route(d, Some("49983-abc.e2b.test"), None, None),
+            Route::Sandbox("abc".into(), 49983)
+        );
+        assert_eq!(
+            route(d, Some("8000-abc.e2b.test"), id(), Some(49983)),
+            Route::Sandbox("abc".into(), 8000),
+            "under the domain the host decides"
+        );
+        assert_eq!(
+            route(d, Some("sandbox.e2b.test"), id(), None),
+            Route::Sandbox("abc".into(), 49983)
+        );
+        assert!(matches!(
+            route(d, Some("sandbox.e2b.test"), None, None),
+            Route::Unknown(_)
+        ));
+        assert!(matches!(route(d, Some("x.e2b.test"), None, None), Route::Unknown(_)));
+        assert!(matches!(
+            route(d, Some("99999-abc.e2b.test"), None, None),
+            Route::Unknown(_)
+        ));
+        assert!(matches!(
+            route(d, Some("1-a.b.e2b.test"), None, None),
+            Route::Unknown(_)
+        ));
+        // Another host (the single URL), or no domain: the headers decide.
+        assert_eq!(route(d, Some("127.0.0.1"), None, None), Route::Api);
+        assert_eq!(route(d, Some("notae2b.test"), None, None), Route::Api);
+        assert_eq!(
+            route(None, Some("49983-abc.e2b.test"), id(), Some(8000)),
+            Route::Sandbox("abc".into(), 8000)
+        );
+    }
+
+    #[test]
+    fn a_domain_is_lowercase_labels() {
+        assert!(domain_name("e2b.test").is_ok());
+        assert!(domain_name("a-1.example.com").is_ok());
+        for bad in ["localhost", "E2B.test", "a..b", "-a.b", "a_b.c", ".a.b", "a.b."] {
+            assert!(domain_name(bad).is_err(), "{bad}");
+        }
     }
 }

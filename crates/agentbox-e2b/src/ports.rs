@@ -8,7 +8,9 @@
 //! (E2B's default; `allowPublicTraffic: false` and its traffic access token are not yet
 //! served), and a sandbox without internet access has no port this proxy reaches: its box has
 //! no network at all (not even a socket of its own to listen on), where E2B's proxy still
-//! reaches it. Such a port is 502, saying so; so is a port the provider gives no endpoint for.
+//! reaches it. Such a port is 502, saying so; so is a port the provider gives no endpoint for
+//! (a box with a network of its own is reached only at the ports its spec names: the backend
+//! asks for them).
 
 use std::sync::Arc;
 

@@ -180,7 +180,7 @@ pub(crate) async fn fork(s: &Arc<Shared>, caller: &Caller, id: &str, v: &Value) 
         Ok(Err(r)) => return error(r.status, r.message),
         Err(e) => return error(500, format!("forking the sandbox: {e}")),
     };
-    let out: Vec<Value> = kept.iter().map(|x| json!({"sandbox": sandbox(x)})).collect();
+    let out: Vec<Value> = kept.iter().map(|x| json!({"sandbox": sandbox(s, x)})).collect();
     tracing::info!(sandbox = %id, n = out.len(), "e2b: sandbox forked");
     json_response(StatusCode::CREATED, &Value::Array(out))
 }

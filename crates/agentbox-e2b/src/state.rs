@@ -86,6 +86,8 @@ pub(crate) struct Shared {
     pub(crate) max_timeout: Duration,
     pub(crate) list_page_max: usize,
     pub(crate) always_secure: bool,
+    /// [`crate::E2bOptions::domain`].
+    pub(crate) domain: Option<String>,
     pub(crate) sandboxes: Mutex<BTreeMap<String, Arc<Sbx>>>,
     pub(crate) seq: AtomicU64,
     pub(crate) next_pid: AtomicU32,

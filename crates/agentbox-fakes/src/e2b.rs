@@ -244,6 +244,7 @@ impl FakeE2B {
                 max_timeout: o.max_timeout,
                 list_page_max: o.list_page_max,
                 always_secure: false,
+                domain: None,
             },
         )?);
         let app = e2b.router();

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agentbox_core::{Ctx, ErrorCode, SandboxId, Spec};
+/// A domain of E2B's domain mode ([`crate::ServerOptions::e2b_domain`]).
+pub use agentbox_e2b::Domain;
 use agentbox_e2b::{Ask, Backend, Caller, Made, Refusal};
 use agentbox_providers::registry;
 
@@ -62,6 +64,11 @@ impl std::str::FromStr for Template {
 /// The templates a server maps: each name to a provider and image. `base` (the SDKs' default
 /// template) is the default provider's default box unless it is mapped.
 pub type Templates = BTreeMap<String, Template>;
+
+/// The ports of a sandbox reached through E2B's proxy unless the server names others: the
+/// usual ones of web servers and notebooks (3000, 5000, 5173 for Vite, 7860 for Gradio, 8000,
+/// 8080, 8501 for Streamlit, 8888 for Jupyter, 9000) and 49999, E2B's code interpreter's.
+pub const PORTS: [u16; 10] = [3000, 5000, 5173, 7860, 8000, 8080, 8501, 8888, 9000, 49999];
 
 /// The backend of the service's E2B API.
 pub(crate) struct ServiceBackend {
@@ -167,6 +174,7 @@ impl Backend for ServiceBackend {
             let mut spec = Spec::new(ask.lifetime);
             spec.network = ask.network.clone();
             spec.env = ask.env.clone();
+            self.with_ports(&provider_name, &mut spec).await;
             let mut spec = allowed_spec(key, &provider_name, spec).map_err(refusal)?;
             spec.labels.insert(SANDBOX_LABEL.to_string(), ask.sandbox_id.clone());
             specs.push(spec);
@@ -276,9 +284,36 @@ impl ServiceBackend {
                 }
             },
         };
+        self.with_ports(&name, &mut spec).await;
         let mut spec = allowed_spec(key, &name, spec).map_err(refusal)?;
         spec.labels.insert(SANDBOX_LABEL.to_string(), ask.sandbox_id.clone());
         Ok((name, spec))
+    }
+
+    /// The ports a sandbox's box forwards ([`ServerOptions::e2b_ports`]), on a provider that
+    /// reaches a box's port only when its spec asks for it, and for a box whose network is
+    /// not restricted. E2B reaches any port of a sandbox; a box with a network of its own is
+    /// reached at a port its spec named. A restricted box is asked for none: a Docker box with
+    /// an allowlist has loopback alone, and no port can be published from it.
+    ///
+    /// [`ServerOptions::e2b_ports`]: crate::ServerOptions::e2b_ports
+    async fn with_ports(&self, provider: &str, spec: &mut Spec) {
+        if spec.network.is_some() {
+            return;
+        }
+        if let Ok(p) = self.state.provider(provider).await
+            && p.honours().ports
+        {
+            spec.ports = self
+                .state
+                .e2b_ports
+                .iter()
+                .map(|&port| agentbox_core::PortSpec {
+                    port,
+                    kind: agentbox_core::PortKind::Tcp,
+                })
+                .collect();
+        }
     }
 
     /// The provider that keeps `key`'s snapshot `name`, if one does.
@@ -307,6 +342,7 @@ pub(crate) fn api(state: Arc<AppState>) -> agentbox_e2b::E2b {
     let templates = state.e2b_templates.clone();
     let options = agentbox_e2b::E2bOptions {
         always_secure: true,
+        domain: state.e2b_domain.clone(),
         // A key's own longest lifetime is checked as on /v1; E2B's Pro plan's longest here.
         max_timeout: std::time::Duration::from_secs(24 * 3600),
         ..Default::default()

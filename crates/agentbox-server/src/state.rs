@@ -36,6 +36,13 @@ pub struct ServerOptions {
     pub receipts: Option<std::path::PathBuf>,
     /// The E2B templates [`crate::Service::e2b`] maps, each to a provider and image.
     pub e2b_templates: crate::e2b::Templates,
+    /// The domain of E2B's domain mode (`E2B_DOMAIN`); `None`: one URL, sandboxes named by
+    /// header.
+    pub e2b_domain: Option<agentbox_e2b::Domain>,
+    /// The ports of a sandbox E2B's proxy reaches (`get_host(port)`), on a provider that
+    /// forwards only the ports a box's spec names (namespace and Docker boxes with a network
+    /// of their own): [`crate::e2b::PORTS`] unless set.
+    pub e2b_ports: Vec<u16>,
 }
 
 impl ServerOptions {
@@ -53,6 +60,8 @@ impl ServerOptions {
             ledger: None,
             receipts: None,
             e2b_templates: Default::default(),
+            e2b_domain: None,
+            e2b_ports: crate::e2b::PORTS.to_vec(),
         }
     }
 }
@@ -70,6 +79,8 @@ struct Slot {
 pub(crate) struct AppState {
     pub(crate) keys: Arc<Keys>,
     pub(crate) e2b_templates: crate::e2b::Templates,
+    pub(crate) e2b_domain: Option<agentbox_e2b::Domain>,
+    pub(crate) e2b_ports: Vec<u16>,
     pub(crate) default_provider: String,
     environment: Environment,
     provider_options: Options,
@@ -103,6 +114,8 @@ impl AppState {
         AppState {
             keys: o.keys,
             e2b_templates: o.e2b_templates,
+            e2b_domain: o.e2b_domain,
+            e2b_ports: o.e2b_ports,
             default_provider: o.default_provider,
             environment: o.environment,
             provider_options: o.provider_options,

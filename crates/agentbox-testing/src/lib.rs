@@ -6,6 +6,7 @@
 //! Never a dependency of non-test code.
 
 pub mod conformance;
+pub mod dns;
 pub mod fake;
 pub mod isolation;
 pub mod judge;
