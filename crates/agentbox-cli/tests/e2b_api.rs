@@ -1,7 +1,7 @@
 //! E2B's API as `agentbox serve --e2b` serves it, judged by E2B's own Python SDK (`e2b` 2.x),
 //! which nobody here wrote: the same judge as the fake E2B's
 //! (`crates/agentbox-providers/tests/e2b_judge.py`, `JUDGE_MODE=serve`) and its npm SDK
-//! (`tests/e2b-js/judge.mjs` there), over namespace and Docker boxes, with two of the server's
+//! (`tests/e2b-js/judge.mjs` there), over namespace boxes, Docker boxes and the fake Kubernetes' pods, with two of the server's
 //! keys. Beside the fake's steps it checks what the service adds: a
 //! sandbox is one box of the service's own API, owned by the key that made it; another key
 //! neither lists, reads, connects to nor kills it; a box ended through the service's API is a
@@ -103,7 +103,23 @@ async fn the_npm_sdk_judges_agentbox_serve_e2b_over_docker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes() {
     let test = "the_python_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes";
-    let (Some(py), Some(rootfs)) = (judge::python("e2b", test), agentbox_testing::services::rootfs(test)) else {
+    if let Some(py) = judge::python("e2b", test) {
+        judge_over_kube(Sdk::Python(py), test).await;
+    }
+}
+
+/// The same, judged by the npm SDK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_npm_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes() {
+    let test = "the_npm_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes";
+    if let Some(dir) = judge::node("e2b", test) {
+        judge_over_kube(Sdk::Node(dir), test).await;
+    }
+}
+
+/// `agentbox serve --e2b` over the pods of a fake Kubernetes API server, judged by `sdk`.
+async fn judge_over_kube(sdk: Sdk, test: &str) {
+    let Some(rootfs) = agentbox_testing::services::rootfs(test) else {
         return;
     };
     let fake = agentbox_fakes::kube::FakeKube::start(agentbox_fakes::kube::FakeKubeOptions {
@@ -117,7 +133,7 @@ async fn the_python_sdk_judges_agentbox_serve_e2b_over_the_fake_kubernetes() {
         lacks: &["pause-resume", "snapshot", "fork", "network"],
         ..Default::default()
     };
-    judge_over(Sdk::Python(py), "kube", &over).await;
+    judge_over(sdk, "kube", &over).await;
     fake.shutdown().await;
 }
 

@@ -6,7 +6,8 @@
 // - `serve`: `agentbox serve --e2b`, run by tests/e2b_api.rs of the CLI, with two of its keys.
 //
 // The runner sets E2B_API_URL and E2B_SANDBOX_URL (both the one url), E2B_API_KEY,
-// JUDGE_LIST_PAGE, JUDGE_MAX_TIMEOUT (seconds); for `serve`, AGENTBOX_URL and JUDGE_OTHER_KEY.
+// JUDGE_LIST_PAGE, JUDGE_MAX_TIMEOUT (seconds); for `serve`, AGENTBOX_URL and JUDGE_OTHER_KEY,
+// and JUDGE_LACKS, the steps the provider under the server cannot take (asserted refused).
 // Each step prints `OK <step>`; in `fake` mode `VANISH <id>` asks the runner to make a sandbox
 // vanish; in `serve` mode the judge ends that sandbox's box itself, through the service's API.
 
@@ -274,48 +275,92 @@ check(n >= 2, `pages ${n}`);
 for (const o of [...others, stranger]) await o.kill();
 ok("list-paging");
 
-await sbx.files.write("/tmp/kept", "kept across the pause");
-const bg = await sbx.commands.run("sleep 100", { background: true });
-await sbx.pause();
-check((await Sandbox.getInfo(sbx.sandboxId)).state === "paused", "paused state");
-const paused = await Sandbox.list({ query: { metadata: TAG, state: ["paused"] } }).nextItems();
-check(paused.map((p) => p.sandboxId).join(",") === sbx.sandboxId, `paused list ${JSON.stringify(paused)}`);
-const resumed = await Sandbox.connect(sbx.sandboxId);
-check((await Sandbox.getInfo(sbx.sandboxId)).state === "running", "running again");
-check((await resumed.files.read("/tmp/kept")) === "kept across the pause", "the file kept");
-check((await resumed.commands.list()).every((p) => p.pid !== bg.pid), "programs ended by the pause");
-check((await resumed.commands.run("echo again")).stdout === "again\n", "runs after resume");
-ok("pause-resume");
-
-// A snapshot of the files: a sandbox made from it holds them; listed by its sandbox; deleted.
-await resumed.files.write("snap.txt", "in the snapshot");
-const snap = await resumed.createSnapshot();
-const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 });
-check((await fromSnap.files.read("snap.txt")) === "in the snapshot", "a sandbox from the snapshot has its files");
-await fromSnap.kill();
-const snaps = await Sandbox.listSnapshots({ sandboxId: resumed.sandboxId }).nextItems();
-check(snaps.map((x) => x.snapshotId).join(",") === snap.snapshotId, `the sandbox's snapshots: ${JSON.stringify(snaps)}`);
-if (MODE === "serve") {
-  // The SDK reads a create's 404 as a SandboxError.
-  const theirs = await refused(
-    () => Sandbox.create(snap.snapshotId, { timeoutMs: 60_000, apiKey: env.JUDGE_OTHER_KEY }),
-    Error,
-    "another key's start from the snapshot",
+// Steps the provider under the server cannot take (JUDGE_LACKS): each refused as E2B refuses a
+// feature it lacks (501; 400 for a create it cannot honour), never as a sandbox not found, the
+// sandbox running on; passed as `<step>-lacked`.
+const LACKS = new Set((env.JUDGE_LACKS ?? "").split(",").filter(Boolean));
+async function lacked(step, attempt, status = "501") {
+  let refusal;
+  try {
+    await attempt();
+  } catch (e) {
+    refusal = e;
+  }
+  check(refusal !== undefined, `${step}: taken where the provider lacks it`);
+  check(
+    String(refusal?.message).includes(status) && !(refusal instanceof NotFoundError),
+    `${step}: ${refusal?.constructor?.name}: ${refusal?.message}`,
   );
-  check(/404.*not found/.test(theirs.message), `another key's start from the snapshot: ${theirs.message}`);
+  check(await sbx.isRunning(), `${step}: the sandbox runs on`);
+  ok(`${step}-lacked`);
 }
-check(await Sandbox.deleteSnapshot(snap.snapshotId), "delete the snapshot");
-check(!(await Sandbox.deleteSnapshot(snap.snapshotId)), "delete it again");
-ok("snapshot");
 
-const forks = await resumed.fork({ count: 2, timeoutMs: 60_000 });
-check(forks.length === 2 && forks.every((f) => !(f instanceof Error)), `forks: ${forks}`);
-check(new Set([...forks.map((f) => f.sandboxId), resumed.sandboxId]).size === 3, "each fork a sandbox of its own");
-for (const f of forks) {
-  check((await f.files.read("snap.txt")) === "in the snapshot", "a fork holds the files");
-  await f.kill();
+async function pauseAndResume() {
+  await sbx.files.write("/tmp/kept", "kept across the pause");
+  const bg = await sbx.commands.run("sleep 100", { background: true });
+  await sbx.pause();
+  check((await Sandbox.getInfo(sbx.sandboxId)).state === "paused", "paused state");
+  const paused = await Sandbox.list({ query: { metadata: TAG, state: ["paused"] } }).nextItems();
+  check(paused.map((p) => p.sandboxId).join(",") === sbx.sandboxId, `paused list ${JSON.stringify(paused)}`);
+  const resumed = await Sandbox.connect(sbx.sandboxId);
+  check((await Sandbox.getInfo(sbx.sandboxId)).state === "running", "running again");
+  check((await resumed.files.read("/tmp/kept")) === "kept across the pause", "the file kept");
+  check((await resumed.commands.list()).every((p) => p.pid !== bg.pid), "programs ended by the pause");
+  check((await resumed.commands.run("echo again")).stdout === "again\n", "runs after resume");
+  ok("pause-resume");
+  return resumed;
 }
-ok("fork");
+
+async function snapshot(resumed) {
+  // A snapshot of the files: a sandbox made from it holds them; listed by its sandbox; deleted.
+  await resumed.files.write("snap.txt", "in the snapshot");
+  const snap = await resumed.createSnapshot();
+  const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 });
+  check((await fromSnap.files.read("snap.txt")) === "in the snapshot", "a sandbox from the snapshot has its files");
+  await fromSnap.kill();
+  const snaps = await Sandbox.listSnapshots({ sandboxId: resumed.sandboxId }).nextItems();
+  check(snaps.map((x) => x.snapshotId).join(",") === snap.snapshotId, `the sandbox's snapshots: ${JSON.stringify(snaps)}`);
+  if (MODE === "serve") {
+    // The SDK reads a create's 404 as a SandboxError.
+    const theirs = await refused(
+      () => Sandbox.create(snap.snapshotId, { timeoutMs: 60_000, apiKey: env.JUDGE_OTHER_KEY }),
+      Error,
+      "another key's start from the snapshot",
+    );
+    check(/404.*not found/.test(theirs.message), `another key's start from the snapshot: ${theirs.message}`);
+  }
+  check(await Sandbox.deleteSnapshot(snap.snapshotId), "delete the snapshot");
+  check(!(await Sandbox.deleteSnapshot(snap.snapshotId)), "delete it again");
+  ok("snapshot");
+}
+
+async function forked(resumed) {
+  const forks = await resumed.fork({ count: 2, timeoutMs: 60_000 });
+  check(forks.length === 2 && forks.every((f) => !(f instanceof Error)), `forks: ${forks}`);
+  check(new Set([...forks.map((f) => f.sandboxId), resumed.sandboxId]).size === 3, "each fork a sandbox of its own");
+  for (const f of forks) {
+    check((await f.files.read("snap.txt")) === "in the snapshot", "a fork holds the files");
+    await f.kill();
+  }
+  ok("fork");
+}
+
+let resumed = sbx;
+if (LACKS.has("pause-resume")) {
+  await lacked("pause-resume", () => sbx.pause());
+} else {
+  resumed = await pauseAndResume();
+}
+if (LACKS.has("snapshot")) {
+  await lacked("snapshot", () => sbx.createSnapshot());
+} else {
+  await snapshot(resumed);
+}
+if (LACKS.has("fork")) {
+  await lacked("fork", () => sbx.fork({ count: 1, timeoutMs: 60_000 }));
+} else {
+  await forked(resumed);
+}
 
 if (MODE === "serve") {
   const other = env.JUDGE_OTHER_KEY;
@@ -333,21 +378,29 @@ if (MODE === "serve") {
   check((await Sandbox.getInfo(sbx.sandboxId)).state === "running", "still running");
   ok("owners");
 
-  // E2B's network lists as agentbox's allowlist, kept by its egress proxy.
-  const walled = await Sandbox.create("base", {
-    timeoutMs: 60_000,
-    network: { denyOut: ["0.0.0.0/0"], allowOut: ["example.com"] },
-  });
-  const facts = (await boxInfo(walled.sandboxId)).facts.network;
-  check(JSON.stringify(facts) === JSON.stringify({ allowlist: ["example.com"] }), `the box's network: ${JSON.stringify(facts)}`);
-  await walled.kill();
-  const partial = await refused(
-    () => Sandbox.create("base", { timeoutMs: 60_000, network: { denyOut: ["192.0.2.1"] } }),
-    Error,
-    "a deny list other than all traffic",
-  );
-  check(String(partial.message).includes("allowlists"), `a partial deny list: ${partial.message}`);
-  ok("network");
+  if (LACKS.has("network")) {
+    await lacked(
+      "network",
+      () => Sandbox.create("base", { timeoutMs: 60_000, network: { denyOut: ["0.0.0.0/0"], allowOut: ["example.com"] } }),
+      "400",
+    );
+  } else {
+    // E2B's network lists as agentbox's allowlist, kept by its egress proxy.
+    const walled = await Sandbox.create("base", {
+      timeoutMs: 60_000,
+      network: { denyOut: ["0.0.0.0/0"], allowOut: ["example.com"] },
+    });
+    const facts = (await boxInfo(walled.sandboxId)).facts.network;
+    check(JSON.stringify(facts) === JSON.stringify({ allowlist: ["example.com"] }), `the box's network: ${JSON.stringify(facts)}`);
+    await walled.kill();
+    const partial = await refused(
+      () => Sandbox.create("base", { timeoutMs: 60_000, network: { denyOut: ["192.0.2.1"] } }),
+      Error,
+      "a deny list other than all traffic",
+    );
+    check(String(partial.message).includes("allowlists"), `a partial deny list: ${partial.message}`);
+    ok("network");
+  }
 }
 
 const victim = await Sandbox.create("base", { timeoutMs: 120_000 });
