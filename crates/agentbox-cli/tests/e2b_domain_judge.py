@@ -73,6 +73,35 @@ try:
     )
     ok("port")
 
+    # A sandbox whose ports are not public: its traffic access token is asked for.
+    private = Sandbox.create(timeout=120, network={"allow_public_traffic": False})
+    try:
+        token = private.traffic_access_token
+        check(isinstance(token, str) and len(token) >= 16, f"the traffic access token: {token!r}")
+        check(sbx.traffic_access_token is None, "a public sandbox has no traffic token")
+        private.commands.run(
+            "cd /tmp && exec python3 -m http.server 8000 --bind 127.0.0.1",
+            background=True,
+        )
+        url = f"https://{private.get_host(8000)}/"
+        status = None
+        for _ in range(100):
+            try:
+                status = httpx.get(url, headers={"e2b-traffic-access-token": token}, timeout=10).status_code
+                if status == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        check(status == 200, f"the private port with its token: {status}")
+        res = httpx.get(url, timeout=10)
+        check(res.status_code == 403 and "traffic access token" in res.text, f"no token: {res.status_code} {res.text}")
+        res = httpx.get(url, headers={"e2b-traffic-access-token": "0" * len(token)}, timeout=10)
+        check(res.status_code == 403, f"a wrong token: {res.status_code} {res.text}")
+    finally:
+        private.kill()
+    ok("private-port")
+
     # Files at signed URLs, fetched with no token or key: as a browser would.
     url = sbx.download_url("notes/a.txt")
     check("signature=v1_" in url, f"download_url is signed: {url}")

@@ -290,6 +290,20 @@ fn network_of(allow_internet: Option<bool>, n: Option<&Value>) -> Result<Option<
             Some(x) => Err((400, format!("network.{k}: {x} is not a list"))),
         }
     };
+    if let Some(p) = n.and_then(|n| n.get("allowPublicTraffic"))
+        && !p.is_null()
+        && !p.is_boolean()
+    {
+        return Err((400, format!("network.allowPublicTraffic: {p} is not true or false")));
+    }
+    if let Some(m) = n.and_then(|n| n.get("maskRequestHost"))
+        && !m.is_null()
+        && !m.as_str().is_some_and(|m| {
+            !m.is_empty() && m.len() <= 253 && axum::http::HeaderValue::from_str(&m.replace("${PORT}", "1")).is_ok()
+        })
+    {
+        return Err((400, format!("network.maskRequestHost: {m} is not a host name")));
+    }
     if n.and_then(|n| n.get("rules"))
         .is_some_and(|r| !r.is_null() && r != &json!({}))
     {
@@ -327,10 +341,31 @@ pub(crate) fn sandbox(s: &Shared, x: &Sbx) -> Value {
     if let Some(t) = &x.token {
         v["envdAccessToken"] = json!(t);
     }
+    if let Some(t) = &x.traffic_token {
+        v["trafficAccessToken"] = json!(t);
+    }
     if let Some(a) = &x.alias {
         v["alias"] = json!(a);
     }
     v
+}
+
+/// Whether a sandbox's ports take anyone (`network.allowPublicTraffic`, true unless asked
+/// false): when not, each request to one must show its traffic access token.
+pub(crate) fn public_traffic(network: Option<&Value>) -> bool {
+    network
+        .and_then(|n| n.get("allowPublicTraffic"))
+        .and_then(Value::as_bool)
+        .unwrap_or(true)
+}
+
+/// The host a request to port `port` of a sandbox is sent with: `network.maskRequestHost`
+/// with `${PORT}` as the port, or `localhost:PORT`.
+pub(crate) fn request_host(network: Option<&Value>, port: u16) -> String {
+    match network.and_then(|n| n.get("maskRequestHost")).and_then(Value::as_str) {
+        Some(mask) => mask.replace("${PORT}", &port.to_string()),
+        None => format!("localhost:{port}"),
+    }
 }
 
 fn listed(x: &Sbx) -> Value {
@@ -358,6 +393,9 @@ fn detail(s: &Shared, x: &Sbx) -> Value {
     v["domain"] = json!(s.domain);
     if let Some(t) = &x.token {
         v["envdAccessToken"] = json!(t);
+    }
+    if let Some(t) = &x.traffic_token {
+        v["trafficAccessToken"] = json!(t);
     }
     v["allowInternetAccess"] = json!(x.allow_internet);
     if let Some(n) = &x.network {
@@ -561,6 +599,21 @@ async fn connect(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn public_traffic_and_the_request_host_are_read_from_the_network_asked() {
+        assert!(public_traffic(None));
+        assert!(public_traffic(Some(&json!({"allowOut": ["a.com"]}))));
+        assert!(!public_traffic(Some(&json!({"allowPublicTraffic": false}))));
+        assert_eq!(request_host(None, 8000), "localhost:8000");
+        let masked = json!({"maskRequestHost": "${PORT}-app.example.com"});
+        assert_eq!(request_host(Some(&masked), 8000), "8000-app.example.com");
+        let refused = |n: Value| network_of(None, Some(&n)).unwrap_err().1;
+        assert!(refused(json!({"allowPublicTraffic": "no"})).contains("allowPublicTraffic"));
+        assert!(refused(json!({"maskRequestHost": "a\nb"})).contains("maskRequestHost"));
+        assert!(refused(json!({"maskRequestHost": ""})).contains("maskRequestHost"));
+        assert_eq!(network_of(None, Some(&json!({"allowPublicTraffic": false}))), Ok(None));
+    }
 
     #[test]
     fn e2b_networks_are_agentbox_allowlists_or_refused() {

@@ -3,6 +3,7 @@
 //! and resume, kill.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Not as _;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -226,6 +227,9 @@ pub(crate) struct Sbx {
     pub(crate) env: BTreeMap<String, String>,
     /// envd's access token (`X-Access-Token`), for a secure sandbox.
     pub(crate) token: Option<String>,
+    /// The token its ports demand (`e2b-traffic-access-token`), when its network was asked
+    /// `allowPublicTraffic: false`.
+    pub(crate) traffic_token: Option<String>,
     pub(crate) allow_internet: Option<bool>,
     /// The network config as asked (recorded, answered back).
     pub(crate) network: Option<Value>,
@@ -261,6 +265,9 @@ impl Sbx {
             metadata: a.metadata,
             env: a.env,
             token: a.secure.then(|| random(b"0123456789abcdef", 32)),
+            traffic_token: crate::api::public_traffic(a.network.as_ref())
+                .not()
+                .then(|| random(b"0123456789abcdef", 32)),
             allow_internet: a.allow_internet,
             network: a.network,
             box_network: a.box_network,
