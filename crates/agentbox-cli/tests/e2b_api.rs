@@ -204,7 +204,16 @@ async fn the_python_sdk_judges_e2b_domain_mode() {
         command.env_remove(unwanted);
     }
     let judged = judge::run(command, JUDGE_TIMEOUT, |_| {}).await;
-    judged.assert_steps(&["create", "envd", "port", "private-port", "signed-urls", "hosts", "kill"]);
+    judged.assert_steps(&[
+        "readme",
+        "create",
+        "envd",
+        "port",
+        "private-port",
+        "signed-urls",
+        "hosts",
+        "kill",
+    ]);
     server.start_kill().unwrap();
 }
 

@@ -2,7 +2,7 @@
 Python SDK (`e2b` 2.x), told nothing but E2B_DOMAIN and E2B_API_KEY, as a program written for
 E2B's cloud is, reaches the control plane at https://api.DOMAIN, envd at
 https://49983-ID.DOMAIN, a sandbox's port at the address `get_host` gives, and its files at the
-signed URLs `download_url` and `upload_url` give.
+signed URLs `download_url` and `upload_url` give; the SDK's README example runs as written.
 
 The runner (tests/e2b_api.rs) sets E2B_DOMAIN, E2B_API_KEY and SSL_CERT_FILE (the authority of
 the server's `*.DOMAIN` certificate), and runs this where DNS answers every name under the
@@ -14,7 +14,7 @@ import os
 import time
 
 import httpx
-from e2b import Sandbox
+from e2b import E2B, Sandbox
 
 DOMAIN = os.environ["E2B_DOMAIN"]
 for unwanted in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DEBUG"):
@@ -29,6 +29,15 @@ def check(cond, what):
     if not cond:
         raise AssertionError(what)
 
+
+# The SDK's README, as it is written there: the environment's configuration, then a client's.
+with Sandbox.create() as sandbox:
+    result = sandbox.commands.run('echo "Hello from E2B!"')
+    check(result.stdout == "Hello from E2B!\n", f"the README's example: {result}")
+client = E2B(api_key=os.environ["E2B_API_KEY"], domain=DOMAIN)
+with client.Sandbox.create() as sandbox:
+    check(sandbox.commands.run("echo $E2B_SANDBOX").stdout == "true\n", "a client's sandbox")
+ok("readme")
 
 sbx = Sandbox.create(timeout=120)
 try:
