@@ -46,6 +46,11 @@ pub(crate) struct ServeArgs {
     /// No in-box runner in the boxes the service makes.
     #[arg(long)]
     no_runner: bool,
+    /// The boxes the service makes keep their provider's default capabilities (Docker's set),
+    /// with no-new-privileges off, for programs that must change user: sudo in E2B's base
+    /// template. By default a box keeps none and cannot gain privileges by exec.
+    #[arg(long)]
+    keep_capabilities: bool,
     /// Where the runs `/v1/runs` shows live (`<DIR>/runs/<ID>`; default: AGENTBOX_HOME).
     #[arg(long, value_name = "DIR")]
     runs: Option<PathBuf>,
@@ -61,9 +66,15 @@ pub(crate) struct ServeArgs {
     /// E2B_SANDBOX_URL set to its URL and one of this server's keys as E2B_API_KEY.
     #[arg(long, value_name = "ADDR")]
     e2b: Option<std::net::SocketAddr>,
-    /// An E2B template, NAME=PROVIDER or NAME=PROVIDER:IMAGE (repeat it). `base`, the SDKs'
-    /// default, is a box of the default provider unless it is named here.
-    #[arg(long = "e2b-template", value_name = "NAME=PROVIDER[:IMAGE]", requires = "e2b")]
+    /// An E2B template, NAME=PROVIDER or NAME=PROVIDER:IMAGE, then optionally ,workspace=DIR
+    /// where its programs start (repeat it). `base`, the SDKs' default, is a box of the
+    /// default provider unless it is named here; scripts/box-image --e2b-base builds E2B's:
+    /// base=docker:agentbox-e2b-base:bookworm,workspace=/home/user.
+    #[arg(
+        long = "e2b-template",
+        value_name = "NAME=PROVIDER[:IMAGE][,workspace=DIR]",
+        requires = "e2b"
+    )]
     e2b_templates: Vec<String>,
     /// E2B's domain mode: the SDKs reach this server with E2B_DOMAIN=DOMAIN (no E2B_API_URL or
     /// E2B_SANDBOX_URL), at https://api.DOMAIN and https://PORT-ID.DOMAIN, so every name under
@@ -79,14 +90,14 @@ pub(crate) struct ServeArgs {
     e2b_ports: Vec<u16>,
 }
 
-/// `--e2b-template NAME=PROVIDER[:IMAGE]`, each.
+/// `--e2b-template NAME=PROVIDER[:IMAGE][,workspace=DIR]`, each.
 fn e2b_templates(flags: &[String]) -> Result<agentbox_server::e2b::Templates> {
     let mut out = agentbox_server::e2b::Templates::new();
     for f in flags {
         let bad = |why: String| crate::usage(Error::invalid(format!("--e2b-template {f:?}: {why}")));
         let (name, template) = f
             .split_once('=')
-            .ok_or_else(|| bad("not NAME=PROVIDER[:IMAGE]".into()))?;
+            .ok_or_else(|| bad("not NAME=PROVIDER[:IMAGE][,workspace=DIR]".into()))?;
         if name.is_empty() {
             return Err(bad("no template name before '='".into()));
         }
@@ -197,6 +208,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
     options.environment = environment;
     options.default_provider = default_provider.name.to_string();
     options.provider_options.runner = !a.no_runner;
+    options.provider_options.keep_capabilities = a.keep_capabilities;
     options.runs_root = a.runs.clone();
     if a.ledger.is_some() {
         options.ledger = Some(crate::ledger::store(a.ledger.as_deref()).await.map_err(crate::usage)?);

@@ -47,6 +47,7 @@ async fn serve_e2b(
     if over.domain {
         server.args(["--e2b-domain", DOMAIN]);
     }
+    server.args(over.extra);
     let mut server = common::started(&mut server, home);
     let mut said = common::announced(
         &mut server,
@@ -217,6 +218,78 @@ async fn the_python_sdk_judges_e2b_domain_mode() {
     server.start_kill().unwrap();
 }
 
+/// E2B's base template on Docker boxes: the image `scripts/box-image --e2b-base` builds from
+/// Debian's packages, mapped as `base` with its user's home as the workspace, the boxes keeping
+/// their capabilities for sudo. The Python SDK finds E2B's user, home, tools and sudo
+/// (`tests/e2b_base_judge.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_finds_e2bs_base_template_on_docker() {
+    let test = "the_python_sdk_finds_e2bs_base_template_on_docker";
+    let Some(image) =
+        agentbox_testing::services::path_from("AGENTBOX_TEST_E2B_BASE_IMAGE", "scripts/box-image --e2b-base", test)
+    else {
+        return;
+    };
+    if !agentbox_testing::services::docker_available(test) {
+        return;
+    }
+    let template = format!("base=docker:{},workspace=/home/user", image.display());
+    let extra = ["--keep-capabilities", "--e2b-template", &template];
+    judge_base(test, "docker", &extra, &["user", "tools", "home", "sudo"]).await;
+}
+
+/// The same tree as a namespace box's rootfs (`scripts/box-rootfs --e2b-base`): E2B's tools and
+/// its user known, the box's one user being root of its own namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_finds_e2bs_base_template_as_a_rootfs() {
+    let test = "the_python_sdk_finds_e2bs_base_template_as_a_rootfs";
+    let Some(rootfs) =
+        agentbox_testing::services::path_from("AGENTBOX_TEST_E2B_BASE_ROOTFS", "scripts/box-rootfs --e2b-base", test)
+    else {
+        return;
+    };
+    let template = format!("base=namespace:{}", rootfs.display());
+    judge_base(
+        test,
+        "namespace",
+        &["--e2b-template", &template],
+        &["rootfs-user", "tools"],
+    )
+    .await;
+}
+
+/// `agentbox serve --e2b` over `provider`'s boxes with `extra` arguments, judged by
+/// `tests/e2b_base_judge.py`, which must pass `steps`.
+async fn judge_base(test: &str, provider: &str, extra: &[&str], steps: &[&str]) {
+    let Some(py) = judge::python("e2b", test) else {
+        return;
+    };
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let key = common::key(home.path(), "a");
+    let over = Over {
+        extra,
+        ..Default::default()
+    };
+    let (mut server, _api, e2b) = serve_e2b(home.path(), provider, &over, None).await;
+    let mut command = tokio::process::Command::new(&py);
+    command
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2b_base_judge.py"))
+        .env("E2B_API_URL", &e2b)
+        .env("E2B_SANDBOX_URL", &e2b)
+        .env("E2B_API_KEY", &key)
+        .env("E2B_HTTP_VERSION", "1.1")
+        .env("JUDGE_BOXES", provider)
+        .env("NO_PROXY", "127.0.0.1")
+        .env("HOME", home.path());
+    for unwanted in ["E2B_DOMAIN", "E2B_DEBUG", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        command.env_remove(unwanted);
+    }
+    let judged = judge::run(command, JUDGE_TIMEOUT, |_| {}).await;
+    judged.assert_steps(steps);
+    server.start_kill().unwrap();
+}
+
 /// Where a judged server's boxes are and how it is reached.
 #[derive(Default)]
 struct Over<'a> {
@@ -228,6 +301,8 @@ struct Over<'a> {
     tls: bool,
     /// E2B's domain mode, under [`DOMAIN`].
     domain: bool,
+    /// More arguments of `agentbox serve`.
+    extra: &'a [&'a str],
 }
 
 /// The domain of E2B's domain mode under test: `.test` is reserved, never a real one.
@@ -397,4 +472,46 @@ async fn the_e2b_bench_measures_the_sdk_beside_the_own_api() {
         .unwrap();
     let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "no box left: {listed}");
+}
+
+/// `agentbox serve`'s E2B flags, given wrong, are refused before anything is served, each
+/// naming the flag and why.
+#[test]
+fn wrong_e2b_flags_are_refused_naming_the_flag() {
+    let home = tempfile::tempdir().unwrap();
+    let many: Vec<String> = (3000..3033).map(|p| p.to_string()).collect();
+    let many = many.join(",");
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--e2b-template", "base=docker:img,workspace=rel"],
+            "workspace \"rel\": not a normal absolute path",
+        ),
+        (&["--e2b-template", "base=docker:img,home=/x"], "not workspace=DIR"),
+        (&["--e2b-template", "base"], "not NAME=PROVIDER"),
+        (
+            &["--e2b-domain", "localhost"],
+            "--e2b-domain \"localhost\": not a domain of two labels",
+        ),
+        (&["--e2b-ports", &many], "--e2b-ports: 33 ports; at most 32"),
+        (&["--e2b-ports", "0"], "--e2b-ports"),
+    ];
+    for (flags, said) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--e2b",
+                "127.0.0.1:0",
+                "--provider",
+                "namespace",
+            ])
+            .args(flags)
+            .env("AGENTBOX_HOME", home.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(said), "{flags:?}: {stderr}");
+    }
 }

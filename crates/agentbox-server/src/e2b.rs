@@ -26,26 +26,45 @@ pub const SANDBOX_LABEL: &str = "agentbox-server.e2b";
 /// How long making a sandbox's box may take.
 const MAKE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// What an E2B template is on this server: a provider, and the image (or rootfs) its boxes
-/// start from (`None`: the provider's own default).
+/// What an E2B template is on this server: a provider, the image (or rootfs) its boxes start
+/// from (`None`: the provider's own default), and where its programs start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Template {
     /// The provider (`None`: the server's default provider).
     pub provider: Option<String>,
     /// The image, rootfs or snapshot a box starts from, as the provider reads `spec.image`.
     pub image: Option<String>,
+    /// The box's workspace (`spec.workspace`): where programs start and relative paths are
+    /// taken from, as E2B's template user's home (`/home/user`); `None`: the provider's.
+    pub workspace: Option<String>,
 }
 
 impl std::str::FromStr for Template {
     type Err = String;
 
-    /// `PROVIDER`, or `PROVIDER:IMAGE` (the image may hold colons: `docker:debian:13`).
+    /// `PROVIDER`, or `PROVIDER:IMAGE` (the image may hold colons: `docker:debian:13`), then
+    /// optionally `,workspace=DIR`.
     ///
     /// ```
     /// let t: agentbox_server::e2b::Template = "docker:debian:13".parse().unwrap();
     /// assert_eq!((t.provider.as_deref(), t.image.as_deref()), (Some("docker"), Some("debian:13")));
+    /// let t: agentbox_server::e2b::Template =
+    ///     "docker:agentbox-e2b-base:bookworm,workspace=/home/user".parse().unwrap();
+    /// assert_eq!(t.workspace.as_deref(), Some("/home/user"));
     /// ```
     fn from_str(s: &str) -> Result<Self, String> {
+        let (s, workspace) = match s.split_once(',') {
+            Some((t, rest)) => {
+                let dir = rest
+                    .strip_prefix("workspace=")
+                    .ok_or_else(|| format!("{rest:?}: not workspace=DIR"))?;
+                if !agentbox_core::is_normal_absolute(dir) {
+                    return Err(format!("workspace {dir:?}: not a normal absolute path"));
+                }
+                (t, Some(dir.to_string()))
+            }
+            None => (s, None),
+        };
         let (provider, image) = match s.split_once(':') {
             Some((p, i)) => (p, Some(i)),
             None => (s, None),
@@ -57,6 +76,7 @@ impl std::str::FromStr for Template {
         Ok(Template {
             provider: Some(provider.to_string()),
             image: image.map(str::to_string),
+            workspace,
         })
     }
 }
@@ -261,6 +281,7 @@ impl ServiceBackend {
         let name = match self.templates.get(&ask.template) {
             Some(t) => {
                 spec.image = t.image.clone();
+                spec.workspace = t.workspace.clone();
                 t.provider
                     .clone()
                     .unwrap_or_else(|| self.state.default_provider.clone())
