@@ -97,10 +97,8 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
         (&Method::POST, ["v2", "sandboxes"]) => create(&s, &caller, &json, true).await,
         (&Method::GET, ["sandboxes"]) => list_v1(&s, &caller, &q),
         (&Method::GET, ["v2", "sandboxes"]) => list(&s, &caller, &q),
-        (_, ["sandboxes", "metrics"]) => error(
-            501,
-            format!("{method} {path}: metrics are not served by agentbox's E2B API"),
-        ),
+        (&Method::GET, ["sandboxes", "metrics"]) => metrics_of_many(&s, &caller, &q).await,
+        (&Method::GET, ["sandboxes", id, "metrics"]) => metrics_of(&s, &caller, id, &q).await,
         (&Method::GET, ["sandboxes", id]) => match s.owned(&caller, id) {
             Some(x) => json_response(StatusCode::OK, &detail(&s, &x)),
             None => not_found(id),
@@ -148,6 +146,76 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
             format!("{method} {path}: no such route in E2B's API as agentbox serves it"),
         ),
     }
+}
+
+/// A sample of sandbox `x` taken now and kept, if it runs; the reason when its box gave none.
+async fn measure(x: &Sbx) -> Result<Option<crate::metrics::Sample>, String> {
+    let Some(b) = x.running_box() else {
+        return Ok(None);
+    };
+    let home = b.facts().workspace.clone().unwrap_or_else(|| "/".to_string());
+    let sample = crate::metrics::sample(b.as_ref(), &home).await?;
+    crate::metrics::keep(&mut lock(&x.samples), sample.clone());
+    Ok(Some(sample))
+}
+
+/// `GET /sandboxes/{id}/metrics?start=&end=`: a sample taken now (of a running sandbox), and
+/// every kept one within `start`..`end` (seconds since the epoch, both optional), oldest first.
+async fn metrics_of(s: &Shared, caller: &Caller, id: &str, q: &Query) -> Response {
+    let Some(x) = s.owned(caller, id) else {
+        return not_found(id);
+    };
+    let bound = |k: &str| -> Result<Option<u64>, String> {
+        match q.get(k) {
+            None | Some("") => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("{k} {v:?}: not seconds since the epoch")),
+        }
+    };
+    let (start, end) = match (bound("start"), bound("end")) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(why), _) | (_, Err(why)) => return error(400, why),
+    };
+    if let Err(why) = measure(&x).await {
+        return error(500, why);
+    }
+    let kept: Vec<Value> = lock(&x.samples)
+        .iter()
+        .filter(|m| start.is_none_or(|t| m.unix >= t) && end.is_none_or(|t| m.unix <= t))
+        .map(crate::metrics::Sample::json)
+        .collect();
+    json_response(StatusCode::OK, &Value::Array(kept))
+}
+
+/// `GET /sandboxes/metrics?sandbox_ids=a,b`: a sample of each running sandbox named that the
+/// caller owns, taken now (at most 100 named).
+async fn metrics_of_many(s: &Shared, caller: &Caller, q: &Query) -> Response {
+    let ids: Vec<String> = q
+        .all("sandbox_ids")
+        .iter()
+        .flat_map(|v| v.split(','))
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .collect();
+    if ids.len() > 100 {
+        return error(400, format!("sandbox_ids: {} named; at most 100", ids.len()));
+    }
+    let mut out = serde_json::Map::new();
+    for id in ids {
+        let Some(x) = s.owned(caller, &id) else {
+            continue;
+        };
+        match measure(&x).await {
+            Ok(Some(m)) => {
+                out.insert(id, m.json());
+            }
+            Ok(None) => {}
+            Err(why) => return error(500, format!("{id}: {why}")),
+        }
+    }
+    json_response(StatusCode::OK, &json!({"sandboxes": out}))
 }
 
 /// A pause or resume the provider refused or failed: a provider that cannot sleep a box

@@ -26,7 +26,8 @@
 //! `POST /sandboxes/{id}/resume`, `POST /sandboxes/{id}/connect` and
 //! `POST /v2/sandboxes/{id}/connect` (the SDK's connect and resume), snapshots and forks
 //! (`POST /sandboxes/{id}/snapshots`, `GET /snapshots`, `DELETE /templates/{id}`,
-//! `POST /sandboxes/{id}/fork`: see `snapshots`), and `GET /health`.
+//! `POST /sandboxes/{id}/fork`: see `snapshots`), metrics (`GET /sandboxes/{id}/metrics`,
+//! `GET /sandboxes/metrics`: measured in the box, see `metrics`), and `GET /health`.
 //! Errors are E2B's `{code, message}`. A key sees only the sandboxes it made (an admin key
 //! every one): another key's sandbox is 404, as one that does not exist. Ids are 20 lowercase
 //! letters and digits.
@@ -76,7 +77,7 @@
 //!
 //! Not yet served (each answered as E2B answers a route or feature it lacks, never as a
 //! missing sandbox): file metadata (`X-Metadata-*`, which the SDKs refuse themselves below
-//! the envd version reported), metrics, logs, template builds, volumes, MCP and
+//! the envd version reported), logs, network updates, template builds, volumes, MCP and
 //! IAM; Connect's binary codec. cpu, memory and disk are reported (2, 512 MiB, 10 GiB),
 //! not enforced; relative paths and `~` are from the box's workspace (where its programs
 //! start) for every user. A process stream that falls more than 4096 reads of the program's
@@ -97,6 +98,7 @@
 mod api;
 mod envd;
 pub mod http;
+mod metrics;
 mod ports;
 mod snapshots;
 mod state;

@@ -249,6 +249,8 @@ pub(crate) struct Sbx {
     pub(crate) watchers: Mutex<BTreeMap<String, crate::watch::Watcher>>,
     /// Bumped to cut every open stream of it mid-way (pause, vanish, kill).
     pub(crate) cut: watch::Sender<u64>,
+    /// Its metrics' samples, oldest first (`metrics`).
+    pub(crate) samples: Mutex<VecDeque<crate::metrics::Sample>>,
 }
 
 impl Sbx {
@@ -281,6 +283,7 @@ impl Sbx {
             procs: Mutex::new(BTreeMap::new()),
             watchers: Mutex::new(BTreeMap::new()),
             cut: watch::channel(0).0,
+            samples: Mutex::new(VecDeque::new()),
         }
     }
 

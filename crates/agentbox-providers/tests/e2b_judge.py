@@ -282,14 +282,25 @@ check(info.state == SandboxState.RUNNING, f"state {info.state}")
 check(info.metadata == TAG, f"metadata {info.metadata}")
 ok("timeout")
 
+# Metrics, measured in the box: a sample now, and the ones kept since.
+first = sbx.get_metrics()
+check(len(first) >= 1, f"metrics: {first}")
+m = first[-1]
+check(m.cpu_count >= 1 and 0 <= m.cpu_used_pct, f"the CPUs: {m}")
+check(0 < m.mem_used <= m.mem_total, f"the memory: {m}")
+check(0 < m.disk_used <= m.disk_total, f"the disk: {m}")
+kept = sbx.get_metrics(start=m.timestamp)
+check(len(kept) >= 2 and kept[0].timestamp >= m.timestamp, f"the samples kept: {kept}")
+ok("metrics")
+
 # What is not served answers as a feature E2B lacks, never as a sandbox not found.
 try:
-    sbx.get_metrics()
-    raise AssertionError("metrics were served")
+    sbx.update_network({"allow_out": ["example.com"]})
+    raise AssertionError("a network update was served")
 except AssertionError:
     raise
 except Exception as e:
-    check(type(e).__name__ != "NotFoundException" and "501" in str(e), f"metrics: {type(e).__name__}: {e}")
+    check(type(e).__name__ != "NotFoundException" and "501" in str(e), f"a network update: {type(e).__name__}: {e}")
 check(sbx.is_running(), "running after a route it lacks")
 ok("unserved")
 

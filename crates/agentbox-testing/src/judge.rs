@@ -141,6 +141,7 @@ pub mod e2b {
         "files-ops",
         "watch",
         "timeout",
+        "metrics",
         "unserved",
         "timeout-max",
         "list-paging",

@@ -241,9 +241,20 @@ check(detail.state === "running", `state ${detail.state}`);
 check(JSON.stringify(detail.metadata) === JSON.stringify(TAG), `metadata ${JSON.stringify(detail.metadata)}`);
 ok("timeout");
 
+// Metrics, measured in the box: a sample now, and the ones kept since.
+const first = await sbx.getMetrics();
+check(first.length >= 1, `metrics: ${JSON.stringify(first)}`);
+const m = first[first.length - 1];
+check(m.cpuCount >= 1 && m.cpuUsedPct >= 0, `the CPUs: ${JSON.stringify(m)}`);
+check(m.memUsed > 0 && m.memUsed <= m.memTotal, `the memory: ${JSON.stringify(m)}`);
+check(m.diskUsed > 0 && m.diskUsed <= m.diskTotal, `the disk: ${JSON.stringify(m)}`);
+const kept = await sbx.getMetrics({ start: m.timestamp });
+check(kept.length >= 2 && kept[0].timestamp >= m.timestamp, `the samples kept: ${JSON.stringify(kept)}`);
+ok("metrics");
+
 // What is not served answers as a feature E2B lacks, never as a sandbox not found.
-const unserved = await refused(() => sbx.getMetrics(), Error, "metrics");
-check(!(unserved instanceof NotFoundError) && /501/.test(unserved.message), `metrics: ${unserved.message}`);
+const unserved = await refused(() => sbx.updateNetwork({ allowOut: ["example.com"] }), Error, "a network update");
+check(!(unserved instanceof NotFoundError) && /501/.test(unserved.message), `a network update: ${unserved.message}`);
 check(await sbx.isRunning(), "running after a route it lacks");
 ok("unserved");
 
