@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use super::BenchArgs;
 use super::measure::{Pair, Stats, pair, print_pairs, stats};
+use super::service::Service;
 
 /// The bytes of output streamed by each side of the streaming comparison.
 const STREAMED: u64 = 16 << 20;
@@ -152,37 +153,17 @@ impl Sdk {
     }
 }
 
-/// The service's own API, over its key.
-struct Native {
-    url: String,
-    key: String,
-    http: reqwest::Client,
+/// The service's own API, over its key: what the SDK's side is measured beside.
+struct Native(Service);
+
+impl std::ops::Deref for Native {
+    type Target = Service;
+    fn deref(&self) -> &Service {
+        &self.0
+    }
 }
 
 impl Native {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let mut r = self
-            .http
-            .request(method, format!("{}{path}", self.url))
-            .bearer_auth(&self.key);
-        if let Some(b) = body {
-            r = r.json(&b);
-        }
-        let answer = r
-            .send()
-            .await
-            .map_err(|e| Error::transfer_failed(format!("{path}: {e}")))?;
-        let status = answer.status();
-        let text = answer
-            .text()
-            .await
-            .map_err(|e| Error::transfer_failed(format!("{path}: {e}")))?;
-        if !status.is_success() {
-            return Err(Error::unknown(format!("{path}: {status}: {text}")));
-        }
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
     async fn make(&self) -> Result<String> {
         let made = self
             .call(
@@ -281,23 +262,7 @@ pub(super) async fn e2b(args: BenchArgs) -> Result<()> {
     };
     let api_served = served(api_listener, service.api.clone(), stopped.clone());
     let e2b_served = served(e2b_listener, service.e2b.clone(), stopped);
-    // Plain HTTP on loopback: TLS is configured only because the client must have it.
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::unknown(format!("TLS: {e}")))?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    let http = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .no_proxy()
-        .timeout(Duration::from_secs(300))
-        .build()
-        .map_err(|e| Error::unknown(format!("an HTTP client: {e}")))?;
-    let native = Native {
-        url: format!("http://{addr}"),
-        key: key.clone(),
-        http,
-    };
+    let native = Native(Service::new(format!("http://{addr}"), key.clone())?);
     let python = args.python.clone().unwrap_or_else(|| "python3".into());
     let n = args.iterations;
     eprintln!(

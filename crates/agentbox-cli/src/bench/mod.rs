@@ -11,6 +11,7 @@ mod kube;
 mod measure;
 mod runner;
 mod serve;
+mod service;
 mod sync;
 
 use agentbox_core::Result;

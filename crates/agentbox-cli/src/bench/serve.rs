@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use super::BenchArgs;
 use super::measure::{Pair, measure, pair, print_pairs};
+use super::service::Service;
 
 /// Requests of each kind in the wrong-key comparison.
 const KEY_REQUESTS: u32 = 10_000;
@@ -39,37 +40,6 @@ fn rss_mib() -> f64 {
                 .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         })
         .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
-struct Service {
-    url: String,
-    key: String,
-    http: reqwest::Client,
-}
-
-impl Service {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let mut r = self
-            .http
-            .request(method, format!("{}{path}", self.url))
-            .bearer_auth(&self.key);
-        if let Some(b) = body {
-            r = r.json(&b);
-        }
-        let answer = r
-            .send()
-            .await
-            .map_err(|e| Error::transfer_failed(format!("{path}: {e}")))?;
-        let status = answer.status();
-        let text = answer
-            .text()
-            .await
-            .map_err(|e| Error::transfer_failed(format!("{path}: {e}")))?;
-        if !status.is_success() {
-            return Err(Error::unknown(format!("{path}: {status}: {text}")));
-        }
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
 }
 
 /// `agentbox mcp` over stdio, one JSON-RPC message a line.
@@ -187,23 +157,7 @@ pub(super) async fn serve(args: BenchArgs) -> Result<()> {
     let served = tokio::spawn(agentbox_server::serve(listener, app, async {
         let _ = stopped.await;
     }));
-    // Plain HTTP on loopback: TLS is configured only because the client must have it.
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::unknown(format!("TLS: {e}")))?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    let http = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .no_proxy()
-        .timeout(Duration::from_secs(300))
-        .build()
-        .map_err(|e| Error::unknown(format!("an HTTP client: {e}")))?;
-    let s = Service {
-        url: format!("http://{addr}"),
-        key,
-        http,
-    };
+    let s = Service::new(format!("http://{addr}"), key)?;
     let n = args.iterations;
     let mut pairs: Vec<Pair> = Vec::new();
     let mut memory = Vec::new();
