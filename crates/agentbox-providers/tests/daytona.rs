@@ -83,7 +83,10 @@ async fn conformance_against(test: &str, with_runner: bool) {
         opts.runner = Some(runner());
     }
     let outside = Arc::new(View::new(&fake.api_url(), KEY));
-    let options = Options::new("daytona", Duration::from_secs(5), Duration::from_secs(10), outside);
+    // A lifetime past the longest create seen under a loaded CI (a runner uploaded and started
+    // through the toolbox, then reached through the preview URL): at 5 s, a create once ran
+    // past it and met its sandbox being destroyed.
+    let options = Options::new("daytona", Duration::from_secs(10), Duration::from_secs(10), outside);
     let report = conformance::run(
         conformance::factory(move || {
             let opts = opts.clone();
