@@ -20,14 +20,14 @@ const JUDGE_TIMEOUT: Duration = Duration::from_secs(600);
 const LIST_PAGE: usize = 2;
 
 /// `agentbox serve --e2b` over `home` on loopback ports, its default provider `provider` (of
-/// the cluster `kubeconfig` names): the process (killed when dropped), the service's URL and
-/// E2B's.
+/// the cluster `kubeconfig` names): the process (killed when dropped), the service's URL,
+/// E2B's, and its log from then on.
 async fn serve_e2b(
     home: &std::path::Path,
     provider: &str,
     over: &Over<'_>,
     tls: Option<&Tls>,
-) -> (tokio::process::Child, String, String) {
+) -> (tokio::process::Child, String, String, common::Kept) {
     let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
     if let Some(k) = over.kubeconfig {
         server.env("KUBECONFIG", k);
@@ -49,13 +49,13 @@ async fn serve_e2b(
     }
     server.args(over.extra);
     let mut server = common::started(&mut server, home);
-    let mut said = common::announced(
+    let (mut said, log) = common::announced_kept(
         &mut server,
         &["agentbox serve: serving on ", "agentbox serve: E2B's API on "],
     )
     .await;
     let (e2b, api) = (said.remove(1), said.remove(0));
-    (server, api, e2b)
+    (server, api, e2b, log)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,13 +155,15 @@ async fn both_sdks_judge_agentbox_serve_e2b_over_tls_with_their_defaults() {
     judge_over(Sdk::Node(dir), "namespace", &over).await;
 }
 
-/// E2B's domain mode: the Python SDK told only `E2B_DOMAIN` (and its key), as a program written
-/// for E2B's cloud is, reaches the control plane at `api.DOMAIN`, envd at `49983-ID.DOMAIN`, a
+/// E2B's domain mode: each SDK told only `E2B_DOMAIN` (and its key), as a program written for
+/// E2B's cloud is, reaches the control plane at `api.DOMAIN`, envd at `49983-ID.DOMAIN`, a
 /// sandbox's port at `get_host`'s address and its files at signed URLs, over TLS with a
-/// certificate for `*.DOMAIN` (`tests/e2b_domain_judge.py`).
+/// certificate for `*.DOMAIN` (`tests/e2b_domain_judge.py`, and `tests/e2b-js/domain.mjs` of
+/// the providers). One test for both: the server's address and the DNS server's are fixed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_sdk_judges_e2b_domain_mode() {
-    let Some(py) = judge::python("e2b", "the_python_sdk_judges_e2b_domain_mode") else {
+async fn both_sdks_judge_e2b_domain_mode() {
+    let test = "both_sdks_judge_e2b_domain_mode";
+    let (Some(py), Some(js)) = (judge::python("e2b", test), judge::node("e2b", test)) else {
         return;
     };
     agentbox_testing::runner::ensure();
@@ -173,9 +175,9 @@ async fn the_python_sdk_judges_e2b_domain_mode() {
         domain: true,
         ..Default::default()
     };
-    let (mut server, _api, e2b) = serve_e2b(home.path(), "namespace", &over, Some(&tls)).await;
+    let (mut server, _api, e2b, _log) = serve_e2b(home.path(), "namespace", &over, Some(&tls)).await;
     assert_eq!(e2b, format!("https://{DOMAIN_AT}"));
-    // `*.DOMAIN` and `DOMAIN` are the server's address, for the judge alone.
+    // `*.DOMAIN` and `DOMAIN` are the server's address, for the judges alone.
     let dns = agentbox_testing::dns::Wildcard::start(
         DOMAIN,
         std::net::Ipv4Addr::new(127, 0, 2, 1),
@@ -184,37 +186,48 @@ async fn the_python_sdk_judges_e2b_domain_mode() {
     )
     .await
     .expect("a DNS server on 127.0.2.53:53 (root, as CI runs the tests)");
-    let mut command = dns.resolving(&py);
-    command
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2b_domain_judge.py"))
-        .env("E2B_DOMAIN", DOMAIN)
-        .env("E2B_API_KEY", &key)
-        .env("SSL_CERT_FILE", &tls.ca)
-        .env("HOME", home.path());
-    for unwanted in [
-        "E2B_API_URL",
-        "E2B_SANDBOX_URL",
-        "E2B_DEBUG",
-        "E2B_HTTP_VERSION",
-        "E2B_ACCESS_TOKEN",
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "NO_PROXY",
-    ] {
-        command.env_remove(unwanted);
+    let python = {
+        let mut c = dns.resolving(&py);
+        c.arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2b_domain_judge.py"));
+        c
+    };
+    let node = {
+        let mut c = dns.resolving(std::path::Path::new("node"));
+        c.arg(js.join("domain.mjs")).current_dir(&js);
+        c
+    };
+    for mut command in [python, node] {
+        command
+            .env("E2B_DOMAIN", DOMAIN)
+            .env("E2B_API_KEY", &key)
+            .env("SSL_CERT_FILE", &tls.ca)
+            .env("NODE_EXTRA_CA_CERTS", &tls.ca)
+            .env("HOME", home.path());
+        for unwanted in [
+            "E2B_API_URL",
+            "E2B_SANDBOX_URL",
+            "E2B_DEBUG",
+            "E2B_HTTP_VERSION",
+            "E2B_ACCESS_TOKEN",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "NO_PROXY",
+        ] {
+            command.env_remove(unwanted);
+        }
+        let judged = judge::run(command, JUDGE_TIMEOUT, |_| {}).await;
+        judged.assert_steps(&[
+            "readme",
+            "create",
+            "envd",
+            "port",
+            "private-port",
+            "signed-urls",
+            "hosts",
+            "kill",
+        ]);
     }
-    let judged = judge::run(command, JUDGE_TIMEOUT, |_| {}).await;
-    judged.assert_steps(&[
-        "readme",
-        "create",
-        "envd",
-        "port",
-        "private-port",
-        "signed-urls",
-        "hosts",
-        "kill",
-    ]);
     server.start_kill().unwrap();
 }
 
@@ -271,7 +284,7 @@ async fn judge_base(test: &str, provider: &str, extra: &[&str], steps: &[&str]) 
         extra,
         ..Default::default()
     };
-    let (mut server, _api, e2b) = serve_e2b(home.path(), provider, &over, None).await;
+    let (mut server, _api, e2b, _log) = serve_e2b(home.path(), provider, &over, None).await;
     let mut command = tokio::process::Command::new(&py);
     command
         .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2b_base_judge.py"))
@@ -361,7 +374,7 @@ async fn judge_over(sdk: Sdk, provider: &str, over: &Over<'_>) {
     let lacks = over.lacks;
     let tls = over.tls.then(|| Tls::make(home.path()));
     let (a, b) = (common::key(home.path(), "a"), common::key(home.path(), "b"));
-    let (mut server, api, e2b) = serve_e2b(home.path(), provider, over, tls.as_ref()).await;
+    let (mut server, api, e2b, log) = serve_e2b(home.path(), provider, over, tls.as_ref()).await;
     let mut command = judge::e2b::command(
         &sdk,
         &Setup {
@@ -389,6 +402,18 @@ async fn judge_over(sdk: Sdk, provider: &str, over: &Over<'_>) {
         })
         .collect();
     judged.assert_steps(&steps);
+    // The SDKs' own HTTP version: over TLS they ask HTTP/2 (ALPN) and envd's calls are served
+    // over it; over plain http they are told 1.1.
+    let want = if tls.is_some() { "HTTP/2.0" } else { "HTTP/1.1" };
+    let envd: Vec<String> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("path=/process.Process/Start"))
+        .collect();
+    assert!(
+        !envd.is_empty() && envd.iter().all(|l| l.contains(want)),
+        "envd's calls over {want}: {envd:?}"
+    );
     // Every call of E2B's API is counted under one route, never a sandbox's id.
     let admin = common::key_with(home.path(), "admin", &["--admin"]);
     let _ = rustls::crypto::ring::default_provider().install_default();

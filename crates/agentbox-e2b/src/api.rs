@@ -122,6 +122,7 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
             }
         }
         (&Method::POST, ["sandboxes", id, "timeout"]) => set_timeout(&s, &caller, id, &json).await,
+        (&Method::POST, ["sandboxes", id, "refreshes"]) => refresh(&s, &caller, id, &json).await,
         (&Method::POST, ["sandboxes", id, "pause"]) => pause(&s, &caller, id).await,
         (&Method::POST, ["sandboxes", id, "resume"]) => resume(&s, &caller, id, &json).await,
         (&Method::POST, ["sandboxes", id, "connect"]) | (&Method::POST, ["v2", "sandboxes", id, "connect"]) => {
@@ -141,11 +142,55 @@ pub(crate) async fn handle(s: Arc<Shared>, req: Request) -> Response {
             ),
             None => not_found(id),
         },
+        // E2B's routes of what agentbox has no part of: answered as a feature E2B lacks.
+        (_, [first, ..]) | (_, ["v2" | "v3", first, ..]) if UNSERVED.contains(first) => error(
+            501,
+            format!("{method} {path}: E2B's {first} are not served by agentbox's E2B API"),
+        ),
         _ => error(
             404,
             format!("{method} {path}: no such route in E2B's API as agentbox serves it"),
         ),
     }
+}
+
+/// The first segment of E2B's routes this server does not serve: template builds and
+/// listings, volumes, secrets (`docs/e2b-api.md` says why).
+const UNSERVED: [&str; 4] = ["templates", "default-templates", "volumes", "secrets"];
+
+/// `POST /sandboxes/{id}/refreshes {duration}`: the sandbox lives at least `duration` seconds
+/// more from now (never less than it had; 0 to 3600, default 0), as E2B's refresh.
+async fn refresh(s: &Shared, caller: &Caller, id: &str, v: &Value) -> Response {
+    let Some(x) = s.owned(caller, id) else {
+        return not_found(id);
+    };
+    let duration = match v.get("duration") {
+        None | Some(Value::Null) => 0,
+        Some(d) => match d.as_u64() {
+            Some(d) if d <= 3600 => d,
+            _ => {
+                return error(
+                    400,
+                    format!("duration {d}: not a whole number of seconds from 0 to 3600"),
+                );
+            }
+        },
+    };
+    let t = match timeout_of(s, caller, &json!({"timeout": duration}), 0) {
+        Ok(t) => t,
+        Err(r) => return refuse(r),
+    };
+    let _held = x.op.lock().await;
+    match x.state() {
+        St::Gone => return not_found(id),
+        St::Paused => return error(409, format!("Sandbox {id} is paused")),
+        St::Running => {}
+    }
+    let end = now_ms() + t * 1000;
+    if end > *x.end_ms.borrow() {
+        x.set_end(end).await;
+    }
+    empty(StatusCode::NO_CONTENT)
 }
 
 /// A sample of sandbox `x` taken now and kept, if it runs; the reason when its box gave none.

@@ -492,11 +492,29 @@ async fn upload(b: Arc<dyn Sandbox>, req: Request, signed: bool) -> Response {
 
 /// One Connect call.
 async fn rpc(s: Arc<Shared>, x: Arc<Sbx>, b: Arc<dyn Sandbox>, method: &str, req: Request) -> Response {
-    let streaming = req
+    let ctype = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|c| c.starts_with("application/connect+"));
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    // Connect's JSON codec alone: the binary one (protobuf) is answered as Connect answers a
+    // codec it lacks, naming the ones it has. E2B's SDKs speak JSON.
+    let codec = ctype.split(';').next().unwrap_or("").trim();
+    if !matches!(codec, "" | "application/json" | "application/connect+json") {
+        let mut r = error(
+            415,
+            format!(
+                "content-type {codec:?}: Connect's JSON codec alone is served here (application/json, application/connect+json)"
+            ),
+        );
+        r.headers_mut().insert(
+            header::HeaderName::from_static("accept-post"),
+            HeaderValue::from_static("application/json, application/connect+json"),
+        );
+        return r;
+    }
+    let streaming = codec == "application/connect+json";
     let keepalive = req
         .headers()
         .get("keepalive-ping-interval")

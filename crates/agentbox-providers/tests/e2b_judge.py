@@ -280,6 +280,16 @@ check(570 < left <= 601, f"end after set_timeout: {left}")
 info = Sandbox.get_info(sbx.sandbox_id)
 check(info.state == SandboxState.RUNNING, f"state {info.state}")
 check(info.metadata == TAG, f"metadata {info.metadata}")
+# A refresh (E2B's POST /sandboxes/{id}/refreshes) extends its life, never shortens it.
+API = os.environ["E2B_API_URL"].rstrip("/")
+KEY = {"X-API-KEY": os.environ["E2B_API_KEY"]}
+for duration, least in ((900, 870), (60, 570)):
+    r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/refreshes", json={"duration": duration}, headers=KEY, timeout=30, verify=VERIFY)
+    check(r.status_code == 204, f"refresh {duration}: {r.status_code} {r.text}")
+    left = (sbx.get_info().end_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    check(least < left <= 901, f"end after a refresh of {duration} s: {left}")
+r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/refreshes", json={"duration": 4000}, headers=KEY, timeout=30, verify=VERIFY)
+check(r.status_code == 400 and "duration" in r.text, f"a refresh past an hour: {r.status_code} {r.text}")
 ok("timeout")
 
 # Metrics, measured in the box: a sample now, and the ones kept since.
@@ -302,6 +312,18 @@ except AssertionError:
 except Exception as e:
     check(type(e).__name__ != "NotFoundException" and "501" in str(e), f"a network update: {type(e).__name__}: {e}")
 check(sbx.is_running(), "running after a route it lacks")
+for route in ("/templates", "/v2/templates", "/volumes", "/secrets"):
+    r = httpx.get(API + route, headers=KEY, timeout=30, verify=VERIFY)
+    check(r.status_code == 501 and r.json()["code"] == 501, f"GET {route}: {r.status_code} {r.text}")
+# Connect's binary codec is refused, naming the JSON one.
+r = httpx.post(
+    (os.environ["E2B_SANDBOX_URL"].rstrip("/")) + "/process.Process/List",
+    content=b"",
+    headers={"Content-Type": "application/proto", "E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token or ""},
+    timeout=30,
+    verify=VERIFY,
+)
+check(r.status_code == 415 and "application/json" in r.text, f"the binary codec: {r.status_code} {r.text}")
 ok("unserved")
 
 try:

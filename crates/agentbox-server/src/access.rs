@@ -1,5 +1,6 @@
 //! One access-log line per request, through tracing (target `agentbox_server::access`, level
-//! info): method, path, status, milliseconds, and the calling key's name (never the key); and
+//! info): method, path, HTTP version, status, milliseconds, and the calling key's name (never
+//! the key); and
 //! the request counted in the metrics by its route's template.
 
 use std::sync::{Arc, Mutex};
@@ -40,6 +41,7 @@ pub(crate) async fn log(
     request.extensions_mut().insert(who.clone());
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let version = request.version();
     let started = Instant::now();
     let response = next.run(request).await;
     metrics.request(
@@ -52,6 +54,7 @@ pub(crate) async fn log(
         target: "agentbox_server::access",
         %method,
         %path,
+        ?version,
         status = response.status().as_u16(),
         ms = started.elapsed().as_millis() as u64,
         key = %who.get(),

@@ -113,6 +113,22 @@ pub(crate) async fn serving_url(server: &mut tokio::process::Child) -> String {
 /// What a starting `agentbox serve` says after each of `prefixes` (its stderr piped), in their
 /// order, once it said them all, within 60 s; its log from then on is copied to this test's.
 pub(crate) async fn announced(server: &mut tokio::process::Child, prefixes: &[&str]) -> Vec<String> {
+    announced_kept(server, prefixes).await.0
+}
+
+/// A server's log from its announcement on, kept for the test to read (and copied to its).
+#[derive(Clone, Default)]
+pub(crate) struct Kept(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Kept {
+    /// Every line so far.
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// [`announced`], the log from then on also kept.
+pub(crate) async fn announced_kept(server: &mut tokio::process::Child, prefixes: &[&str]) -> (Vec<String>, Kept) {
     use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
     let said = tokio::time::timeout(std::time::Duration::from_secs(60), async {
@@ -132,12 +148,15 @@ pub(crate) async fn announced(server: &mut tokio::process::Child, prefixes: &[&s
     })
     .await
     .expect("the server serves within 60 s");
+    let kept = Kept::default();
+    let keep = kept.clone();
     tokio::spawn(async move {
         while let Ok(Some(line)) = lines.next_line().await {
             eprintln!("{line}");
+            keep.0.lock().unwrap().push(line);
         }
     });
-    said
+    (said, kept)
 }
 
 /// A client's suite run to its end within 15 minutes, its output printed: the output, after
