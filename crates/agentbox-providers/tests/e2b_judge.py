@@ -301,6 +301,10 @@ check(0 < m.mem_used <= m.mem_total, f"the memory: {m}")
 check(0 < m.disk_used <= m.disk_total, f"the disk: {m}")
 kept = sbx.get_metrics(start=m.timestamp)
 check(len(kept) >= 2 and kept[0].timestamp >= m.timestamp, f"the samples kept: {kept}")
+# Many at once (GET /sandboxes/metrics): a sample of each sandbox named that the key owns.
+r = httpx.get(f"{API}/sandboxes/metrics", params={"sandbox_ids": f"{sbx.sandbox_id},nosuchsandbox"}, headers=KEY, timeout=30, verify=VERIFY)
+many = r.json().get("sandboxes", {}) if r.status_code == 200 else {}
+check(list(many) == [sbx.sandbox_id] and many[sbx.sandbox_id]["memTotal"] > 0, f"metrics of many: {r.status_code} {r.text}")
 ok("metrics")
 
 # What is not served answers as a feature E2B lacks, never as a sandbox not found.
