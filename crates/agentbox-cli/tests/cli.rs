@@ -1669,13 +1669,7 @@ fn the_service_bench_measures_each_side_beside_its_baseline() {
         "3",
         "--json",
     ]);
-    let pairs: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let names: Vec<&str> = pairs
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let (names, _) = common::bench_pairs(&out);
     assert_eq!(
         names,
         [
@@ -1687,14 +1681,7 @@ fn the_service_bench_measures_each_side_beside_its_baseline() {
         ],
         "{out}"
     );
-    for p in pairs.as_array().unwrap() {
-        let ratio = p["ratio"].as_f64().unwrap();
-        assert!(ratio.is_finite() && ratio > 0.0, "{p}");
-        assert!(p["baseline_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
-    }
-    let listed = h.ok(&["box", "ls", "--provider", "namespace", "--json"]);
-    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
-    assert_eq!(listed.as_array().map(Vec::len), Some(0), "no box left: {listed}");
+    common::no_box_left(&h);
 }
 
 /// A ledger in PostgreSQL is named by a file holding its connection string; one whose

@@ -454,7 +454,7 @@ async fn the_e2b_bench_measures_the_sdk_beside_the_own_api() {
     let Some(py) = judge::python("e2b", "the_e2b_bench_measures_the_sdk_beside_the_own_api") else {
         return;
     };
-    let home = tempfile::tempdir().unwrap();
+    let home = common::Home::new();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .args([
             "bench",
@@ -467,36 +467,21 @@ async fn the_e2b_bench_measures_the_sdk_beside_the_own_api() {
             "--python",
         ])
         .arg(&py)
-        .env("AGENTBOX_HOME", home.path())
+        .env("AGENTBOX_HOME", home.0.path())
         .output();
     let out = tokio::time::timeout(JUDGE_TIMEOUT, out).await.unwrap().unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
-    let pairs: serde_json::Value = serde_json::from_str(&said).unwrap();
-    let names: Vec<&str> = pairs
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let (names, pairs) = common::bench_pairs(&said);
     assert_eq!(
         names,
         ["create then run true: e2b vs own", "16 MiB of output streamed"],
         "{said}"
     );
-    for p in pairs.as_array().unwrap() {
-        let ratio = p["ratio"].as_f64().unwrap();
-        assert!(ratio.is_finite() && ratio > 0.0, "{p}");
-        assert!(p["baseline_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
+    for p in pairs {
         assert!(p["subject_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
     }
-    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .args(["box", "ls", "--provider", "namespace", "--json"])
-        .env("AGENTBOX_HOME", home.path())
-        .output()
-        .unwrap();
-    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(listed.as_array().map(Vec::len), Some(0), "no box left: {listed}");
+    common::no_box_left(&home);
 }
 
 /// `agentbox serve`'s E2B flags, given wrong, are refused before anything is served, each

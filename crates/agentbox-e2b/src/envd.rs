@@ -177,29 +177,24 @@ pub(crate) async fn handle(s: Arc<Shared>, id: String, req: Request) -> Response
         return gone(&id);
     };
     let mut by_signature = false;
-    if let Some(t) = &x.token {
-        let shown = req
-            .headers()
-            .get("x-access-token")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        if !crate::http::same(shown, t) {
-            // A file's URL may be signed instead (the SDKs' `download_url`, `upload_url`).
-            if path == "/files" && req.headers().get("x-access-token").is_none() {
-                let op = if method == Method::POST { "write" } else { "read" };
-                if let Err(why) = signed(&Query::of(&req), op, t, now_secs()) {
-                    tracing::info!(sandbox = %id, op, "e2b: a signed file URL refused: {why}");
-                    return error(401, why);
-                }
-                by_signature = true;
-            } else {
-                let msg = "unauthorized access, please provide a valid access token or method signing if supported";
-                return if path.starts_with("/files") || path == "/health" {
-                    error(401, msg)
-                } else {
-                    RpcError("unauthenticated", msg.into()).unary()
-                };
+    if let Some(t) = &x.token
+        && !crate::http::shows(req.headers(), "x-access-token", t)
+    {
+        // A file's URL may be signed instead (the SDKs' `download_url`, `upload_url`).
+        if path == "/files" && req.headers().get("x-access-token").is_none() {
+            let op = if method == Method::POST { "write" } else { "read" };
+            if let Err(why) = signed(&Query::of(&req), op, t, now_secs()) {
+                tracing::info!(sandbox = %id, op, "e2b: a signed file URL refused: {why}");
+                return error(401, why);
             }
+            by_signature = true;
+        } else {
+            let msg = "unauthorized access, please provide a valid access token or method signing if supported";
+            return if path.starts_with("/files") || path == "/health" {
+                error(401, msg)
+            } else {
+                RpcError("unauthenticated", msg.into()).unary()
+            };
         }
     }
     match (&method, path.as_str()) {

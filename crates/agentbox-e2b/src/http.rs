@@ -140,6 +140,20 @@ pub fn same(a: &str, b: &str) -> bool {
     a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
+/// Whether `headers` show `token` in `name` (compared in constant time; a missing or
+/// non-text header shows nothing).
+///
+/// ```
+/// let mut h = axum::http::HeaderMap::new();
+/// h.insert("x-access-token", "k".parse().unwrap());
+/// assert!(agentbox_e2b::http::shows(&h, "x-access-token", "k"));
+/// assert!(!agentbox_e2b::http::shows(&h, "e2b-traffic-access-token", "k"));
+/// ```
+pub fn shows(headers: &axum::http::HeaderMap, name: &str, token: &str) -> bool {
+    let shown = headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+    same(shown, token)
+}
+
 /// Standard base64 with padding, as Go's `encoding/json` writes a `[]byte` and envd its output.
 ///
 /// ```

@@ -48,26 +48,21 @@ pub(crate) async fn forward(s: Arc<Shared>, id: String, port: u16, req: Request)
     let Some(b) = x.running_box() else {
         return gone();
     };
-    if let Some(t) = &x.traffic_token {
-        let shown = req
-            .headers()
-            .get("e2b-traffic-access-token")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        if !crate::http::same(shown, t) {
-            return json_response(
-                StatusCode::FORBIDDEN,
-                &json!({
-                    "code": 403,
-                    "message": format!(
-                        "The sandbox {id}'s ports are not public: send its traffic access token in the \
-                         e2b-traffic-access-token header"
-                    ),
-                    "sandboxId": id,
-                    "port": port,
-                }),
-            );
-        }
+    if let Some(t) = &x.traffic_token
+        && !crate::http::shows(req.headers(), "e2b-traffic-access-token", t)
+    {
+        return json_response(
+            StatusCode::FORBIDDEN,
+            &json!({
+                "code": 403,
+                "message": format!(
+                    "The sandbox {id}'s ports are not public: send its traffic access token in the \
+                     e2b-traffic-access-token header"
+                ),
+                "sandboxId": id,
+                "port": port,
+            }),
+        );
     }
     let closed = |why: String| {
         tracing::debug!(sandbox = %id, port, why, "e2b: a closed port");

@@ -156,16 +156,10 @@ impl Sdk {
 /// The service's own API, over its key: what the SDK's side is measured beside.
 struct Native(Service);
 
-impl std::ops::Deref for Native {
-    type Target = Service;
-    fn deref(&self) -> &Service {
-        &self.0
-    }
-}
-
 impl Native {
     async fn make(&self) -> Result<String> {
         let made = self
+            .0
             .call(
                 reqwest::Method::POST,
                 "/v1/boxes",
@@ -179,7 +173,8 @@ impl Native {
     }
 
     async fn end(&self, id: &str) -> Result<()> {
-        self.call(reqwest::Method::DELETE, &format!("/v1/boxes/{id}"), None)
+        self.0
+            .call(reqwest::Method::DELETE, &format!("/v1/boxes/{id}"), None)
             .await
             .map(|_| ())
     }
@@ -189,6 +184,7 @@ impl Native {
         let t = Instant::now();
         let id = self.make().await?;
         let r = self
+            .0
             .call(
                 reqwest::Method::POST,
                 &format!("/v1/boxes/{id}/exec"),
@@ -209,6 +205,7 @@ impl Native {
     async fn stream(&self, id: &str) -> Result<(Duration, u64)> {
         let t = Instant::now();
         let r = self
+            .0
             .call(
                 reqwest::Method::POST,
                 &format!("/v1/boxes/{id}/exec"),

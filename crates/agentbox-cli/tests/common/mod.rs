@@ -41,6 +41,27 @@ impl Home {
     }
 }
 
+/// A bench's `--json` pairs: each one's ratio finite and positive and its baseline's median
+/// positive; their names, in order, and the pairs themselves.
+pub(crate) fn bench_pairs(out: &str) -> (Vec<String>, Vec<serde_json::Value>) {
+    let pairs: serde_json::Value = serde_json::from_str(out).unwrap();
+    let pairs = pairs.as_array().unwrap().clone();
+    for p in &pairs {
+        let ratio = p["ratio"].as_f64().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{p}");
+        assert!(p["baseline_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    let names = pairs.iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    (names, pairs)
+}
+
+/// No namespace box is left in `home`.
+pub(crate) fn no_box_left(home: &Home) {
+    let listed = home.ok(&["box", "ls", "--provider", "namespace", "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "no box left: {listed}");
+}
+
 /// The run record (`run.json`) in `dir` once it says `f`, read again every 50 ms for at most a
 /// minute (a record being replaced is simply read again); panics naming `what` past that.
 pub(crate) fn record_until(
