@@ -87,6 +87,27 @@ pub fn all() -> Vec<ProcStat> {
         .collect()
 }
 
+/// The children of `pid`, zombies included, from each of its threads' `children` file: a read
+/// of a handful of files where [`descendants`] reads every process of the machine. `None` where
+/// the kernel keeps no such file (built without `CONFIG_PROC_CHILDREN`).
+pub fn children(pid: i32) -> Option<Vec<ProcStat>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut out = Vec::new();
+    let mut seen = false;
+    for task in tasks.filter_map(|e| e.ok()) {
+        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        seen = true;
+        out.extend(
+            text.split_ascii_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .filter_map(stat),
+        );
+    }
+    seen.then_some(out)
+}
+
 /// Every descendant of `root` (not `root` itself), zombies included.
 pub fn descendants(root: i32) -> Vec<ProcStat> {
     let procs = all();
