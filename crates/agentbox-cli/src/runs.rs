@@ -275,9 +275,12 @@ pub(crate) async fn run(cmd: RunsCommand) -> Result<i32> {
                 )));
             }
             let rec = read_status(&dir)?;
+            let mut shown = serde_json::to_value(&rec).map_err(|e| Error::unknown(e.to_string()))?;
+            shown["generations"] =
+                serde_json::to_value(agentbox_runs::history::read(&dir)?).map_err(|e| Error::unknown(e.to_string()))?;
             println!(
                 "{}",
-                serde_json::to_string_pretty(&rec).map_err(|e| Error::unknown(e.to_string()))?
+                serde_json::to_string_pretty(&shown).map_err(|e| Error::unknown(e.to_string()))?
             );
             Ok(0)
         }

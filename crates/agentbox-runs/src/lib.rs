@@ -11,11 +11,13 @@
 //!   [`Run::park`] releases it with a deadline; [`Runs::fork`] copies a sealed run into new ones.
 //! - [`moves`]: a planned move asks the holder to let the run go at its next step boundary,
 //!   for a driver to start the next generation elsewhere.
-//! - [`read_status`] reads a run from outside, with no claim.
+//! - [`read_status`] reads a run from outside, with no claim; [`history::read`] its
+//!   generations, as a timeline.
 //! - [`agent`]: the agent loop over a [`agent::Model`] (a scripted one needs no key), its
 //!   conversation persisted after every step, its tools through a transport to a box.
 
 pub mod agent;
+pub mod history;
 pub mod lease;
 pub mod moves;
 pub mod record;

@@ -247,6 +247,9 @@ impl Runs {
             deadline_ms: None,
         };
         write_record(&dir, &record)?;
+        if let Some(h) = &record.holder {
+            crate::history::opened(&dir, generation, &h.host, h.pid, h.since_ms, self.driver.as_deref());
+        }
         tracing::info!(generation, previous = ?before.holder.as_ref().map(|h| h.to_string()), "run opened");
         Ok(Run {
             dir,
@@ -511,6 +514,12 @@ impl Run {
         self.record.status = status;
         self.record.deadline_ms = deadline_ms;
         write_record(&self.dir, &self.record)?;
+        // Told before the claim goes, so the next generation's line comes after it.
+        let how = match status {
+            RunStatus::Parked => "parked",
+            _ => "sealed",
+        };
+        crate::history::ended(&self.dir, self.record.generation, how, now_ms());
         if let Some((leases, _)) = &self.lease {
             leases.release(&self.record.id, self.record.generation).await?;
         }

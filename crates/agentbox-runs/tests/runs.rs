@@ -324,8 +324,12 @@ async fn release_leaves_one_store_file_that_needs_nothing_of_this_host() {
     assert!(names(&dir).contains(&"store.db-wal".to_string()), "{:?}", names(&dir));
     let store = run.store().clone();
     run.release().await.unwrap();
-    // Released: the log checkpointed into the store and gone, the store whole on its own.
-    assert_eq!(names(&dir), ["claim.lock", "run.json", "store.db", "workspace"]);
+    // Released: the log checkpointed into the store and gone, the store whole on its own (the
+    // generations' timeline beside it).
+    assert_eq!(
+        names(&dir),
+        ["claim.lock", "generations.jsonl", "run.json", "store.db", "workspace"]
+    );
     // The released holder's store writes nothing more, even through a handle it kept.
     assert_eq!(
         store.append("user", &json!("late")).unwrap_err().code(),

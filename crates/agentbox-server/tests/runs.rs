@@ -68,6 +68,14 @@ async fn runs_ledger_and_receipts_are_an_admins_to_read() {
         (200, &json!("r1"), &json!(1)),
         "{run}"
     );
+    // Its generations as a timeline: the one open, sealed, on this host.
+    let gens = run["generations"].as_array().unwrap();
+    assert_eq!(gens.len(), 1, "{run}");
+    assert_eq!(
+        (&gens[0]["generation"], &gens[0]["ended"], &gens[0]["host"]),
+        (&json!(1), &json!("sealed"), &json!(agentbox_runs::run::host_name())),
+        "{run}"
+    );
     let (st, missing) = call(&s, a, "GET", "/v1/runs/nope", None).await;
     assert_eq!((st, code_of(&missing)), (404, "not_found"), "{missing}");
     let (st, bad) = call(&s, a, "GET", "/v1/runs/..%2Fx", None).await;

@@ -224,7 +224,7 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
         .api_route(
             "/v1/runs/{id}",
             get_with(runs::get, |o| {
-                o.summary("A run's record: its status, generation and holder, read with no claim")
+                o.summary("A run's record (status, generation, holder) and its generations as a timeline, read with no claim")
             }),
         )
         .api_route(

@@ -96,9 +96,10 @@ pub(crate) async fn get(
         return Err(ApiError::new(ErrorCode::NotFound, format!("run {}: no such run", p.id)));
     }
     let record = agentbox_runs::read_status(&dir)?;
-    Ok(Json(
-        serde_json::to_value(record).map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))?,
-    ))
+    let mut shown = serde_json::to_value(record).map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))?;
+    shown["generations"] = serde_json::to_value(agentbox_runs::history::read(&dir)?)
+        .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))?;
+    Ok(Json(shown))
 }
 
 /// `GET /v1/runs/{id}/ledger`: a run's tool calls, in order.
