@@ -268,6 +268,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
         }
         None => None,
     };
+    let end_views = service.views_ender();
     let shutdown = async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         let terminated = async {
@@ -284,6 +285,8 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
         }
         eprintln!("agentbox serve: stopping: no new connections; the requests in flight finish");
         let _ = stop.send(true);
+        // Open pages' live views end now, rather than hold the drain to its deadline.
+        end_views();
     };
     let served: Result<()>;
     match &a.socket {

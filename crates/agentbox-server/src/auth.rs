@@ -1,5 +1,5 @@
-//! Who is calling: the key a request shows (`Authorization: Bearer <key>`), found in the
-//! store, or `unauthenticated`. A missing key and a wrong one take the same path (the hash of
+//! Who is calling: the key a request shows (`Authorization: Bearer <key>`, or a browser's
+//! WebSocket's subprotocol [`WS_KEY_PREFIX`]), found in the store, or `unauthenticated`. A missing key and a wrong one take the same path (the hash of
 //! what was sent is looked up either way) and the same answer's shape.
 
 use std::sync::Arc;
@@ -31,7 +31,8 @@ impl FromRequestParts<Arc<AppState>> for Caller {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .map(str::trim)
+            .or_else(|| key_of_websocket(&parts.headers));
         // Looked up either way, so a missing key costs what a wrong one does.
         let found = state.keys.find(shown.unwrap_or_default()).await?;
         match (shown, found) {
@@ -52,6 +53,22 @@ impl FromRequestParts<Arc<AppState>> for Caller {
             )),
         }
     }
+}
+
+/// The WebSocket subprotocol a browser's socket asks for (the server answers with it), beside
+/// [`WS_KEY_PREFIX`] and its key.
+pub const WS_PROTOCOL: &str = "agentbox";
+/// A browser cannot set a WebSocket's headers, and a key never goes in a URL: a socket shows
+/// its key as one more subprotocol, `agentbox.key.<key>`, which the server never echoes.
+pub const WS_KEY_PREFIX: &str = "agentbox.key.";
+
+/// The key a WebSocket upgrade shows as a subprotocol, if it does.
+fn key_of_websocket(h: &axum::http::HeaderMap) -> Option<&str> {
+    h.get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(WS_KEY_PREFIX))
 }
 
 impl OperationInput for Caller {

@@ -8,6 +8,8 @@
 //!   box answers `not_found`, as a box that does not exist; an admin key reaches every box.
 //! - [`error`]: the one shape of every failure, `{"code", "message"}`, one HTTP status per
 //!   code, whoever failed (a handler, axum's parsing, the router, a panic).
+//! - [`events`]: live views pushed as server-sent events (a key's boxes, one box), and
+//!   [`page`]: the page at `/` that shows them, embedded in the binary.
 //!
 //! The server keeps no box of its own: a box is found from its provider at each call, so a
 //! server that restarts (or a second one over the same keys) serves the same boxes.
@@ -37,10 +39,12 @@ pub mod api;
 mod auth;
 pub mod e2b;
 pub mod error;
+pub mod events;
 pub mod keys;
 mod listen;
 pub mod mcp;
 mod metrics;
+pub mod page;
 #[cfg(test)]
 mod properties;
 mod rate;
@@ -48,6 +52,7 @@ mod state;
 pub mod tls;
 pub mod ws;
 
+pub use auth::{WS_KEY_PREFIX, WS_PROTOCOL};
 pub use error::{ApiError, ErrorBody};
 pub use keys::{KeyInfo, Keys, Limits};
 pub use listen::{Accept, DRAIN, HEADER_DEADLINE, serve};
@@ -67,9 +72,19 @@ pub struct Service {
     /// its template maps to ([`ServerOptions::e2b_templates`]).
     pub e2b: axum::Router,
     sandboxes: Arc<agentbox_e2b::E2b>,
+    ending: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Service {
+    /// What ends the live views ([`events`]) when called: a server that stops calls it before
+    /// its drain, which would otherwise wait out every open page.
+    pub fn views_ender(&self) -> impl Fn() + Send + Sync + 'static {
+        let ending = self.ending.clone();
+        move || {
+            let _ = ending.send(true);
+        }
+    }
+
     /// End every box made through E2B's API: its sandboxes' records live in this process, so
     /// a server that stops ends them rather than leave boxes no E2B call can reach.
     pub async fn end_e2b(&self) {
@@ -90,6 +105,7 @@ pub fn service(options: ServerOptions) -> Service {
     let max_body = options.max_body;
     let body_deadline = options.body_deadline;
     let state = Arc::new(state::AppState::new(options));
+    let ending = state.ending.clone();
     let sandboxes = Arc::new(e2b::api(state.clone()));
     let served = Arc::new(openapi());
     let ready = state.clone();
@@ -98,11 +114,14 @@ pub fn service(options: ServerOptions) -> Service {
         .route("/metrics", get(metrics::scrape))
         .route("/mcp", axum::routing::any(mcp::session_box))
         .route("/v1/boxes/{id}/mcp", axum::routing::any(mcp::on_box))
+        .route("/v1/events", get(events::boxes))
+        .route("/v1/boxes/{id}/events", get(events::one_box))
         .with_state(state.clone());
     let routes: axum::Router = api::routes().with_state(state).into();
     let app = axum::Router::new()
         .merge(routes)
         .merge(scraped)
+        .merge(page::routes())
         .route(
             "/v1/openapi.json",
             get(move || async move { Json(served.as_ref().clone()) }),
@@ -120,7 +139,12 @@ pub fn service(options: ServerOptions) -> Service {
         .layer(axum::middleware::from_fn(metrics::tag_e2b))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_deadline))
         .layer(axum::middleware::from_fn_with_state(metrics, access::log));
-    Service { api, e2b, sandboxes }
+    Service {
+        api,
+        e2b,
+        sandboxes,
+        ending,
+    }
 }
 
 /// How long a client may take between two pieces of a request's body (by default: see

@@ -74,6 +74,40 @@ pub(crate) struct Metrics {
     boxes: Family<BoxLabels, Gauge>,
     /// One scrape at a time: each clears and counts the boxes again.
     scraping: tokio::sync::Mutex<()>,
+    /// The last minute's requests and errors, a second a bucket: what the live page's health
+    /// shows.
+    minute: std::sync::Mutex<Minute>,
+}
+
+/// Requests and errors of the last 60 seconds: bucket `s % 60` holds second `s` (since the
+/// server started), reset when a later second comes to it.
+struct Minute {
+    started: std::time::Instant,
+    buckets: [(u64, u64, u64); 60],
+}
+
+impl Minute {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    fn count(&mut self, error: bool) {
+        let s = self.now();
+        let b = &mut self.buckets[(s % 60) as usize];
+        if b.0 != s {
+            *b = (s, 0, 0);
+        }
+        b.1 += 1;
+        b.2 += u64::from(error);
+    }
+
+    fn last(&self) -> (u64, u64) {
+        let s = self.now();
+        self.buckets
+            .iter()
+            .filter(|b| b.0 <= s && s - b.0 < 60)
+            .fold((0, 0), |(r, e), b| (r + b.1, e + b.2))
+    }
 }
 
 impl Default for Metrics {
@@ -101,13 +135,32 @@ impl Default for Metrics {
             streams,
             boxes,
             scraping: tokio::sync::Mutex::new(()),
+            minute: std::sync::Mutex::new(Minute {
+                started: std::time::Instant::now(),
+                // Second 0's bucket starts empty: `u64::MAX` is no second.
+                buckets: [(u64::MAX, 0, 0); 60],
+            }),
         }
     }
 }
 
 impl Metrics {
+    /// The requests answered in the last minute, and how many of them failed (4xx or 5xx).
+    pub(crate) fn last_minute(&self) -> (u64, u64) {
+        self.minute.lock().unwrap_or_else(|p| p.into_inner()).last()
+    }
+
+    /// How many streams are open.
+    pub(crate) fn streams_open(&self) -> i64 {
+        self.streams.get()
+    }
+
     /// Count a request answered.
     pub(crate) fn request(&self, method: &str, route: &str, status: u16, took: Duration) {
+        self.minute
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .count(status >= 400);
         let code = if status < 400 {
             "ok".to_string()
         } else {

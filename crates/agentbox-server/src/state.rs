@@ -99,7 +99,20 @@ pub(crate) struct AppState {
     pub(crate) mcp: crate::mcp::Sessions,
     /// Boxes reached lately, by id. See [`AppState::cached_box`].
     boxes: std::sync::Mutex<HashMap<String, Kept>>,
+    /// Bumped when this server makes, ends or changes a box: the live views list again at
+    /// once instead of at their next tick.
+    pub(crate) changes: tokio::sync::watch::Sender<u64>,
+    /// Set when the server stops: the live views end, so the drain does not wait on them.
+    pub(crate) ending: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Counts [`AppState::forget_box`]: see [`AppState::keep_box`].
+    forgets: std::sync::atomic::AtomicU64,
+    /// Each box's status as last asked, and when: the live views ask each box at most every
+    /// [`STATUS_KEPT_FOR`], and a box this server changes is asked again at once.
+    statuses: std::sync::Mutex<HashMap<String, (String, std::time::Instant)>>,
 }
+
+/// How long a box's status, as the live views show it, is kept before it is asked again.
+pub(crate) const STATUS_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A box reached, and when.
 type Kept = (Arc<dyn Sandbox>, std::time::Instant);
@@ -128,7 +141,33 @@ impl AppState {
             metrics: Default::default(),
             mcp: Default::default(),
             boxes: Default::default(),
+            changes: tokio::sync::watch::Sender::new(0),
+            forgets: Default::default(),
+            ending: Arc::new(tokio::sync::watch::Sender::new(false)),
+            statuses: Default::default(),
         }
+    }
+
+    /// Say a box was made, ended or changed: the live views look again now.
+    pub(crate) fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The status of box `id` as asked within [`STATUS_KEPT_FOR`], if it was.
+    pub(crate) fn kept_status(&self, id: &str) -> Option<String> {
+        let kept = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        kept.get(id)
+            .filter(|(_, at)| at.elapsed() < STATUS_KEPT_FOR)
+            .map(|(s, _)| s.clone())
+    }
+
+    /// Keep the status of box `id`, asked just now; boxes no longer listed are let go.
+    pub(crate) fn keep_status(&self, id: &str, status: &str) {
+        let mut kept = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= 4 * MAX_KEPT {
+            kept.retain(|_, (_, at)| at.elapsed() < STATUS_KEPT_FOR);
+        }
+        kept.insert(id.to_string(), (status.to_string(), std::time::Instant::now()));
     }
 
     /// The lock of key `id`: its boxes counted and one made under it, so two requests at once
@@ -162,9 +201,19 @@ impl AppState {
         }
     }
 
-    /// Keep `b`, reached just now.
-    pub(crate) fn keep_box(&self, b: &Arc<dyn Sandbox>) {
+    /// How many boxes were let go so far: read before attaching to a box, and given to
+    /// [`AppState::keep_box`], so a handle attached while its box was changed is not kept.
+    pub(crate) fn forgotten(&self) -> u64 {
+        self.forgets.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Keep `b`, reached just now, unless a box was let go since `seen` ([`AppState::forgotten`]):
+    /// a handle attached while its box was extended or slept would keep its old facts.
+    pub(crate) fn keep_box(&self, b: &Arc<dyn Sandbox>, seen: u64) {
         let mut kept = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
+        if self.forgotten() != seen {
+            return;
+        }
         // Handles past their time let go now (each may hold a connection), not when asked for.
         kept.retain(|_, (_, at)| at.elapsed() < BOX_KEPT_FOR);
         if kept.len() >= MAX_KEPT {
@@ -173,9 +222,22 @@ impl AppState {
         kept.insert(b.id().to_string(), (b.clone(), std::time::Instant::now()));
     }
 
-    /// Let the box `id` go: the next call attaches to it anew.
+    /// Let the box `id` go: the next call attaches to it anew, and the live views look again.
     pub(crate) fn forget_box(&self, id: &str) {
-        self.boxes.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        let mut kept = self.boxes.lock().unwrap_or_else(|p| p.into_inner());
+        self.forgets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        kept.remove(id);
+        drop(kept);
+        self.statuses.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.changed();
+    }
+
+    /// Let the box `id` go now and again when the guard drops: for a call that changes the box
+    /// (sleep, wake, extend, end), so a handle another request attached meanwhile, holding
+    /// what the box was, is not the one kept after it ([`AppState::keep_box`]).
+    pub(crate) fn changing<'a>(&'a self, id: &'a str) -> Changing<'a> {
+        self.forget_box(id);
+        Changing { state: self, id }
     }
 
     /// Where this host's runs live.
@@ -253,5 +315,17 @@ impl AppState {
                 Err(e)
             }
         }
+    }
+}
+
+/// A box being changed: see [`AppState::changing`].
+pub(crate) struct Changing<'a> {
+    state: &'a AppState,
+    id: &'a str,
+}
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.state.forget_box(self.id);
     }
 }

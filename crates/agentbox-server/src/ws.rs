@@ -162,6 +162,13 @@ where
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let accept = check(&req)?;
+    let offered_protocol = req
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim() == crate::auth::WS_PROTOCOL);
     let on = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match on.await {
@@ -184,6 +191,14 @@ where
         header::SEC_WEBSOCKET_ACCEPT,
         HeaderValue::from_str(&accept).map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))?,
     );
+    // A browser's socket that offered subprotocols fails unless one is chosen: this one, never
+    // the one carrying its key.
+    if offered_protocol {
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static(crate::auth::WS_PROTOCOL),
+        );
+    }
     Ok(r)
 }
 

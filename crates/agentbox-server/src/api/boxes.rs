@@ -130,9 +130,10 @@ pub(crate) async fn reach(state: &AppState, key: &KeyInfo, id: &str) -> Result<A
     }
     let provider = state.provider(parsed.provider()).await?;
     let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+    let seen = state.forgotten();
     match provider.attach(&parsed, &ctx).await? {
         Some(b) if owns(key, b.as_ref()) => {
-            state.keep_box(&b);
+            state.keep_box(&b, seen);
             Ok(b)
         }
         _ => Err(missing()),
@@ -271,6 +272,7 @@ pub(crate) async fn create(
     let ctx = Ctx::background().with_timeout(CREATE_DEADLINE);
     let b = provider.create(&spec, &ctx).await?;
     tracing::info!(box_id = %b.id(), key = %key.name, "box made");
+    state.changed();
     Ok((StatusCode::CREATED, Json(BoxInfo::of(b.as_ref()))))
 }
 
@@ -305,7 +307,7 @@ pub(crate) async fn delete(
     Path(p): Path<BoxPath>,
 ) -> Result<StatusCode, ApiError> {
     let b = reach(&state, &key, &p.id).await?;
-    state.forget_box(&p.id);
+    let _changing = state.changing(&p.id);
     let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
     b.destroy(&ctx).await?;
     tracing::info!(box_id = %b.id(), key = %key.name, "box ended");

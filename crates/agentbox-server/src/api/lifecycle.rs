@@ -62,6 +62,7 @@ pub(crate) async fn open(
     let ctx = Ctx::background().with_timeout(CREATE_DEADLINE);
     let b = provider.open(&body.name, &spec, &ctx).await?;
     tracing::info!(box_id = %b.id(), key = %key.name, name = %body.name, "box opened");
+    state.changed();
     Ok(Json(BoxInfo::of(b.as_ref())))
 }
 
@@ -74,7 +75,7 @@ pub(crate) async fn sleep(
     // Its facts fresh from the provider, and let go after: they change.
     state.forget_box(&p.id);
     let b = reach(&state, &key, &p.id).await?;
-    state.forget_box(&p.id);
+    let _changing = state.changing(&p.id);
     let provider = state.provider(b.id().provider()).await?;
     provider
         .sleep(b.id(), &Ctx::background().with_timeout(CALL_DEADLINE))
@@ -91,7 +92,7 @@ pub(crate) async fn wake(
     // Its facts fresh from the provider, and let go after: they change.
     state.forget_box(&p.id);
     let b = reach(&state, &key, &p.id).await?;
-    state.forget_box(&p.id);
+    let _changing = state.changing(&p.id);
     let provider = state.provider(b.id().provider()).await?;
     let woken = provider
         .wake(b.id(), &Ctx::background().with_timeout(CREATE_DEADLINE))
@@ -109,7 +110,7 @@ pub(crate) async fn extend(
     // Its deadline fresh from the provider, and let go after: it changes.
     state.forget_box(&p.id);
     let b = reach(&state, &key, &p.id).await?;
-    state.forget_box(&p.id);
+    let _changing = state.changing(&p.id);
     let id: SandboxId = b.id().clone();
     let ends_at_ms = match (body.ends_at_ms, body.by_ms) {
         (Some(at), None) => at,

@@ -249,6 +249,7 @@ pub(crate) async fn fork(
     let ctx = Ctx::background().with_timeout(CREATE_DEADLINE);
     let boxes = provider.fork(b.id(), body.n, &spec, &ctx).await?;
     tracing::info!(box_id = %b.id(), n = boxes.len(), key = %key.name, "box forked");
+    state.changed();
     Ok((
         StatusCode::CREATED,
         Json(boxes.iter().map(|f| BoxInfo::of(f.as_ref())).collect()),
