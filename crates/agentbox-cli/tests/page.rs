@@ -1,0 +1,121 @@
+//! The page `agentbox serve` serves, driven in a real browser: Debian's Chromium, through
+//! playwright-core, by the suite in `crates/agentbox-server/page/test/` (Node's test runner),
+//! against a real server making namespace boxes, with three keys and a run made by the CLI.
+//! The suite's screenshots go to `target/page-screenshots/`; its measurements are printed.
+//!
+//! `scripts/page-assets` installs the page's packages (xterm.js, which the binary embeds, and
+//! the suite's) and `scripts/test` installs Chromium; they are exported as
+//! `AGENTBOX_TEST_PAGE` and `AGENTBOX_TEST_CHROMIUM`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+fn agentbox(home: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(args)
+        .env("AGENTBOX_HOME", home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "agentbox {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Where the suite leaves its screenshots: `target/page-screenshots` of this checkout.
+fn shots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/page-screenshots")
+}
+
+#[test]
+fn the_page_is_typed_formatted_and_linted() {
+    let Some(dir) = agentbox_testing::services::path_from(
+        "AGENTBOX_TEST_PAGE",
+        "scripts/page-assets",
+        "the_page_is_typed_formatted_and_linted",
+    ) else {
+        return;
+    };
+    common::npm_check(Path::new(&dir));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_passes_its_browser_suite() {
+    let test = "the_page_passes_its_browser_suite";
+    let Some(dir) = agentbox_testing::services::path_from("AGENTBOX_TEST_PAGE", "scripts/page-assets", test) else {
+        return;
+    };
+    let Some(chromium) = agentbox_testing::services::path_from("AGENTBOX_TEST_CHROMIUM", "scripts/test", test) else {
+        return;
+    };
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let alice = common::key_with(h, "alice", &["--max-lifetime", "1h"]);
+    let bob = common::key(h, "bob");
+    let admin = common::key_with(h, "admin", &["--admin"]);
+
+    // A run of two generations, its tool calls in the ledger (one failed), as the CLI makes them.
+    agentbox(h, &["runs", "new", "r1"]);
+    agentbox(h, &["runs", "release", "r1"]);
+    agentbox(h, &["runs", "release", "r1"]);
+    let id = agentbox(h, &["box", "create", "--provider", "namespace"])
+        .trim()
+        .to_string();
+    for (tool, args) in [
+        ("write", r#"{"path":"notes.txt","content":"one\n"}"#),
+        ("bash", r#"{"command":"false"}"#),
+        ("read", r#"{"path":"notes.txt"}"#),
+    ] {
+        let _ = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+            .args(["tool", &id, tool, "--args", args, "--run", "r1"])
+            .env("AGENTBOX_HOME", h)
+            .output()
+            .unwrap();
+    }
+    agentbox(h, &["box", "rm", &id]);
+    let status: serde_json::Value = serde_json::from_str(&agentbox(h, &["runs", "status", "r1"])).unwrap();
+    assert_eq!(status["generations"].as_array().map(Vec::len), Some(2), "{status}");
+    let ledger: Vec<serde_json::Value> = agentbox(h, &["ledger", "--run", "r1", "--json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(ledger.len(), 3, "{ledger:?}");
+    let expected = h.join("expected.json");
+    std::fs::write(
+        &expected,
+        serde_json::json!({"status": status, "ledger": ledger}).to_string(),
+    )
+    .unwrap();
+
+    let (mut server, url) = common::serve(h, "namespace").await;
+    // The thousand boxes the list is measured with: local ones with no runner, a process each.
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
+    command.args(["serve", "--listen", "127.0.0.1:0", "--provider", "local", "--no-runner"]);
+    let mut many = common::started(&mut command, h);
+    let many_url = common::serving_url(&mut many).await;
+    let mut suite = tokio::process::Command::new("node");
+    suite
+        .args(["--test", "--test-concurrency=1", "test/"])
+        .current_dir(&dir)
+        .env("AGENTBOX_URL", &url)
+        .env("AGENTBOX_KEY_ALICE", &alice)
+        .env("AGENTBOX_KEY_BOB", &bob)
+        .env("AGENTBOX_KEY_ADMIN", &admin)
+        .env("AGENTBOX_PAGE_PROVIDER", "namespace")
+        .env("AGENTBOX_PAGE_RUN", "r1")
+        .env("AGENTBOX_PAGE_EXPECTED", &expected)
+        .env("AGENTBOX_PAGE_SHOTS", shots())
+        .env("AGENTBOX_PAGE_MANY", "1000")
+        .env("AGENTBOX_URL_MANY", &many_url)
+        .env("AGENTBOX_PAGE_SOAK_S", "20")
+        .env("AGENTBOX_CHROMIUM", &chromium);
+    let said = common::run_suite(&mut suite, "the page's browser suite").await;
+    assert!(said.contains("# fail 0") && said.contains("# skipped 0"), "{said}");
+    assert!(!said.contains("# pass 0"), "{said}");
+    server.start_kill().unwrap();
+    many.start_kill().unwrap();
+}
