@@ -512,13 +512,26 @@ class Follower {
     this.box = box;
     this.handle = handle;
     this.cursor = 0;
-    this.text = "";
+    /** whole lines (each ending in a newline), oldest first; the page's notes between NULs */
+    this.lines = /** @type {string[]} */ ([]);
+    /** how many of `lines` were let go since the last paint (their blocks go too) */
+    this.dropped = 0;
+    /** how many of `lines` the last paint drew */
+    this.drawn = 0;
+    /** the line being written (no newline yet) */
+    this.tail = "";
+    /** characters kept in `lines` */
+    this.size = 0;
     this.ended = "";
     this.decoder = new TextDecoder();
     /** @type {WebSocket | null} */
     this.socket = null;
     this.stopped = true;
     this.backoff = 500;
+    this.key = `${box}/${handle}`;
+    /** the next paint draws everything again (another process was shown meanwhile) */
+    this.whole = true;
+    this.pending = false;
   }
 
   start() {
@@ -562,8 +575,25 @@ class Follower {
 
   /** @param {string} text @param {boolean} [said] a note of the page's, not output */
   add(text, said = false) {
-    this.text += said ? `\u0000${text}\u0000` : text;
-    if (this.text.length > KEEP_OUTPUT) this.text = this.text.slice(this.text.length - KEEP_OUTPUT);
+    // A note stands on a line of its own, its NULs inside it, so a line never splits one.
+    const more = said ? `${this.tail ? "\n" : ""}\u0000${text.trim()}\u0000\n` : text;
+    const joined = this.tail + more;
+    const end = joined.lastIndexOf("\n") + 1;
+    if (end > 0) {
+      const line = joined.slice(0, end);
+      this.lines.push(line);
+      this.size += line.length;
+    }
+    this.tail = joined.slice(end);
+    // Past the bound, the oldest lines go (each paint removes their blocks, never redraws all).
+    while (this.size > KEEP_OUTPUT && this.lines.length > 1) {
+      this.size -= /** @type {string} */ (this.lines.shift()).length;
+      // A line drawn already leaves its block; one never drawn just goes.
+      if (this.drawn > 0) {
+        this.drawn -= 1;
+        this.dropped += 1;
+      }
+    }
     if (page.following === this) render(this);
   }
 
@@ -574,20 +604,72 @@ class Follower {
   }
 }
 
-/** Show a follower's text, its notes set apart. @param {Follower} f */
+/** Show a follower's text at the next frame: many messages between two frames are drawn once. @param {Follower} f */
 function render(f) {
+  if (f.pending) return;
+  f.pending = true;
+  requestAnimationFrame(() => {
+    f.pending = false;
+    if (page.following === f) paint(f);
+  });
+}
+
+/** Text with the page's notes (between NULs) set apart. @param {string} text */
+function nodes(text) {
+  return text.split("\u0000").map((p, i) => {
+    if (i % 2 === 0) return document.createTextNode(p);
+    const s = document.createElement("span");
+    s.className = "gap";
+    s.textContent = p;
+    return s;
+  });
+}
+
+/** One block of output: whole lines, so drawing the next costs only its own layout. @param {string} text */
+function block(text) {
+  const div = document.createElement("div");
+  div.append(...nodes(text));
+  return div;
+}
+
+/**
+ * Draw what of a follower's output is not drawn yet: new lines as blocks of their own, the
+ * oldest blocks removed past the bound, the line being written last. Everything is drawn
+ * again only for another process.
+ * @param {Follower} f
+ */
+function paint(f) {
   const pre = $("output");
   const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-  const parts = f.text.split("\u0000");
-  pre.replaceChildren(
-    ...parts.map((p, i) => {
-      if (i % 2 === 0) return document.createTextNode(p);
-      const s = document.createElement("span");
-      s.className = "gap";
-      s.textContent = p;
-      return s;
-    }),
-  );
+  const tail = document.createElement("div");
+  tail.append(...nodes(f.tail));
+  if (f.whole || pre.dataset.follower !== f.key) {
+    const all = block(f.lines.join(""));
+    all.dataset.lines = String(f.lines.length);
+    pre.replaceChildren(...(f.lines.length ? [all] : []), tail);
+    f.whole = false;
+  } else {
+    // Each block says how many lines it holds: the lines let go leave the oldest blocks, a
+    // block going once all of its lines have (so at most one block more than the bound is
+    // kept).
+    pre.lastChild?.remove();
+    for (; f.dropped > 0 && pre.firstChild; f.dropped -= 1) {
+      const first = /** @type {HTMLElement} */ (pre.firstChild);
+      const left = Number(first.dataset.lines ?? 1) - 1;
+      if (left > 0) first.dataset.lines = String(left);
+      else first.remove();
+    }
+    const fresh = f.lines.slice(f.drawn);
+    if (fresh.length) {
+      const b = block(fresh.join(""));
+      b.dataset.lines = String(fresh.length);
+      pre.append(b);
+    }
+    pre.append(tail);
+  }
+  f.drawn = f.lines.length;
+  f.dropped = 0;
+  pre.dataset.follower = f.key;
   pre.dataset.cursor = String(f.cursor);
   if (atEnd) pre.scrollTop = pre.scrollHeight;
 }
@@ -606,6 +688,7 @@ function watch(handle, argv) {
   page.following = f;
   $("output-title").textContent = `Output of ${handle}: ${argv}`;
   $("output-pane").hidden = false;
+  f.whole = true;
   render(f);
   f.start();
 }

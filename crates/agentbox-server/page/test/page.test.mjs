@@ -390,7 +390,10 @@ test("the list of many boxes renders, measured from sign-in", async () => {
 });
 
 test("the page's memory while a process streams", async () => {
-  const b = await makeBox(ALICE);
+  const b = await call(ALICE, "POST", "/v1/boxes", {
+    provider: PROVIDER,
+    spec: { max_lifetime_ms: (SOAK_S + 300) * 1000 },
+  });
   made.push([ALICE, b.id]);
   const { handle } = await call(ALICE, "POST", `/v1/boxes/${encodeURIComponent(b.id)}/processes`, {
     command: `end=$(( $(date +%s) + ${SOAK_S} )); while [ $(date +%s) -lt $end ]; do seq 1 200; sleep 0.05; done`,
@@ -408,7 +411,8 @@ test("the page's memory while a process streams", async () => {
   const heap = async () => {
     await cdp.send("HeapProfiler.collectGarbage");
     const { metrics } = await cdp.send("Performance.getMetrics");
-    return /** @type {number} */ (metrics.find((m) => m.name === "JSHeapUsedSize")?.value ?? 0);
+    const of = (/** @type {string} */ name) => metrics.find((m) => m.name === name)?.value ?? 0;
+    return { heap: of("JSHeapUsedSize") / 1048576, nodes: of("Nodes") };
   };
   await page.waitForTimeout(5_000);
   const start = await heap();
@@ -416,7 +420,8 @@ test("the page's memory while a process streams", async () => {
   const end = await heap();
   const shown = Number(await page.locator("#output").getAttribute("data-cursor"));
   console.log(
-    `measure: page_heap_after_${SOAK_S}s_of_streaming ${(end / 1048576).toFixed(1)} MiB (at 5 s: ${(start / 1048576).toFixed(1)} MiB; ${(shown / 1048576).toFixed(1)} MiB of output streamed)`,
+    `measure: page_after_${SOAK_S}s_of_streaming JS heap ${end.heap.toFixed(1)} MiB, ${end.nodes} DOM nodes ` +
+      `(at 5 s: ${start.heap.toFixed(1)} MiB, ${start.nodes} nodes; ${(shown / 1048576).toFixed(1)} MiB of output streamed)`,
   );
   await page.context().close();
 });
