@@ -42,6 +42,47 @@ fn the_page_is_typed_formatted_and_linted() {
     common::npm_check(Path::new(&dir));
 }
 
+/// The binary copied alone to a directory of its own, run from another: the page, its script
+/// and its terminal come from inside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_alone_serves_the_page() {
+    let test = "the_binary_alone_serves_the_page";
+    // Without the page's packages the build embeds a stand-in for xterm.js: nothing to check.
+    if agentbox_testing::services::path_from("AGENTBOX_TEST_PAGE", "scripts/page-assets", test).is_none() {
+        return;
+    }
+    let alone = tempfile::tempdir().unwrap();
+    let bin = alone.path().join("agentbox");
+    std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), &bin).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(&bin);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--provider", "local"])
+        .current_dir(home.path());
+    let mut server = common::started(&mut command, home.path());
+    let url = common::serving_url(&mut server).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for (path, holds) in [
+        ("/", "<title>agentbox</title>"),
+        ("/page/app.js", "new WebSocket"),
+        ("/page/app.css", ".row"),
+        ("/page/xterm.mjs", "xterm.js authors"),
+    ] {
+        let r = http.get(format!("{url}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(
+            r.headers()["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("connect-src 'self'")
+        );
+        let body = r.text().await.unwrap();
+        assert!(body.contains(holds), "{path} does not hold {holds:?}");
+    }
+    server.start_kill().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_passes_its_browser_suite() {
     let test = "the_page_passes_its_browser_suite";

@@ -798,7 +798,11 @@ async function act(action) {
       const r = await api("POST", `${path}/snapshots`, { name });
       $("box-note").textContent = `snapshot ${r.name} taken`;
     } else if (action === "fork") {
+      // The fork lives as long as its parent has left, with the parent's labels (not its
+      // owner's: the server writes that).
+      const ends = page.boxRow?.facts.ends_at_ms ?? 0;
       const spec = {
+        max_lifetime_ms: Math.max(60_000, ends - serverNow()),
         labels: Object.fromEntries(
           Object.entries(page.boxRow?.labels ?? {}).filter(([k]) => !k.startsWith("agentbox-server.")),
         ),

@@ -274,6 +274,47 @@ test("extend moves the deadline; a refused action shows the API's error; end ask
   await alice.locator(`[data-box="${box}"]`).waitFor({ state: "detached", timeout: 15_000 });
 });
 
+test("sleep, wake, snapshot and fork, each from its button", async () => {
+  const b = await makeBox(ALICE, { team: "lifecycle" });
+  made.push([ALICE, b.id]);
+  await alice.goto(`${URL}/#/box/${encodeURIComponent(b.id)}`);
+  await alice.locator("#box-title").filter({ hasText: b.id }).waitFor();
+  const state = alice.locator("#box-state");
+  await state.filter({ hasText: "running" }).waitFor({ timeout: 15_000 });
+  const button = (/** @type {string} */ name) => alice.getByRole("button", { name, exact: true });
+  await button("Sleep").click();
+  await alice.locator("#box-note").filter({ hasText: "asleep" }).waitFor({ timeout: 30_000 });
+  await state.filter({ hasText: "sleeping" }).waitFor({ timeout: 15_000 });
+  await button("Wake").click();
+  await alice.locator("#box-note").filter({ hasText: "awake" }).waitFor({ timeout: 30_000 });
+  await state.filter({ hasText: "running" }).waitFor({ timeout: 15_000 });
+  await button("Snapshot").click();
+  const taken = alice.locator("#box-note").filter({ hasText: /snapshot \S+ taken/ });
+  await Promise.race([
+    taken.waitFor({ timeout: 60_000 }),
+    alice.locator("#box-error").filter({ hasText: /\w/ }).waitFor({ timeout: 60_000 }),
+  ]);
+  assert.equal(await alice.locator("#box-error").textContent(), "", "the snapshot was refused");
+  const snapshots = await call(ALICE, "GET", "/v1/snapshots");
+  assert.ok(
+    snapshots.some((/** @type {any} */ s) => (s.name ?? "").startsWith("page-")),
+    JSON.stringify(snapshots),
+  );
+  await button("Fork").click();
+  const forked = alice.locator("#box-note").filter({ hasText: /forked: \S+/ });
+  await Promise.race([
+    forked.waitFor({ timeout: 60_000 }),
+    alice.locator("#box-error").filter({ hasText: /\w/ }).waitFor({ timeout: 60_000 }),
+  ]);
+  assert.equal(await alice.locator("#box-error").textContent(), "", "the fork was refused");
+  const child = /forked: (\S+)/.exec((await forked.textContent()) ?? "")?.[1] ?? "";
+  made.push([ALICE, child]);
+  // The fork is the key's, and shows in the list without a reload.
+  await alice.goto(`${URL}/#/boxes`);
+  await alice.locator(`[data-box="${child}"]`).waitFor({ timeout: 15_000 });
+  await shot(alice, "forked");
+});
+
 test("a second key sees none of the first key's boxes", async () => {
   const kept = await makeBox(ALICE);
   made.push([ALICE, kept.id]);
