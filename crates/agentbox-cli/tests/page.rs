@@ -132,7 +132,26 @@ async fn the_page_passes_its_browser_suite() {
     )
     .unwrap();
 
-    let (mut server, url) = common::serve(h, "namespace").await;
+    // What two boxes cost, as a receipts file holds it.
+    let receipts = h.join("receipts.jsonl");
+    std::fs::write(
+        &receipts,
+        "{\"box\":\"box-1\",\"provider\":\"modal\",\"kind\":\"gpu:T4\",\"from\":\"2026-12-01T10:00:00Z\",\"to\":\"2026-12-01T10:10:00Z\",\"seconds\":600.0,\"usd_per_second\":0.000164,\"cost_usd\":0.0984,\"source\":\"test\",\"priced\":\"2026-12-01\"}\n\
+         {\"box\":\"box-2\",\"provider\":\"modal\",\"kind\":\"gpu:T4\",\"from\":\"2026-12-01T11:00:00Z\",\"to\":\"2026-12-01T11:05:00Z\",\"seconds\":300.0,\"usd_per_second\":0.000164,\"cost_usd\":0.0492,\"source\":\"test\",\"priced\":\"2026-12-01\"}\n",
+    )
+    .unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
+    command.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--provider",
+        "namespace",
+        "--receipts",
+    ]);
+    command.arg(&receipts);
+    let mut server = common::started(&mut command, h);
+    let url = common::serving_url(&mut server).await;
     // The thousand boxes the list is measured with: local ones with no runner, a process each.
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
     command.args(["serve", "--listen", "127.0.0.1:0", "--provider", "local", "--no-runner"]);

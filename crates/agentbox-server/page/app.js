@@ -849,6 +849,19 @@ async function runs() {
       "receipts",
       totals.map((/** @type {any} */ t) => [t.provider, t.kind, t.boxes, t.seconds.toFixed(1), t.cost_usd.toFixed(4)]),
     );
+    const each = await api("GET", "/v1/receipts/boxes?limit=200");
+    fill(
+      "box-receipts",
+      each.map((/** @type {any} */ r) => [
+        r.box ?? "",
+        r.provider ?? "",
+        r.kind ?? "",
+        r.from ?? "",
+        r.to ?? "",
+        typeof r.seconds === "number" ? r.seconds.toFixed(1) : "",
+        typeof r.cost_usd === "number" ? r.cost_usd.toFixed(4) : "",
+      ]),
+    );
   } catch (e) {
     $("receipts-note").textContent = String(e instanceof ApiError ? e.message : e);
   }

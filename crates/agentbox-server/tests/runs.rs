@@ -47,8 +47,8 @@ async fn runs_ledger_and_receipts_are_an_admins_to_read() {
     let receipts = home.path().join("receipts.jsonl");
     std::fs::write(
         &receipts,
-        "{\"provider\":\"local\",\"kind\":\"box\",\"seconds\":10.0,\"cost_usd\":0.0}\n\
-         {\"provider\":\"local\",\"kind\":\"box\",\"seconds\":5.0,\"cost_usd\":0.0}\n",
+        "{\"box\":\"box-1\",\"provider\":\"local\",\"kind\":\"box\",\"seconds\":10.0,\"cost_usd\":0.0}\n\
+         {\"box\":\"box-2\",\"provider\":\"local\",\"kind\":\"box\",\"seconds\":5.0,\"cost_usd\":0.0}\n",
     )
     .unwrap();
     let s = start_with(keys, 1 << 20, home.path(), |o| {
@@ -104,12 +104,27 @@ async fn runs_ledger_and_receipts_are_an_admins_to_read() {
         json!([{"provider": "local", "kind": "box", "boxes": 2, "seconds": 15.0, "cost_usd": 0.0}])
     );
 
+    // Each box's receipt, newest first, bounded.
+    let (st, each) = call(&s, a, "GET", "/v1/receipts/boxes?limit=1", None).await;
+    assert_eq!(st, 200, "{each}");
+    assert_eq!(
+        each.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["box"].clone())
+            .collect::<Vec<_>>(),
+        [json!("box-2")]
+    );
+    let (st, bad) = call(&s, a, "GET", "/v1/receipts/boxes?limit=0", None).await;
+    assert_eq!((st, code_of(&bad)), (400, "invalid"), "{bad}");
+
     for path in [
         "/v1/runs",
         "/v1/runs/r1",
         "/v1/runs/r1/ledger",
         "/v1/ledger?target=x",
         "/v1/receipts",
+        "/v1/receipts/boxes",
     ] {
         let (st, refused) = call(&s, Some(&plain), "GET", path, None).await;
         assert_eq!((st, code_of(&refused)), (403, "permission_denied"), "{path}: {refused}");

@@ -355,6 +355,18 @@ test("a run's timeline and ledger are what the CLI says", async () => {
     expected.ledger.map((/** @type {any} */ c) => [String(c.seq), c.op, c.target ?? ""]),
   );
   await shot(admin, "run");
+  // What boxes cost: the totals, and each box's receipt, newest first.
+  await admin.goto(`${URL}/#/runs`);
+  await admin.locator("#receipts tbody tr").filter({ hasText: "gpu:T4" }).filter({ hasText: "0.1476" }).waitFor();
+  const each = await cells("box-receipts");
+  assert.deepEqual(
+    each.map((r) => [r[0], r[5], r[6]]),
+    [
+      ["box-2", "300.0", "0.0492"],
+      ["box-1", "600.0", "0.0984"],
+    ],
+  );
+  await shot(admin, "runs");
   await admin.goto(`${URL}/#/health`);
   await admin.locator("#providers tbody tr").filter({ hasText: PROVIDER }).filter({ hasText: "yes" }).waitFor();
   await shot(admin, "health");

@@ -242,6 +242,12 @@ pub(crate) fn routes() -> ApiRouter<Arc<AppState>> {
             get_with(runs::receipts, |o| o.summary("What boxes cost: the receipts' totals by provider and kind")),
         )
         .api_route(
+            "/v1/receipts/boxes",
+            get_with(runs::receipts_of_boxes, |o| {
+                o.summary("What each box cost: the receipts themselves, newest first")
+            }),
+        )
+        .api_route(
             "/v1/tools",
             get_with(tools::list, |o| {
                 o.summary("The agent's tools: names, descriptions, argument schemas")

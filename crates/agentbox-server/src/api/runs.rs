@@ -131,18 +131,85 @@ pub(crate) async fn ledger_of_target(
     Ok(Json(values(&records)?))
 }
 
+/// Which receipts to read.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Newest {
+    /// At most this many, newest first (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// The most bytes of the receipts file read for its newest receipts: its end.
+const RECEIPTS_TAIL: u64 = 4 << 20;
+
+/// `GET /v1/receipts/boxes`: each box's receipt (its label, provider, kind, from, to,
+/// seconds, cost), newest first. A receipt names a box by a label of the receipts' own, never
+/// by its id.
+pub(crate) async fn receipts_of_boxes(
+    State(state): State<Arc<AppState>>,
+    Caller(key): Caller,
+    Query(q): Query<Newest>,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    admin(&key)?;
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 || limit > 1000 {
+        return Err(ApiError::new(
+            ErrorCode::Invalid,
+            format!("limit: {limit} is not 1 to 1000"),
+        ));
+    }
+    let file = receipts_file(&state)?;
+    let tail = tokio::task::spawn_blocking(move || -> agentbox_core::Result<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&file)
+            .map_err(|e| agentbox_core::Error::io(e, format!("reading {}", file.display())))?;
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let from = len.saturating_sub(RECEIPTS_TAIL);
+        f.seek(SeekFrom::Start(from))
+            .map_err(|e| agentbox_core::Error::io(e, format!("reading {}", file.display())))?;
+        let mut text = String::new();
+        f.take(RECEIPTS_TAIL)
+            .read_to_string(&mut text)
+            .map_err(|e| agentbox_core::Error::io(e, format!("reading {}", file.display())))?;
+        // Past the bound, the first (partial) line is not a receipt to read.
+        Ok(if from > 0 {
+            text.split_once('\n')
+                .map(|(_, rest)| rest.to_string())
+                .unwrap_or_default()
+        } else {
+            text
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))??;
+    let newest: Vec<serde_json::Value> = tail
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.is_object())
+        .take(limit)
+        .collect();
+    Ok(Json(newest))
+}
+
+/// The receipts file, or `not_found` saying how to give one.
+fn receipts_file(state: &AppState) -> Result<std::path::PathBuf, ApiError> {
+    state.receipts().ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::NotFound,
+            "receipts: this server reads none (start it with --receipts FILE)",
+        )
+    })
+}
+
 /// `GET /v1/receipts`: the receipts' totals by provider and kind.
 pub(crate) async fn receipts(
     State(state): State<Arc<AppState>>,
     Caller(key): Caller,
 ) -> Result<Json<Vec<ReceiptTotal>>, ApiError> {
     admin(&key)?;
-    let file = state.receipts().ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::NotFound,
-            "receipts: this server reads none (start it with --receipts FILE)",
-        )
-    })?;
+    let file = receipts_file(&state)?;
     let totals = tokio::task::spawn_blocking(move || agentbox_transport::receipts::totals(&file))
         .await
         .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))??;
