@@ -21,7 +21,7 @@ const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 /**
  * @typedef {{id: string, provider: string, labels: Record<string, string>, facts: any,
- *   state: string, owner?: string}} Row
+ *   state: string, owner?: string, endpoints?: any[]}} Row
  */
 
 const page = {
@@ -432,6 +432,8 @@ function closeBox() {
 
 /** @param {Row} r */
 function boxHeader(r) {
+  // The list's rows carry no endpoints: those the box's own feed said are kept.
+  if (!("endpoints" in r) && page.boxRow?.id === r.id) r = { ...r, endpoints: page.boxRow.endpoints };
   page.boxRow = r;
   const st = $("box-state");
   st.textContent = r.state;
@@ -451,6 +453,15 @@ function boxHeader(r) {
     ["memory", r.facts.memory_mb ? `${r.facts.memory_mb} MB` : ""],
     ["network", r.facts.network ? JSON.stringify(r.facts.network) : ""],
     ["ports", (r.facts.ports ?? []).map((/** @type {any} */ p) => `${p.port}/${p.kind}`).join(", ")],
+    [
+      "endpoints",
+      /** @type {any} */ (r.endpoints ?? [])
+        .map((/** @type {any} */ e) =>
+          e.error ? `${e.port}: ${e.error}` : `${e.port} → ${e.url ?? `${e.host}:${e.at}`}`,
+        )
+        .join(", "),
+    ],
+
     ["runner", r.facts.runner ?? ""],
     ["workspace", r.facts.workspace ?? ""],
     [

@@ -5,7 +5,8 @@
 //!   key's boxes (every box, for an admin key), first whole
 //!   (`boxes` with `full: true`), then what changed (`upsert`, `removed`); and the server's
 //!   health (`health`: providers up, boxes by state, requests and errors in the last minute).
-//! - `GET /v1/boxes/{id}/events`: one box (`box`), its processes (`processes`) and what its
+//! - `GET /v1/boxes/{id}/events`: one box (`box`, with where each of its ports is reached:
+//!   `endpoints`), its processes (`processes`) and what its
 //!   egress proxy refused (`refusals`), each sent when it changes; `gone` when the box is.
 //!
 //! The server looks at each [`TICK`], and at once when it made, ended or changed a box itself
@@ -257,6 +258,19 @@ async fn health(state: &AppState, key: &KeyInfo, rows: &[Row]) -> Value {
     })
 }
 
+/// Where this machine reaches each port the box's facts name (at most 32): `{port, host,
+/// port, url}`, or the port and why not.
+async fn endpoints(b: &dyn Sandbox, ctx: &Ctx) -> Value {
+    let mut out = Vec::new();
+    for p in b.facts().ports.iter().flatten().take(32) {
+        match b.endpoint(p.port, ctx).await {
+            Ok(e) => out.push(json!({"port": p.port, "host": e.host, "at": e.port, "url": e.url})),
+            Err(e) => out.push(json!({"port": p.port, "error": e.message()})),
+        }
+    }
+    Value::Array(out)
+}
+
 /// `GET /v1/boxes/{id}/events`: one box, its processes and its egress refusals, live.
 pub(crate) async fn one_box(
     State(state): State<Arc<AppState>>,
@@ -298,12 +312,13 @@ pub(crate) async fn one_box(
                 Ok(list) => json!({"refusals": list}),
                 Err(e) => json!({"error": e.message()}),
             };
-            let info = serde_json::to_value(Row {
+            let mut info = serde_json::to_value(Row {
                 info: BoxInfo::of(b.as_ref()),
                 state: st.clone(),
                 owner: None,
             })
             .unwrap_or_default();
+            info["endpoints"] = endpoints(b.as_ref(), &ctx).await;
             for (name, value) in [("box", info), ("processes", processes), ("refusals", refusals)] {
                 let text = value.to_string();
                 if sent.get(name) == Some(&text) {

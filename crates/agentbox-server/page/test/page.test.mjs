@@ -275,10 +275,18 @@ test("extend moves the deadline; a refused action shows the API's error; end ask
 });
 
 test("sleep, wake, snapshot and fork, each from its button", async () => {
-  const b = await makeBox(ALICE, { team: "lifecycle" });
+  const b = await call(ALICE, "POST", "/v1/boxes", {
+    provider: PROVIDER,
+    spec: { max_lifetime_ms: 30 * 60_000, labels: { team: "lifecycle" }, ports: [{ port: 8000, kind: "tcp" }] },
+  });
   made.push([ALICE, b.id]);
   await alice.goto(`${URL}/#/box/${encodeURIComponent(b.id)}`);
   await alice.locator("#box-title").filter({ hasText: b.id }).waitFor();
+  // Its port, and where this machine reaches it.
+  await alice
+    .locator("#facts")
+    .filter({ hasText: /8000 → \S+:\d+/ })
+    .waitFor({ timeout: 15_000 });
   const state = alice.locator("#box-state");
   await state.filter({ hasText: "running" }).waitFor({ timeout: 15_000 });
   const button = (/** @type {string} */ name) => alice.getByRole("button", { name, exact: true });
