@@ -216,8 +216,14 @@ function signedOut() {
   page.key = null;
   sessionStorage.removeItem(KEY);
   page.boxesFeed?.abort();
-  page.boxFeed?.abort();
+  closeBox();
+  // Nothing of the last key's stays: its boxes, the output followed, the list drawn.
+  for (const f of page.outputs.values()) f.stop();
+  page.outputs.clear();
   page.boxes.clear();
+  page.shown = [];
+  $("list-space").replaceChildren();
+  $("output").replaceChildren();
   page.me = { key: "", admin: false, terminal: false };
   $("nav").hidden = true;
   $("signout").hidden = true;

@@ -340,6 +340,16 @@ test("a second key sees none of the first key's boxes", async () => {
     .waitFor();
   await shot(bob, "second-key");
   await bob.context().close();
+  // In alice's own tab: signed out, nothing of hers stays, and bob signed in there sees none.
+  await alice.getByRole("button", { name: "Sign out" }).click();
+  await alice.locator("#view-signin").waitFor();
+  assert.equal(await alice.evaluate(() => sessionStorage.getItem("agentbox.key")), null);
+  assert.equal(await alice.locator(".row").count(), 0);
+  await alice.locator("#key").fill(BOB);
+  await alice.getByRole("button", { name: "Sign in" }).click();
+  await alice.locator("#who").filter({ hasText: "bob" }).waitFor();
+  await alice.locator("#count").filter({ hasText: "0 of 0" }).waitFor();
+  assert.equal(await alice.locator(`[data-box="${kept.id}"]`).count(), 0);
 });
 
 test("a run's timeline and ledger are what the CLI says", async () => {
