@@ -243,7 +243,24 @@ fn a_run_moves_to_a_container_then_to_a_second_sharing_its_volume() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    assert_eq!(files, ["run.json", "starts.jsonl", "store.db", "workspace"]);
+    assert_eq!(
+        files,
+        ["generations.jsonl", "run.json", "starts.jsonl", "store.db", "workspace"]
+    );
+    // Its timeline: each generation where it ran, each one let go (none taken over).
+    let timeline: Vec<(u64, String, String)> = agentbox_runs::history::read(&w.dir(id))
+        .unwrap()
+        .into_iter()
+        .map(|g| (g.generation, g.host, g.ended))
+        .collect();
+    assert_eq!(
+        timeline,
+        [
+            (1, this_host(), "sealed".to_string()),
+            (2, container_1.clone(), "sealed".to_string()),
+            (3, container_2.clone(), "sealed".to_string())
+        ]
+    );
     let conv = w.messages(id);
     assert_eq!(conv.iter().filter(|m| m.role == "user").count(), 1);
     let gens: std::collections::BTreeSet<u64> = conv.iter().map(|m| m.generation).collect();

@@ -366,7 +366,10 @@ async fn a_run_shared_by_hosts_keeps_a_rollback_journal() {
     let keeper = run.keep_claim().expect("a lease is kept alive");
     drop(keeper);
     run.release().await.unwrap();
-    assert_eq!(names(&runs.dir(&id)), ["run.json", "store.db", "workspace"]);
+    assert_eq!(
+        names(&runs.dir(&id)),
+        ["generations.jsonl", "run.json", "store.db", "workspace"]
+    );
 }
 
 #[tokio::test]
