@@ -77,6 +77,20 @@ impl Feed {
     }
 }
 
+/// A local box of `key`'s, for ten minutes: its id.
+async fn local_box(s: &Server, key: &str) -> String {
+    let (st, made) = call(
+        s,
+        Some(key),
+        "POST",
+        "/v1/boxes",
+        Some(json!({"provider": "local", "spec": spec(600_000)})),
+    )
+    .await;
+    assert_eq!(st, 201, "{made}");
+    made["id"].as_str().unwrap().to_string()
+}
+
 fn ids(v: &Value, field: &str) -> Vec<String> {
     v[field]
         .as_array()
@@ -127,16 +141,7 @@ async fn each_key_follows_its_own_boxes_live() {
     fb.until("boxes", |_| true).await;
 
     // Made by a: shown to a at once (the server says a box changed), never to b.
-    let (st, made) = call(
-        &s,
-        Some(&a),
-        "POST",
-        "/v1/boxes",
-        Some(json!({"provider": "local", "spec": spec(600_000)})),
-    )
-    .await;
-    assert_eq!(st, 201, "{made}");
-    let id = made["id"].as_str().unwrap().to_string();
+    let id = local_box(&s, &a).await;
     let shown = fa.until("boxes", |d| ids(d, "upsert").contains(&id)).await;
     let row = &shown["upsert"][0];
     assert_eq!(
@@ -204,16 +209,7 @@ async fn a_browsers_socket_shows_its_key_as_a_subprotocol_never_echoed() {
     let (_, a) = keys.add("a", false, local()).await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let s = start_in(keys, 1 << 20, home.path()).await;
-    let (st, made) = call(
-        &s,
-        Some(&a),
-        "POST",
-        "/v1/boxes",
-        Some(json!({"provider": "local", "spec": spec(600_000)})),
-    )
-    .await;
-    assert_eq!(st, 201, "{made}");
-    let id = made["id"].as_str().unwrap();
+    let id = &local_box(&s, &a).await;
     let (st, started) = call(
         &s,
         Some(&a),
