@@ -76,6 +76,10 @@ pub struct Facts {
     /// exec's stdin is a real pipe. Absent: no such channel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_via: Option<String>,
+    /// The secrets the box uses through its egress proxy, by name: each of these variables
+    /// holds a placeholder, never the value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
     /// The directory programs start in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,

@@ -85,6 +85,10 @@ pub struct Spec {
     /// The box's working directory, where programs start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// Credentials the box uses without holding them: its variable holds a placeholder, and
+    /// this machine's egress proxy puts the value into requests bound for the named hosts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<crate::secret::SecretSpec>,
 }
 
 /// What a box may reach over the network.
@@ -184,6 +188,7 @@ impl Spec {
         for (k, v) in &self.env {
             validate_env(k, v).map_err(|e| e.context("spec.env"))?;
         }
+        crate::secret::validate_secrets(&self.secrets, &self.env)?;
         if let Some(c) = self.cpus
             && !(c.is_finite() && (0.01..=1024.0).contains(&c))
         {
@@ -387,6 +392,10 @@ pub struct Honours {
     /// `Lifecycle::fork`.
     #[serde(default)]
     pub fork: bool,
+    /// A spec's `secrets` are honoured: the box's network passes through agentbox's egress
+    /// proxy, which keeps each value outside the box.
+    #[serde(default)]
+    pub secrets: bool,
 }
 
 /// Refuse what `honours` cannot give, naming the field, after [`Spec::validate`].
@@ -458,6 +467,13 @@ pub fn check_spec(spec: &Spec, honours: &Honours, provider: &str) -> Result<()> 
     }
     if !spec.env.is_empty() && !honours.env {
         return refuse("env", "carry no environment");
+    }
+    if !spec.secrets.is_empty() && !honours.secrets {
+        return refuse(
+            "secrets",
+            "have no network of agentbox's egress proxy, which is what keeps a secret's value outside \
+             a box (namespace and Docker boxes of this machine have one)",
+        );
     }
     Ok(())
 }

@@ -36,12 +36,16 @@
 //! # }
 //! ```
 
+mod intercept;
 pub mod policy;
 mod proxy;
 mod refusal;
 mod resolve;
+mod secrets;
 
+pub use intercept::Interceptor;
 pub use policy::{Decision, Policy};
 pub use proxy::{PROBE_PATH, Proxy, Refusals};
 pub use refusal::{Refusal, RefusalLog, read_refusals};
 pub use resolve::{Resolver, SystemResolver};
+pub use secrets::{Leak, SecretPlan, SecretRule, Secrets};

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::intercept::{Interceptor, Prefixed};
 use crate::policy::{Decision, Policy};
 use crate::refusal::Refusal;
 use crate::resolve::Resolver;
@@ -43,6 +44,7 @@ pub struct Proxy {
     policy: Policy,
     resolver: Arc<dyn Resolver>,
     refusals: Refusals,
+    intercept: Option<Arc<Interceptor>>,
 }
 
 /// What a request asks to reach.
@@ -60,7 +62,15 @@ impl Proxy {
             policy,
             resolver,
             refusals,
+            intercept: None,
         }
+    }
+
+    /// The same proxy holding a box's secrets: HTTPS to a host a secret names is decrypted and
+    /// gets the values ([`Interceptor`]); a placeholder anywhere else is refused.
+    pub fn with_secrets(mut self, intercept: Arc<Interceptor>) -> Self {
+        self.intercept = Some(intercept);
+        self
     }
 
     /// Serve one client connection to its end. `Err` says why it ended early (the client was
@@ -90,6 +100,26 @@ impl Proxy {
                 return Err(why);
             }
         };
+        if let Some(i) = &self.intercept {
+            let place = if target.forward.is_some() {
+                "a plain http request (a secret goes only over https)"
+            } else {
+                "a CONNECT request"
+            };
+            if let Some(leak) = i.secrets().find_in(&head, place) {
+                let why = leak.why(&target.host);
+                self.record(Refusal {
+                    at_ms: now_ms(),
+                    host: target.host.clone(),
+                    port: target.port,
+                    address: None,
+                    rule: leak.rule(),
+                    why: why.clone(),
+                });
+                let _ = answer(&mut client, 403, &why).await;
+                return Err(why);
+            }
+        }
         let upstream = match self.reach(&target.host, target.port).await {
             Ok(s) => s,
             Err(Reached::Refused(r)) => {
@@ -105,6 +135,33 @@ impl Proxy {
         };
         let mut upstream = upstream;
         let _ = upstream.set_nodelay(true);
+        if let Some(i) = &self.intercept
+            && target.forward.is_none()
+            && i.secrets().intercepts(&target.host, target.port)
+        {
+            // The proxy's own TLS to the host first: a host whose certificate fails is answered
+            // 502 saying so, before the box's TLS starts.
+            let upstream = match i.connect_upstream(&target.host, upstream).await {
+                Ok(s) => s,
+                Err(why) => {
+                    let _ = answer(&mut client, 502, &why).await;
+                    return Err(why);
+                }
+            };
+            client
+                .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .await
+                .map_err(|e| e.to_string())?;
+            return i
+                .serve(
+                    Prefixed::new(rest, client),
+                    &target.host,
+                    target.port,
+                    upstream,
+                    self.refusals.clone(),
+                )
+                .await;
+        }
         match &target.forward {
             None => client
                 .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")

@@ -50,6 +50,12 @@ pub const EGRESS_SOCKET: &str = "egress.sock";
 pub const EGRESS_LOG: &str = "egress.log";
 /// What the egress proxy says on its stdout once it listens.
 pub const EGRESS_READY: &str = "egress ready";
+/// The certificate of the box's own authority, beside [`EGRESS_SOCKET`]: written by a proxy
+/// holding secrets (whose key never leaves it), trusted by the box.
+pub const EGRESS_CA: &str = "egress-ca.pem";
+/// The bundle the box's TLS clients are pointed at (`SSL_CERT_FILE` and its kin), in
+/// [`RUN_DIR`]: the box's own roots and [`EGRESS_CA`], written by `agentbox-runner trust`.
+pub const CA_BUNDLE: &str = "ca-bundle.pem";
 /// The init's control socket in the box's directory on the host (not bound into the box):
 /// one [`crate::supervisor::Request`] a connection, `Deadline`, `Sleep`, `Wake` or `Ping`,
 /// answered [`crate::supervisor::Reply`]. The init takes it only from a peer outside the box's
@@ -90,6 +96,11 @@ pub struct Egress {
     pub port: u16,
     /// The allowlist's entries, as the spec gave them.
     pub allow: Vec<String>,
+    /// The names of the box's secrets. When there are some, the host writes them (with their
+    /// values) as the first line of the keeper's stdin, and the keeper hands that line to the
+    /// proxy's: no file or argument holds a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// Everything the keeper and the init need to build one box.
@@ -231,6 +242,7 @@ mod tests {
             egress: Some(Egress {
                 port: 3128,
                 allow: vec!["example.com".into()],
+                secrets: vec![],
             }),
             ports: vec![8080, 5432],
         }

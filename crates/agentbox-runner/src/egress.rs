@@ -12,14 +12,14 @@
 //! network (loopback alone) and carries each connection to the proxy's socket, so that what a
 //! program reaches through `HTTP_PROXY` is the proxy, and nothing else is reachable at all.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentbox_core::Allowlist;
-use agentbox_egress::{Policy, Proxy, RefusalLog, SystemResolver};
+use agentbox_egress::{Interceptor, Policy, Proxy, RefusalLog, SecretPlan, Secrets, SystemResolver};
 use agentbox_protocol::namespace::{EGRESS_LOG, EGRESS_READY, EGRESS_SOCKET, RUN_DIR};
 
 /// The most connections one box's proxy carries at once.
@@ -79,6 +79,8 @@ struct Plan {
     socket: PathBuf,
     log: PathBuf,
     until: Until,
+    /// The box has secrets: their plan is the first line of stdin.
+    secrets: bool,
 }
 
 enum Until {
@@ -98,16 +100,22 @@ fn plan_of_box(dir: &Path) -> Result<Plan, String> {
         socket: dir.join("run").join(EGRESS_SOCKET),
         log: dir.join(EGRESS_LOG),
         until: Until::StdinEnds,
+        secrets: !egress.secrets.is_empty(),
     })
 }
 
 /// The plan `--socket PATH --log PATH --deadline-file PATH --allow ENTRY...` gives.
 fn plan_of_args(args: &[String]) -> Result<Plan, String> {
-    const USAGE: &str =
-        "usage: agentbox-runner egress --socket PATH --log PATH --deadline-file PATH --allow ENTRY [--allow ENTRY]...";
+    const USAGE: &str = "usage: agentbox-runner egress --socket PATH --log PATH --deadline-file PATH \
+         [--secrets-on-stdin] --allow ENTRY [--allow ENTRY]...";
     let (mut socket, mut log, mut deadline, mut allow) = (None, None, None, Vec::new());
+    let mut secrets = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
+        if flag == "--secrets-on-stdin" {
+            secrets = true;
+            continue;
+        }
         let value = it.next().ok_or_else(|| format!("{flag} wants a value; {USAGE}"))?;
         let path = || {
             value
@@ -131,6 +139,7 @@ fn plan_of_args(args: &[String]) -> Result<Plan, String> {
         socket,
         log,
         until: Until::Deadline(deadline),
+        secrets,
     })
 }
 
@@ -146,8 +155,11 @@ fn serve(plan: Plan) -> Result<(), String> {
         socket,
         log,
         until,
+        secrets,
     } = plan;
     let _ = std::fs::remove_file(&socket);
+    // The secrets first, before anything listens: a box is never served without them.
+    let intercept = if secrets { Some(take_secrets(&socket)?) } else { None };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -185,6 +197,10 @@ fn serve(plan: Plan) -> Result<(), String> {
                 let _ = log.append(&r);
             }),
         );
+        let proxy = match intercept {
+            Some(i) => proxy.with_secrets(i),
+            None => proxy,
+        };
         println!("{EGRESS_READY}");
         let _ = std::io::stdout().flush();
         let mut ended = match until {
@@ -229,6 +245,39 @@ fn serve(plan: Plan) -> Result<(), String> {
             }
         }
     })
+}
+
+/// The longest secrets line taken (16 secrets of 16 KiB, with room for their JSON).
+const MAX_SECRETS_LINE: u64 = 1 << 20;
+
+/// Read the box's secrets (one JSON line on stdin: [`SecretPlan`]), make the box's authority,
+/// and write its certificate beside `socket` for the box to trust. The line is read through
+/// stdin's shared buffer, so what follows it (the namespace box's keeper holding stdin open)
+/// is read by the same handle later.
+fn take_secrets(socket: &Path) -> Result<Arc<Interceptor>, String> {
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_SECRETS_LINE)
+        .read_line(&mut line)
+        .map_err(|e| format!("reading the box's secrets: {e}"))?;
+    let plan: SecretPlan = serde_json::from_str(line.trim_end()).map_err(|e| {
+        format!(
+            "the box's secrets are not a plan (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
+    line.clear();
+    let secrets = Secrets::new(plan)?;
+    let intercept = Interceptor::new(secrets, Interceptor::machine_roots()?)?;
+    let ca = socket.with_file_name(agentbox_protocol::namespace::EGRESS_CA);
+    let _ = std::fs::remove_file(&ca);
+    std::fs::write(&ca, intercept.ca_pem()).map_err(|e| format!("writing {}: {e}", ca.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("opening {} to the box: {e}", ca.display()))?;
+    Ok(Arc::new(intercept))
 }
 
 /// The bridge's listener on `127.0.0.1:port`, made while the init may still bind it.

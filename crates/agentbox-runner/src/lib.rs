@@ -13,6 +13,7 @@ pub mod namespace;
 pub mod probe;
 pub mod server;
 pub mod supervisor;
+pub mod trust;
 
 /// Put back the default action of every signal this process was started ignoring, but
 /// SIGPIPE (which the Rust runtime ignores on purpose, and a child gets back at its spawn).
@@ -97,6 +98,15 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 2
             }
         },
+        Some("trust") => match (args.get(1), args.get(2)) {
+            (Some(ca), Some(bundle)) if args.len() == 3 => {
+                trust::run(std::path::Path::new(ca), std::path::Path::new(bundle))
+            }
+            _ => {
+                eprintln!("usage: agentbox-runner trust CA_PEM BUNDLE_PEM");
+                2
+            }
+        },
         Some("probe") => match args.get(1) {
             Some(name) if args.len() == 2 => probe::run(name),
             _ => {
@@ -110,7 +120,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
         Some("--help" | "-h" | "help") => {
             println!(
-                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner init --deadline-file PATH [--egress-port PORT --egress-socket PATH]\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner egress BOX_DIR\n       agentbox-runner egress --socket PATH --log PATH --deadline-file PATH --allow ENTRY...\n       agentbox-runner probe io_uring|user-namespace|mount-namespace|ptrace|keyctl|mount|abstract-unix:NAME|unix-connect:PATH|unix-sendto:PATH|unix-sendmsg:PATH|unix-sendmmsg:PATH|unix-self:DIR|egress:PORT",
+                "{}\n       agentbox-runner relay unix:PATH\n       agentbox-runner supervise --dir DIR --deadline-ms UNIX_MS\n       agentbox-runner init --deadline-file PATH [--egress-port PORT --egress-socket PATH]\n       agentbox-runner namespace BOX_DIR\n       agentbox-runner egress BOX_DIR\n       agentbox-runner egress --socket PATH --log PATH --deadline-file PATH [--secrets-on-stdin] --allow ENTRY...\n       agentbox-runner trust CA_PEM BUNDLE_PEM\n       agentbox-runner probe io_uring|user-namespace|mount-namespace|ptrace|keyctl|mount|abstract-unix:NAME|unix-connect:PATH|unix-sendto:PATH|unix-sendmsg:PATH|unix-sendmmsg:PATH|unix-self:DIR|egress:PORT",
                 server::USAGE
             );
             0

@@ -127,6 +127,34 @@ pub fn hosts(entries: &[(&str, &str)]) {
     assert!(st.success(), "mount --bind {} /etc/hosts failed", path.display());
 }
 
+/// The system's bundle of roots, which TLS clients of this machine trust.
+pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Make this machine's roots ([`SYSTEM_ROOTS`]) hold `pem` too, for this process and what it
+/// starts (in the child's own mounts: see [`isolated`]): an authority of the test's is then
+/// trusted as a public one would be.
+///
+/// Panics outside an [`isolated`] child, so no test changes this machine's roots.
+pub fn roots(pem: &str) {
+    assert_eq!(
+        reexec::part().as_deref(),
+        Some(PART),
+        "netns::roots outside a test's own namespaces"
+    );
+    let mut text = std::fs::read_to_string(SYSTEM_ROOTS).unwrap_or_default();
+    text.push('\n');
+    text.push_str(pem);
+    let path = std::env::temp_dir().join(format!("agentbox-test-roots-{}", std::process::id()));
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    let st = Command::new("mount")
+        .arg("--bind")
+        .arg(&path)
+        .arg(SYSTEM_ROOTS)
+        .status()
+        .unwrap_or_else(|e| panic!("running mount: {e}"));
+    assert!(st.success(), "mount --bind {} {SYSTEM_ROOTS} failed", path.display());
+}
+
 /// A second network namespace joined to this process's by a veth pair: another host on one
 /// cable. Ended (its holder killed) when dropped.
 pub struct Peer {

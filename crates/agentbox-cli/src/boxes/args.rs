@@ -307,6 +307,12 @@ pub(crate) struct CreateArgs {
     /// it refused.
     #[arg(long = "allow", value_name = "HOST[:PORT]")]
     pub(super) allow: Vec<String>,
+    /// A credential the box uses without holding it (repeatable): `NAME=env:VARIABLE@host` or
+    /// `NAME=file:/path@host` (hosts comma-separated, in `--allow`'s syntax). The box's NAME
+    /// holds a placeholder; the egress proxy puts the value, read here on this machine, into
+    /// HTTPS requests to those hosts alone (namespace boxes, and Docker boxes with `--allow`).
+    #[arg(long = "secret", value_name = "NAME=env:VAR@HOST")]
+    pub(super) secrets: Vec<String>,
     /// Expose a port of the box (repeatable): `5432:tcp` a raw TCP socket on this machine's
     /// loopback (namespace boxes with `--allow`, Docker boxes), a bare number https (the
     /// clouds'); `box endpoint ID PORT` says where it is reached.

@@ -350,6 +350,10 @@ async fn spec_and_provider(a: CreateArgs) -> Result<(Spec, Arc<dyn Provider>)> {
     for m in &a.mounts {
         spec.mounts.push(mount(m)?);
     }
+    for s in &a.secrets {
+        spec.secrets
+            .push(agentbox_core::SecretSpec::parse_flag(s).map_err(crate::usage)?);
+    }
     spec.ports = a.ports;
     let env = environment()?;
     let entry = chosen(a.provider.as_deref(), &env).await?;

@@ -75,6 +75,8 @@ const LABEL_LABELS: &str = "agentbox.labels";
 const LABEL_INIT: &str = "agentbox.init";
 /// The allowlist of a box with one, as JSON: its facts' network, read back by any host.
 const LABEL_ALLOW: &str = "agentbox.allow";
+/// The names of a box's secrets (a JSON list; never a value, never a placeholder).
+const LABEL_SECRETS: &str = "agentbox.secrets";
 /// The snapshot a box was made from (empty: none); a snapshot's image carries it too.
 const LABEL_SNAPSHOT: &str = "agentbox.snapshot";
 /// Where the deadline file is mounted for the init.
@@ -207,6 +209,7 @@ impl DockerProvider {
         }
         // Asked at every create: a `docker context use` since the provider was made counts.
         check_spec(spec, &self.honours(), NAME)?;
+        crate::egress::check_secrets(spec, matches!(spec.network, Some(Network::Allow(_))))?;
         if let Some(ws) = &spec.workspace
             && !is_normal_absolute(ws)
         {
@@ -345,6 +348,14 @@ impl DockerProvider {
                 serde_json::to_string(list).map_err(|e| Error::unknown(e.to_string()))?,
             );
         }
+        // The values are read here, on this machine, and go nowhere but the proxy's stdin.
+        let secrets = crate::egress::BoxSecrets::prepare(spec)?;
+        if let Some(s) = &secrets {
+            labels.insert(
+                LABEL_SECRETS.into(),
+                serde_json::to_string(&s.names).map_err(|e| Error::unknown(e.to_string()))?,
+            );
+        }
         labels.insert(LABEL_USER.into(), self.opts.user.clone().unwrap_or_default());
         labels.insert(
             LABEL_RUNNER.into(),
@@ -411,6 +422,9 @@ impl DockerProvider {
         let mut env = spec.env.clone();
         if allow.is_some() {
             env.extend(crate::egress::proxy_env());
+        }
+        if let Some(s) = &secrets {
+            env.extend(s.env.clone());
         }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
@@ -500,7 +514,7 @@ impl DockerProvider {
         }
         // The proxy before the box: its init's bridge finds the socket from its first moment.
         if let (Some(list), Some(runner)) = (&allow, &self.opts.runner)
-            && let Err(e) = network::start_proxy(runner, &name, list).await
+            && let Err(e) = network::start_proxy(runner, &name, list, secrets.as_ref().map(|s| s.line.as_str())).await
         {
             self.discard_container(&name).await;
             return Err(e);
@@ -552,7 +566,7 @@ impl DockerProvider {
             return Ok(b);
         }
         let made = match self.through_runner(b, ip, true, ctx).await {
-            Ok(b) if allow.is_some() => match self.prove_egress(&name, b.as_ref(), ctx).await {
+            Ok(b) if allow.is_some() => match self.prove_egress(&name, b.as_ref(), secrets.is_some(), ctx).await {
                 Ok(()) => Ok(b),
                 Err(e) => {
                     self.discard_container(&name).await;
@@ -578,9 +592,13 @@ impl DockerProvider {
         }
     }
 
-    /// Prove box `name`'s allowlist from inside it, and keep that it was (its state file).
-    async fn prove_egress(&self, name: &str, b: &dyn Sandbox, ctx: &Ctx) -> Result<()> {
+    /// Prove box `name`'s allowlist from inside it, and keep that it was (its state file); a
+    /// box with `secrets` is made to trust its own authority first.
+    async fn prove_egress(&self, name: &str, b: &dyn Sandbox, secrets: bool, ctx: &Ctx) -> Result<()> {
         crate::egress::prove(b, RUNNER_IN_BOX, ctx).await?;
+        if secrets {
+            crate::egress::trust(b, RUNNER_IN_BOX, ctx).await?;
+        }
         let _held = state::lock(name, "keeping the box's proven allowlist").await?;
         state::update(name, |s| s.egress_proven = true)
     }
@@ -881,6 +899,9 @@ fn allowlist_facts(facts: &mut Facts, labels: &HashMap<String, String>, proven: 
             Err(_) => None,
         };
     }
+    if let Some(names) = labels.get(LABEL_SECRETS) {
+        facts.secrets = serde_json::from_str(names).unwrap_or_default();
+    }
 }
 
 /// This machine's directory for the runner of box `name`, bind-mounted at [`RUNNER_DIR_IN_BOX`]:
@@ -1043,6 +1064,8 @@ impl Provider for DockerProvider {
             names: true,
             snapshots: true,
             fork: true,
+            // Kept outside by the egress proxy of an allowlist, which needs the runner.
+            secrets: self.opts.runner.is_some() && daemon::is_local(),
             // These need agentbox's init as the first process, which is the runner's binary.
             sleep: self.opts.runner.is_some(),
             extend: self.opts.runner.is_some(),

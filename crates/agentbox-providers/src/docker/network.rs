@@ -87,8 +87,15 @@ fn check(driver: Option<&str>, options: Option<&HashMap<String, String>>) -> Res
 }
 
 /// Start the egress proxy of box `name` with `allow`, detached (its own process group, no
-/// environment but PATH, its stderr in `docker/<name>.proxy`), and wait (10 s at most) for it to say it is ready.
-pub(crate) async fn start_proxy(runner: &HelperCommand, name: &str, allow: &[String]) -> Result<()> {
+/// environment but PATH and this machine's choice of roots, its stderr in
+/// `docker/<name>.proxy`), hand it the box's `secrets` line on its stdin (then closed), and wait
+/// (10 s at most) for it to say it is ready.
+pub(crate) async fn start_proxy(
+    runner: &HelperCommand,
+    name: &str,
+    allow: &[String],
+    secrets: Option<&str>,
+) -> Result<()> {
     let socket = super::runner_dir(name, false)?.join(agentbox_protocol::namespace::EGRESS_SOCKET);
     let mut cmd = tokio::process::Command::new(&runner.program);
     cmd.args(&runner.args)
@@ -99,6 +106,9 @@ pub(crate) async fn start_proxy(runner: &HelperCommand, name: &str, allow: &[Str
         .arg(super::state::refusals_path(name)?)
         .arg("--deadline-file")
         .arg(super::state::deadline_path(name)?);
+    if secrets.is_some() {
+        cmd.arg("--secrets-on-stdin");
+    }
     for entry in allow {
         cmd.arg("--allow").arg(entry);
     }
@@ -111,7 +121,12 @@ pub(crate) async fn start_proxy(runner: &HelperCommand, name: &str, allow: &[Str
         .map_err(|e| Error::io(e, format!("opening {}", err_path.display())))?;
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdin(std::process::Stdio::null())
+        .envs(crate::egress::roots_env())
+        .stdin(if secrets.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
         .stdout(std::process::Stdio::piped())
         .stderr(err)
         .process_group(0)
@@ -122,6 +137,19 @@ pub(crate) async fn start_proxy(runner: &HelperCommand, name: &str, allow: &[Str
             format!("starting the egress proxy ({} egress)", runner.program.display()),
         )
     })?;
+    if let Some(line) = secrets {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| Error::unknown("the egress proxy's stdin"))?;
+        stdin
+            .write_all(line.as_bytes())
+            .await
+            .map_err(|e| Error::io(e, format!("box {name}: handing its egress proxy the secrets")))?;
+        // Closed: the proxy of a Docker box ends by its deadline file, not its stdin.
+        drop(stdin);
+    }
     let out = child
         .stdout
         .take()

@@ -237,6 +237,7 @@ impl NamespaceProvider {
             )));
         }
         crate::egress::check_env(spec, proxied(spec.network.as_ref()))?;
+        crate::egress::check_secrets(spec, proxied(spec.network.as_ref()))?;
         if let Some(p) = spec.ports.iter().find(|p| p.kind == agentbox_core::PortKind::Https) {
             return Err(Error::unsupported(format!(
                 "spec.ports: port {} asks for https (a bare number does), and agentbox has no \
@@ -286,7 +287,14 @@ impl NamespaceProvider {
         Ok(())
     }
 
-    fn config(&self, name: &str, dir: &Path, spec: &Spec, ends_at_ms: u64) -> Result<BoxConfig> {
+    fn config(
+        &self,
+        name: &str,
+        dir: &Path,
+        spec: &Spec,
+        ends_at_ms: u64,
+        secrets: Option<&crate::egress::BoxSecrets>,
+    ) -> Result<BoxConfig> {
         let mut env = BTreeMap::new();
         env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
         env.insert("HOME".into(), HOME.into());
@@ -302,9 +310,13 @@ impl NamespaceProvider {
         }
         .map(|allow| {
             env.extend(crate::egress::proxy_env());
+            if let Some(s) = secrets {
+                env.extend(s.env.clone());
+            }
             agentbox_protocol::namespace::Egress {
                 port: EGRESS_PORT,
                 allow,
+                secrets: secrets.map(|s| s.names.clone()).unwrap_or_default(),
             }
         });
         let cfg = BoxConfig {
@@ -409,6 +421,7 @@ impl NamespaceProvider {
         uid: u32,
         gid: u32,
         root: bool,
+        secrets: Option<&str>,
         ctx: &Ctx,
     ) -> Result<(i32, String, std::collections::BTreeMap<u16, u16>)> {
         let log_path = dir.join("box.log");
@@ -420,6 +433,7 @@ impl NamespaceProvider {
             .arg("namespace")
             .arg(dir)
             .env_clear()
+            .envs(crate::egress::roots_env())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::from(log))
@@ -439,6 +453,13 @@ impl NamespaceProvider {
             .ok_or_else(|| Error::unknown("the keeper has no stdout"))?;
         let mut lines = tokio::io::BufReader::new(stdout).lines();
         let talk = async {
+            // The secrets' plan first: the keeper hands it to the proxy before it unshares.
+            if let Some(line) = secrets {
+                stdin
+                    .write_all(line.as_bytes())
+                    .await
+                    .map_err(|e| Error::io(e, "handing the box's keeper its secrets"))?;
+            }
             let mut init = None;
             let mut ports = std::collections::BTreeMap::new();
             loop {
@@ -506,7 +527,9 @@ impl NamespaceProvider {
         let dir = self.boxes.join(key);
         let created_at_ms = now_ms();
         let ends_at_ms = created_at_ms.saturating_add(spec.max_lifetime.as_millis() as u64);
-        let cfg = self.config(key, &dir, spec, ends_at_ms)?;
+        // The values are read here, on this machine, and go nowhere but the keeper's stdin.
+        let secrets = crate::egress::BoxSecrets::prepare(spec)?;
+        let cfg = self.config(key, &dir, spec, ends_at_ms, secrets.as_ref())?;
         let (uid, gid, root) = self.host_ids();
         let Some(lock) = self.make_dir(&dir, uid, gid, root)? else {
             return Ok(None);
@@ -520,7 +543,9 @@ impl NamespaceProvider {
             }
             let bytes = serde_json::to_vec_pretty(&cfg).map_err(|e| Error::unknown(e.to_string()))?;
             write_atomic(&dir.join(CONFIG_FILE), &bytes)?;
-            let (init_pid, landlock, ports) = self.start(&dir, uid, gid, root, ctx).await?;
+            let (init_pid, landlock, ports) = self
+                .start(&dir, uid, gid, root, secrets.as_ref().map(|s| s.line.as_str()), ctx)
+                .await?;
             if ports.len() != cfg.ports.len() {
                 return Err(Error::unknown(format!(
                     "the box's keeper named {} ports of the {} asked for",
@@ -542,6 +567,7 @@ impl NamespaceProvider {
             )?;
             facts.name = name.map(str::to_string);
             facts.snapshot = seed.and_then(|s| s.snapshot.clone());
+            facts.secrets = secrets.as_ref().map(|s| s.names.clone()).unwrap_or_default();
             let record = Record {
                 id: id.clone(),
                 labels: spec.labels.clone(),
@@ -568,6 +594,10 @@ impl NamespaceProvider {
                 }
                 Some(Network::None | Network::Host) => record,
             };
+            if secrets.is_some() {
+                let b = sandbox::open(dir.clone(), record.clone());
+                crate::egress::trust(b.as_ref(), agentbox_protocol::namespace::RUNNER, ctx).await?;
+            }
             Ok::<_, Error>(record)
         }
         .await;
@@ -707,6 +737,7 @@ impl Provider for NamespaceProvider {
             relabel: true,
             snapshots: true,
             fork: true,
+            secrets: true,
             ..Default::default()
         }
     }

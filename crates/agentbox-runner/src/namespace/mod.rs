@@ -119,7 +119,21 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     // user), so it resolves and connects from there. Its stdin is held until this process
     // exits, which is the box's end; then it ends too.
     let _proxy = match &cfg.egress {
-        Some(_) => Some(start_egress(dir)?),
+        Some(e) => {
+            // A box with secrets: the host's first line is their plan, for the proxy alone.
+            let secrets = if e.secrets.is_empty() {
+                None
+            } else {
+                let mut line = String::new();
+                std::io::stdin()
+                    .lock()
+                    .take(1 << 20)
+                    .read_line(&mut line)
+                    .map_err(|e| format!("reading the box's secrets: {e}"))?;
+                Some(line)
+            };
+            Some(start_egress(dir, secrets)?)
+        }
         None => None,
     };
     // The box's ports: listened on in the host's network, forwarded from the box's.
@@ -203,8 +217,9 @@ fn keeper_inner(dir: &Path) -> Result<std::convert::Infallible, String> {
     std::process::exit(0)
 }
 
-/// Start `agentbox-runner egress DIR` and wait for it to listen; its stdin, to hold.
-fn start_egress(dir: &Path) -> Result<std::process::ChildStdin, String> {
+/// Start `agentbox-runner egress DIR`, hand it the box's `secrets` line (if any) on its stdin,
+/// and wait for it to listen; its stdin, to hold.
+fn start_egress(dir: &Path, secrets: Option<String>) -> Result<std::process::ChildStdin, String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
     let mut proxy = Command::new(&exe)
         .args(prefix("namespace"))
@@ -214,7 +229,13 @@ fn start_egress(dir: &Path) -> Result<std::process::ChildStdin, String> {
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("starting the egress proxy: {e}"))?;
-    let stdin = proxy.stdin.take().ok_or("the egress proxy has no stdin")?;
+    let mut stdin = proxy.stdin.take().ok_or("the egress proxy has no stdin")?;
+    if let Some(mut line) = secrets {
+        let written = stdin.write_all(line.as_bytes()).and_then(|()| stdin.flush());
+        // This process's copy of the values goes now; the proxy holds its own.
+        line.clear();
+        written.map_err(|e| format!("handing the egress proxy the box's secrets: {e}"))?;
+    }
     let stdout = proxy.stdout.take().ok_or("the egress proxy has no stdout")?;
     let mut line = String::new();
     std::io::BufReader::new(stdout)

@@ -1,0 +1,298 @@
+//! Secrets a box uses without holding them.
+//!
+//! A spec's `secrets` name a credential, the hosts it may be sent to, and where its value is on
+//! the machine that makes the box (an environment variable or a file: never the spec's own
+//! text, which is stored and echoed). The box gets a random placeholder in the variable; the
+//! egress proxy of this machine puts the value into the requests bound for the named hosts. This
+//! module is the spec's side: the shape, its checks, and reading a value where it lives.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::allow::{AllowEntry, AllowTarget};
+use crate::error::{Error, Result};
+
+/// At most this many secrets in one spec.
+pub const MAX_SECRETS: usize = 16;
+/// At most this many hosts for one secret.
+pub const MAX_SECRET_HOSTS: usize = 16;
+/// The longest value a secret may have (a header's worth, with room for a key file).
+pub const MAX_SECRET_BYTES: usize = 16 << 10;
+
+/// One secret of a spec: the variable the box sees (holding a placeholder), where the value is
+/// on this machine, and the hosts it may be sent to.
+///
+/// ```
+/// use agentbox_core::SecretSpec;
+/// let s = SecretSpec::parse_flag("GITHUB_TOKEN=env:GH_TOKEN@api.github.com,uploads.github.com").unwrap();
+/// assert_eq!(s.name, "GITHUB_TOKEN");
+/// assert_eq!(s.from, "env:GH_TOKEN");
+/// assert_eq!(s.hosts, ["api.github.com", "uploads.github.com"]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SecretSpec {
+    /// The variable the box's programs find the placeholder in.
+    pub name: String,
+    /// Where the value is on the machine that makes the box: `env:VARIABLE` or `file:/path`.
+    pub from: String,
+    /// The hosts the value may be sent to, in the allowlist's syntax (`api.example.com`,
+    /// `*.example.com`, each with an optional port): names only, never an address.
+    pub hosts: Vec<String>,
+}
+
+/// Where a secret's value is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    /// An environment variable of the process that makes the box.
+    Env(String),
+    /// A file of the machine that makes the box (one trailing newline is not part of it).
+    File(PathBuf),
+}
+
+/// A secret's value: kept out of `Debug` and `Display`, so no log or error can print it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(String);
+
+impl SecretValue {
+    /// The value, for the one place it is meant for.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretValue(<not shown>)")
+    }
+}
+
+impl SecretSpec {
+    /// Parse the CLI's `NAME=env:VARIABLE@host[,host...]` (or `NAME=file:/path@host`): the last
+    /// `@` ends the source, so a file's path may hold one. Checked as a spec's entry would be.
+    pub fn parse_flag(flag: &str) -> Result<SecretSpec> {
+        let bad = |why: &str| {
+            Error::invalid(format!(
+                "--secret {flag:?}: {why}; give NAME=env:VARIABLE@host or NAME=file:/path@host (hosts comma-separated)"
+            ))
+        };
+        let (name, rest) = flag.split_once('=').ok_or_else(|| bad("no ="))?;
+        let (from, hosts) = rest.rsplit_once('@').ok_or_else(|| bad("no @host"))?;
+        let s = SecretSpec {
+            name: name.to_string(),
+            from: from.to_string(),
+            hosts: hosts.split(',').map(str::to_string).collect(),
+        };
+        s.validate(0).map_err(|e| bad(e.message()))?;
+        Ok(s)
+    }
+
+    /// Check the entry's shape; `i` is its index, for the field named in an error.
+    pub fn validate(&self, i: usize) -> Result<()> {
+        let field = |f: &str| format!("spec.secrets[{i}].{f}");
+        crate::spec::validate_env(&self.name, "")
+            .map_err(|e| Error::invalid(format!("{}: {}", field("name"), e.message())))?;
+        self.source()
+            .map_err(|e| Error::invalid(format!("{}: {}", field("from"), e.message())))?;
+        if self.hosts.is_empty() || self.hosts.len() > MAX_SECRET_HOSTS {
+            return Err(Error::invalid(format!(
+                "{}: 1 to {MAX_SECRET_HOSTS} hosts, not {}",
+                field("hosts"),
+                self.hosts.len()
+            )));
+        }
+        for h in &self.hosts {
+            let entry = AllowEntry::parse(h).map_err(|e| {
+                let why = e.message().strip_prefix("spec.network.allow: ").unwrap_or(e.message());
+                Error::invalid(format!("{}: {why}", field("hosts")))
+            })?;
+            if !matches!(entry.target, AllowTarget::Domain(_) | AllowTarget::Below(_)) {
+                return Err(Error::invalid(format!(
+                    "{}: {h:?} is not a name: a secret is sent only to hosts named (api.example.com, \
+                     *.example.com), whose certificate the proxy checks",
+                    field("hosts")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The parsed hosts.
+    pub fn host_entries(&self) -> Result<Vec<AllowEntry>> {
+        self.hosts.iter().map(|h| AllowEntry::parse(h)).collect()
+    }
+
+    /// Where the value is: `env:VARIABLE` or `file:/absolute/path`.
+    pub fn source(&self) -> Result<SecretSource> {
+        if let Some(var) = self.from.strip_prefix("env:") {
+            crate::spec::validate_env(var, "")?;
+            return Ok(SecretSource::Env(var.to_string()));
+        }
+        if let Some(path) = self.from.strip_prefix("file:") {
+            if !crate::spec::is_normal_absolute(path) || path == "/" {
+                return Err(Error::invalid(format!(
+                    "{path:?} is not an absolute path in normal form"
+                )));
+            }
+            return Ok(SecretSource::File(PathBuf::from(path)));
+        }
+        Err(Error::invalid(format!(
+            "{:?} names no source: give env:VARIABLE or file:/path (a value is never written in a spec)",
+            self.from
+        )))
+    }
+
+    /// Read the value where it is, on this machine: 1 to [`MAX_SECRET_BYTES`] bytes of UTF-8 with
+    /// no control character (it goes into a request's header). An error names the secret and
+    /// its source, never a byte of the value.
+    pub fn read_value(&self) -> Result<SecretValue> {
+        let named = |why: String| Error::invalid(format!("secret {} ({}): {why}", self.name, self.from));
+        let raw = match self.source()? {
+            SecretSource::Env(var) => match std::env::var_os(&var) {
+                Some(v) => v.into_string().map_err(|_| named("the variable is not UTF-8".into()))?,
+                None => {
+                    return Err(named(
+                        "the variable is not set in the environment of the process making the box".into(),
+                    ));
+                }
+            },
+            SecretSource::File(path) => {
+                use std::io::Read;
+                let f = std::fs::File::open(&path).map_err(|e| named(format!("opening it: {e}")))?;
+                let mut bytes = Vec::new();
+                f.take(MAX_SECRET_BYTES as u64 + 3)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| named(format!("reading it: {e}")))?;
+                String::from_utf8(bytes).map_err(|_| named("the file is not UTF-8".into()))?
+            }
+        };
+        let value = raw
+            .strip_suffix("\r\n")
+            .or_else(|| raw.strip_suffix('\n'))
+            .unwrap_or(&raw);
+        if value.is_empty() {
+            return Err(named("the value is empty".into()));
+        }
+        if value.len() > MAX_SECRET_BYTES {
+            return Err(named(format!("the value is over {MAX_SECRET_BYTES} bytes")));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(named(
+                "the value holds a control character (a newline, say), which a request's header cannot carry".into(),
+            ));
+        }
+        Ok(SecretValue(value.to_string()))
+    }
+}
+
+/// Check a spec's secrets: at most [`MAX_SECRETS`], each well-formed, names distinct and not
+/// set in `env` too.
+pub(crate) fn validate_secrets(secrets: &[SecretSpec], env: &std::collections::BTreeMap<String, String>) -> Result<()> {
+    if secrets.len() > MAX_SECRETS {
+        return Err(Error::invalid(format!(
+            "spec.secrets: {} secrets, at most {MAX_SECRETS}",
+            secrets.len()
+        )));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, s) in secrets.iter().enumerate() {
+        s.validate(i)?;
+        if !names.insert(s.name.as_str()) {
+            return Err(Error::invalid(format!(
+                "spec.secrets[{i}].name: {} is named twice",
+                s.name
+            )));
+        }
+        if env.contains_key(&s.name) {
+            return Err(Error::invalid(format!(
+                "spec.secrets[{i}].name: {} is set in spec.env too; the box's {} holds the secret's placeholder",
+                s.name, s.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, from: &str, hosts: &[&str]) -> SecretSpec {
+        SecretSpec {
+            name: name.into(),
+            from: from.into(),
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn flags_and_entries_are_checked_naming_the_field() {
+        let s = SecretSpec::parse_flag("KEY=file:/etc/a@b/key@*.example.com:443").unwrap();
+        assert_eq!(s.source().unwrap(), SecretSource::File("/etc/a@b/key".into()));
+        assert_eq!(s.hosts, ["*.example.com:443"]);
+        for (flag, word) in [
+            ("KEY", "no ="),
+            ("KEY=env:X", "no @host"),
+            ("1KEY=env:X@a.com", "spec.secrets[0].name"),
+            ("KEY=X@a.com", "names no source"),
+            ("KEY=file:rel/path@a.com", "absolute"),
+            ("KEY=env:X@10.0.0.1", "not a name"),
+            ("KEY=env:X@*", "not a name"),
+            ("KEY=env:X@a b", "spec.secrets[0].hosts"),
+        ] {
+            let e = SecretSpec::parse_flag(flag).unwrap_err();
+            assert!(e.message().contains(word), "{flag}: {e}");
+        }
+        let env = std::collections::BTreeMap::from([("B".to_string(), "x".to_string())]);
+        let two = [spec("A", "env:X", &["a.com"]), spec("A", "env:Y", &["b.com"])];
+        assert!(
+            validate_secrets(&two, &env)
+                .unwrap_err()
+                .message()
+                .contains("named twice")
+        );
+        let clash = [spec("B", "env:X", &["a.com"])];
+        assert!(
+            validate_secrets(&clash, &env)
+                .unwrap_err()
+                .message()
+                .contains("spec.env too")
+        );
+        let many: Vec<_> = (0..17).map(|i| spec(&format!("S{i}"), "env:X", &["a.com"])).collect();
+        assert!(
+            validate_secrets(&many, &env)
+                .unwrap_err()
+                .message()
+                .contains("at most 16")
+        );
+    }
+
+    #[test]
+    fn values_are_read_where_they_are_and_never_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "s3cr3t-value\n").unwrap();
+        let s = spec("TOKEN", &format!("file:{}", path.display()), &["a.com"]);
+        let v = s.read_value().unwrap();
+        assert_eq!(v.expose(), "s3cr3t-value");
+        assert!(!format!("{v:?}").contains("s3cr3t"));
+        for (text, word) in [
+            ("", "empty"),
+            ("a\nb", "control character"),
+            ("\u{1}", "control character"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = s.read_value().unwrap_err();
+            assert!(e.message().contains(word), "{text:?}: {e}");
+            assert!(e.message().contains("TOKEN"), "{e}");
+        }
+        std::fs::write(&path, "x".repeat(MAX_SECRET_BYTES + 1)).unwrap();
+        assert!(s.read_value().unwrap_err().message().contains("over"));
+        let missing = spec("TOKEN", "env:AGENTBOX_TEST_NO_SUCH_VARIABLE", &["a.com"]);
+        let e = missing.read_value().unwrap_err();
+        assert!(e.message().contains("not set"), "{e}");
+    }
+}
