@@ -35,6 +35,12 @@ export interface Spec {
   env?: Record<string, string>;
   labels?: Record<string, string>;
   snapshot?: string;
+  /**
+   * Credentials the box uses without holding them: its `name` variable holds a placeholder and
+   * the server's egress proxy puts the value into HTTPS requests to `hosts` alone. A server
+   * gives only what `agentbox serve --secret` offers.
+   */
+  secrets?: Array<{ name: string; from: string; hosts: string[] }>;
   [field: string]: unknown;
 }
 

@@ -62,6 +62,11 @@ pub(crate) struct McpArgs {
     /// exactly pi's tools).
     #[arg(long)]
     no_process_tools: bool,
+    /// A credential the box uses without holding it (repeat it), as `box create --secret`:
+    /// NAME=env:VARIABLE@host or NAME=file:/path@host. With --config, added to the
+    /// environment's own `secrets`.
+    #[arg(long = "secret", value_name = "NAME=env:VAR@HOST")]
+    secrets: Vec<String>,
 }
 
 /// An MCP session's conversation on the transport, whose box the transport makes at the
@@ -270,10 +275,16 @@ fn config(a: &McpArgs) -> Result<TransportConfig> {
             ("box".to_string(), environment)
         }
     };
-    let environment = TransportEnvironment {
+    let mut environment = TransportEnvironment {
         pool: a.pool.map_or(environment.pool, usize::from),
         ..environment
     };
+    for flag in &a.secrets {
+        environment
+            .spec
+            .secrets
+            .push(agentbox_core::SecretSpec::parse_flag(flag)?);
+    }
     environment.spec.validate()?;
     if let Some(name) = a.provider.as_deref() {
         crate::boxes::entry(name, "--provider")?;

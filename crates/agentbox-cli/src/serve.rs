@@ -88,6 +88,11 @@ pub(crate) struct ServeArgs {
     #[arg(long = "e2b-ports", value_name = "PORT,...", value_delimiter = ',', requires = "e2b",
           value_parser = clap::value_parser!(u16).range(1..))]
     e2b_ports: Vec<u16>,
+    /// A secret a create may ask for (repeat it): NAME=env:VARIABLE@host or
+    /// NAME=file:/path@host, as `box create --secret`. A request's spec.secrets may name only
+    /// these, with this source and hosts among these; nothing else of this server's is read.
+    #[arg(long = "secret", value_name = "NAME=env:VAR@HOST")]
+    secrets: Vec<String>,
 }
 
 /// `--e2b-template NAME=PROVIDER[:IMAGE][,workspace=DIR]`, each.
@@ -215,6 +220,13 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
     }
     options.receipts = a.receipts.clone();
     options.e2b_templates = e2b_templates(&a.e2b_templates)?;
+    for s in &a.secrets {
+        let offered = agentbox_core::SecretSpec::parse_flag(s).map_err(crate::usage)?;
+        // Read once now: a variable or file that is not there is said at start, not at the
+        // first create that asks for it.
+        offered.read_value().map_err(crate::usage)?;
+        options.secrets.push(offered);
+    }
     options.e2b_domain = match &a.e2b_domain {
         Some(d) => Some(
             agentbox_server::e2b::Domain::new(d)

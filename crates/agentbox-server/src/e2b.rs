@@ -195,7 +195,7 @@ impl Backend for ServiceBackend {
             spec.network = ask.network.clone();
             spec.env = ask.env.clone();
             self.with_ports(&provider_name, &mut spec).await;
-            let mut spec = allowed_spec(key, &provider_name, spec).map_err(refusal)?;
+            let mut spec = allowed_spec(key, &provider_name, &[], spec).map_err(refusal)?;
             spec.labels.insert(SANDBOX_LABEL.to_string(), ask.sandbox_id.clone());
             specs.push(spec);
         }
@@ -306,7 +306,7 @@ impl ServiceBackend {
             },
         };
         self.with_ports(&name, &mut spec).await;
-        let mut spec = allowed_spec(key, &name, spec).map_err(refusal)?;
+        let mut spec = allowed_spec(key, &name, &[], spec).map_err(refusal)?;
         spec.labels.insert(SANDBOX_LABEL.to_string(), ask.sandbox_id.clone());
         Ok((name, spec))
     }

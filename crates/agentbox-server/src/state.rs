@@ -43,6 +43,11 @@ pub struct ServerOptions {
     /// forwards only the ports a box's spec names (namespace and Docker boxes with a network
     /// of their own): [`crate::e2b::PORTS`] unless set.
     pub e2b_ports: Vec<u16>,
+    /// The secrets a create may ask for (`agentbox serve --secret`): a request's `spec.secrets`
+    /// may name only these, each with its source as given here and hosts among its hosts, so a
+    /// key can never have this server read another of its variables or files, or send a value
+    /// elsewhere.
+    pub secrets: Vec<agentbox_core::SecretSpec>,
 }
 
 impl ServerOptions {
@@ -62,6 +67,7 @@ impl ServerOptions {
             e2b_templates: Default::default(),
             e2b_domain: None,
             e2b_ports: crate::e2b::PORTS.to_vec(),
+            secrets: Vec::new(),
         }
     }
 }
@@ -82,6 +88,8 @@ pub(crate) struct AppState {
     pub(crate) e2b_domain: Option<agentbox_e2b::Domain>,
     pub(crate) e2b_ports: Vec<u16>,
     pub(crate) default_provider: String,
+    /// The secrets a create may ask for: see [`ServerOptions::secrets`].
+    pub(crate) secrets: Vec<agentbox_core::SecretSpec>,
     environment: Environment,
     provider_options: Options,
     /// Each provider's slot, locked alone: one provider slow to make stalls nothing else.
@@ -130,6 +138,7 @@ impl AppState {
             e2b_domain: o.e2b_domain,
             e2b_ports: o.e2b_ports,
             default_provider: o.default_provider,
+            secrets: o.secrets,
             environment: o.environment,
             provider_options: o.provider_options,
             providers: std::sync::Mutex::new(HashMap::new()),

@@ -830,3 +830,72 @@ async fn a_body_that_stops_coming_is_a_timeout() {
     let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     assert_eq!(code_of(&body), "timeout", "{body}");
 }
+
+/// A create may ask only for the secrets `agentbox serve --secret` offers, with their source
+/// and among their hosts: a key never has the server read another of its variables or files,
+/// or send a value elsewhere. What is offered reaches the provider, which keeps the value out
+/// of the box (namespace) or refuses where it cannot (local).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_asks_only_for_the_secrets_the_server_offers() {
+    let values = tempfile::tempdir().unwrap();
+    let file = values.path().join("gh");
+    std::fs::write(&file, "ghp_the-served-value\n").unwrap();
+    let from = format!("file:{}", file.display());
+    let keys = Arc::new(Keys::in_memory().unwrap());
+    let limits = Limits {
+        providers: Some(vec!["local".into(), "namespace".into()]),
+        ..Default::default()
+    };
+    let (_, a) = keys.add("a", false, limits).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let offered = agentbox_core::SecretSpec {
+        name: "GH".into(),
+        from: from.clone(),
+        hosts: vec!["api.github.com".into(), "uploads.github.com".into()],
+    };
+    let s = start_with(keys, 1 << 20, home.path(), |o| o.secrets = vec![offered]).await;
+    let create = |provider: &str, secret: Value| {
+        let mut spec = spec(60_000);
+        spec["secrets"] = json!([secret]);
+        json!({ "provider": provider, "spec": spec })
+    };
+    for (secret, word) in [
+        (
+            json!({"name": "AWS", "from": "env:AWS_SECRET_ACCESS_KEY", "hosts": ["evil.example"]}),
+            "offers no secret AWS",
+        ),
+        (
+            json!({"name": "GH", "from": "env:HOME", "hosts": ["api.github.com"]}),
+            "comes from",
+        ),
+        (
+            json!({"name": "GH", "from": from, "hosts": ["evil.example"]}),
+            "not evil.example",
+        ),
+    ] {
+        let (st, r) = call(
+            &s,
+            Some(&a),
+            "POST",
+            "/v1/boxes",
+            Some(create("namespace", secret.clone())),
+        )
+        .await;
+        assert_eq!((st, code_of(&r)), (403, "permission_denied"), "{secret}: {r}");
+        assert!(r.to_string().contains(word), "{secret}: {r}");
+    }
+    let asked = json!({"name": "GH", "from": from, "hosts": ["api.github.com"]});
+    let (_, r) = call(&s, Some(&a), "POST", "/v1/boxes", Some(create("local", asked.clone()))).await;
+    assert_eq!(code_of(&r), "unsupported", "{r}");
+    assert!(r.to_string().contains("spec.secrets"), "{r}");
+    let (st, made) = call(&s, Some(&a), "POST", "/v1/boxes", Some(create("namespace", asked))).await;
+    assert_eq!(st, 201, "{made}");
+    assert_eq!(made["facts"]["secrets"], json!(["GH"]));
+    assert!(!made.to_string().contains("the-served-value"), "{made}");
+    let id = made["id"].as_str().unwrap().to_string();
+    let said = run_in(&s, &a, &id, "printf %s \"$GH\"").await;
+    assert!(said.starts_with("agentbox-placeholder-"), "{said}");
+    let (st, _) = call(&s, Some(&a), "DELETE", &format!("/v1/boxes/{id}"), None).await;
+    assert_eq!(st, 204);
+    s.stop().await;
+}

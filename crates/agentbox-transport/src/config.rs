@@ -128,6 +128,10 @@ struct RawEnvironment {
     /// Any value, checked in [`environment`] so that a wrong type's error names the key.
     #[serde(default)]
     pool: Option<serde_json::Value>,
+    /// `[{ name, from, hosts }]`: any value, checked in [`environment`] so that a wrong shape's
+    /// error names the key.
+    #[serde(default)]
+    secrets: Option<serde_json::Value>,
 }
 
 impl TransportConfig {
@@ -355,6 +359,18 @@ fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
         validate_env(k, v).map_err(|err| Error::invalid(format!("{}: {}", at("env"), err.message())))?;
     }
     spec.env = e.env;
+    if let Some(v) = e.secrets {
+        spec.secrets = serde_json::from_value(v).map_err(|err| {
+            Error::invalid(format!(
+                "{}: {err}; give a list of {{ name = \"NAME\", from = \"env:VARIABLE\" or \"file:/path\", hosts = [\"host\"] }}",
+                at("secrets")
+            ))
+        })?;
+        for (i, s) in spec.secrets.iter().enumerate() {
+            s.validate(i)
+                .map_err(|err| Error::invalid(format!("{}: {}", at("secrets"), err.message())))?;
+        }
+    }
     spec.labels = e.labels;
     validate_labels(&spec.labels).map_err(|err| Error::invalid(format!("{}: {}", at("labels"), err.message())))?;
     let pool = match e.pool {
@@ -390,14 +406,16 @@ mod tests {
             "scope = \"conversation\"\nhands = { default = \"sandbox\", build = \"gpu\" }\n\
              [environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"6h\"\n\
              [environments.gpu]\nprovider = \"docker\"\ncpus = 4\nenv = { MODE = \"x\" }\n\
-             network = { allow = [\"pypi.org\", \"*.github.com:443\"] }\n",
+             network = { allow = [\"pypi.org\", \"*.github.com:443\"] }\n\
+             secrets = [{ name = \"GH\", from = \"env:GH_TOKEN\", hosts = [\"api.github.com\"] }]\n",
         )
         .unwrap();
         let j = TransportConfig::from_json(
             r#"{"scope":"conversation","hands":{"default":"sandbox","build":"gpu"},
                "environments":{"sandbox":{"provider":"local","max_lifetime":"6h"},
                                "gpu":{"provider":"docker","cpus":4,"env":{"MODE":"x"},
-                                      "network":{"allow":["pypi.org","*.github.com:443"]}}}}"#,
+                                      "network":{"allow":["pypi.org","*.github.com:443"]},
+                                      "secrets":[{"name":"GH","from":"env:GH_TOKEN","hosts":["api.github.com"]}]}}}"#,
         )
         .unwrap();
         assert_eq!(t, j);
@@ -405,6 +423,7 @@ mod tests {
             t.environments["gpu"].spec.network,
             Some(Network::Allow(vec!["pypi.org".into(), "*.github.com:443".into()]))
         );
+        assert_eq!(t.environments["gpu"].spec.secrets[0].from, "env:GH_TOKEN");
         assert_eq!(t.scope, Scope::Conversation);
         assert_eq!(
             t.environments["sandbox"].spec.max_lifetime,
@@ -417,6 +436,18 @@ mod tests {
 
     #[test]
     fn errors_name_the_key_and_why() {
+        let bad = err("[environments.a]\nprovider = \"local\"\nsecrets = [{ name = \"GH\" }]");
+        assert!(
+            bad.contains("environments.a.secrets") && bad.contains("missing field"),
+            "{bad}"
+        );
+        let bad = err(
+            "[environments.a]\nprovider = \"local\"\nsecrets = [{ name = \"GH\", from = \"x\", hosts = [\"a.com\"] }]",
+        );
+        assert!(
+            bad.contains("environments.a.secrets") && bad.contains("names no source"),
+            "{bad}"
+        );
         assert!(err("hands = \"x\"").contains("hands.default: \"x\" is not a declared environment"));
         assert!(
             err("[environments.a]\nprovider = \"local\"\nmax_lifetime = \"soon\"")

@@ -183,8 +183,14 @@ pub(crate) async fn owned(
 /// `spec` as `key` may ask it of `provider`, with the key's id as its owner label: refused
 /// when the provider is not the key's, the lifetime is past the key's longest, or the spec
 /// names an owner itself.
-pub(crate) fn allowed_spec(key: &KeyInfo, provider: &str, mut spec: Spec) -> Result<Spec, ApiError> {
+pub(crate) fn allowed_spec(
+    key: &KeyInfo,
+    provider: &str,
+    offered: &[agentbox_core::SecretSpec],
+    mut spec: Spec,
+) -> Result<Spec, ApiError> {
     may_use(key, provider)?;
+    offered_secrets(offered, &spec)?;
     if spec.labels.contains_key(OWNER_LABEL) {
         return Err(ApiError::new(
             ErrorCode::Invalid,
@@ -206,6 +212,43 @@ pub(crate) fn allowed_spec(key: &KeyInfo, provider: &str, mut spec: Spec) -> Res
     }
     spec.labels.insert(OWNER_LABEL.to_string(), key.id.clone());
     Ok(spec)
+}
+
+/// Refuse (`permission_denied`) a spec's secret this server does not offer: one of another
+/// name, another source, or a host its offer does not hold. The server's own variables and
+/// files are its operator's; a key gets only what `agentbox serve --secret` hands out.
+fn offered_secrets(offered: &[agentbox_core::SecretSpec], spec: &Spec) -> Result<(), ApiError> {
+    for (i, asked) in spec.secrets.iter().enumerate() {
+        let denied = |why: String| ApiError::new(ErrorCode::PermissionDenied, format!("spec.secrets[{i}]: {why}"));
+        let Some(offer) = offered.iter().find(|o| o.name == asked.name) else {
+            return Err(denied(format!(
+                "this service offers no secret {} (its operator offers them with agentbox serve --secret{})",
+                asked.name,
+                if offered.is_empty() {
+                    "; it offers none".to_string()
+                } else {
+                    format!(
+                        "; it offers {}",
+                        offered.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")
+                    )
+                }
+            )));
+        };
+        if asked.from != offer.from {
+            return Err(denied(format!(
+                "secret {} comes from {} on this service, not {}",
+                asked.name, offer.from, asked.from
+            )));
+        }
+        if let Some(h) = asked.hosts.iter().find(|h| !offer.hosts.contains(h)) {
+            return Err(denied(format!(
+                "secret {} may be sent to {} and not {h}",
+                asked.name,
+                offer.hosts.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refused (`rate_limited`, with `Retry-After`) when `n` more boxes would pass the key's most;
@@ -263,7 +306,7 @@ pub(crate) async fn create(
     Json(body): Json<CreateBox>,
 ) -> Result<(StatusCode, Json<BoxInfo>), ApiError> {
     let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
-    let spec = allowed_spec(&key, &name, body.spec)?;
+    let spec = allowed_spec(&key, &name, &state.secrets, body.spec)?;
     let spec = super::snapshots::own_snapshot(&state, &key, &name, spec).await?;
     // Counted and made under the key's lock, so two creates at once cannot pass its most.
     let _counted = state.key_lock(&key.id).await;

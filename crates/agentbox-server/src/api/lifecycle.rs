@@ -49,7 +49,7 @@ pub(crate) async fn open(
     Json(body): Json<OpenBox>,
 ) -> Result<Json<BoxInfo>, ApiError> {
     let name = body.provider.unwrap_or_else(|| state.default_provider.clone());
-    let spec = allowed_spec(&key, &name, body.spec)?;
+    let spec = allowed_spec(&key, &name, &state.secrets, body.spec)?;
     let spec = super::snapshots::own_snapshot(&state, &key, &name, spec).await?;
     // Counted and made under the key's lock, so two opens at once cannot pass its most. A
     // reopen makes nothing: the same provider, name and labels (the name's place).

@@ -241,7 +241,7 @@ pub(crate) async fn fork(
 ) -> Result<(StatusCode, Json<Vec<BoxInfo>>), ApiError> {
     let b = reach(&state, &key, &p.id).await?;
     let provider_name = b.id().provider().to_string();
-    let spec = allowed_spec(&key, &provider_name, body.spec)?;
+    let spec = allowed_spec(&key, &provider_name, &state.secrets, body.spec)?;
     check_fork(body.n, &spec)?;
     let _counted = state.key_lock(&key.id).await;
     room_for(&state, &key, body.n, |_| false).await?;
