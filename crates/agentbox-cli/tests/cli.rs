@@ -1719,3 +1719,57 @@ fn a_postgres_ledgers_password_never_goes_in_an_argument() {
         "{out:?}"
     );
 }
+
+/// `box create --secret` gives the box a placeholder and never the value; `box exec
+/// --secret-fd` hands one program the value on descriptor 3; a malformed flag is a usage
+/// error naming it.
+#[test]
+fn a_box_has_a_placeholder_and_one_program_the_value() {
+    let h = Home::new();
+    let value = "cli-s3cr3t-value";
+    let file = h.0.path().join("token");
+    std::fs::write(&file, format!("{value}\n")).unwrap();
+    let secret = format!("TOKEN=file:{}@api.example.com", file.display());
+    let made = h.ok(&[
+        "box",
+        "create",
+        "--provider",
+        "namespace",
+        "--secret",
+        &secret,
+        "--json",
+    ]);
+    assert!(!made.contains(value), "{made}");
+    let made: serde_json::Value = serde_json::from_str(&made).unwrap();
+    assert_eq!(made["facts"]["secrets"], serde_json::json!(["TOKEN"]));
+    let id = made["id"].as_str().unwrap();
+    let seen = h.ok(&["box", "exec", id, "--", "sh", "-c", "printf %s \"$TOKEN\""]);
+    assert!(seen.starts_with("agentbox-placeholder-"), "{seen}");
+    let fd = format!("DEPLOY=file:{}", file.display());
+    let seen = h.ok(&[
+        "box",
+        "exec",
+        "--secret-fd",
+        &fd,
+        id,
+        "--",
+        "sh",
+        "-c",
+        "cat <&3; echo \" $AGENTBOX_SECRET_NAME\"",
+    ]);
+    assert_eq!(seen, format!("{value} DEPLOY\n"));
+    h.ok(&["box", "rm", id]);
+    one_line_error(
+        &h.run(
+            &["box", "create", "--provider", "namespace", "--secret", "TOKEN=env:X"],
+            b"",
+        ),
+        2,
+        "--secret",
+    );
+    one_line_error(
+        &h.run(&["box", "exec", "--secret-fd", "A=file:/no/such/file", id, "true"], b""),
+        2,
+        "secret A",
+    );
+}

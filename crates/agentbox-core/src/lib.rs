@@ -36,7 +36,9 @@ pub use process::{
 };
 pub use processes::{MAX_READ, MAX_READ_WAIT, OutputChunk, OutputRead, ProcessInfo, ProcessState, Processes, Stream};
 pub use sandbox::{Endpoint, Provider, Sandbox, Status};
-pub use secret::{MAX_SECRET_BYTES, MAX_SECRET_HOSTS, MAX_SECRETS, SecretSource, SecretSpec, SecretValue};
+pub use secret::{
+    FdSecret, MAX_SECRET_BYTES, MAX_SECRET_HOSTS, MAX_SECRETS, SECRET_FD, SecretSource, SecretSpec, SecretValue,
+};
 pub use spec::{
     Honours, Labels, MAX_LIFETIME, MAX_MOUNTS, Mount, Network, PortKind, PortSpec, RESERVED_LABEL_PREFIX, Spec,
     check_spec, is_normal_absolute, is_reserved_label, parse_duration, validate_env, validate_labels,

@@ -109,6 +109,11 @@ pub struct ExecOptions {
         rename = "timeout_ms"
     )]
     pub timeout: Option<Duration>,
+    /// One secret for this program alone, on an inherited pipe ([`crate::FdSecret`]): never
+    /// serialized, never in argv, env or a file. Only a box whose programs agentbox's runner
+    /// starts gives it; every other refuses it ([`ExecOptions::refuse`]).
+    #[serde(skip)]
+    pub secret_fd: Option<crate::FdSecret>,
 }
 
 /// An optional duration as whole milliseconds.
@@ -137,6 +142,9 @@ impl ExecOptions {
         }
         if argv.iter().any(|a| a.contains('\0')) {
             return Err(Error::invalid("argv: an argument holds a NUL byte"));
+        }
+        if let Some(f) = &self.secret_fd {
+            crate::spec::validate_env(&f.name, "").map_err(|e| e.context("exec secret_fd"))?;
         }
         for (k, v) in &self.env {
             crate::spec::validate_env(k, v).map_err(|e| e.context("exec env"))?;
@@ -192,6 +200,10 @@ impl ExecOptions {
         }
         if self.timeout.is_some() && !timeout {
             no.push("timeout");
+        }
+        // Only agentbox's runner hands a program a descriptor: a box that calls this has none.
+        if self.secret_fd.is_some() {
+            no.push("secret_fd");
         }
         if no.is_empty() {
             return Ok(());

@@ -58,6 +58,23 @@ pub enum SecretSource {
 pub struct SecretValue(String);
 
 impl SecretValue {
+    /// Check a value read elsewhere as [`SecretSpec::read_value`] checks one: 1 to
+    /// [`MAX_SECRET_BYTES`] bytes with no control character. The error never holds it.
+    pub fn new(value: String) -> Result<SecretValue> {
+        if value.is_empty() {
+            return Err(Error::invalid("the value is empty"));
+        }
+        if value.len() > MAX_SECRET_BYTES {
+            return Err(Error::invalid(format!("the value is over {MAX_SECRET_BYTES} bytes")));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "the value holds a control character (a newline, say), which a request's header cannot carry",
+            ));
+        }
+        Ok(SecretValue(value))
+    }
+
     /// The value, for the one place it is meant for.
     pub fn expose(&self) -> &str {
         &self.0
@@ -173,18 +190,54 @@ impl SecretSpec {
             .strip_suffix("\r\n")
             .or_else(|| raw.strip_suffix('\n'))
             .unwrap_or(&raw);
-        if value.is_empty() {
-            return Err(named("the value is empty".into()));
-        }
-        if value.len() > MAX_SECRET_BYTES {
-            return Err(named(format!("the value is over {MAX_SECRET_BYTES} bytes")));
-        }
-        if value.chars().any(char::is_control) {
-            return Err(named(
-                "the value holds a control character (a newline, say), which a request's header cannot carry".into(),
-            ));
-        }
-        Ok(SecretValue(value.to_string()))
+        SecretValue::new(value.to_string()).map_err(|e| named(e.message().to_string()))
+    }
+}
+
+/// One secret handed to one program on an inherited pipe: its descriptor (3) is named in the
+/// program's `AGENTBOX_SECRET_FD`, the secret's name in `AGENTBOX_SECRET_NAME`; the value is
+/// never in its argv, its environment or a file. Only boxes whose programs agentbox's runner
+/// starts take it (`exec --secret-fd`); every other refuses it as `unsupported`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FdSecret {
+    /// The secret's name (a variable's shape).
+    pub name: String,
+    /// Its value.
+    pub value: SecretValue,
+}
+
+/// The descriptor a program finds its [`FdSecret`] on.
+pub const SECRET_FD: i32 = 3;
+
+impl FdSecret {
+    /// Read `--secret-fd NAME` (the value in this process's variable NAME) or
+    /// `NAME=env:VARIABLE` / `NAME=file:/path`, where it is.
+    ///
+    /// ```
+    /// use agentbox_core::FdSecret;
+    /// let e = FdSecret::from_flag("KEY=file:/no/such/file").unwrap_err();
+    /// assert!(e.message().contains("secret KEY"));
+    /// ```
+    pub fn from_flag(flag: &str) -> Result<FdSecret> {
+        let (name, from) = match flag.split_once('=') {
+            Some((n, f)) => (n.to_string(), f.to_string()),
+            None => (flag.to_string(), format!("env:{flag}")),
+        };
+        let spec = SecretSpec {
+            name: name.clone(),
+            from,
+            hosts: vec!["secret-fd.invalid".into()],
+        };
+        spec.validate(0).map_err(|e| {
+            Error::invalid(format!(
+                "--secret-fd {flag:?}: {}",
+                e.message().replace("spec.secrets[0].", "")
+            ))
+        })?;
+        Ok(FdSecret {
+            value: spec.read_value()?,
+            name,
+        })
     }
 }
 
@@ -291,6 +344,11 @@ mod tests {
         }
         std::fs::write(&path, "x".repeat(MAX_SECRET_BYTES + 1)).unwrap();
         assert!(s.read_value().unwrap_err().message().contains("over"));
+        // A variable of this process's (PATH: every test process has one).
+        let path = std::env::var("PATH").unwrap();
+        assert_eq!(spec("P", "env:PATH", &["a.com"]).read_value().unwrap().expose(), path);
+        assert_eq!(FdSecret::from_flag("PATH").unwrap().value.expose(), path);
+        assert_eq!(FdSecret::from_flag("P=env:PATH").unwrap().name, "P");
         let missing = spec("TOKEN", "env:AGENTBOX_TEST_NO_SUCH_VARIABLE", &["a.com"]);
         let e = missing.read_value().unwrap_err();
         assert!(e.message().contains("not set"), "{e}");

@@ -112,6 +112,10 @@ pub enum Request {
         /// a client, and its exit says `timeout` (protocol 3).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
+        /// One secret for the process alone, on a pipe it inherits as descriptor 3 (named in
+        /// its `AGENTBOX_SECRET_FD`): never in its argv, environment or a file (protocol 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<SecretFd>,
     },
     /// The process's stdin ends.
     StdinEnd {
@@ -376,6 +380,24 @@ pub const MAX_KEY: usize = 128;
 pub const MAX_PS_ARGV: usize = 1024;
 /// The largest terminal a `run` or `resize` may ask for, in rows and in columns.
 pub const MAX_TTY: u16 = 4096;
+
+/// A secret handed to one process on a descriptor: see `Request::Run`'s `secret`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretFd {
+    /// The secret's name (`AGENTBOX_SECRET_NAME`).
+    pub name: String,
+    /// Its value: what the process reads on the descriptor, then EOF.
+    pub value: String,
+}
+
+impl std::fmt::Debug for SecretFd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretFd")
+            .field("name", &self.name)
+            .field("value", &"<not shown>")
+            .finish()
+    }
+}
 
 /// A terminal a process runs in.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

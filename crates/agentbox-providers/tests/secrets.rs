@@ -491,3 +491,176 @@ fn a_docker_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them() {
     });
     never_traced(&kept);
 }
+
+/// `exec` with a secret on a descriptor: the program reads the value on descriptor 3 (named
+/// in its AGENTBOX_SECRET_FD), then EOF; its argv and environment, and every other program,
+/// hold none of it.
+async fn a_program_gets_one_secret_on_its_descriptor(p: Arc<dyn Provider>) {
+    let ctx = Ctx::background();
+    let b = p.create(&Spec::new(Duration::from_secs(120)), &ctx).await.unwrap();
+    let script = format!(
+        "value=$(cat <&3); echo \"read ${{#value}} bytes, then EOF: $(cat <&3 | wc -c)\"; \
+         [ \"$value\" = \"$(printf %s '{VALUE_PATTERN}' | tr -d '[]')\" ] && echo 'it is the value'; \
+         echo \"fd $AGENTBOX_SECRET_FD name $AGENTBOX_SECRET_NAME\"; \
+         env | grep -c '{VALUE_PATTERN}'; grep -lE '{VALUE_PATTERN}' /proc/[0-9]*/environ /proc/[0-9]*/cmdline; echo done"
+    );
+    let argv: Vec<String> = vec!["sh".into(), "-c".into(), script];
+    let opts = agentbox_core::ExecOptions {
+        secret_fd: Some(agentbox_core::FdSecret {
+            name: "DEPLOY_KEY".into(),
+            value: agentbox_core::SecretValue::new(VALUE.into()).unwrap(),
+        }),
+        ..Default::default()
+    };
+    let out = agentbox_core::finish(b.exec(&argv, &opts, &ctx).await.unwrap(), Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        out.stdout_text(),
+        format!(
+            "read {} bytes, then EOF: 0\nit is the value\nfd 3 name DEPLOY_KEY\n0\ndone\n",
+            VALUE.len()
+        ),
+        "{}",
+        out.stderr_text()
+    );
+    // A program without it has no descriptor 3 and no such variable.
+    let out = run(
+        b.as_ref(),
+        "[ -e /proc/self/fd/3 ] && echo has-3; echo \"${AGENTBOX_SECRET_FD:-none}\"",
+    )
+    .await;
+    assert_eq!(out, "none\n[exit 0]");
+    // A name that is not a variable's is refused before anything runs.
+    let bad = agentbox_core::ExecOptions {
+        secret_fd: Some(agentbox_core::FdSecret {
+            name: "not a name".into(),
+            value: agentbox_core::SecretValue::new("x".into()).unwrap(),
+        }),
+        ..Default::default()
+    };
+    let e = b.exec(&argv, &bad, &ctx).await.err().expect("a bad name was taken");
+    assert_eq!(e.code(), agentbox_core::ErrorCode::Invalid, "{e}");
+    b.destroy(&ctx).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_box_program_gets_one_secret_on_its_descriptor() {
+    let root = tempfile::tempdir().unwrap();
+    let p: Arc<dyn Provider> = Arc::new(
+        NamespaceProvider::new(NamespaceOptions {
+            runner: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
+            ..NamespaceOptions::at(root.path()).unwrap()
+        })
+        .unwrap(),
+    );
+    a_program_gets_one_secret_on_its_descriptor(p).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_docker_box_program_gets_one_secret_on_its_descriptor() {
+    if !agentbox_testing::services::docker_available("a_docker_box_program_gets_one_secret_on_its_descriptor") {
+        return;
+    }
+    let p: Arc<dyn Provider> = Arc::new(
+        DockerProvider::new(DockerOptions {
+            runner: Some(HelperCommand::new(agentbox_testing::runner::ensure(), vec![])),
+            ..DockerOptions::default()
+        })
+        .await
+        .expect("the Docker daemon answers"),
+    );
+    a_program_gets_one_secret_on_its_descriptor(p).await;
+}
+
+/// Where secrets cannot be kept outside, or are asked for wrongly, the create is refused
+/// naming why, and no box is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_refused_where_they_cannot_be_kept() {
+    let root = tempfile::tempdir().unwrap();
+    let values = tempfile::tempdir().unwrap();
+    std::fs::write(values.path().join("v"), VALUE).unwrap();
+    let ns = NamespaceProvider::new(NamespaceOptions {
+        runner: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
+        ..NamespaceOptions::at(root.path()).unwrap()
+    })
+    .unwrap();
+    let local = agentbox_providers::local::LocalProvider::new(agentbox_providers::local::LocalOptions {
+        supervisor: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
+        ..agentbox_providers::local::LocalOptions::at(root.path().join("local")).unwrap()
+    })
+    .unwrap();
+    let ctx = Ctx::background();
+    let with = |network: Option<Network>, from: &str, host: &str| {
+        let mut s = Spec::new(Duration::from_secs(60));
+        s.network = network;
+        s.secrets = vec![SecretSpec {
+            name: "TOKEN".into(),
+            from: from.into(),
+            hosts: vec![host.into()],
+        }];
+        s
+    };
+    let file = format!("file:{}", values.path().join("v").display());
+    let allow = Some(Network::Allow(vec!["api.test:443".into()]));
+    for (p, spec, code, word) in [
+        (
+            &local as &dyn Provider,
+            with(None, &file, "api.test"),
+            "unsupported",
+            "egress proxy",
+        ),
+        (
+            &ns,
+            with(Some(Network::None), &file, "api.test"),
+            "unsupported",
+            "network none",
+        ),
+        (&ns, with(Some(Network::Host), &file, "api.test"), "unsupported", "host"),
+        (
+            &ns,
+            with(allow.clone(), &file, "other.test"),
+            "invalid",
+            "not reached by spec.network",
+        ),
+        (
+            &ns,
+            with(allow.clone(), "env:AGENTBOX_TEST_NO_SUCH_SECRET", "api.test"),
+            "invalid",
+            "not set",
+        ),
+        (
+            &ns,
+            with(allow.clone(), "file:/no/such/secret", "api.test"),
+            "invalid",
+            "opening it",
+        ),
+    ] {
+        let e = match p.create(&spec, &ctx).await {
+            Ok(b) => panic!("{word}: box {} was made", b.id()),
+            Err(e) => e,
+        };
+        assert_eq!(format!("{:?}", e.code()).to_lowercase(), code, "{word}: {e}");
+        assert!(e.message().contains(word), "{word}: {e}");
+        assert!(!e.message().contains(VALUE), "{e}");
+    }
+    let mut spec = with(allow, &file, "api.test");
+    spec.env.insert("SSL_CERT_FILE".into(), "/x".into());
+    let e = ns.create(&spec, &ctx).await.err().expect("SSL_CERT_FILE was taken");
+    assert!(e.message().contains("spec.env.SSL_CERT_FILE"), "{e}");
+    assert!(
+        ns.list(&Default::default(), &ctx).await.unwrap().is_empty(),
+        "a refused create left a box"
+    );
+    // A program's descriptor is refused, naming it, by a box whose programs the runner does
+    // not start.
+    let opts = agentbox_core::ExecOptions {
+        secret_fd: Some(agentbox_core::FdSecret {
+            name: "K".into(),
+            value: agentbox_core::SecretValue::new("v".into()).unwrap(),
+        }),
+        ..Default::default()
+    };
+    let e = opts.refuse(true, true, true, "it has no runner").unwrap_err();
+    assert!(e.message().contains("secret_fd"), "{e}");
+}

@@ -895,6 +895,27 @@ async fn a_create_asks_only_for_the_secrets_the_server_offers() {
     let id = made["id"].as_str().unwrap().to_string();
     let said = run_in(&s, &a, &id, "printf %s \"$GH\"").await;
     assert!(said.starts_with("agentbox-placeholder-"), "{said}");
+    // One program gets the value itself on its descriptor, by the offered name alone.
+    let exec = format!("/v1/boxes/{id}/exec");
+    let (st, r) = call(
+        &s,
+        Some(&a),
+        "POST",
+        &exec,
+        Some(json!({"command": "cat <&3; echo \" fd=$AGENTBOX_SECRET_FD\"", "secret_fd": "GH"})),
+    )
+    .await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["stdout"], "ghp_the-served-value fd=3\n", "{r}");
+    let (st, r) = call(
+        &s,
+        Some(&a),
+        "POST",
+        &exec,
+        Some(json!({"command": "true", "secret_fd": "HOME"})),
+    )
+    .await;
+    assert_eq!((st, code_of(&r)), (403, "permission_denied"), "{r}");
     let (st, _) = call(&s, Some(&a), "DELETE", &format!("/v1/boxes/{id}"), None).await;
     assert_eq!(st, 204);
     s.stop().await;

@@ -265,6 +265,12 @@ pub(crate) struct ExecArgs {
     /// The box ends the program this long after it starts (500ms, 90s, 10m, 6h, 2d).
     #[arg(long, value_parser = lifetime)]
     pub(super) timeout: Option<Duration>,
+    /// Hand the program one secret on a pipe it inherits as descriptor 3 (named in its
+    /// AGENTBOX_SECRET_FD), never in its argv, environment or a file: NAME takes the value of
+    /// this shell's variable NAME; NAME=env:VARIABLE or NAME=file:/path say where it is.
+    /// Boxes whose programs agentbox's runner starts (namespace, Docker and local boxes).
+    #[arg(long, value_name = "NAME[=env:VAR|file:PATH]")]
+    pub(super) secret_fd: Option<String>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub(super) argv: Vec<String>,

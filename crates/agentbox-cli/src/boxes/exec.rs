@@ -11,6 +11,13 @@ use crate::{procs, term};
 
 pub(super) async fn exec(a: ExecArgs) -> Result<i32> {
     let ctx = Ctx::background();
+    // Read first: a secret that is not where the flag says is said before the box is reached.
+    let secret_fd = a
+        .secret_fd
+        .as_deref()
+        .map(agentbox_core::FdSecret::from_flag)
+        .transpose()
+        .map_err(crate::usage)?;
     let b = attach(&a.id, &ctx).await?;
     if a.detach {
         procs::of(&*b, &a.id)?;
@@ -25,6 +32,7 @@ pub(super) async fn exec(a: ExecArgs) -> Result<i32> {
         tty: a.tty.then(term::tty_here),
         detach: a.detach,
         timeout: a.timeout,
+        secret_fd,
     };
     // A box whose programs take no input (each exec one call carrying the command alone)
     // refuses stdin that has bytes, as its own API does, rather than dropping them: before the
@@ -130,6 +138,7 @@ pub(super) async fn shell(id: &SandboxId, cwd: Option<String>) -> Result<i32> {
         detach: false,
         json: false,
         timeout: None,
+        secret_fd: None,
         argv: vec!["sh".into(), "-c".into(), SHELL.into()],
     };
     exec(args).await

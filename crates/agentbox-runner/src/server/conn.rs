@@ -169,6 +169,7 @@ impl Conn {
                 tty,
                 detach,
                 timeout_ms,
+                secret,
                 ..
             } => {
                 let run = Run {
@@ -181,6 +182,7 @@ impl Conn {
                     tty,
                     detach,
                     timeout_ms,
+                    secret,
                 };
                 if let Err(a) = self.run(id, run).await {
                     self.answer(a).await
@@ -524,9 +526,49 @@ impl Conn {
                 format!("run: working directory {d} does not exist"),
             ));
         }
+        // The secret's pipe, filled and closed before the process starts: it reads the value,
+        // then EOF, on descriptor 3, and nothing else of the box's holds it.
+        let secret = match &r.secret {
+            Some(sf) => {
+                let bad = |why: String| Answer::error(Some(id), "invalid", format!("run: secret: {why}"));
+                if agentbox_core::validate_env(&sf.name, "").is_err() {
+                    return Err(bad(format!("{:?} is not a variable's name", sf.name)));
+                }
+                if sf.value.is_empty() || sf.value.len() > agentbox_core::MAX_SECRET_BYTES {
+                    return Err(bad(format!("1 to {} bytes", agentbox_core::MAX_SECRET_BYTES)));
+                }
+                Some(
+                    secret_pipe(sf.value.as_bytes())
+                        .map_err(|e| Answer::error(Some(id), "unknown", format!("run: the secret's pipe: {e}")))?,
+                )
+            }
+            None => None,
+        };
         let handle = self.runner.admit(id)?;
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..]).envs(r.env.unwrap_or_default()).kill_on_drop(false);
+        if let (Some(read), Some(sf)) = (&secret, &r.secret) {
+            use std::os::fd::AsRawFd;
+            let fd = read.as_raw_fd();
+            cmd.env("AGENTBOX_SECRET_FD", agentbox_core::SECRET_FD.to_string())
+                .env("AGENTBOX_SECRET_NAME", &sf.name);
+            // SAFETY: between fork and exec only async-signal-safe calls: dup2(2), or fcntl(2)
+            // when the pipe is descriptor 3 already (dup2 onto itself would keep CLOEXEC).
+            #[allow(unsafe_code)]
+            unsafe {
+                cmd.pre_exec(move || {
+                    let target = agentbox_core::SECRET_FD;
+                    if fd == target {
+                        if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    } else if libc::dup2(fd, target) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         if let Some(d) = &r.cwd {
             cmd.current_dir(d);
         }
@@ -578,6 +620,8 @@ impl Conn {
         };
         // The slave's last copy here: the terminal's output ends when the process's does.
         drop(cmd);
+        // The process has its own copy of the secret's pipe; this one goes.
+        drop(secret);
         let pid = child.id().unwrap_or(0);
         let (stdout, stderr, writer): (Option<process::Pipe>, Option<process::Pipe>, Option<Writer>) = match &terminal {
             Some(t) => (
@@ -706,9 +750,21 @@ struct Run {
     tty: Option<Tty>,
     detach: bool,
     timeout_ms: Option<u64>,
+    secret: Option<agentbox_protocol::runner::SecretFd>,
 }
 
 type Writer = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+/// A pipe holding `value` and then EOF: its reading end (close-on-exec: the child's copy is
+/// made by dup2 in the child alone). The value fits the pipe's buffer (at most 16 KiB of the
+/// kernel's 64), so the write never waits.
+fn secret_pipe(value: &[u8]) -> std::io::Result<std::os::fd::OwnedFd> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let mut w = std::fs::File::from(write);
+    std::io::Write::write_all(&mut w, value)?;
+    drop(w);
+    Ok(read)
+}
 
 fn too_many_writes(id: u32) -> Answer {
     Answer::error(

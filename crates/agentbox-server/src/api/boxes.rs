@@ -214,6 +214,24 @@ pub(crate) fn allowed_spec(
     Ok(spec)
 }
 
+/// The secret this server offers as `name`, read now, for one program's descriptor
+/// (`secret_fd` of an exec or a process): `permission_denied` for one it does not offer.
+pub(crate) fn offered_fd(
+    offered: &[agentbox_core::SecretSpec],
+    name: &str,
+) -> Result<agentbox_core::FdSecret, ApiError> {
+    let offer = offered.iter().find(|o| o.name == name).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::PermissionDenied,
+            format!("secret_fd: this service offers no secret {name} (its operator offers them with agentbox serve --secret)"),
+        )
+    })?;
+    Ok(agentbox_core::FdSecret {
+        name: name.to_string(),
+        value: offer.read_value()?,
+    })
+}
+
 /// Refuse (`permission_denied`) a spec's secret this server does not offer: one of another
 /// name, another source, or a host its offer does not hold. The server's own variables and
 /// files are its operator's; a key gets only what `agentbox serve --secret` hands out.

@@ -50,6 +50,11 @@ pub struct ExecRequest {
     /// is read, counted and dropped.
     #[serde(default)]
     pub max_output: Option<usize>,
+    /// A secret this service offers (`agentbox serve --secret`), by name, handed to the
+    /// program alone on a pipe it inherits as descriptor 3 (named in its
+    /// `AGENTBOX_SECRET_FD`): never in its argv, environment or a file.
+    #[serde(default)]
+    pub secret_fd: Option<String>,
 }
 
 /// How a program ended and what it printed.
@@ -104,6 +109,11 @@ pub(crate) async fn exec(
     let opts = ExecOptions {
         cwd: body.cwd,
         env: body.env,
+        secret_fd: body
+            .secret_fd
+            .as_deref()
+            .map(|n| super::boxes::offered_fd(&state.secrets, n))
+            .transpose()?,
         ..Default::default()
     };
     opts.validate(&argv)?;

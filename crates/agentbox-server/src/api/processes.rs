@@ -45,6 +45,10 @@ pub struct StartProcess {
     /// Run it in a terminal of this size (its output is then one stream, `stdout`).
     #[serde(default)]
     pub tty: Option<TerminalSize>,
+    /// A secret this service offers (`agentbox serve --secret`), by name, handed to the
+    /// process alone on a pipe it inherits as descriptor 3 (named in its `AGENTBOX_SECRET_FD`).
+    #[serde(default)]
+    pub secret_fd: Option<String>,
 }
 
 /// A terminal's size.
@@ -185,6 +189,11 @@ pub(crate) async fn start(
             cols: t.cols,
             term: t.term,
         }),
+        secret_fd: body
+            .secret_fd
+            .as_deref()
+            .map(|n| super::boxes::offered_fd(&state.secrets, n))
+            .transpose()?,
     };
     opts.validate(&argv)?;
     let process = b.exec(&argv, &opts, &ctx()).await?;

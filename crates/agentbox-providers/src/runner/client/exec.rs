@@ -39,6 +39,10 @@ impl Client {
             }),
             detach: opts.detach,
             timeout_ms,
+            secret: opts.secret_fd.as_ref().map(|s| agentbox_protocol::runner::SecretFd {
+                name: s.name.clone(),
+                value: s.value.expose().to_string(),
+            }),
         };
         let governing = if opts.detach { Ctx::background() } else { ctx.clone() };
         self.start(id, Some(req), None, 0, !opts.detach, timeout_ms, ctx, &governing)
