@@ -646,7 +646,10 @@ async fn secrets_are_refused_where_they_cannot_be_kept() {
     }
     let mut spec = with(allow, &file, "api.test");
     spec.env.insert("SSL_CERT_FILE".into(), "/x".into());
-    let e = ns.create(&spec, &ctx).await.err().expect("SSL_CERT_FILE was taken");
+    let e = match ns.create(&spec, &ctx).await {
+        Ok(b) => panic!("SSL_CERT_FILE was taken: box {}", b.id()),
+        Err(e) => e,
+    };
     assert!(e.message().contains("spec.env.SSL_CERT_FILE"), "{e}");
     assert!(
         ns.list(&Default::default(), &ctx).await.unwrap().is_empty(),
