@@ -139,13 +139,14 @@ fn servers() -> Servers {
 
 /// The whole scenario against boxes of `p`: what is allowed arrives, what is not is refused
 /// and recorded, and a program ignoring the proxy reaches nothing.
-async fn reaches_what_its_allowlist_names(p: Arc<dyn Provider>, s: &Servers) {
+async fn reaches_what_its_allowlist_names(p: Arc<dyn Provider>, s: &Servers, isolation: Option<&str>) {
     let ctx = Ctx::background();
     let list: Vec<String> = ["pkg.test:80", "inside.test", "me.test", "meta.test", "*.example.org"]
         .map(String::from)
         .to_vec();
     let mut spec = Spec::new(Duration::from_secs(120));
     spec.network = Some(Network::Allow(list.clone()));
+    spec.isolation = isolation.map(str::to_string);
     let b = p.create(&spec, &ctx).await.unwrap();
     assert_eq!(
         b.facts().network,
@@ -258,13 +259,30 @@ fn a_namespace_box_reaches_what_its_allowlist_names_and_nothing_else() {
     }
     let s = servers();
     let root = tempfile::tempdir().unwrap();
-    runtime().block_on(reaches_what_its_allowlist_names(provider(root.path()), &s));
+    runtime().block_on(reaches_what_its_allowlist_names(provider(root.path()), &s, None));
 }
 
 #[test]
 fn a_docker_box_reaches_what_its_allowlist_names_and_nothing_else() {
-    const NAME: &str = "a_docker_box_reaches_what_its_allowlist_names_and_nothing_else";
-    if !agentbox_testing::services::docker_available(NAME) || !netns::isolated(NAME) {
+    docker_reaches_what_its_allowlist_names("a_docker_box_reaches_what_its_allowlist_names_and_nothing_else", None);
+}
+
+/// The same on a Docker box run by gVisor's runsc.
+#[test]
+fn a_gvisor_docker_box_reaches_what_its_allowlist_names_and_nothing_else() {
+    docker_reaches_what_its_allowlist_names(
+        "a_gvisor_docker_box_reaches_what_its_allowlist_names_and_nothing_else",
+        Some("gvisor"),
+    );
+}
+
+/// The scenario on Docker boxes of `isolation`, as test `name`.
+fn docker_reaches_what_its_allowlist_names(name: &str, isolation: Option<&str>) {
+    let here = match isolation {
+        Some(_) => agentbox_testing::services::gvisor_available(name),
+        None => agentbox_testing::services::docker_available(name),
+    };
+    if !here || !netns::isolated(name) {
         return;
     }
     let s = servers();
@@ -277,7 +295,7 @@ fn a_docker_box_reaches_what_its_allowlist_names_and_nothing_else() {
             .await
             .expect("the Docker daemon answers"),
         );
-        reaches_what_its_allowlist_names(p, &s).await;
+        reaches_what_its_allowlist_names(p, &s, isolation).await;
     });
 }
 

@@ -221,7 +221,13 @@ fn traced() -> Arc<Mutex<Vec<u8>>> {
 }
 
 /// The whole scenario against boxes of `p`, whose files on this machine are under `home`.
-async fn secrets_reach_only_their_hosts(p: Arc<dyn Provider>, site: &Site, home: &Path, values: &Path) {
+async fn secrets_reach_only_their_hosts(
+    p: Arc<dyn Provider>,
+    site: &Site,
+    home: &Path,
+    values: &Path,
+    isolation: Option<&str>,
+) {
     let ctx = Ctx::background();
     std::fs::write(values.join("api"), format!("{VALUE}\n")).unwrap();
     std::fs::write(values.join("other"), OTHER_VALUE).unwrap();
@@ -231,6 +237,7 @@ async fn secrets_reach_only_their_hosts(p: Arc<dyn Provider>, site: &Site, home:
         hosts: vec![host.into()],
     };
     let mut spec = Spec::new(Duration::from_secs(300));
+    spec.isolation = isolation.map(str::to_string);
     spec.network = Some(Network::Allow(
         ["api.test:443", "other.test:443", "open.test:443", "pkg.test:80"]
             .map(String::from)
@@ -400,6 +407,7 @@ print(urllib.request.urlopen(r, timeout=30).read().decode())'"#;
     // A box with no secrets is never decrypted: its TLS to api.test is the site's own.
     let mut plain = Spec::new(Duration::from_secs(120));
     plain.network = spec.network.clone();
+    plain.isolation = spec.isolation.clone();
     let c = p.create(&plain, &ctx).await.unwrap();
     let out = run(
         c.as_ref(),
@@ -464,14 +472,34 @@ fn a_namespace_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them() 
         })
         .unwrap(),
     );
-    runtime().block_on(secrets_reach_only_their_hosts(p, &s, root.path(), values.path()));
+    runtime().block_on(secrets_reach_only_their_hosts(p, &s, root.path(), values.path(), None));
     never_traced(&kept);
 }
 
 #[test]
 fn a_docker_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them() {
-    const NAME: &str = "a_docker_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them";
-    if !agentbox_testing::services::docker_available(NAME) || !netns::isolated(NAME) {
+    docker_secrets(
+        "a_docker_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them",
+        None,
+    );
+}
+
+/// The same on a Docker box run by gVisor's runsc.
+#[test]
+fn a_gvisor_docker_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them() {
+    docker_secrets(
+        "a_gvisor_docker_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them",
+        Some("gvisor"),
+    );
+}
+
+/// The scenario on Docker boxes of `isolation`, as test `name`.
+fn docker_secrets(name: &str, isolation: Option<&str>) {
+    let here = match isolation {
+        Some(_) => agentbox_testing::services::gvisor_available(name),
+        None => agentbox_testing::services::docker_available(name),
+    };
+    if !here || !netns::isolated(name) {
         return;
     }
     let kept = traced();
@@ -487,7 +515,7 @@ fn a_docker_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them() {
             .await
             .expect("the Docker daemon answers"),
         );
-        secrets_reach_only_their_hosts(p, &s, &home.join("docker"), values.path()).await;
+        secrets_reach_only_their_hosts(p, &s, &home.join("docker"), values.path(), isolation).await;
     });
     never_traced(&kept);
 }

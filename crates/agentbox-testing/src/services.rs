@@ -22,6 +22,31 @@ pub fn docker_available(test: &str) -> bool {
     false
 }
 
+/// True when the Docker engine answers and has gVisor's `runsc` as a runtime (`scripts/test`
+/// installs Debian's runsc and registers it). Without: panics under CI, else a loud notice and
+/// false.
+pub fn gvisor_available(test: &str) -> bool {
+    if !docker_available(test) {
+        return false;
+    }
+    let runtimes = std::process::Command::new("docker")
+        .args(["info", "--format", "{{json .Runtimes}}"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if runtimes.contains("\"runsc\"") {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: CI needs gVisor's runsc registered with the Docker engine (scripts/gvisor does it)");
+    }
+    eprintln!(
+        "\n!!!! {test}: THE DOCKER ENGINE HAS NO runsc RUNTIME: this test did NOT run. Run scripts/gvisor. !!!!\n"
+    );
+    false
+}
+
 /// The variable naming the PostgreSQL server tests use, as a libpq connection string.
 pub const POSTGRES_ENV: &str = "AGENTBOX_TEST_POSTGRES";
 

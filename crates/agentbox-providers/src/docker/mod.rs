@@ -134,7 +134,14 @@ pub struct DockerProvider {
     /// The runner connections of this provider's handles, by container: another handle of the
     /// same box shares one while any handle holds it.
     clients: std::sync::Mutex<HashMap<String, std::sync::Weak<crate::runner::Client>>>,
+    /// The engine has gVisor's `runsc` as a runtime: `isolation: gvisor` is given.
+    runsc: bool,
 }
+
+/// The engine's name for gVisor's runtime, and the isolation a spec asks for it by.
+const RUNSC: &str = "runsc";
+/// The isolation of a box run by [`RUNSC`].
+pub const GVISOR: &str = "gvisor";
 
 impl DockerProvider {
     /// Connect to the daemon the environment names (`DOCKER_HOST`, else the local socket),
@@ -157,12 +164,14 @@ impl DockerProvider {
                 "the Docker daemon's info states no memory total: a box's default memory limit cannot be set",
             )
         })?;
+        let runsc = info.runtimes.as_ref().is_some_and(|r| r.contains_key(RUNSC));
         Ok(DockerProvider {
             docker,
             opts: Arc::new(opts),
             default_memory: (machine / 2).clamp(6 << 20, DEFAULT_MEMORY_MAX),
             pruned_at: std::sync::atomic::AtomicU64::new(0),
             clients: Default::default(),
+            runsc,
         })
     }
 
@@ -179,6 +188,27 @@ impl DockerProvider {
 
     /// Refuse what a Docker box cannot be.
     fn check(&self, spec: &Spec) -> Result<()> {
+        if spec.isolation.as_deref() == Some(GVISOR) {
+            if !self.runsc {
+                return Err(Error::unsupported(
+                    "spec.isolation gvisor: the Docker engine has no runsc runtime; install Debian's runsc \
+                     package and register it in /etc/docker/daemon.json as \"runsc\" with runtimeArgs \
+                     [\"--platform=ptrace\", \"--network=none\", \"--host-uds=all\"] (see docs/secrets.md)",
+                ));
+            }
+            if matches!(spec.network, Some(Network::Open | Network::Host)) || !spec.ports.is_empty() {
+                return Err(Error::unsupported(
+                    "spec.network: a gVisor box has no network of its own (runsc runs with --network=none): \
+                     give it an allowlist, reached through agentbox's egress proxy, or none (the default)",
+                ));
+            }
+            if self.opts.runner.is_none() {
+                return Err(Error::unsupported(
+                    "spec.isolation gvisor: a gVisor box is reached through agentbox's runner in it, and this \
+                     box is made without the runner",
+                ));
+            }
+        }
         if let Some(Network::Allow(_)) = &spec.network {
             if self.opts.runner.is_none() {
                 return Err(Error::unsupported(
@@ -362,6 +392,7 @@ impl DockerProvider {
             if self.opts.runner.is_some() { "1" } else { "0" }.into(),
         );
 
+        let gvisor = spec.isolation.as_deref() == Some(GVISOR);
         let cpus = spec.cpus.or(self.opts.cpus);
         let memory = spec
             .memory_mb
@@ -389,8 +420,12 @@ impl DockerProvider {
             network_mode: Some(match &spec.network {
                 // An allowlist's box reaches out only through its bridge to the proxy.
                 Some(Network::None | Network::Allow(_)) => "none".to_string(),
+                // A gVisor box has no network of its own: none unless a list is asked for.
+                _ if gvisor => "none".to_string(),
                 _ => network::BOX_NETWORK.to_string(),
             }),
+            // gVisor's kernel in user space between the box's programs and this machine's.
+            runtime: gvisor.then(|| RUNSC.to_string()),
             mounts: (!mounts.is_empty()).then_some(mounts),
             // Each port asked for, published on this machine's loopback at a port the engine
             // picks (`endpoint` reads it back).
@@ -416,7 +451,7 @@ impl DockerProvider {
             }),
             ..Default::default()
         };
-        if !matches!(spec.network, Some(Network::None | Network::Allow(_))) {
+        if !gvisor && !matches!(spec.network, Some(Network::None | Network::Allow(_))) {
             network::ensure(&self.docker, ctx).await?;
         }
         let mut env = spec.env.clone();
@@ -1013,7 +1048,12 @@ fn facts_of(host: &HostConfig, ends_at_ms: u64, started_at_ms: Option<u64>, work
         .collect();
     Facts {
         provider: NAME.into(),
-        isolation: "container".into(),
+        // What the engine says runs the box: gVisor's runsc, or its default (runc).
+        isolation: if host.runtime.as_deref() == Some(RUNSC) {
+            GVISOR.into()
+        } else {
+            "container".into()
+        },
         cpus,
         memory_mb,
         pids_limit: host.pids_limit.filter(|p| *p > 0).map(|p| p as u64),
@@ -1052,7 +1092,8 @@ impl Provider for DockerProvider {
             cpus: true,
             memory: true,
             gpu: true,
-            isolation: vec!["container".into()],
+            // gvisor where the engine has runsc; refused naming the package where it has not.
+            isolation: vec!["container".into(), GVISOR.into()],
             network_none: true,
             network_allowlist: self.opts.runner.is_some() && daemon::is_local(),
             ports: true,
