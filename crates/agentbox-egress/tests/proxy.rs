@@ -316,3 +316,173 @@ fn a_name_that_resolves_to_this_machine_is_refused() {
             assert_eq!(internet.load(Ordering::SeqCst), 0);
         });
 }
+
+/// A TLS server on `addr:port` for `api.test` with a certificate of `ca`'s, answering each
+/// request of a connection (keep-alive) with `ok`, every head kept.
+async fn tls_server(addr: &str, port: u16, ca: &(rcgen::Certificate, rcgen::KeyPair)) -> Arc<Mutex<Vec<String>>> {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["api.test".into()])
+        .unwrap()
+        .signed_by(&key, &ca.0, &ca.1)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let l = tokio::net::TcpListener::bind((addr, port)).await.unwrap();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((c, _)) = l.accept().await {
+            let (acceptor, kept) = (acceptor.clone(), kept.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(c).await else { return };
+                while let Some(head) = read_head(&mut tls).await {
+                    kept.lock().unwrap().push(head);
+                    if tls
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    heads
+}
+
+async fn read_head<R: tokio::io::AsyncRead + Unpin>(r: &mut R) -> Option<String> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if r.read(&mut b).await.ok()? == 0 {
+            return None;
+        }
+        head.push(b[0]);
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+fn authority(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.distinguished_name.push(rcgen::DnType::CommonName, name);
+    (p.self_signed(&key).unwrap(), key)
+}
+
+/// A box's HTTPS to a secret's host: decrypted, each request of a kept-alive connection
+/// carried with the value in place of the placeholder; a host whose certificate this
+/// machine's roots do not hold is refused `502` before the box's TLS starts, nothing sent.
+#[test]
+fn a_decrypted_connection_carries_each_request_with_its_secret_and_checks_the_real_host() {
+    if !in_namespace("a_decrypted_connection_carries_each_request_with_its_secret_and_checks_the_real_host") {
+        return;
+    }
+    const PLACEHOLDER: &str = "agentbox-placeholder-00112233445566778899aabbccddeeff";
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let trusted = authority("the test's roots");
+            let stranger = authority("an authority nobody trusts");
+            let heads = tls_server(INTERNET, 443, &trusted).await;
+            let strange = tls_server(INTERNET, 8443, &stranger).await;
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(trusted.0.der().clone()).unwrap();
+            let secrets = agentbox_egress::Secrets::new(agentbox_egress::SecretPlan {
+                secrets: vec![agentbox_egress::SecretRule {
+                    name: "TOKEN".into(),
+                    placeholder: PLACEHOLDER.into(),
+                    hosts: vec!["api.test".into()],
+                    value: "the-value".into(),
+                }],
+            })
+            .unwrap();
+            let interceptor = Arc::new(agentbox_egress::Interceptor::new(secrets, roots).unwrap());
+            let mut box_roots = rustls::RootCertStore::empty();
+            use rustls::pki_types::pem::PemObject;
+            for c in rustls::pki_types::CertificateDer::pem_slice_iter(interceptor.ca_pem().as_bytes()) {
+                box_roots.add(c.unwrap()).unwrap();
+            }
+            let resolver = Arc::new(Scripted::default().with("api.test", &[&[INTERNET]]));
+            let dir = tempfile::tempdir().unwrap();
+            let socket = dir.path().join("egress.sock");
+            let policy = Policy::new(Allowlist::parse(&["api.test".into()]).unwrap()).with_own_addresses(|_| false);
+            let p = Proxy::new(policy, resolver, Arc::new(|_| {})).with_secrets(interceptor);
+            let l = tokio::net::UnixListener::bind(&socket).unwrap();
+            tokio::spawn(async move {
+                while let Ok((c, _)) = l.accept().await {
+                    let p = p.clone();
+                    tokio::spawn(async move {
+                        let _ = p.serve(c).await;
+                    });
+                }
+            });
+            let connect = |port: u16| {
+                let socket = socket.clone();
+                async move {
+                    let mut c = tokio::net::UnixStream::connect(&socket).await.unwrap();
+                    c.write_all(
+                        format!("CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n\r\n").as_bytes(),
+                    )
+                    .await
+                    .unwrap();
+                    let head = read_head(&mut c).await.unwrap();
+                    (c, head)
+                }
+            };
+            // Two requests on one connection, both rewritten.
+            let (c, head) = connect(443).await;
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            let client =
+                rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_root_certificates(box_roots)
+                    .with_no_client_auth();
+            let mut tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+                .connect(rustls::pki_types::ServerName::try_from("api.test").unwrap(), c)
+                .await
+                .expect("the box trusts its own authority's certificate for api.test");
+            for path in ["/one", "/two"] {
+                tls.write_all(
+                    format!("GET {path} HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await
+                .unwrap();
+                let answer = read_head(&mut tls).await.unwrap();
+                assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+                let mut body = [0u8; 2];
+                tls.read_exact(&mut body).await.unwrap();
+                assert_eq!(&body, b"ok");
+            }
+            let seen = heads.lock().unwrap().clone();
+            assert_eq!(seen.len(), 2, "{seen:?}");
+            for (h, path) in seen.iter().zip(["/one", "/two"]) {
+                assert!(h.starts_with(&format!("GET {path} HTTP/1.1")), "{h}");
+                assert!(
+                    h.to_ascii_lowercase().contains("authorization: bearer the-value\r\n"),
+                    "{h}"
+                );
+                assert!(!h.contains(PLACEHOLDER), "{h}");
+            }
+            // A host whose certificate is not from this machine's roots: 502, saying why.
+            let (mut c, head) = connect(8443).await;
+            assert!(head.starts_with("HTTP/1.1 502"), "{head}");
+            let mut rest = String::new();
+            let _ = c.read_to_string(&mut rest).await;
+            assert!(rest.contains("TLS to api.test"), "{rest}");
+            assert!(strange.lock().unwrap().is_empty(), "a request reached the stranger");
+        });
+}

@@ -9,6 +9,8 @@
 //! same on both sides (bash's `/dev/tcp` and `cat`), so the ratio is what the proxy's path
 //! costs: bulk transfer (one download of [`BULK_BYTES`]) and request rate ([`REQUESTS`]
 //! small requests, each on a connection of its own, as a package manager's index fetches are).
+//! Then HTTPS with a secret put in against a direct TLS connection and a tunnel
+//! ([`super::egress_tls`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -192,7 +194,8 @@ pub(crate) async fn egress(args: BenchArgs) -> Result<()> {
     .await;
     let _ = open.destroy(&ctx).await;
     let _ = guarded.destroy(&ctx).await;
-    let pairs = measured?;
+    let mut pairs = measured?;
+    pairs.extend(super::egress_tls::pairs(n).await?);
     print_pairs(&pairs, &[], args.json)?;
     if !args.json {
         let mib = (BULK_BYTES >> 20) as f64;
@@ -209,6 +212,16 @@ pub(crate) async fn egress(args: BenchArgs) -> Result<()> {
             f64::from(REQUESTS) / (rate.baseline_median_ms() / 1000.0),
             f64::from(REQUESTS) / (rate.subject_median_ms() / 1000.0),
             100.0 / rate.ratio()
+        );
+        use super::egress_tls::{BULK_BYTES as TLS_BULK, REQUESTS as TLS_REQUESTS};
+        let (latency, bulk) = (&pairs[2], &pairs[4]);
+        println!(
+            "https with a secret put in: {:.2} ms added per request (each on a connection of its own), \
+             throughput {:.0} MiB/s against {:.0} MiB/s direct ({:.2}x)",
+            (latency.subject_median_ms() - latency.baseline_median_ms()) / f64::from(TLS_REQUESTS),
+            (TLS_BULK >> 20) as f64 / (bulk.subject_median_ms() / 1000.0),
+            (TLS_BULK >> 20) as f64 / (bulk.baseline_median_ms() / 1000.0),
+            bulk.ratio()
         );
     }
     Ok(())

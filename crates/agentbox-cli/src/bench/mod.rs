@@ -6,6 +6,7 @@
 mod boxes;
 mod e2b;
 mod egress;
+mod egress_tls;
 mod hands;
 mod kube;
 mod measure;
