@@ -1393,8 +1393,9 @@ fn an_allowlisted_box_and_what_its_proxy_refused() {
 }
 
 /// `bench egress` puts a download and requests through a namespace box's egress proxy beside
-/// the same on a direct connection; each fetch is checked whole, so a proxy that drops or cuts
-/// a transfer fails the bench.
+/// the same on a direct connection, and HTTPS with a secret put in beside a direct TLS
+/// connection and a tunnel; each fetch is checked whole (and the secret's value arrived), so a
+/// proxy that drops, cuts or fails to rewrite fails the bench.
 #[test]
 fn the_egress_bench_puts_the_proxy_beside_a_direct_connection() {
     let h = Home::new();
@@ -1411,7 +1412,17 @@ fn the_egress_bench_puts_the_proxy_beside_a_direct_connection() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["egress: 256 MiB download", "egress: 50 requests, 1 KiB each"]);
+    assert_eq!(
+        names,
+        [
+            "egress: 256 MiB download",
+            "egress: 50 requests, 1 KiB each",
+            "https: 20 requests, secret put in",
+            "https: 20 requests, vs tunnel",
+            "https: 64 MiB download, secret put in",
+            "https: 64 MiB download, vs tunnel",
+        ]
+    );
     for p in pairs.as_array().unwrap() {
         let ratio = p["ratio"].as_f64().unwrap();
         assert!(ratio.is_finite() && ratio > 0.0, "{p}");
