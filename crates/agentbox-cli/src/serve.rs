@@ -224,7 +224,7 @@ pub(crate) async fn run(a: ServeArgs) -> Result<i32> {
         let offered = agentbox_core::SecretSpec::parse_flag(s).map_err(crate::usage)?;
         // Read once now: a variable or file that is not there is said at start, not at the
         // first create that asks for it.
-        offered.read_value().map_err(crate::usage)?;
+        offered.read_for_descriptor().map_err(crate::usage)?;
         options.secrets.push(offered);
     }
     options.e2b_domain = match &a.e2b_domain {

@@ -1768,7 +1768,8 @@ fn a_box_has_a_placeholder_and_one_program_the_value() {
         "-c",
         "cat <&3; echo \" $AGENTBOX_SECRET_NAME\"",
     ]);
-    assert_eq!(seen, format!("{value} DEPLOY\n"));
+    // Exactly as the file holds it, its newline too.
+    assert_eq!(seen, format!("{value}\n DEPLOY\n"));
     h.ok(&["box", "rm", id]);
     one_line_error(
         &h.run(

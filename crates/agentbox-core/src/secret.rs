@@ -67,10 +67,26 @@ impl SecretValue {
         if value.len() > MAX_SECRET_BYTES {
             return Err(Error::invalid(format!("the value is over {MAX_SECRET_BYTES} bytes")));
         }
-        if value.chars().any(char::is_control) {
+        if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
             return Err(Error::invalid(
-                "the value holds a control character (a newline, say), which a request's header cannot carry",
+                "the value holds a character a request's header cannot carry (a newline, a control \
+                 character or one outside ASCII)",
             ));
+        }
+        Ok(SecretValue(value))
+    }
+
+    /// Check a value for a program's descriptor ([`FdSecret`]): 1 to [`MAX_SECRET_BYTES`] bytes
+    /// with no NUL. Newlines are kept: a key file is many lines.
+    pub fn for_descriptor(value: String) -> Result<SecretValue> {
+        if value.is_empty() {
+            return Err(Error::invalid("the value is empty"));
+        }
+        if value.len() > MAX_SECRET_BYTES {
+            return Err(Error::invalid(format!("the value is over {MAX_SECRET_BYTES} bytes")));
+        }
+        if value.contains('\0') {
+            return Err(Error::invalid("the value holds a NUL byte"));
         }
         Ok(SecretValue(value))
     }
@@ -162,35 +178,51 @@ impl SecretSpec {
         )))
     }
 
-    /// Read the value where it is, on this machine: 1 to [`MAX_SECRET_BYTES`] bytes of UTF-8 with
-    /// no control character (it goes into a request's header). An error names the secret and
-    /// its source, never a byte of the value.
+    /// Read the value where it is, on this machine, for a request's header: 1 to
+    /// [`MAX_SECRET_BYTES`] bytes of visible ASCII (one trailing newline of a file is not part
+    /// of it). An error names the secret and its source, never a byte of the value.
     pub fn read_value(&self) -> Result<SecretValue> {
-        let named = |why: String| Error::invalid(format!("secret {} ({}): {why}", self.name, self.from));
-        let raw = match self.source()? {
-            SecretSource::Env(var) => match std::env::var_os(&var) {
-                Some(v) => v.into_string().map_err(|_| named("the variable is not UTF-8".into()))?,
-                None => {
-                    return Err(named(
-                        "the variable is not set in the environment of the process making the box".into(),
-                    ));
-                }
-            },
-            SecretSource::File(path) => {
-                use std::io::Read;
-                let f = std::fs::File::open(&path).map_err(|e| named(format!("opening it: {e}")))?;
-                let mut bytes = Vec::new();
-                f.take(MAX_SECRET_BYTES as u64 + 3)
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| named(format!("reading it: {e}")))?;
-                String::from_utf8(bytes).map_err(|_| named("the file is not UTF-8".into()))?
-            }
-        };
+        let raw = self.read_raw()?;
         let value = raw
             .strip_suffix("\r\n")
             .or_else(|| raw.strip_suffix('\n'))
             .unwrap_or(&raw);
-        SecretValue::new(value.to_string()).map_err(|e| named(e.message().to_string()))
+        SecretValue::new(value.to_string()).map_err(|e| self.named(e.message().to_string()))
+    }
+
+    /// Read the value where it is, for one program's descriptor ([`FdSecret`]): exactly as it
+    /// is (a key file's newlines are part of it), 1 to [`MAX_SECRET_BYTES`] bytes, no NUL.
+    pub fn read_for_descriptor(&self) -> Result<SecretValue> {
+        SecretValue::for_descriptor(self.read_raw()?).map_err(|e| self.named(e.message().to_string()))
+    }
+
+    /// The error for this secret: its name and source, and why.
+    fn named(&self, why: String) -> Error {
+        Error::invalid(format!("secret {} ({}): {why}", self.name, self.from))
+    }
+
+    /// The value exactly as it is where it lives (at most a little past [`MAX_SECRET_BYTES`],
+    /// so an oversized one is told apart), UTF-8.
+    fn read_raw(&self) -> Result<String> {
+        match self.source()? {
+            SecretSource::Env(var) => match std::env::var_os(&var) {
+                Some(v) => v
+                    .into_string()
+                    .map_err(|_| self.named("the variable is not UTF-8".into())),
+                None => {
+                    Err(self.named("the variable is not set in the environment of the process making the box".into()))
+                }
+            },
+            SecretSource::File(path) => {
+                use std::io::Read;
+                let f = std::fs::File::open(&path).map_err(|e| self.named(format!("opening it: {e}")))?;
+                let mut bytes = Vec::new();
+                f.take(MAX_SECRET_BYTES as u64 + 3)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| self.named(format!("reading it: {e}")))?;
+                String::from_utf8(bytes).map_err(|_| self.named("the file is not UTF-8".into()))
+            }
+        }
     }
 }
 
@@ -235,7 +267,7 @@ impl FdSecret {
             ))
         })?;
         Ok(FdSecret {
-            value: spec.read_value()?,
+            value: spec.read_for_descriptor()?,
             name,
         })
     }
@@ -334,14 +366,21 @@ mod tests {
         assert!(!format!("{v:?}").contains("s3cr3t"));
         for (text, word) in [
             ("", "empty"),
-            ("a\nb", "control character"),
-            ("\u{1}", "control character"),
+            ("a\nb", "cannot carry"),
+            ("\u{1}", "cannot carry"),
+            ("é", "cannot carry"),
         ] {
             std::fs::write(&path, text).unwrap();
             let e = s.read_value().unwrap_err();
             assert!(e.message().contains(word), "{text:?}: {e}");
             assert!(e.message().contains("TOKEN"), "{e}");
         }
+        // For a descriptor the value is kept exactly, newlines and all (a key file).
+        let key = "-----BEGIN KEY-----\nAAAA\n-----END KEY-----\n";
+        std::fs::write(&path, key).unwrap();
+        let fd = FdSecret::from_flag(&format!("K=file:{}", path.display())).unwrap();
+        assert_eq!(fd.value.expose(), key);
+        assert!(s.read_value().is_err(), "a many-line value is no header's");
         std::fs::write(&path, "x".repeat(MAX_SECRET_BYTES + 1)).unwrap();
         assert!(s.read_value().unwrap_err().message().contains("over"));
         // A variable of this process's (PATH: every test process has one).

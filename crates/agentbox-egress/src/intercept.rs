@@ -195,6 +195,22 @@ impl Interceptor {
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             let (this, sender, host, refused) = (this.clone(), sender.clone(), host.clone(), refused.clone());
             async move {
+                // The request must be for the host this connection was opened to and checked
+                // for: a Host (or an absolute URL) naming another would have a server behind
+                // the same address (a CDN's) route the value to a site of the box's choosing.
+                if let Some(other) = other_host(&req, &host, port) {
+                    let why = format!("the request names host {other:?}, and this connection is to {host}:{port}");
+                    tracing::warn!(host = %host, port, named = %other, "egress refused: a decrypted request for another host");
+                    refused(Refusal {
+                        at_ms: agentbox_core::now_ms(),
+                        host: host.clone(),
+                        port,
+                        address: None,
+                        rule: "another host in a decrypted request".into(),
+                        why: why.clone(),
+                    });
+                    return Ok::<_, hyper::Error>(answer(403, &why));
+                }
                 let uri = req.uri().to_string();
                 match this.secrets.rewrite(&host, port, &uri, req.headers_mut()) {
                     Err(leak) => {
@@ -208,7 +224,7 @@ impl Interceptor {
                             rule: leak.rule(),
                             why: why.clone(),
                         });
-                        return Ok::<_, hyper::Error>(answer(403, &why));
+                        return Ok(answer(403, &why));
                     }
                     Ok(n) => tracing::debug!(host = %host, port, replaced = n, "request sent on with its secrets"),
                 }
@@ -228,6 +244,33 @@ impl Interceptor {
         upstream_done.abort();
         served.map_err(|e| e.to_string())
     }
+}
+
+/// The host a decrypted request names other than `host` (on `port`): its absolute URL's
+/// authority, or its `Host` header (a missing one names none). Names compare without case or
+/// a trailing dot, with or without the port.
+fn other_host<B>(req: &hyper::Request<B>, host: &str, port: u16) -> Option<String> {
+    let same = |named: &str| {
+        let (name, named_port) = match named.rsplit_once(':') {
+            // `[v6]:port`, or `name:port`; a bare IPv6 literal has colons and no port.
+            Some((n, p)) if !n.contains(':') || n.ends_with(']') => (n, Some(p.parse::<u16>().ok())),
+            _ => (named, None),
+        };
+        let port_ok = match named_port {
+            None => true,
+            Some(Some(p)) => p == port,
+            Some(None) => false,
+        };
+        port_ok && name.trim_end_matches('.').eq_ignore_ascii_case(host)
+    };
+    if let Some(a) = req.uri().authority()
+        && !same(a.as_str())
+    {
+        return Some(a.as_str().to_string());
+    }
+    let named = req.headers().get(hyper::header::HOST)?;
+    let named = String::from_utf8_lossy(named.as_bytes()).into_owned();
+    (!same(&named)).then_some(named)
 }
 
 /// A short answer of the proxy's own to a decrypted request.
@@ -303,5 +346,43 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(uri: &str, host: Option<&str>) -> hyper::Request<()> {
+        let mut b = hyper::Request::builder().uri(uri);
+        if let Some(h) = host {
+            b = b.header(hyper::header::HOST, h);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn a_request_for_another_host_than_its_connection_is_named() {
+        for (uri, host) in [
+            ("/x", Some("api.test")),
+            ("/x", Some("API.test.")),
+            ("/x", Some("api.test:443")),
+            ("/x", None),
+            ("https://api.test/x", Some("api.test")),
+        ] {
+            assert_eq!(other_host(&req(uri, host), "api.test", 443), None, "{uri} {host:?}");
+        }
+        for (uri, host, named) in [
+            ("/x", Some("evil.test"), "evil.test"),
+            ("/x", Some("api.test:8443"), "api.test:8443"),
+            ("/x", Some("api.test.evil.test"), "api.test.evil.test"),
+            ("https://evil.test/x", Some("api.test"), "evil.test"),
+        ] {
+            assert_eq!(
+                other_host(&req(uri, host), "api.test", 443).as_deref(),
+                Some(named),
+                "{uri} {host:?}"
+            );
+        }
     }
 }

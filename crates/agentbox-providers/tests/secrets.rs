@@ -308,6 +308,15 @@ print(urllib.request.urlopen(r, timeout=30).read().decode())'"#;
         "a leak arrived: {:#?}",
         site.heads("/leak")
     );
+    // A decrypted request naming another host than its connection's (a server behind the same
+    // address would route the value to that site) is refused too.
+    let out = run(
+        b.as_ref(),
+        r#"curl -sS -o /dev/null -w '%{http_code}' -H "Host: open.test" -H "X-Key: $API_TOKEN" https://api.test/fronted"#,
+    )
+    .await;
+    assert_eq!(out, "403[exit 0]");
+    assert!(site.heads("/fronted").is_empty(), "{:#?}", site.heads("/fronted"));
     // Its own secret to other.test goes, and only its own.
     let out = run(
         b.as_ref(),
@@ -372,6 +381,11 @@ print(urllib.request.urlopen(r, timeout=30).read().decode())'"#;
                 "pkg.test".to_string(),
                 80,
                 "attempted leak of secret API_TOKEN".to_string()
+            ),
+            (
+                "api.test".to_string(),
+                443,
+                "another host in a decrypted request".to_string()
             ),
         ],
         "{refusals:#?}"
@@ -552,6 +566,24 @@ async fn a_program_gets_one_secret_on_its_descriptor(p: Arc<dyn Provider>) {
         "{}",
         out.stderr_text()
     );
+    // A key file's lines come whole.
+    let key = "-----BEGIN KEY-----\nAAAA\n-----END KEY-----\n";
+    let opts = agentbox_core::ExecOptions {
+        secret_fd: Some(agentbox_core::FdSecret {
+            name: "SSH_KEY".into(),
+            value: agentbox_core::SecretValue::for_descriptor(key.into()).unwrap(),
+        }),
+        ..Default::default()
+    };
+    let argv: Vec<String> = vec!["sh".into(), "-c".into(), "cat <&3 | md5sum".into()];
+    let out = agentbox_core::finish(b.exec(&argv, &opts, &ctx).await.unwrap(), Default::default())
+        .await
+        .unwrap();
+    let want = std::process::Command::new("sh")
+        .args(["-c", &format!("printf '%s' '{key}' | md5sum")])
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout_text(), String::from_utf8_lossy(&want.stdout));
     // A program without it has no descriptor 3 and no such variable.
     let out = run(
         b.as_ref(),

@@ -906,7 +906,8 @@ async fn a_create_asks_only_for_the_secrets_the_server_offers() {
     )
     .await;
     assert_eq!(st, 200, "{r}");
-    assert_eq!(r["stdout"], "ghp_the-served-value fd=3\n", "{r}");
+    // Exactly as the file holds it, its newline too.
+    assert_eq!(r["stdout"], "ghp_the-served-value\n fd=3\n", "{r}");
     let (st, r) = call(
         &s,
         Some(&a),

@@ -228,7 +228,7 @@ pub(crate) fn offered_fd(
     })?;
     Ok(agentbox_core::FdSecret {
         name: name.to_string(),
-        value: offer.read_value()?,
+        value: offer.read_for_descriptor()?,
     })
 }
 
