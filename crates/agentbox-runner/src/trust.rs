@@ -63,8 +63,9 @@ const MAX_CA: u64 = 64 << 10;
 const MAX_BUNDLE: u64 = 8 << 20;
 
 /// Write the bundle and add to the store; the exit code (the line said names what was done).
+/// Run in a box only: it rewrites the store at [`SYSTEM_BUNDLES`] where it may.
 pub fn run(ca: &Path, bundle: &Path) -> i32 {
-    match trust(ca, bundle) {
+    match trust(ca, bundle, &SYSTEM_BUNDLES) {
         Ok(said) => {
             println!("{said}");
             0
@@ -88,13 +89,15 @@ fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
     Ok(text)
 }
 
-fn trust(ca: &Path, bundle: &Path) -> Result<String, String> {
+/// The work of [`run`], with the stores looked for in `stores` (a test's own files: a test
+/// run on this machine must never reach its store).
+fn trust(ca: &Path, bundle: &Path, stores: &[&str]) -> Result<String, String> {
     let cert = read_bounded(ca, MAX_CA)?;
     if !cert.trim_start().starts_with("-----BEGIN CERTIFICATE-----") {
         return Err(format!("{} is not a PEM certificate", ca.display()));
     }
     let cert = format!("{}\n", cert.trim_end());
-    let system = SYSTEM_BUNDLES.iter().map(Path::new).find(|p| p.is_file());
+    let system = stores.iter().map(Path::new).find(|p| p.is_file());
     // An authority appended before (a fork's or a snapshot's store holds its parent's) is
     // dropped: its key ended with its box's proxy.
     let roots = match system {
@@ -124,21 +127,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_bundle_is_the_roots_and_the_authority() {
+    fn the_bundle_is_the_roots_and_the_authority_and_the_store_holds_it_once() {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca.pem");
         let bundle = dir.path().join("bundle.pem");
-        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
-        let said = trust(&ca, &bundle).unwrap();
+        let store = dir.path().join("store.pem");
+        let store_path = store.to_str().unwrap().to_string();
+        std::fs::write(&store, "-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n").unwrap();
+        let first = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        std::fs::write(&ca, first).unwrap();
+        let said = trust(&ca, &bundle, &[&store_path]).unwrap();
+        assert!(said.starts_with("trusted:") && said.contains("added to"), "{said}");
         let text = std::fs::read_to_string(&bundle).unwrap();
-        assert!(
-            text.ends_with("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
-            "{text}"
+        assert_eq!(
+            text,
+            format!("-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n{first}")
         );
-        assert!(said.starts_with("trusted:"), "{said}");
+        // Again with another authority (a fork's): the store holds the new one alone.
+        let second = "-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n";
+        std::fs::write(&ca, second).unwrap();
+        trust(&ca, &bundle, &[&store_path]).unwrap();
+        let stored = std::fs::read_to_string(&store).unwrap();
+        assert_eq!(
+            stored,
+            format!("-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n{MARK}\n{second}")
+        );
         let old = format!("ROOT\n{MARK}\n-----BEGIN CERTIFICATE-----\nOLD\n-----END CERTIFICATE-----\nAFTER\n");
         assert_eq!(without_ours(&old), "ROOT\nAFTER\n");
+        // No store at all: the bundle is the authority alone.
+        let none = dir.path().join("none.pem");
+        let said = trust(&ca, &bundle, &[none.to_str().unwrap()]).unwrap();
+        assert!(said.contains("no system bundle"), "{said}");
+        assert_eq!(std::fs::read_to_string(&bundle).unwrap(), second);
         std::fs::write(&ca, "not a certificate").unwrap();
-        assert!(trust(&ca, &bundle).unwrap_err().contains("not a PEM certificate"));
+        assert!(
+            trust(&ca, &bundle, &[&store_path])
+                .unwrap_err()
+                .contains("not a PEM certificate")
+        );
     }
 }
