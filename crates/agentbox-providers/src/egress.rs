@@ -141,6 +141,22 @@ pub(crate) fn roots_env() -> impl Iterator<Item = (&'static str, std::ffi::OsStr
         .filter_map(|k| std::env::var_os(k).map(|v| (k, v)))
 }
 
+/// Run the runner's `argv` in box `b` to its end, within 30 s.
+async fn run_to_end(
+    b: &dyn agentbox_core::Sandbox,
+    argv: &[String],
+    ctx: &agentbox_core::Ctx,
+) -> Result<agentbox_core::Finished> {
+    let p = b
+        .exec(
+            argv,
+            &Default::default(),
+            &ctx.with_timeout(std::time::Duration::from_secs(30)),
+        )
+        .await?;
+    agentbox_core::finish(p, Default::default()).await
+}
+
 /// Make box `b` trust its own authority, whose certificate its proxy wrote: the bundle
 /// [`CA_VARIABLES`] name, and the box's own store where it may be written.
 pub(crate) async fn trust(b: &dyn agentbox_core::Sandbox, runner: &str, ctx: &agentbox_core::Ctx) -> Result<()> {
@@ -150,14 +166,7 @@ pub(crate) async fn trust(b: &dyn agentbox_core::Sandbox, runner: &str, ctx: &ag
         format!("{RUN_DIR}/{EGRESS_CA}"),
         format!("{RUN_DIR}/{CA_BUNDLE}"),
     ];
-    let p = b
-        .exec(
-            &argv,
-            &Default::default(),
-            &ctx.with_timeout(std::time::Duration::from_secs(30)),
-        )
-        .await?;
-    let out = agentbox_core::finish(p, Default::default()).await?;
+    let out = run_to_end(b, &argv, ctx).await?;
     if out.status.code != 0 {
         return Err(Error::unknown(format!(
             "box {}: trusting its own authority for its secrets: {}",
@@ -205,14 +214,7 @@ pub(crate) fn proxy_env() -> BTreeMap<String, String> {
 /// the probe saw).
 pub(crate) async fn prove(b: &dyn agentbox_core::Sandbox, runner: &str, ctx: &agentbox_core::Ctx) -> Result<()> {
     let argv = vec![runner.to_string(), "probe".into(), format!("egress:{EGRESS_PORT}")];
-    let p = b
-        .exec(
-            &argv,
-            &Default::default(),
-            &ctx.with_timeout(std::time::Duration::from_secs(30)),
-        )
-        .await?;
-    let out = agentbox_core::finish(p, Default::default()).await?;
+    let out = run_to_end(b, &argv, ctx).await?;
     if out.status.code != 0 {
         return Err(Error::unsupported(format!(
             "spec.network: the box's allowlist could not be proven from inside it ({}{}); the box was ended",

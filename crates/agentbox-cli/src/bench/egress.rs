@@ -65,18 +65,24 @@ async fn answer(mut c: tokio::net::TcpStream) -> std::io::Result<()> {
         .min(BULK_BYTES);
     c.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n").as_bytes())
         .await?;
+    write_zeros(&mut c, n).await?;
+    c.shutdown().await
+}
+
+/// `n` zero bytes, in blocks of 256 KiB: a body.
+pub(super) async fn write_zeros<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, n: u64) -> std::io::Result<()> {
     let block = vec![0u8; 256 << 10];
     let mut left = n;
     while left > 0 {
         let k = left.min(block.len() as u64) as usize;
-        c.write_all(&block[..k]).await?;
+        w.write_all(&block[..k]).await?;
         left -= k as u64;
     }
-    c.shutdown().await
+    Ok(())
 }
 
-/// A request's head, up to its blank line (16 KiB at most).
-async fn read_head(c: &mut tokio::net::TcpStream) -> std::io::Result<String> {
+/// A request's (or an answer's) head, up to its blank line (16 KiB at most).
+pub(super) async fn read_head<R: tokio::io::AsyncRead + Unpin>(c: &mut R) -> std::io::Result<String> {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {

@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use agentbox_core::{Allowlist, Error, Result};
 use agentbox_egress::{Interceptor, Policy, Proxy, Resolver, SecretPlan, SecretRule, Secrets};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::egress::read_head;
 use super::measure::{Pair, measure_all, pair, side};
 
 /// The name the server answers for.
@@ -190,26 +191,8 @@ async fn serve_site(config: Arc<rustls::ServerConfig>) -> Result<u16> {
 async fn write_body<W: AsyncWrite + Unpin>(w: &mut W, n: u64) -> std::io::Result<()> {
     w.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").as_bytes())
         .await?;
-    let block = vec![0u8; 256 << 10];
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(block.len() as u64) as usize;
-        w.write_all(&block[..k]).await?;
-        left -= k as u64;
-    }
+    super::egress::write_zeros(w, n).await?;
     w.flush().await
-}
-
-async fn read_head<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<String> {
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if head.len() > 16 << 10 || r.read(&mut b).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        head.push(b[0]);
-    }
-    Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
 /// How one sample reaches the site.
