@@ -74,6 +74,19 @@ timeout 10 cat <&3"#;
     run(b, &["bash", "-c", script, "_", request]).await
 }
 
+/// What a Docker box's egress proxy said on stderr (its refusals, and why it ended), for an
+/// assertion's message: a request that ends with no answer shows whether the proxy was there.
+fn proxy_log(b: &dyn Sandbox) -> String {
+    let Ok(home) = agentbox_providers::home::home_from(|k| std::env::var_os(k)) else {
+        return String::new();
+    };
+    let path = home.join("docker").join(format!("{}.proxy", b.id().name()));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => format!("{}:\n{text}", path.display()),
+        Err(e) => format!("{}: {e}", path.display()),
+    }
+}
+
 /// A program ignoring the proxy: a direct connect to `host` `port`.
 async fn direct(b: &dyn Sandbox, host: &str, port: u16) -> String {
     let script = format!("exec 3<>/dev/tcp/{host}/{port} && echo connected");
@@ -188,7 +201,11 @@ async fn reaches_what_its_allowlist_names(p: Arc<dyn Provider>, s: &Servers, iso
         (connect(INTERNET, 80, "/"), INTERNET),
     ] {
         let out = through_proxy(b.as_ref(), &req).await;
-        assert!(out.starts_with("HTTP/1.1 403"), "{host}: {out}");
+        assert!(
+            out.starts_with("HTTP/1.1 403"),
+            "{host}: {out}\n{}",
+            proxy_log(b.as_ref())
+        );
         assert!(out.contains("no entry"), "{host}: {out}");
     }
     // Refused after the name resolved: listed names leading inside.
