@@ -449,6 +449,25 @@ fn base64_decode(text: &str) -> String {
     String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
 }
 
+/// Namespace boxes under `root`, with the tests' runner.
+fn namespace(root: &Path) -> NamespaceProvider {
+    NamespaceProvider::new(NamespaceOptions {
+        runner: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
+        ..NamespaceOptions::at(root).unwrap()
+    })
+    .unwrap()
+}
+
+/// Docker boxes with the tests' runner.
+async fn docker() -> DockerProvider {
+    DockerProvider::new(DockerOptions {
+        runner: Some(HelperCommand::new(agentbox_testing::runner::ensure(), vec![])),
+        ..DockerOptions::default()
+    })
+    .await
+    .expect("the Docker daemon answers")
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -479,13 +498,7 @@ fn a_namespace_box_sends_its_secrets_only_to_their_hosts_and_never_holds_them() 
     let s = site();
     let root = tempfile::tempdir().unwrap();
     let values = tempfile::tempdir().unwrap();
-    let p: Arc<dyn Provider> = Arc::new(
-        NamespaceProvider::new(NamespaceOptions {
-            runner: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
-            ..NamespaceOptions::at(root.path()).unwrap()
-        })
-        .unwrap(),
-    );
+    let p: Arc<dyn Provider> = Arc::new(namespace(root.path()));
     runtime().block_on(secrets_reach_only_their_hosts(p, &s, root.path(), values.path(), None));
     never_traced(&kept);
 }
@@ -521,14 +534,7 @@ fn docker_secrets(name: &str, isolation: Option<&str>) {
     let values = tempfile::tempdir().unwrap();
     let home = agentbox_providers::home::home_from(|k| std::env::var_os(k)).unwrap();
     runtime().block_on(async {
-        let p: Arc<dyn Provider> = Arc::new(
-            DockerProvider::new(DockerOptions {
-                runner: Some(HelperCommand::new(agentbox_testing::runner::ensure(), vec![])),
-                ..DockerOptions::default()
-            })
-            .await
-            .expect("the Docker daemon answers"),
-        );
+        let p: Arc<dyn Provider> = Arc::new(docker().await);
         secrets_reach_only_their_hosts(p, &s, &home.join("docker"), values.path(), isolation).await;
     });
     never_traced(&kept);
@@ -607,13 +613,7 @@ async fn a_program_gets_one_secret_on_its_descriptor(p: Arc<dyn Provider>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_box_program_gets_one_secret_on_its_descriptor() {
     let root = tempfile::tempdir().unwrap();
-    let p: Arc<dyn Provider> = Arc::new(
-        NamespaceProvider::new(NamespaceOptions {
-            runner: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
-            ..NamespaceOptions::at(root.path()).unwrap()
-        })
-        .unwrap(),
-    );
+    let p: Arc<dyn Provider> = Arc::new(namespace(root.path()));
     a_program_gets_one_secret_on_its_descriptor(p).await;
 }
 
@@ -622,14 +622,7 @@ async fn a_docker_box_program_gets_one_secret_on_its_descriptor() {
     if !agentbox_testing::services::docker_available("a_docker_box_program_gets_one_secret_on_its_descriptor") {
         return;
     }
-    let p: Arc<dyn Provider> = Arc::new(
-        DockerProvider::new(DockerOptions {
-            runner: Some(HelperCommand::new(agentbox_testing::runner::ensure(), vec![])),
-            ..DockerOptions::default()
-        })
-        .await
-        .expect("the Docker daemon answers"),
-    );
+    let p: Arc<dyn Provider> = Arc::new(docker().await);
     a_program_gets_one_secret_on_its_descriptor(p).await;
 }
 
@@ -640,11 +633,7 @@ async fn secrets_are_refused_where_they_cannot_be_kept() {
     let root = tempfile::tempdir().unwrap();
     let values = tempfile::tempdir().unwrap();
     std::fs::write(values.path().join("v"), VALUE).unwrap();
-    let ns = NamespaceProvider::new(NamespaceOptions {
-        runner: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
-        ..NamespaceOptions::at(root.path()).unwrap()
-    })
-    .unwrap();
+    let ns = namespace(root.path());
     let local = agentbox_providers::local::LocalProvider::new(agentbox_providers::local::LocalOptions {
         supervisor: HelperCommand::new(agentbox_testing::runner::ensure(), vec![]),
         ..agentbox_providers::local::LocalOptions::at(root.path().join("local")).unwrap()

@@ -31,13 +31,7 @@ const SMALL_BYTES: u64 = 1024;
 /// A server on `127.0.0.1`: each connection's request (`GET /N`, directly or after a
 /// `CONNECT`, which it answers `200` itself) answered with N zero bytes, then closed.
 async fn serve() -> Result<u16> {
-    let l = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .map_err(|e| Error::io(e, "bench egress: binding the server"))?;
-    let port = l
-        .local_addr()
-        .map_err(|e| Error::io(e, "bench egress: the server's port"))?
-        .port();
+    let (l, port) = listen().await?;
     tokio::spawn(async move {
         while let Ok((c, _)) = l.accept().await {
             tokio::spawn(async move {
@@ -46,6 +40,18 @@ async fn serve() -> Result<u16> {
         }
     });
     Ok(port)
+}
+
+/// A listener on a port of `127.0.0.1` the kernel picks, and the port.
+pub(super) async fn listen() -> Result<(tokio::net::TcpListener, u16)> {
+    let l = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .map_err(|e| Error::io(e, "bench egress: binding a loopback port"))?;
+    let port = l
+        .local_addr()
+        .map_err(|e| Error::io(e, "bench egress: the listener's port"))?
+        .port();
+    Ok((l, port))
 }
 
 /// One connection of the server's.

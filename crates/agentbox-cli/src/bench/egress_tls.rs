@@ -16,7 +16,7 @@ use agentbox_core::{Allowlist, Error, Result};
 use agentbox_egress::{Interceptor, Policy, Proxy, Resolver, SecretPlan, SecretRule, Secrets};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::egress::read_head;
+use super::egress::{listen, read_head};
 use super::measure::{Pair, measure_all, pair, side};
 
 /// The name the server answers for.
@@ -123,17 +123,6 @@ fn rustls_pemfile_certs(pem: &str) -> Result<Vec<rustls::pki_types::CertificateD
     rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| bad("the box's authority's PEM")(e.to_string()))
-}
-
-async fn listen() -> Result<(tokio::net::TcpListener, u16)> {
-    let l = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .map_err(|e| Error::io(e, "bench egress (https): binding a loopback port"))?;
-    let port = l
-        .local_addr()
-        .map_err(|e| Error::io(e, "bench egress (https): a port"))?
-        .port();
-    Ok((l, port))
 }
 
 async fn serve_proxy(proxy: Proxy) -> Result<u16> {
