@@ -35,6 +35,13 @@ const COPY_BUFFER: usize = 256 << 10;
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client answered with the proxy's own (closing) answer may go on sending before
+/// its connection is dropped, and how much it may send: a lingering close (RFC 9112 §9.6).
+/// Closing a socket with unread bytes resets it, and a reset can destroy the answer on its way
+/// (or kill the client's next write with `SIGPIPE`): a client that pipelined a request after a
+/// refused `CONNECT`, or sent a body with a refused request, would see a reset, not the `403`.
+const LINGER_TIME: Duration = Duration::from_secs(5);
+const LINGER_BYTES: u64 = 1 << 20;
 /// The path a client asks the proxy itself for, in origin form: answered `200`.
 pub const PROBE_PATH: &str = "/.agentbox-egress";
 
@@ -383,8 +390,10 @@ fn authority(a: &str) -> Option<(String, Option<u16>)> {
     Some((host, port))
 }
 
-/// A short answer of the proxy's own, closing the connection.
-async fn answer<S: AsyncWrite + Unpin>(client: &mut S, status: u16, body: &str) -> std::io::Result<()> {
+/// A short answer of the proxy's own, closing the connection: written, the writing half shut,
+/// and what the client still sends read and dropped until it closes too (bounded by
+/// [`LINGER_TIME`] and [`LINGER_BYTES`]).
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(client: &mut S, status: u16, body: &str) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -399,7 +408,25 @@ async fn answer<S: AsyncWrite + Unpin>(client: &mut S, status: u16, body: &str) 
     );
     client.write_all(head.as_bytes()).await?;
     client.write_all(body.as_bytes()).await?;
-    client.shutdown().await
+    client.shutdown().await?;
+    linger(client).await;
+    Ok(())
+}
+
+/// Read and drop what `client` sends until it closes, for at most [`LINGER_TIME`] and
+/// [`LINGER_BYTES`].
+async fn linger<S: AsyncRead + Unpin>(client: &mut S) {
+    let drain = async {
+        let mut buf = [0u8; 8192];
+        let mut taken = 0u64;
+        while taken < LINGER_BYTES {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => taken += n as u64,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, drain).await;
 }
 
 #[cfg(test)]
@@ -462,5 +489,47 @@ mod tests {
                 Ok(_) => panic!("{head:?} was taken"),
             }
         }
+    }
+
+    /// A resolver that is never to be asked (the refusals below come before any name resolves).
+    struct Unasked;
+
+    #[async_trait::async_trait]
+    impl Resolver for Unasked {
+        async fn resolve(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
+            panic!("{host} was resolved")
+        }
+    }
+
+    /// A client that pipelines its request after a refused `CONNECT` (or sends a body after a
+    /// refused head) may go on writing after the `403`: the proxy takes what it sends until it
+    /// closes, so its writes succeed and the answer is read whole, never lost to a reset.
+    #[tokio::test]
+    async fn a_refused_client_may_finish_sending_and_still_reads_the_whole_answer() {
+        let list = agentbox_core::Allowlist::parse(&["pkg.test:80".to_string()]).unwrap();
+        let proxy = Proxy::new(Policy::new(list), Arc::new(Unasked), Arc::new(|_| {}));
+        let (mut client, theirs) = tokio::io::duplex(64);
+        let served = tokio::spawn(async move { proxy.serve(theirs).await });
+        client
+            .write_all(b"CONNECT pkg.test:81 HTTP/1.1\r\nHost: pkg.test:81\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer}");
+        assert!(answer.contains("refused (no entry)"), "{answer}");
+        // The proxy answered and shut its side; on this one-thread runtime it has run as far
+        // as it goes. Without the lingering close its half is dropped by now and this fails
+        // with a broken pipe.
+        for _ in 0..100 {
+            client
+                .write_all(b"GET / HTTP/1.1\r\nHost: pkg.test\r\n\r\n")
+                .await
+                .expect("the proxy still takes what the client sends");
+        }
+        assert!(!served.is_finished());
+        drop(client);
+        let why = served.await.unwrap().unwrap_err();
+        assert!(why.contains("no entry"), "{why}");
     }
 }

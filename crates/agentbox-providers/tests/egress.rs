@@ -64,14 +64,33 @@ fn serve(listener: TcpListener, name: &'static str) -> Arc<AtomicUsize> {
     seen
 }
 
-/// What a program in `b` reads back after writing `request` to the proxy at `HTTP_PROXY`
-/// (bash's `/dev/tcp`: no HTTP client needed in the box), with stderr and the exit code.
-async fn through_proxy(b: &dyn Sandbox, request: &str) -> String {
+/// A request to the proxy: its head, and for a `CONNECT` the request sent in the tunnel.
+struct Request {
+    head: String,
+    tunnelled: String,
+}
+
+/// What a program in `b` reads back from the proxy at `HTTP_PROXY` for `request` (bash's
+/// `/dev/tcp`: no HTTP client needed in the box), with stderr and the exit code. A tunnel's
+/// request is sent as a client sends it: after the proxy's `200`, never pipelined behind the
+/// `CONNECT` (bash writes line by line, so a pipelined request could still be arriving when a
+/// refusal closes the connection).
+async fn through_proxy(b: &dyn Sandbox, request: &Request) -> String {
     let script = r#"p=${HTTP_PROXY#http://}; p=${p%/}
 exec 3<>"/dev/tcp/${p%:*}/${p##*:}" || exit 7
 printf '%s' "$1" >&3
+if [ -n "$2" ]; then
+  IFS= read -r -t 10 status <&3 || exit 8
+  printf '%s\n' "$status"
+  case $status in
+    "HTTP/1.1 200"*)
+      while IFS= read -r -t 10 line <&3 && [ "$line" != $'\r' ]; do printf '%s\n' "$line"; done
+      printf '\r\n'
+      printf '%s' "$2" >&3 ;;
+  esac
+fi
 timeout 10 cat <&3"#;
-    run(b, &["bash", "-c", script, "_", request]).await
+    run(b, &["bash", "-c", script, "_", &request.head, &request.tunnelled]).await
 }
 
 /// What a Docker box's egress proxy said on stderr (its refusals, and why it ended), for an
@@ -101,15 +120,18 @@ async fn run(b: &dyn Sandbox, argv: &[&str]) -> String {
     format!("{}{}[exit {}]", out.stdout_text(), out.stderr_text(), out.status.code)
 }
 
-fn get(host: &str, path: &str) -> String {
-    format!("GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+fn get(host: &str, path: &str) -> Request {
+    Request {
+        head: format!("GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        tunnelled: String::new(),
+    }
 }
 
-fn connect(host: &str, port: u16, path: &str) -> String {
-    format!(
-        "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n\
-         GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
+fn connect(host: &str, port: u16, path: &str) -> Request {
+    Request {
+        head: format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"),
+        tunnelled: format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    }
 }
 
 /// The servers of the scenario, started in this test's namespaces: the internet's (port 80,
