@@ -283,7 +283,27 @@ fn exec_it_gives_bash_a_terminal_of_its_own_and_gives_this_one_back() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    let prompts = t.all().matches("inner$ ").count();
     t.tmux(&["send-keys", "-t", "t", "C-c"]);
+    // It ends `sleep`, and bash prompts again. The next line is typed only then, as a person
+    // types it: keys that arrive with the Ctrl-C can be flushed with it (the terminal's
+    // `isig` drops its input queue), and keys typed before the prompt race bash's reading.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Command::new("pgrep")
+        .args(["-f", "^sleep 31.25$"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "Ctrl-C did not end sleep 31.25 within 20 s:\n{}",
+            t.all()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.wait_for("the inner prompt after Ctrl-C", |s| {
+        s.matches("inner$ ").count() > prompts
+    });
     // bash's own variable: the outer sh (had agentbox ended) prints no "yes".
     t.type_line("printf 'ALIVE=%s\\n' \"${BASH_VERSION:+yes}\"");
     assert_eq!(t.value("ALIVE"), "yes");
