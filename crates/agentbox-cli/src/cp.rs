@@ -155,7 +155,8 @@ async fn here_to_box(from: &str, id: &SandboxId, to: &str, ctx: &Ctx) -> Result<
             },
             ctx,
         )
-        .await?;
+        .await?
+        .whole()?;
         for (why, n) in &seeded.skipped {
             crate::term::say(&format!("cp: {n} {why} entries of {from} not copied (never followed)"));
         }

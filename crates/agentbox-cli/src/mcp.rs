@@ -115,6 +115,7 @@ impl Workspace {
         };
         let seeded = seed_dir(env.sandbox().as_ref(), &options, ctx)
             .await
+            .and_then(|s| s.whole())
             .map_err(|e| e.context(format!("seeding {}", self.dir.display())))?;
         eprintln!(
             "agentbox mcp: seeded {} entries of {} into {to}",
@@ -144,6 +145,23 @@ impl Workspace {
             p.bytes,
             self.dir.display()
         );
+        *self.mark.lock().unwrap() = Some(p.mark);
+        if !p.host_changed.is_empty() {
+            eprintln!(
+                "agentbox mcp: kept the host's copy of {} changed since the seed: {}",
+                p.host_changed.len(),
+                p.host_changed.join(", ")
+            );
+        }
+        if !p.copy_failed.is_empty() {
+            let why = p.receipt.stopped.map(|s| s.message).unwrap_or_default();
+            return Err(Error::transfer_failed(format!(
+                "{} paths were not brought back into {} ({}): {why}",
+                p.copy_failed.len(),
+                self.dir.display(),
+                p.copy_failed.join(", ")
+            )));
+        }
         Ok(())
     }
 }

@@ -118,8 +118,11 @@ pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
             .await?;
             let mark = serde_json::to_vec(&seeded.mark).map_err(|e| Error::unknown(e.to_string()))?;
             std::fs::write(mark_path(&id, &to, &from)?, mark).map_err(|e| Error::io(e, "keeping the mark"))?;
-            print(&serde_json::json!({ "sent": seeded.sent, "skipped": seeded.skipped }))?;
-            Ok(0)
+            print(&serde_json::json!({
+                "sent": seeded.sent, "skipped": seeded.skipped,
+                "copy_failed": seeded.copy_failed, "stopped": seeded.stopped,
+            }))?;
+            Ok(if seeded.stopped.is_some() { 1 } else { 0 })
         }
         SyncCommand::Pull {
             id,
@@ -152,7 +155,8 @@ pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
             std::fs::write(&path, mark).map_err(|e| Error::io(e, "keeping the mark"))?;
             print(&serde_json::json!({
                 "fetched": pulled.fetched, "bytes": pulled.bytes, "deleted": pulled.deleted,
-                "host_changed": pulled.host_changed, "receipt": pulled.receipt,
+                "host_changed": pulled.host_changed, "copy_failed": pulled.copy_failed,
+                "receipt": pulled.receipt,
             }))?;
             Ok(if pulled.receipt.stopped.is_some() { 1 } else { 0 })
         }

@@ -19,7 +19,7 @@ use tar::EntryType;
 
 use crate::names::segments;
 use crate::pax::{self, Pax};
-use crate::receipt::{Receipt, SkipReason, StopReason, Stopped};
+use crate::receipt::{Receipt, Skip, SkipReason, StopReason, Stopped};
 
 /// The default byte bound of an archive: 1 GiB.
 pub const MAX_BYTES: u64 = 1 << 30;
@@ -40,6 +40,12 @@ pub enum Kind {
 /// Decides by path and kind what may be written.
 pub type Admit = Arc<dyn Fn(&str, Kind) -> bool + Send + Sync>;
 
+/// Told of each member written, by its name in the archive and its kind.
+pub type Written = Arc<dyn Fn(&str, Kind) + Send + Sync>;
+
+/// Told of each skip as the extraction goes ([`Options::on_skip`]).
+pub type Observe<T> = Arc<dyn Fn(&T) + Send + Sync>;
+
 /// How an extraction is bounded and what it may write.
 #[derive(Clone)]
 pub struct Options {
@@ -51,6 +57,12 @@ pub struct Options {
     pub keep_newer: bool,
     /// What may be written; everything when absent.
     pub admit: Option<Admit>,
+    /// Each skip, as it happens: every one, where the receipt names only the first
+    /// [`crate::MAX_NAMED_SKIPS`] (a caller that keeps links as data reads their targets here).
+    pub on_skip: Option<Observe<Skip>>,
+    /// Each member written (its name as the archive gives it, and its kind), once it is whole
+    /// in place: what a pull marks as copied.
+    pub on_written: Option<Written>,
 }
 
 impl Default for Options {
@@ -60,6 +72,8 @@ impl Default for Options {
             max_entries: MAX_ENTRIES,
             keep_newer: false,
             admit: None,
+            on_skip: None,
+            on_written: None,
         }
     }
 }
@@ -190,6 +204,18 @@ fn read_extension(entry: &mut impl Read, size: u64, what: &str) -> Result<Vec<u8
     Ok(data)
 }
 
+/// Count and name a skip in `receipt`, and tell `opts.on_skip`.
+fn skip(receipt: &mut Receipt, opts: &Options, path: &[u8], reason: SkipReason, target: Option<&[u8]>) {
+    receipt.skip(path, reason, target);
+    if let Some(told) = &opts.on_skip {
+        told(&Skip {
+            path: String::from_utf8_lossy(path).into_owned(),
+            reason,
+            target: target.map(|t| String::from_utf8_lossy(t).into_owned()),
+        });
+    }
+}
+
 fn walk<R: Read>(
     archive: &mut tar::Archive<R>,
     root: &OwnedFd,
@@ -225,7 +251,7 @@ fn walk<R: Read>(
             }
             EntryType::XGlobalHeader => {
                 read_extension(&mut entry, size, "pax global header")?;
-                receipt.skip(b"", SkipReason::PaxGlobal, None);
+                skip(receipt, opts, b"", SkipReason::PaxGlobal, None);
                 continue;
             }
             EntryType::GNULongName | EntryType::GNULongLink => {
@@ -283,7 +309,7 @@ fn walk<R: Read>(
                 let t = matches!(reason, SkipReason::Symlink | SkipReason::Hardlink)
                     .then_some(())
                     .and(target.as_deref());
-                receipt.skip(&name, reason, t);
+                skip(receipt, opts, &name, reason, t);
                 continue;
             }
         };
@@ -291,17 +317,17 @@ fn walk<R: Read>(
             continue; // the destination itself
         }
         let Some(segs) = segments(&name) else {
-            receipt.skip(&name, SkipReason::UnsafeName, None);
+            skip(receipt, opts, &name, SkipReason::UnsafeName, None);
             continue;
         };
         if let Some(admit) = &opts.admit
             && !admit(&String::from_utf8_lossy(&name), what)
         {
-            receipt.skip(&name, SkipReason::NotAdmitted, None);
+            skip(receipt, opts, &name, SkipReason::NotAdmitted, None);
             continue;
         }
         if !seen.insert(segs.clone()) {
-            receipt.skip(&name, SkipReason::Duplicate, None);
+            skip(receipt, opts, &name, SkipReason::Duplicate, None);
             continue;
         }
         let mode = header.mode().unwrap_or(0o644);
@@ -309,7 +335,7 @@ fn walk<R: Read>(
         let parent = match open_parents(root, &segs[..segs.len() - 1]) {
             Ok(p) => p,
             Err(Placed::Skip(reason)) => {
-                receipt.skip(&name, reason, None);
+                skip(receipt, opts, &name, reason, None);
                 continue;
             }
             Err(Placed::Archive(m)) => return Err(Failure::Archive(m)),
@@ -324,8 +350,11 @@ fn walk<R: Read>(
             Ok(masked) => {
                 receipt.written += 1;
                 receipt.masked += u64::from(masked);
+                if let Some(told) = &opts.on_written {
+                    told(&String::from_utf8_lossy(&name), what);
+                }
             }
-            Err(Placed::Skip(reason)) => receipt.skip(&name, reason, None),
+            Err(Placed::Skip(reason)) => skip(receipt, opts, &name, reason, None),
             Err(Placed::Archive(m)) => return Err(Failure::Archive(m)),
             Err(Placed::Host(m)) => return Err(Failure::Host(m)),
         }

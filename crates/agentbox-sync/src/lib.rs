@@ -13,10 +13,10 @@ pub mod pax;
 mod receipt;
 mod remove;
 
-pub use extract::{Admit, Kind, MAX_BYTES, MAX_ENTRIES, MAX_EXTENSION, Options, extract};
+pub use extract::{Admit, Kind, MAX_BYTES, MAX_ENTRIES, MAX_EXTENSION, Observe, Options, Written, extract};
 pub use movers::{
-    LEARNING, MAX_LISTING_BYTES, Mark, MarkEntry, Packed, PullOptions, Pulled, SeedOptions, Seeded, fetch, list_box,
-    pack_dir, pull_agent_home, pull_dir, seed_agent_home, seed_dir,
+    Fetched, LEARNING, MAX_LISTING_BYTES, Mark, MarkEntry, Packed, PullOptions, Pulled, SeedOptions, Seeded, fetch,
+    list_box, pack_dir, pull_agent_home, pull_dir, seed_agent_home, seed_dir,
 };
 pub use receipt::{MAX_NAMED_SKIPS, Receipt, Skip, SkipReason, StopReason, Stopped};
 pub use remove::{Removed, remove_entries};

@@ -77,8 +77,42 @@ pub struct Seeded {
     pub sent: u64,
     /// Host entries not sent, by reason (`link`, `other`: pipes, sockets, devices).
     pub skipped: BTreeMap<String, u64>,
+    /// Files sent that the box does not hold as sent, when its unpack failed (`stopped`): in
+    /// the mark without a hash.
+    pub copy_failed: Vec<String>,
+    /// Why the unpack failed (`copy_failed`, with tar's own words), if it did: a seed that
+    /// stopped is not a seed to start work on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<crate::Stopped>,
     /// The box's listing after the seed, with the SHA-256 of each file sent.
     pub mark: Mark,
+}
+
+impl Seeded {
+    /// This seed when the box took all of it; else `transfer_failed` with the unpack's words
+    /// and the files the box does not hold (for a caller that works only on a whole seed).
+    pub fn whole(self) -> Result<Seeded> {
+        match &self.stopped {
+            None => Ok(self),
+            Some(s) => Err(Error::transfer_failed(format!(
+                "{}; not written in the box: {}",
+                s.message,
+                named(&self.copy_failed)
+            ))),
+        }
+    }
+}
+
+/// Up to ten paths, and how many more.
+fn named(paths: &[String]) -> String {
+    let mut s = paths.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+    if paths.len() > 10 {
+        s.push_str(&format!(" and {} more", paths.len() - 10));
+    }
+    if s.is_empty() {
+        s.push_str("none known");
+    }
+    s
 }
 
 /// What to pull.
@@ -115,6 +149,10 @@ pub struct Pulled {
     pub deleted: u64,
     /// Paths left as the host has them because the host's copy changed since the mark.
     pub host_changed: Vec<String>,
+    /// Paths asked of the box and not written on the host (the box could not send them, the
+    /// archive stopped first, or the extractor skipped them): each keeps its old entry in the
+    /// mark, so the next pull asks again. `receipt.stopped` says why, when something failed.
+    pub copy_failed: Vec<String>,
     /// The next mark.
     pub mark: Mark,
 }
@@ -157,6 +195,9 @@ pub struct Packed {
     pub skipped: BTreeMap<String, u64>,
     /// The SHA-256 of every file packed, by relative path.
     pub hashes: BTreeMap<String, String>,
+    /// The size and modification time (seconds) of every file packed, by relative path: how a
+    /// seed whose unpack failed tells the files the box holds from those it does not.
+    pub stamps: BTreeMap<String, (u64, u64)>,
 }
 
 /// `opts.from` as a tar, packed as a seed packs it: a link is skipped and counted (never
@@ -177,6 +218,7 @@ pub fn pack_dir(opts: &SeedOptions) -> Result<Packed> {
 fn pack(opts: &SeedOptions) -> Result<Packed> {
     let mut b = tar::Builder::new(Vec::new());
     let (mut sent, mut skipped, mut hashes) = (0u64, BTreeMap::new(), BTreeMap::new());
+    let mut stamps = BTreeMap::new();
     let mut read_only_dirs: Vec<(String, u64)> = Vec::new();
     let mut stack = vec![(opts.from.clone(), String::new())];
     let mut total = 0u64;
@@ -238,6 +280,7 @@ fn pack(opts: &SeedOptions) -> Result<Packed> {
                     r.clone(),
                     Sha256::digest(&data).iter().map(|x| format!("{x:02x}")).collect(),
                 );
+                stamps.insert(r.clone(), (data.len() as u64, meta.mtime().max(0) as u64));
                 b.append_data(&mut h, &r, &data[..])
                     .map_err(|err| Error::io(err, "packing"))?;
                 sent += 1;
@@ -263,6 +306,7 @@ fn pack(opts: &SeedOptions) -> Result<Packed> {
         sent,
         skipped,
         hashes,
+        stamps,
     })
 }
 
@@ -285,6 +329,7 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
         sent,
         skipped,
         hashes,
+        stamps,
     } = pack(opts)?;
     let bytes = archive.len();
     let argv = ["sh", "-c", UNPACK, "agentbox-seed", &opts.to]
@@ -299,25 +344,59 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
         },
     )
     .await?;
-    if out.status.code != 0 {
-        return Err(Error::transfer_failed(format!(
+    let stopped = (out.status.code != 0).then(|| crate::Stopped {
+        reason: crate::StopReason::CopyFailed,
+        message: format!(
             "unpacking in the box: exit {}: {}",
             out.status.code,
             out.stderr_text().trim()
-        )));
+        ),
+    });
+    let mut mark = match list_box(b, &opts.to, &opts.exclude, MAX_LISTING_BYTES, ctx).await {
+        Ok(m) => m,
+        // Nothing to mark: the unpack's own failure is the one to tell.
+        Err(e) => match &stopped {
+            Some(s) => return Err(Error::transfer_failed(format!("{} (and listing: {e})", s.message))),
+            None => return Err(e),
+        },
+    };
+    // A failed unpack wrote some files and not others (a file the box would not let it
+    // replace, a full disk): a file counts as sent only where the box lists it with the size
+    // and time sent. The others get no hash, so no pull takes the box's copy for the host's.
+    let mut copy_failed = Vec::new();
+    if stopped.is_some() {
+        for (path, (size, mtime)) in &stamps {
+            let arrived = mark.entries.get(path).is_some_and(|e| {
+                e.kind == "f" && e.size == *size && e.mtime.split('.').next() == Some(&mtime.to_string())
+            });
+            if !arrived {
+                copy_failed.push(path.clone());
+            }
+        }
     }
-    let mut mark = list_box(b, &opts.to, &opts.exclude, MAX_LISTING_BYTES, ctx).await?;
     for (path, e) in mark.entries.iter_mut() {
-        e.sha256 = hashes.get(path).cloned();
+        if !copy_failed.contains(path) {
+            e.sha256 = hashes.get(path).cloned();
+        }
     }
     tracing::info!(
         sent,
         skipped = skipped.values().sum::<u64>(),
         bytes,
         listed = mark.entries.len(),
+        copy_failed = copy_failed.len(),
         "seeded"
     );
-    Ok(Seeded { sent, skipped, mark })
+    if let Some(s) = &stopped {
+        tracing::warn!(not_written = copy_failed.len(), why = %s.message, "seed failed in part");
+    }
+    Ok(Seeded {
+        sent,
+        skipped,
+        copy_failed,
+        stopped,
+        mark,
+    })
 }
 
 /// Run `script` (named `name`, its `$1` the box directory `dir`) under `sh` in the C locale,
@@ -432,14 +511,18 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         wanted.push(path.clone());
     }
     let max_bytes = opts.max_bytes.unwrap_or(crate::MAX_BYTES);
-    let (receipt, bytes) = fetch(b, &opts.from, &wanted, &opts.to, max_bytes, ctx).await?;
+    let Fetched {
+        receipt,
+        bytes,
+        written,
+    } = fetch(b, &opts.from, &wanted, &opts.to, max_bytes, ctx).await?;
     // The next mark: the box's listing, with the hash of what the host now holds.
     let mut mark = listed.clone();
     for (path, e) in mark.entries.iter_mut() {
         if e.kind != "f" {
             continue;
         }
-        e.sha256 = if wanted.contains(path) {
+        e.sha256 = if written.contains(path) {
             host_hash(path)
         } else {
             since.entries.get(path).and_then(|o| o.sha256.clone())
@@ -447,12 +530,12 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
     }
     // A file left as the host has it keeps its old entry (or none), so the next pull sees the
     // box's change again: it is named again, and `if_unchanged` off (`--force`) takes it.
+    // So does each path asked for and not written (the box could not send it, the archive
+    // stopped first, the extractor skipped it): the next pull asks for it again, and this one
+    // names it.
+    let copy_failed: Vec<String> = wanted.iter().filter(|w| !written.contains(*w)).cloned().collect();
     let mut kept_back: Vec<&String> = host_changed.iter().collect();
-    if receipt.stopped.is_some() {
-        // Which asked-for files were written is unknown: each keeps its old entry, so the
-        // next pull asks for it again.
-        kept_back.extend(wanted.iter());
-    }
+    kept_back.extend(copy_failed.iter());
     for w in kept_back {
         match since.entries.get(w) {
             Some(old) => mark.entries.insert(w.clone(), old.clone()),
@@ -502,22 +585,48 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         written = receipt.written,
         deleted,
         host_changed = host_changed.len(),
+        copy_failed = copy_failed.len(),
         stopped = ?receipt.stopped.as_ref().map(|s| s.reason),
         "pulled"
     );
+    if !copy_failed.is_empty() {
+        tracing::warn!(
+            first = %copy_failed[0],
+            count = copy_failed.len(),
+            why = receipt.stopped.as_ref().map_or("", |s| s.message.as_str()),
+            "pull left files as the host has them: not written"
+        );
+    }
     Ok(Pulled {
         fetched: wanted.len() as u64,
         bytes,
         receipt,
         deleted,
         host_changed,
+        copy_failed,
         mark,
     })
 }
 
+/// What [`fetch`] brought.
+#[derive(Clone, Debug, Default)]
+pub struct Fetched {
+    /// The extraction's receipt; `stopped` is `copy_failed` when the box's pack failed (a
+    /// file it could not read, one gone since the listing) and the archive itself did not.
+    pub receipt: Receipt,
+    /// Bytes of archive that came out of the box.
+    pub bytes: u64,
+    /// The names asked for that were written on the host, relative to `to`.
+    pub written: std::collections::BTreeSet<String>,
+}
+
+/// How much of the pack's stderr is kept for a `copy_failed` message.
+const MAX_PACK_ERRORS: usize = 16 << 10;
+
 /// Bring the files and directories `names` (relative to the box directory `from`) to the host
 /// directory `to`, through the safe extractor: a member the box sends that was not asked for
-/// is skipped. Answers the extraction's receipt and the bytes that came out of the box.
+/// is skipped. The pack's exit is checked: a box that could not send a file says so in the
+/// receipt (`copy_failed`), and [`Fetched::written`] says which names did arrive.
 pub async fn fetch(
     b: &dyn Sandbox,
     from: &str,
@@ -525,9 +634,9 @@ pub async fn fetch(
     to: &Path,
     max_bytes: u64,
     ctx: &Ctx,
-) -> Result<(Receipt, u64)> {
+) -> Result<Fetched> {
     if names.is_empty() {
-        return Ok((Receipt::default(), 0));
+        return Ok(Fetched::default());
     }
     let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut p = in_c_locale(b, PACK, "agentbox-pull", from, ctx).await?;
@@ -543,18 +652,41 @@ pub async fn fetch(
             let _ = s.close().await;
         }
     };
+    // Both streams are read: a pack whose error pipe fills stops writing its archive.
+    let stderr = p.stderr.take();
+    let errors = async move {
+        let mut kept = Vec::new();
+        if let Some(mut e) = stderr {
+            let mut buf = [0u8; 4096];
+            loop {
+                match tokio::io::AsyncReadExt::read(&mut e, &mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let room = MAX_PACK_ERRORS.saturating_sub(kept.len());
+                        kept.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                }
+            }
+        }
+        kept
+    };
     let wanted_set: std::collections::HashSet<String> = names.iter().cloned().collect();
     let admit: crate::Admit = Arc::new(move |path: &str, _| wanted_set.contains(&relative(path)));
+    let written = Arc::new(StdMutex::new(std::collections::BTreeSet::new()));
+    let told = written.clone();
     let stdout = p
         .stdout
         .take()
         .ok_or_else(|| Error::unknown("the pack has no stdout"))?;
     let extract_opts = Options {
         admit: Some(admit),
+        on_written: Some(Arc::new(move |path: &str, _| {
+            told.lock().unwrap_or_else(|e| e.into_inner()).insert(relative(path));
+        })),
         max_bytes,
         ..Default::default()
     };
-    let (_, receipt) = tokio::join!(
+    let (_, mut receipt, errors) = tokio::join!(
         writer,
         extract_tar(
             Counted {
@@ -563,10 +695,30 @@ pub async fn fetch(
             },
             to.to_path_buf(),
             extract_opts
-        )
+        ),
+        errors
     );
-    let _ = p.wait().await;
-    Ok((receipt, bytes.load(std::sync::atomic::Ordering::Relaxed)))
+    let exit = p.wait().await;
+    if receipt.stopped.is_none() {
+        let failed = match exit {
+            Ok(s) if s.code == 0 => None,
+            Ok(s) => Some(format!("exit {}", s.code)),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(how) = failed {
+            let said = String::from_utf8_lossy(&errors);
+            receipt.stopped = Some(crate::Stopped {
+                reason: crate::StopReason::CopyFailed,
+                message: format!("packing {from} in the box: {how}: {}", said.trim()),
+            });
+        }
+    }
+    let written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(Fetched {
+        receipt,
+        bytes: bytes.load(std::sync::atomic::Ordering::Relaxed),
+        written,
+    })
 }
 
 /// The part of an agent's home that is its memory: seeded read-only, never pulled back, never

@@ -52,7 +52,7 @@ pub struct Skip {
 /// Why an extraction stopped before the archive's end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stopped {
-    /// `malformed`, `too_large`, `too_many_entries` or `transfer_failed`.
+    /// `malformed`, `too_large`, `too_many_entries`, `transfer_failed` or `copy_failed`.
     pub reason: StopReason,
     /// What happened.
     pub message: String,
@@ -71,6 +71,10 @@ pub enum StopReason {
     TooManyEntries,
     /// This machine's own file system failed.
     TransferFailed,
+    /// The other side's copy failed after the archive began (a pull: the box's pack exited
+    /// with an error, a file it listed could not be read): what came is written, and what did
+    /// not is named by the pull.
+    CopyFailed,
 }
 
 /// The receipt of one extraction. What was written before a stop stays, every file whole.

@@ -406,3 +406,44 @@ fn remove_entries_unlinks_and_never_follows() {
     assert!(outside.path().join("precious").exists());
     assert_eq!(tree(d.path()), vec!["full", "full/sub", "via"]);
 }
+
+#[test]
+fn every_skip_and_every_write_is_told_as_it_happens() {
+    use std::sync::{Arc, Mutex};
+    let d = tempfile::tempdir().unwrap();
+    // More links than the receipt names: `on_skip` hears each one, with its target.
+    let mut members: Vec<Vec<u8>> = (0..150)
+        .map(|i| link(&format!("l{i}"), b'2', &format!("/target/{i}")))
+        .collect();
+    members.push(file("kept", b"x"));
+    members.push(link("..", b'5', ""));
+    let a = archive(&members);
+    let skips = Arc::new(Mutex::new(Vec::new()));
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let (s, w) = (skips.clone(), written.clone());
+    let opts = Options {
+        on_skip: Some(Arc::new(move |k: &agentbox_sync::Skip| {
+            s.lock().unwrap().push(k.clone())
+        })),
+        on_written: Some(Arc::new(move |p: &str, kind| {
+            w.lock().unwrap().push((p.to_string(), kind))
+        })),
+        ..Default::default()
+    };
+    let r = extract(&a[..], d.path(), &opts);
+    let skips = skips.lock().unwrap();
+    assert_eq!(
+        r.skips.len(),
+        agentbox_sync::MAX_NAMED_SKIPS,
+        "the receipt names the first 100"
+    );
+    assert_eq!(skips.len() as u64, r.skipped_total(), "on_skip hears every skip");
+    assert_eq!(skips.len(), 151);
+    assert_eq!(skips[149].path, "l149");
+    assert_eq!(skips[149].target.as_deref(), Some("/target/149"));
+    assert_eq!(skips[150].reason, SkipReason::UnsafeName);
+    assert_eq!(
+        *written.lock().unwrap(),
+        vec![("kept".to_string(), agentbox_sync::Kind::File)]
+    );
+}

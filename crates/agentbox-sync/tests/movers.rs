@@ -315,3 +315,140 @@ async fn a_deletion_and_a_host_edit_are_kept_in_the_mark_until_acted_on() {
     assert!(!h.join("c.txt").exists());
     b.destroy(&ctx).await.unwrap();
 }
+
+/// A box whose pack, while `hide` names a file, cannot find that file: it is moved aside for
+/// the pack's length and back after, as a program in the box might (a save by rename), so the
+/// box lists it the same before and after.
+struct Hiding {
+    inner: Arc<dyn Sandbox>,
+    hide: std::sync::Mutex<Option<String>>,
+}
+
+#[async_trait::async_trait]
+impl Sandbox for Hiding {
+    fn id(&self) -> &agentbox_core::SandboxId {
+        self.inner.id()
+    }
+    fn facts(&self) -> &agentbox_core::Facts {
+        self.inner.facts()
+    }
+    fn labels(&self) -> &agentbox_core::Labels {
+        self.inner.labels()
+    }
+    async fn exec(
+        &self,
+        argv: &[String],
+        opts: &ExecOptions,
+        ctx: &Ctx,
+    ) -> agentbox_core::Result<agentbox_core::Process> {
+        let hide = self.hide.lock().unwrap().clone();
+        match hide {
+            Some(name) if argv.get(3).is_some_and(|a| a == "agentbox-pull") => {
+                let script = format!(
+                    "cd -- \"$1\" || exit 3; mv {name} .aside; \
+                     tar -c -f - --null --no-recursion --hard-dereference -T -; s=$?; \
+                     mv .aside {name}; exit $s"
+                );
+                let argv = ["sh", "-c", &script, "agentbox-pull", &argv[4]].map(String::from);
+                self.inner.exec(&argv, opts, ctx).await
+            }
+            _ => self.inner.exec(argv, opts, ctx).await,
+        }
+    }
+    async fn status(&self, ctx: &Ctx) -> agentbox_core::Result<agentbox_core::Status> {
+        self.inner.status(ctx).await
+    }
+    async fn upload(&self, path: &str, data: &[u8], ctx: &Ctx) -> agentbox_core::Result<()> {
+        self.inner.upload(path, data, ctx).await
+    }
+    async fn download(&self, path: &str, max: u64, ctx: &Ctx) -> agentbox_core::Result<Vec<u8>> {
+        self.inner.download(path, max, ctx).await
+    }
+    async fn endpoint(&self, port: u16, ctx: &Ctx) -> agentbox_core::Result<agentbox_core::Endpoint> {
+        self.inner.endpoint(port, ctx).await
+    }
+    async fn destroy(&self, ctx: &Ctx) -> agentbox_core::Result<()> {
+        self.inner.destroy(ctx).await
+    }
+}
+
+/// A file the box listed and then could not send is named by the pull, keeps its old mark
+/// entry, and comes on the next pull; a file the box would not let the seed write is named by
+/// the seed and gets no hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_was_not_copied_is_named_and_not_marked() {
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let inner = LocalProvider::new(LocalOptions::at(home.path()).unwrap())
+        .unwrap()
+        .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
+        .await
+        .unwrap();
+    let b = Hiding {
+        inner,
+        hide: std::sync::Mutex::new(None),
+    };
+    let ctx = Ctx::background();
+    let work = format!("{}/run", b.facts().workspace.clone().unwrap());
+    let host = tempfile::tempdir().unwrap();
+    let h = host.path();
+    std::fs::write(h.join("a.txt"), "one").unwrap();
+    std::fs::write(h.join("b.txt"), "two").unwrap();
+    std::fs::write(h.join("c.txt"), "three").unwrap();
+    // The seed: the box holds a directory where c.txt goes, so its tar cannot write it.
+    sh(&b, &format!("mkdir -p {work}/c.txt/inner")).await;
+    let seeded = seed_dir(
+        &b,
+        &SeedOptions {
+            from: h.to_path_buf(),
+            to: work.clone(),
+            ..Default::default()
+        },
+        &ctx,
+    )
+    .await
+    .unwrap();
+    let stop = seeded.stopped.clone().expect("the seed says it stopped");
+    assert_eq!(stop.reason, agentbox_sync::StopReason::CopyFailed);
+    assert!(stop.message.contains("c.txt"), "tar's words: {}", stop.message);
+    assert_eq!(seeded.copy_failed, vec!["c.txt"]);
+    assert_eq!(seeded.mark.entries["c.txt"].kind, "d");
+    assert_eq!(
+        seeded.mark.entries["c.txt"].sha256, None,
+        "no hash for what was not sent"
+    );
+    assert!(seeded.mark.entries["a.txt"].sha256.is_some());
+    let whole = seeded.clone().whole().unwrap_err();
+    assert_eq!(whole.code(), ErrorCode::TransferFailed);
+    assert!(whole.message().contains("not written in the box: c.txt"), "{whole}");
+
+    // The pull: both files changed in the box, and b.txt cannot be read by the pack.
+    sh(&b, &format!("echo ONE! > {work}/a.txt; echo TWO! > {work}/b.txt")).await;
+    *b.hide.lock().unwrap() = Some("b.txt".into());
+    let opts = |since| PullOptions {
+        from: work.clone(),
+        to: h.to_path_buf(),
+        since: Some(since),
+        ..Default::default()
+    };
+    let pulled = pull_dir(&b, &opts(seeded.mark.clone()), &ctx).await.unwrap();
+    let stop = pulled.receipt.stopped.clone().expect("the pull says the copy failed");
+    assert_eq!(stop.reason, agentbox_sync::StopReason::CopyFailed);
+    assert!(stop.message.contains("b.txt"), "tar's words: {}", stop.message);
+    assert_eq!(pulled.copy_failed, vec!["b.txt"]);
+    assert_eq!(std::fs::read_to_string(h.join("a.txt")).unwrap(), "ONE!\n");
+    assert_eq!(std::fs::read_to_string(h.join("b.txt")).unwrap(), "two");
+    assert_eq!(
+        pulled.mark.entries["b.txt"], seeded.mark.entries["b.txt"],
+        "b.txt keeps its old entry"
+    );
+    assert_ne!(pulled.mark.entries["a.txt"], seeded.mark.entries["a.txt"]);
+
+    // The next pull asks for it again, and it comes.
+    *b.hide.lock().unwrap() = None;
+    let next = pull_dir(&b, &opts(pulled.mark), &ctx).await.unwrap();
+    assert!(next.receipt.stopped.is_none(), "{:?}", next.receipt);
+    assert!(next.copy_failed.is_empty());
+    assert_eq!(std::fs::read_to_string(h.join("b.txt")).unwrap(), "TWO!\n");
+    b.destroy(&ctx).await.unwrap();
+}

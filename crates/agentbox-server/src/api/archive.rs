@@ -84,7 +84,7 @@ fn stopped(receipt: &Receipt, whose: &str) -> Option<ApiError> {
     let code = match s.reason {
         StopReason::Malformed => ErrorCode::Invalid,
         StopReason::TooLarge | StopReason::TooManyEntries => ErrorCode::TooLarge,
-        StopReason::TransferFailed => ErrorCode::TransferFailed,
+        StopReason::TransferFailed | StopReason::CopyFailed => ErrorCode::TransferFailed,
     };
     Some(ApiError::new(code, format!("{whose}: {}", s.message)))
 }
@@ -156,7 +156,8 @@ pub(crate) async fn put(
         },
         &ctx,
     )
-    .await?;
+    .await?
+    .whole()?;
     tracing::info!(box_id = %b.id(), path = %to, written = receipt.written, sent = seeded.sent, key = %key.name, "archive unpacked");
     Ok(Json(Unpacked {
         written: receipt.written,
@@ -337,7 +338,9 @@ pub(crate) async fn pick(
     let to = dir.path().join("tree");
     std::fs::create_dir_all(&to).map_err(|e| ApiError::new(ErrorCode::Unknown, format!("a scratch directory: {e}")))?;
     let ctx = Ctx::background().with_timeout(ARCHIVE_DEADLINE.max(CALL_DEADLINE));
-    let (receipt, _) = agentbox_sync::fetch(b.as_ref(), &from, &body.names, &to, MAX_ARCHIVE, &ctx).await?;
+    let receipt = agentbox_sync::fetch(b.as_ref(), &from, &body.names, &to, MAX_ARCHIVE, &ctx)
+        .await?
+        .receipt;
     if let Some(e) = stopped(&receipt, &format!("the box's archive of {from}")) {
         return Err(e);
     }
