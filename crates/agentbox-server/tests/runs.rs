@@ -48,7 +48,8 @@ async fn runs_ledger_and_receipts_are_an_admins_to_read() {
     std::fs::write(
         &receipts,
         "{\"box\":\"box-1\",\"provider\":\"local\",\"kind\":\"box\",\"seconds\":10.0,\"cost_usd\":0.0}\n\
-         {\"box\":\"box-2\",\"provider\":\"local\",\"kind\":\"box\",\"seconds\":5.0,\"cost_usd\":0.0}\n",
+         {\"source\":\"transport\",\"kind\":\"box.receipt\",\"at\":\"2026-12-01T00:00:05Z\",\
+         \"data\":{\"box\":\"box-2\",\"provider\":\"local\",\"kind\":\"box\",\"seconds\":5.0,\"cost_usd\":0.0}}\n",
     )
     .unwrap();
     let s = start_with(keys, 1 << 20, home.path(), |o| {

@@ -4,9 +4,15 @@
 //!
 //! `{box, provider, kind, from, to, seconds, usd_per_second | usd_per_call and calls, cost_usd, source, priced}`
 //!
+//! in the envelope of a live line: `{"source": "transport", "kind": "box.receipt", "at":
+//! RFC 3339, "data": {…}}`, so a recording that holds lines of many sources tells a receipt by
+//! its kind ([`receipt_in`] reads a line of either shape, the flat one of older files too).
+//!
 //! `box` is a label (`box-1`, `box-2`, … numbered on past those a recording already holds),
-//! never the provider's id. This crate holds no price table: a box with no price gets no
-//! receipt, so its cost stays unknown, never 0. `cost_usd` is an estimate at list price.
+//! never the provider's id, or the host's own ([`Hooks::label`]). A box's kind comes from its
+//! facts, or from the host's [`Hooks::kind_of`]. This crate holds no price table: a box with
+//! no price gets no receipt, so its cost stays unknown, never 0. `cost_usd` is an estimate at
+//! list price.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -49,6 +55,54 @@ pub fn kind_of(facts: &Facts) -> String {
     }
 }
 
+/// The source of a receipt's live line.
+pub const LINE_SOURCE: &str = "transport";
+/// The kind of a receipt's live line.
+pub const LINE_KIND: &str = "box.receipt";
+
+/// The receipt a line of a receipts file or recording holds: the `data` of a `box.receipt`
+/// envelope, or a flat receipt (a file written before the envelope); `None` for any other line.
+pub fn receipt_in(line: &serde_json::Value) -> Option<&serde_json::Value> {
+    match line.get("kind").and_then(|k| k.as_str()) {
+        Some(LINE_KIND) if line.get("source").and_then(|s| s.as_str()) == Some(LINE_SOURCE) => {
+            line.get("data").filter(|d| d.is_object())
+        }
+        _ if line.get("box").is_some() && line.get("cost_usd").is_some() => Some(line),
+        _ => None,
+    }
+}
+
+/// A box just made, as the host's hooks see it: its provider, the kind found from its facts,
+/// the request it was made from and its facts (never its id: a host labels a box by what it
+/// asked for, not by the order boxes came back in).
+pub struct Made<'a> {
+    /// The provider's name.
+    pub provider: &'a str,
+    /// Its kind, found from its facts ([`kind_of`]) or by [`Hooks::kind_of`].
+    pub kind: &'a str,
+    /// The request it was made from.
+    pub spec: &'a Spec,
+    /// What it got.
+    pub facts: &'a Facts,
+}
+
+/// The host's own labeler: called once for each box made.
+pub type Labeler = Arc<dyn Fn(&Made<'_>) -> String + Send + Sync>;
+/// The host's own kinds: a kind for a box of this provider and facts, or `None` for the one
+/// [`kind_of`] finds.
+pub type KindOf = Arc<dyn Fn(&str, &Facts) -> Option<String> + Send + Sync>;
+
+/// What a host may change in its receipts: their clock, their labels, their kinds.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Times the receipts (the system clock when absent).
+    pub clock: Option<Arc<dyn Clock>>,
+    /// Labels each box (`box-1`, `box-2`, … when absent).
+    pub label: Option<Labeler>,
+    /// Finds a box's kind first.
+    pub kind_of: Option<KindOf>,
+}
+
 struct Entry {
     label: String,
     provider: String,
@@ -78,6 +132,8 @@ pub struct Receipts {
     next: AtomicU64,
     boxes: Mutex<HashMap<SandboxId, Arc<Entry>>>,
     clock: Arc<dyn Clock>,
+    label: Option<Labeler>,
+    kind_of: Option<KindOf>,
 }
 
 impl Receipts {
@@ -88,6 +144,32 @@ impl Receipts {
 
     /// As [`Receipts::open`], timed by `clock`.
     pub fn open_with_clock(path: &Path, prices: Vec<Price>, clock: Arc<dyn Clock>) -> Result<Arc<Self>> {
+        Self::open_with(
+            path,
+            prices,
+            Hooks {
+                clock: Some(clock),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// As [`Receipts::open`], with the host's [`Hooks`].
+    ///
+    /// ```no_run
+    /// # fn f() -> agentbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use agentbox_transport::receipts::{Hooks, Receipts};
+    /// let hooks = Hooks {
+    ///     // The host's own label, read from the request it made.
+    ///     label: Some(Arc::new(|made| made.spec.labels.get("task").cloned().unwrap_or_else(|| "untasked".into()))),
+    ///     ..Default::default()
+    /// };
+    /// let receipts = Receipts::open_with("receipts.jsonl".as_ref(), vec![], hooks)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn open_with(path: &Path, prices: Vec<Price>, hooks: Hooks) -> Result<Arc<Self>> {
+        let clock = hooks.clock.unwrap_or_else(|| Arc::new(SystemClock));
         for p in &prices {
             match (p.usd_per_second, p.usd_per_call) {
                 (Some(x), None) | (None, Some(x)) if x.is_finite() && x >= 0.0 => {}
@@ -103,7 +185,14 @@ impl Receipts {
             Ok(text) => text
                 .lines()
                 .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter_map(|v| v.get("box")?.as_str()?.strip_prefix("box-")?.parse::<u64>().ok())
+                .filter_map(|v| {
+                    receipt_in(&v)?
+                        .get("box")?
+                        .as_str()?
+                        .strip_prefix("box-")?
+                        .parse::<u64>()
+                        .ok()
+                })
                 .max()
                 .unwrap_or(0),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
@@ -121,6 +210,8 @@ impl Receipts {
             next: AtomicU64::new(taken + 1),
             boxes: Mutex::new(HashMap::new()),
             clock,
+            label: hooks.label,
+            kind_of: hooks.kind_of,
         }))
     }
 
@@ -150,11 +241,26 @@ impl Receipts {
         price
     }
 
-    fn register(&self, b: &dyn Sandbox, provider: &str) -> Arc<Entry> {
+    fn register(&self, b: &dyn Sandbox, provider: &str, spec: &Spec) -> Arc<Entry> {
+        let facts = b.facts();
+        let kind = self
+            .kind_of
+            .as_ref()
+            .and_then(|k| k(provider, facts))
+            .unwrap_or_else(|| kind_of(facts));
+        let label = match &self.label {
+            Some(l) => l(&Made {
+                provider,
+                kind: &kind,
+                spec,
+                facts,
+            }),
+            None => format!("box-{}", self.next.fetch_add(1, Ordering::SeqCst)),
+        };
         let entry = Arc::new(Entry {
-            label: format!("box-{}", self.next.fetch_add(1, Ordering::SeqCst)),
+            label,
             provider: provider.to_string(),
-            kind: kind_of(b.facts()),
+            kind,
             from_ms: b.facts().started_at_ms.unwrap_or_else(|| self.clock.now_ms()),
             per_call: b.facts().billed_per_call,
             calls: AtomicU64::new(0),
@@ -199,8 +305,14 @@ impl Receipts {
             (None, None) => return Ok(()),
         };
         r["cost_usd"] = json!(cost);
+        let line = json!({
+            "source": LINE_SOURCE,
+            "kind": LINE_KIND,
+            "at": agentbox_core::rfc3339(to as i64),
+            "data": r,
+        });
         let mut f = self.file.lock().unwrap();
-        writeln!(f, "{r}")
+        writeln!(f, "{line}")
             .and_then(|_| f.sync_data())
             .map_err(|e| Error::io(e, format!("writing a receipt to {}", self.path.display())))
     }
@@ -236,7 +348,7 @@ impl Provider for ReceiptProvider {
     }
     async fn create(&self, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         let b = self.inner.create(spec, ctx).await?;
-        self.receipts.register(b.as_ref(), self.inner.name());
+        self.receipts.register(b.as_ref(), self.inner.name(), spec);
         Ok(self.ours(b))
     }
     async fn attach(&self, id: &SandboxId, ctx: &Ctx) -> Result<Option<Arc<dyn Sandbox>>> {
@@ -273,7 +385,7 @@ impl Lifecycle for ReceiptProvider {
     async fn open(&self, name: &str, spec: &Spec, ctx: &Ctx) -> Result<Arc<dyn Sandbox>> {
         let b = self.inner.open(name, spec, ctx).await?;
         if !self.receipts.boxes.lock().unwrap().contains_key(b.id()) {
-            self.receipts.register(b.as_ref(), self.inner.name());
+            self.receipts.register(b.as_ref(), self.inner.name(), spec);
         }
         Ok(self.ours(b))
     }
@@ -315,7 +427,7 @@ impl Lifecycle for ReceiptProvider {
         Ok(made
             .into_iter()
             .map(|b| {
-                self.receipts.register(b.as_ref(), self.inner.name());
+                self.receipts.register(b.as_ref(), self.inner.name(), spec);
                 self.ours(b)
             })
             .collect())
@@ -406,8 +518,19 @@ pub fn totals(path: &Path) -> Result<Vec<Total>> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = serde_json::from_str(line)
+        let line: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| Error::invalid(format!("{} line {}: not JSON: {e}", path.display(), n + 1)))?;
+        // A recording's other lines are not receipts.
+        let Some(v) = receipt_in(&line) else {
+            if line.get("kind").is_some() {
+                continue;
+            }
+            return Err(Error::invalid(format!(
+                "{} line {}: neither a receipt nor a live line with a kind",
+                path.display(),
+                n + 1
+            )));
+        };
         let field = |k: &str| {
             v.get(k)
                 .ok_or_else(|| Error::invalid(format!("{} line {}: no {k:?}", path.display(), n + 1)))

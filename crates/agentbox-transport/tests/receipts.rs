@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentbox_core::{Clock, Ctx, ExecOptions, FinishOptions, Spec, finish};
 use agentbox_testing::fake::{FakeClock, FakeProvider, Preset, ProgramOutput};
-use agentbox_transport::receipts::{Price, Receipts, totals};
+use agentbox_transport::receipts::{Hooks, Price, Receipts, receipt_in, totals};
 use serde_json::Value;
 
 fn price(provider: &str, kind: &str, per_s: Option<f64>, per_call: Option<f64>) -> Price {
@@ -21,11 +21,22 @@ fn price(provider: &str, kind: &str, per_s: Option<f64>, per_call: Option<f64>) 
     }
 }
 
+/// The receipts a file holds: each line a live line, `source: transport`, `kind: box.receipt`,
+/// whose `data` is the receipt.
 fn lines(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| {
+            let line: Value = serde_json::from_str(l).unwrap();
+            assert_eq!(
+                (line["source"].as_str(), line["kind"].as_str()),
+                (Some("transport"), Some("box.receipt")),
+                "{line}"
+            );
+            assert_eq!(line["at"], line["data"]["to"], "the line is dated when the box ended");
+            line["data"].clone()
+        })
         .collect()
 }
 
@@ -245,4 +256,71 @@ async fn boxes_opened_and_forked_through_receipts_are_receipted_and_the_lifecycl
         3,
         "one receipt for the named box and one per forked box: {written:?}"
     );
+}
+
+/// The host's hooks: `label(made)` is called once per box with its own request and facts (so
+/// boxes asked for together get the labels their requests name, whatever order they come back
+/// in), and `kind_of` names the kind the prices are looked up by.
+#[tokio::test]
+async fn a_host_labels_its_boxes_from_their_requests_and_names_their_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("receipts.jsonl");
+    let clock = FakeClock::manual(1_796_000_000_000);
+    let modal = FakeProvider::with("modal", clock.clone(), Some(Preset::modal_like()));
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let hooks = Hooks {
+        clock: Some(clock.clone()),
+        label: Some(Arc::new(move |made| {
+            seen.lock().unwrap().push((
+                made.provider.to_string(),
+                made.kind.to_string(),
+                made.facts.isolation.clone(),
+            ));
+            format!("task-{}", made.spec.labels["task"])
+        })),
+        kind_of: Some(Arc::new(|provider, facts| {
+            (provider == "modal").then(|| format!("{provider}-{}", facts.isolation))
+        })),
+    };
+    // Modal-like boxes are `vm` by their facts: the host's kind is its own.
+    let kind = "modal-vm".to_string();
+    let receipts = Receipts::open_with(&path, vec![price("modal", &kind, Some(0.5), None)], hooks).unwrap();
+    let m = receipts.wrap(Arc::new(modal.clone()));
+    let ctx = Ctx::background();
+    let (sa, sb) = (
+        Spec::new(Duration::from_secs(600)).label("task", "a"),
+        Spec::new(Duration::from_secs(600)).label("task", "b"),
+    );
+    let (a, b) = tokio::join!(m.create(&sa, &ctx), m.create(&sb, &ctx));
+    clock.advance(Duration::from_secs(2));
+    // Ended in the other order than they were asked for.
+    b.unwrap().destroy(&ctx).await.unwrap();
+    a.unwrap().destroy(&ctx).await.unwrap();
+    let got = lines(&path);
+    let labels: Vec<_> = got.iter().map(|r| r["box"].as_str().unwrap().to_string()).collect();
+    assert_eq!(labels, ["task-b", "task-a"]);
+    assert!(
+        got.iter().all(|r| r["kind"] == kind.as_str() && r["cost_usd"] == 1.0),
+        "{got:#?}"
+    );
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls.len(), 2, "once per box");
+    assert!(calls.iter().all(|(p, k, _)| p == "modal" && *k == kind), "{calls:?}");
+
+    // The totals read the envelope, and files of the older flat shape too; a recording's
+    // other lines are passed over.
+    let t = totals(&path).unwrap();
+    assert_eq!((t.len(), t[0].boxes, t[0].usd), (1, 2, 2.0));
+    let flat = dir.path().join("flat.jsonl");
+    std::fs::write(
+        &flat,
+        "{\"box\":\"box-1\",\"provider\":\"modal\",\"kind\":\"vm\",\"seconds\":3,\"cost_usd\":0.25}\n\
+         {\"source\":\"agent\",\"kind\":\"turn.end\",\"data\":{}}\n",
+    )
+    .unwrap();
+    let t = totals(&flat).unwrap();
+    assert_eq!((t.len(), t[0].boxes, t[0].usd), (1, 1, 0.25));
+    let line: Value = serde_json::from_str(std::fs::read_to_string(&path).unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!(receipt_in(&line).unwrap()["box"], "task-b");
 }

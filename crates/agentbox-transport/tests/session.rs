@@ -120,7 +120,7 @@ async fn scripted(make: impl Fn() -> Arc<dyn Provider>, kind: &str) {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 1, "{lines:#?}");
-    let r = &lines[0];
+    let r = agentbox_transport::receipts::receipt_in(&lines[0]).expect("a box.receipt line");
     assert_eq!(
         (r["box"].as_str(), r["provider"].as_str(), r["kind"].as_str()),
         (Some("box-1"), Some(name.as_str()), Some(kind))

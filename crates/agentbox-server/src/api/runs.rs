@@ -187,7 +187,7 @@ pub(crate) async fn receipts_of_boxes(
         .lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v.is_object())
+        .filter_map(|v| agentbox_transport::receipts::receipt_in(&v).cloned())
         .take(limit)
         .collect();
     Ok(Json(newest))
