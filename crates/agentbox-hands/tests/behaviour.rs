@@ -636,5 +636,21 @@ async fn a_gone_box_fails_every_call_and_a_new_host_ends_what_a_dead_one_left() 
             .unwrap_err();
         assert_eq!(e2.code, ExecCode::Unknown, "{name}");
         assert!(e2.message.contains("gone"), "{name}: {}", e2.message);
+        // Every later call carries the provider's `gone` as its cause, not only the first
+        // that found it out (here a file read).
+        for _ in 0..2 {
+            let again = next
+                .exec(Command::Shell("true".into()), ExecOptions::default(), &ctx)
+                .await
+                .unwrap_err();
+            let cause = again.cause.as_ref().expect("a lost box's cause");
+            assert_eq!(cause.code(), agentbox_core::ErrorCode::Gone, "{name}: {cause}");
+            assert_eq!(
+                Some(cause.to_string()),
+                next.lost_cause().map(|c| c.to_string()),
+                "{name}"
+            );
+            assert_eq!(again.message, e2.message, "{name}");
+        }
     }
 }

@@ -53,8 +53,8 @@ pub(super) struct Commands {
 impl BoxEnv {
     /// Run `command` in the box: through its runner when it has one, else by the scripts.
     pub(super) async fn run(&self, command: Command, opts: ExecOptions, ctx: &Ctx) -> Result<ExecOutcome, ExecError> {
-        if let Some(why) = self.lost() {
-            return Err(ExecError::new(ExecCode::Unknown, why));
+        if let Some(lost) = self.lost_exec() {
+            return Err(lost);
         }
         if let Command::Argv(a) = &command
             && (a.is_empty() || a[0].is_empty())
@@ -178,8 +178,8 @@ impl BoxEnv {
         opts: StartOptions,
         ctx: &Ctx,
     ) -> Result<u64, ExecError> {
-        if let Some(why) = self.lost() {
-            return Err(ExecError::new(ExecCode::Unknown, why));
+        if let Some(lost) = self.lost_exec() {
+            return Err(lost);
         }
         if self.sandbox.processes().is_none() {
             let e = super::kept::no_runner(&*self.sandbox);
@@ -270,7 +270,9 @@ impl BoxEnv {
                     self.sandbox.id(),
                     START_TIMEOUT.as_secs()
                 ));
-                return Err(ExecError::new(ExecCode::Unknown, why));
+                return Err(self
+                    .lost_exec()
+                    .unwrap_or_else(|| ExecError::new(ExecCode::Unknown, why)));
             }
         };
         match started {
@@ -283,7 +285,7 @@ impl BoxEnv {
     async fn refused_start(&self, e: agentbox_core::Error, cwd: &str, program: &str, ctx: &Ctx) -> ExecError {
         match e.code() {
             ErrorCode::Gone => {
-                let why = self.mark_lost(format!("box {} is gone: {e}", self.sandbox.id()));
+                let why = self.mark_lost_by(format!("box {} is gone: {e}", self.sandbox.id()), e.clone());
                 ExecError {
                     cause: Some(e),
                     ..ExecError::new(ExecCode::Unknown, why)
@@ -370,7 +372,7 @@ impl BoxEnv {
         {
             Ok(p) => p,
             Err(e) if e.code() == ErrorCode::Gone => {
-                let why = self.mark_lost(format!("box {} is gone: {e}", self.sandbox.id()));
+                let why = self.mark_lost_by(format!("box {} is gone: {e}", self.sandbox.id()), e.clone());
                 return Err(ExecError {
                     cause: Some(e),
                     ..ExecError::new(ExecCode::Unknown, why)
@@ -401,14 +403,17 @@ impl BoxEnv {
                 self.sandbox.id(),
                 START_TIMEOUT.as_secs()
             ));
-            return Err(ExecError::new(
-                if ctx.err().is_some() {
-                    ExecCode::Aborted
-                } else {
-                    ExecCode::Unknown
-                },
-                why,
-            ));
+            return Err(ExecError {
+                cause: self.lost_cause(),
+                ..ExecError::new(
+                    if ctx.err().is_some() {
+                        ExecCode::Aborted
+                    } else {
+                        ExecCode::Unknown
+                    },
+                    why,
+                )
+            });
         };
         let line = String::from_utf8_lossy(&header).into_owned();
         let pgid: u32 = match line.strip_prefix("\0agentbox-cmd ") {
@@ -446,7 +451,9 @@ impl BoxEnv {
                     Ok(agentbox_core::Status::Running)
                 ) {
                     let why = self.mark_lost(format!("box {} is gone", self.sandbox.id()));
-                    return Err(ExecError::new(ExecCode::Unknown, why));
+                    return Err(self
+                        .lost_exec()
+                        .unwrap_or_else(|| ExecError::new(ExecCode::Unknown, why)));
                 }
                 return Err(ExecError::new(
                     ExecCode::SpawnError,

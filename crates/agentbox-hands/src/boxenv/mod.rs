@@ -60,7 +60,9 @@ pub struct BoxEnv {
     cwd: String,
     op_timeout: Duration,
     max_reader_bytes: u64,
-    dead: Mutex<Option<String>>,
+    /// Why the box was found lost, and the provider's error that said so (a `gone` of the
+    /// environment's own where none did: a box that stopped answering).
+    dead: Mutex<Option<(String, agentbox_core::Error)>>,
     /// Groups the scripts started and have not seen end.
     groups: Mutex<BTreeSet<u32>>,
     /// Commands the runner runs for this environment.
@@ -124,12 +126,35 @@ impl BoxEnv {
     /// Why the box was found lost (gone, or it stopped answering), once a call found it out:
     /// every later call fails with it.
     pub fn lost(&self) -> Option<String> {
-        self.dead.lock().unwrap().clone()
+        self.dead.lock().unwrap().as_ref().map(|(why, _)| why.clone())
     }
 
+    /// The provider's error that found the box lost (code `gone`), once a call found it out:
+    /// every later command's error carries it as its cause, not only the first's.
+    pub fn lost_cause(&self) -> Option<agentbox_core::Error> {
+        self.dead.lock().unwrap().as_ref().map(|(_, e)| e.clone())
+    }
+
+    /// A command's error for a lost box: code `unknown` (an execution has no `gone`), the
+    /// provider's `gone` as its cause.
+    fn lost_exec(&self) -> Option<crate::ExecError> {
+        let (why, cause) = self.dead.lock().unwrap().clone()?;
+        Some(crate::ExecError {
+            cause: Some(cause),
+            ..crate::ExecError::new(crate::ExecCode::Unknown, why)
+        })
+    }
+
+    /// Mark the box lost for `why` (the first reason sticks): its cause a `gone` of its own.
     fn mark_lost(&self, why: String) -> String {
+        let cause = agentbox_core::Error::gone(why.clone());
+        self.mark_lost_by(why, cause)
+    }
+
+    /// Mark the box lost for `why`, found by the provider's `cause`.
+    fn mark_lost_by(&self, why: String, cause: agentbox_core::Error) -> String {
         let mut d = self.dead.lock().unwrap();
-        d.get_or_insert(why).clone()
+        d.get_or_insert((why, cause)).0.clone()
     }
 
     /// A box's failure as an operation's: the caller's cancellation or deadline, a box that
@@ -162,7 +187,7 @@ impl BoxEnv {
             ErrorCode::Gone => FsError::new(
                 FsCode::Unknown,
                 path,
-                self.mark_lost(format!("box {} is gone: {e}", self.sandbox.id())),
+                self.mark_lost_by(format!("box {} is gone: {e}", self.sandbox.id()), e.clone()),
             ),
             ErrorCode::TooLarge => FsError::new(FsCode::NotSupported, path, e.message().to_string()),
             _ => FsError::new(FsCode::Unknown, path, format!("box {}: {e}", self.sandbox.id())),

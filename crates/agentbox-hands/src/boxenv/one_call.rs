@@ -396,7 +396,10 @@ impl BoxEnv {
         }
         let id = self.sandbox.id();
         let (code, message) = match e.code() {
-            ErrorCode::Gone => (ExecCode::Unknown, self.mark_lost(format!("box {id} is gone: {e}"))),
+            ErrorCode::Gone => (
+                ExecCode::Unknown,
+                self.mark_lost_by(format!("box {id} is gone: {e}"), e.clone()),
+            ),
             ErrorCode::Timeout => {
                 let at = match (own, asked) {
                     (Some(o), Some(a)) if o < a => format!(
