@@ -216,6 +216,10 @@ pub enum Outcome {
     GoneMidExec,
     /// Refuse: `refused`, with this reason.
     Refuse(String),
+    /// A create that fails with this code and message after the box was made: the box exists,
+    /// `list` finds it and it ends at its lifetime (the seed's `leakBox`). What a host must
+    /// clean up when a provider's answer was lost.
+    FailLeakingBox(ErrorCode, String),
 }
 
 struct Rule {
@@ -651,6 +655,9 @@ impl Provider for FakeProvider {
             );
             if let Some(p) = self.s.calls.lock().unwrap().get_mut(seq as usize - 1) {
                 p.box_id = Some(name.clone());
+            }
+            if let Some(Outcome::FailLeakingBox(code, msg)) = &outcome {
+                return Err(Error::new(*code, msg.clone()));
             }
             self.handle(&name)
                 .ok_or_else(|| Error::unknown("the fake lost a box it just made"))

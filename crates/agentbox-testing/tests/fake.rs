@@ -233,6 +233,37 @@ impl Outside for FakeView {
     }
 }
 
+/// A create that fails after the box was made (the seed's `leakBox`): the caller sees the
+/// error, and the box is there all the same, listed with its labels until its lifetime ends.
+#[tokio::test]
+async fn a_create_can_fail_and_leave_its_box_behind() {
+    let fake = echo_fake();
+    let ctx = Ctx::background();
+    fake.on(
+        Match::op(Op::Create),
+        Outcome::FailLeakingBox(ErrorCode::Unknown, "the answer was lost".into()),
+        Some(1),
+    );
+    let spec = Spec::new(Duration::from_secs(60)).label("session", "s1");
+    let e = fake.create(&spec, &ctx).await.expect_err("the create fails");
+    assert_eq!((e.code(), e.message()), (ErrorCode::Unknown, "the answer was lost"));
+    let calls = fake.calls_of(Op::Create);
+    assert_eq!(calls[0].result, "unknown");
+    let leaked = calls[0].box_id.clone().expect("the failed create made a box");
+    let listed = fake.list(&spec.labels, &ctx).await.unwrap();
+    assert_eq!(listed.len(), 1, "list finds it");
+    assert_eq!(listed[0].id().name(), leaked);
+    assert_eq!(listed[0].status(&ctx).await.unwrap(), Status::Running);
+    // The next create is not scripted: a second box, and the leaked one is still there.
+    fake.create(&spec, &ctx).await.unwrap();
+    assert_eq!(fake.list(&spec.labels, &ctx).await.unwrap().len(), 2);
+    fake.clock().advance(Duration::from_secs(60));
+    assert!(
+        fake.list(&spec.labels, &ctx).await.unwrap().is_empty(),
+        "its lifetime ends it"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_a_real_provider_with_nothing_scripted_it_passes_the_conformance_suite() {
     let home = tempfile::tempdir().unwrap();
