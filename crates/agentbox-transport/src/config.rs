@@ -16,7 +16,11 @@
 //! pool = 4                                # ready boxes kept warm (0 to 64; 0: none)
 //! ```
 //!
-//! The same keys in JSON. Every error names the key and why; unknown keys are refused.
+//! An environment may also name a `snapshot`, `ports` (`[8080, { port = 5432, kind = "tcp" }]`),
+//! `capabilities` (`["fuse"]`) and `mounts` (`[{ source = "/data", target = "/data",
+//! read_only = true }]`). The same keys in JSON. The camelCase keys of the library agentbox grew
+//! from (`maxLifetime`, `memoryMb`, `readOnly`) are read beside these. Every error names the key
+//! and why; unknown keys are refused.
 //! `provider` is one of agentbox's providers (its registry: `local`, `docker`…), which
 //! [`TransportConfig::registry_providers`] makes, or a name the host gives a provider of its own.
 
@@ -97,18 +101,34 @@ enum RawHands {
     Roles(BTreeMap<String, String>),
 }
 
+/// An environment as written. The library agentbox grew from wrote its configs in camelCase
+/// (`maxLifetime`, `memoryMb`, a mount's `readOnly`): each such key is taken beside agentbox's
+/// own, and a config that gives both is refused as a duplicate.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEnvironment {
     provider: String,
-    #[serde(default)]
+    #[serde(default, alias = "maxLifetime")]
     max_lifetime: Option<String>,
     #[serde(default)]
     image: Option<String>,
+    /// A snapshot to make the box from (one `box snapshot` took, or the vendor's own).
+    #[serde(default)]
+    snapshot: Option<String>,
     #[serde(default)]
     cpus: Option<f64>,
-    #[serde(default)]
+    #[serde(default, alias = "memoryMb")]
     memory_mb: Option<u64>,
+    /// `[8080, { port = 5432, kind = "tcp" }]`: a bare number is `https`. Any value, checked
+    /// in [`ports`] so that a wrong shape's error names the key.
+    #[serde(default)]
+    ports: Option<serde_json::Value>,
+    /// Capabilities such as `fuse`.
+    #[serde(default)]
+    capabilities: Vec<String>,
+    /// `[{ source, target, read_only }]`: directories of this machine bound into the box.
+    #[serde(default)]
+    mounts: Option<serde_json::Value>,
     #[serde(default)]
     gpu: Option<String>,
     #[serde(default)]
@@ -323,6 +343,56 @@ fn network(v: serde_json::Value, at: &str) -> Result<Network> {
     }
 }
 
+/// An environment's `ports`: each a number (`https`) or `{ port, kind = "https" | "tcp" }`.
+fn ports(v: serde_json::Value, at: &str) -> Result<Vec<agentbox_core::PortSpec>> {
+    use serde_json::Value;
+    let Value::Array(items) = v else {
+        return Err(Error::invalid(format!("{at}: {v} is not a list of ports")));
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let port = match &item {
+                Value::Number(_) => serde_json::from_value::<u16>(item.clone()).map(|port| agentbox_core::PortSpec {
+                    port,
+                    kind: Default::default(),
+                }),
+                _ => serde_json::from_value::<agentbox_core::PortSpec>(item.clone()),
+            };
+            port.map_err(|e| {
+                Error::invalid(format!(
+                    "{at}[{i}]: {item} is neither a port number nor {{ port = N, kind = \"https\" or \"tcp\" }} ({e})"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A mount as written: agentbox's `read_only` or the library's `readOnly`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMount {
+    source: String,
+    target: String,
+    #[serde(default, alias = "readOnly")]
+    read_only: bool,
+}
+
+/// An environment's `mounts`: `[{ source, target, read_only }]`.
+fn mounts(v: serde_json::Value, at: &str) -> Result<Vec<agentbox_core::Mount>> {
+    let raw: Vec<RawMount> = serde_json::from_value(v)
+        .map_err(|e| Error::invalid(format!("{at}: {e}; give a list of {{ source, target, read_only }}")))?;
+    Ok(raw
+        .into_iter()
+        .map(|m| agentbox_core::Mount {
+            source: m.source,
+            target: m.target,
+            read_only: m.read_only,
+        })
+        .collect())
+}
+
 fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
     let at = |field: &str| format!("transport config: environments.{name}.{field}");
     if e.provider.is_empty() {
@@ -340,6 +410,7 @@ fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
     };
     let mut spec = Spec::new(lifetime);
     spec.image = e.image;
+    spec.snapshot = e.snapshot;
     spec.cpus = e.cpus;
     if let Some(c) = spec.cpus
         && !(c.is_finite() && c > 0.0)
@@ -355,6 +426,17 @@ fn environment(name: &str, e: RawEnvironment) -> Result<Environment> {
     spec.isolation = e.isolation;
     spec.workspace = e.workspace;
     spec.network = e.network.map(|v| network(v, &at("network"))).transpose()?;
+    if let Some(v) = e.ports {
+        spec.ports = ports(v, &at("ports"))?;
+    }
+    spec.capabilities = e.capabilities;
+    if let Some(v) = e.mounts {
+        spec.mounts = mounts(v, &at("mounts"))?;
+    }
+    // What the spec itself checks (lifetime bounds, mounts' paths, ports' numbers, names),
+    // named under this environment.
+    spec.validate()
+        .map_err(|err| Error::invalid(format!("transport config: environments.{name}: {}", err.message())))?;
     for (k, v) in &e.env {
         validate_env(k, v).map_err(|err| Error::invalid(format!("{}: {}", at("env"), err.message())))?;
     }
@@ -508,5 +590,68 @@ mod tests {
         let c = TransportConfig::from_toml("[environments.a]\nprovider = \"local\"").unwrap();
         assert!(c.hands.is_none());
         assert_eq!(c.environments["a"].spec.max_lifetime, DEFAULT_LIFETIME);
+    }
+
+    /// A config as the library agentbox grew from wrote it (JSON, camelCase keys) reads the
+    /// same as agentbox's own, with a snapshot, ports, capabilities and mounts.
+    #[test]
+    fn the_librarys_own_configs_are_read() {
+        let mount = std::env::temp_dir().canonicalize().unwrap();
+        let seed = format!(
+            r#"{{"environments": {{"sandbox": {{"provider": "modal", "maxLifetime": "6h", "memoryMb": 2048,
+                "snapshot": "base", "ports": [8080, {{"port": 5432, "kind": "tcp"}}], "capabilities": ["fuse"],
+                "mounts": [{{"source": "{}", "target": "/data", "readOnly": true}}]}}}},
+              "hands": "sandbox"}}"#,
+            mount.display()
+        );
+        let c = TransportConfig::from_json(&seed).unwrap();
+        let spec = &c.environments["sandbox"].spec;
+        assert_eq!(spec.max_lifetime, Duration::from_secs(6 * 3600));
+        assert_eq!(spec.memory_mb, Some(2048));
+        assert_eq!(spec.snapshot.as_deref(), Some("base"));
+        assert_eq!(
+            spec.ports,
+            vec![
+                agentbox_core::PortSpec {
+                    port: 8080,
+                    kind: agentbox_core::PortKind::Https
+                },
+                agentbox_core::PortSpec {
+                    port: 5432,
+                    kind: agentbox_core::PortKind::Tcp
+                },
+            ]
+        );
+        assert_eq!(spec.capabilities, vec!["fuse"]);
+        assert_eq!(spec.mounts.len(), 1);
+        assert!(spec.mounts[0].read_only);
+        assert_eq!(spec.mounts[0].target, "/data");
+        // The same in agentbox's own keys, in TOML.
+        let toml = format!(
+            "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"modal\"\nmax_lifetime = \"6h\"\nmemory_mb = 2048\n\
+             snapshot = \"base\"\nports = [8080, {{ port = 5432, kind = \"tcp\" }}]\ncapabilities = [\"fuse\"]\n\
+             mounts = [{{ source = \"{}\", target = \"/data\", read_only = true }}]\n",
+            mount.display()
+        );
+        assert_eq!(TransportConfig::from_toml(&toml).unwrap(), c);
+
+        // Each wrong shape is named.
+        assert!(err("[environments.a]\nprovider = \"local\"\nports = [\"http\"]").contains("environments.a.ports[0]"));
+        assert!(err("[environments.a]\nprovider = \"local\"\nports = [70000]").contains("environments.a.ports[0]"));
+        assert!(
+            err("[environments.a]\nprovider = \"local\"\nmounts = [{ source = \"/x\" }]")
+                .contains("environments.a.mounts")
+        );
+        assert!(
+            err("[environments.a]\nprovider = \"local\"\nmounts = [{ source = \"relative\", target = \"/x\" }]")
+                .contains("environments.a")
+        );
+        let both = TransportConfig::from_json(
+            r#"{"environments":{"a":{"provider":"local","maxLifetime":"1h","max_lifetime":"2h"}}}"#,
+        )
+        .unwrap_err()
+        .message()
+        .to_string();
+        assert!(both.contains("duplicate") && both.contains("max_lifetime"), "{both}");
     }
 }

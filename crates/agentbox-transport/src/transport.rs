@@ -119,6 +119,11 @@ impl Transport {
     pub fn new(config: TransportConfig, host: TransportHost) -> Result<Self> {
         let mut pools = BTreeMap::new();
         for (name, env) in &config.environments {
+            // A `local` environment the host passed no provider for is the host's own: its
+            // conversations get no environment from the transport ([`Transport::env`]).
+            if env.provider == LOCAL && !host.providers.contains_key(LOCAL) {
+                continue;
+            }
             let Some(p) = host.providers.get(&env.provider) else {
                 let passed: Vec<&str> = host.providers.keys().map(String::as_str).collect();
                 // A name agentbox has not heard of is most likely a typo: list agentbox's.
@@ -165,10 +170,21 @@ impl Transport {
         })
     }
 
-    /// The conversation's environment, or `None` when the config names no hands (the host then
-    /// uses its own). Nothing is made until its first operation.
+    /// The conversation's environment, or `None` when the host's own should serve: the config
+    /// names no hands, or its hands are a `local` environment and the host passed no `local`
+    /// provider. Nothing is made until its first operation.
+    ///
+    /// ```no_run
+    /// # fn f(t: &agentbox_transport::Transport, own: std::sync::Arc<dyn agentbox_hands::ExecutionEnv>) {
+    /// let env = t.env("conversation-1").unwrap_or(own); // the host's own environment behind it
+    /// # }
+    /// ```
     pub fn env(&self, conversation: &str) -> Option<Arc<dyn ExecutionEnv>> {
-        self.inner.config.hands.as_ref()?;
+        let hands = self.inner.config.hands.as_ref()?;
+        if self.inner.hosts_itself(&hands.default) {
+            tracing::debug!(conversation, environment = %hands.default, "the host's own environment (no local provider passed)");
+            return None;
+        }
         tracing::debug!(conversation, "environment made (its box comes at its first call)");
         Some(Arc::new(LazyEnv {
             inner: self.inner.clone(),
@@ -179,9 +195,14 @@ impl Transport {
     /// Point a conversation's tools at a role or any declared environment, from its next call.
     /// Kept as a conversation document; a fork (a new conversation) starts on the default.
     pub async fn assign(&self, conversation: &str, role: &str) -> Result<()> {
-        if self.inner.config.resolve(role).is_none() {
+        let Some(env) = self.inner.config.resolve(role) else {
             return Err(Error::invalid(format!(
                 "assign: {role:?} is neither a role nor a declared environment"
+            )));
+        };
+        if self.inner.hosts_itself(env) {
+            return Err(Error::unsupported(format!(
+                "assign: {role:?} is the local environment {env:?}, which this host serves itself (it passed no local provider): a conversation's environment cannot move to the host"
             )));
         }
         self.inner
@@ -245,7 +266,19 @@ impl Transport {
     }
 }
 
+/// The provider name of the host's own machine.
+const LOCAL: &str = "local";
+
 impl Inner {
+    /// Whether the environment `name` is served by the host itself: a `local` environment the
+    /// host passed no `local` provider for.
+    fn hosts_itself(&self, name: &str) -> bool {
+        self.config
+            .environments
+            .get(name)
+            .is_some_and(|e| e.provider == LOCAL && !self.host.providers.contains_key(LOCAL))
+    }
+
     /// End every box the documents name under `prefix`, and remove their documents.
     async fn end_named(&self, prefix: &str, ctx: &Ctx) -> Result<Vec<SandboxId>> {
         let h = &self.host;

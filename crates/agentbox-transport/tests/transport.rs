@@ -374,6 +374,25 @@ fn what_the_host_cannot_serve_is_refused_at_start() {
     )
     .unwrap();
     assert!(none.env("c1").is_none());
+    // Hands on a `local` environment, and the host passed no local provider: the host's own
+    // environment too (the seed's rule), while its other environments still get boxes.
+    let mut only_docker = host(&w, Arc::new(MemoryDocuments::default()));
+    only_docker.providers = BTreeMap::from([("docker".to_string(), Arc::new(w.fake.clone()) as Arc<dyn Provider>)]);
+    let local_hands = "hands = { default = \"here\", build = \"box\" }\n\
+        [environments.here]\nprovider = \"local\"\nmaxLifetime = \"6h\"\n\
+        [environments.box]\nprovider = \"docker\"\n";
+    let t = Transport::new(TransportConfig::from_toml(local_hands).unwrap(), only_docker).unwrap();
+    assert!(t.env("c1").is_none(), "the host serves its local environment itself");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        t.assign("c1", "build").await.unwrap();
+        let e = t.assign("c1", "here").await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+        assert!(e.message().contains("serves itself"), "{e}");
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
