@@ -169,6 +169,7 @@ pub(crate) async fn step(root: &Path, id: &str, step: usize, in_workspace: bool)
             .then(|c| Reply {
                 text: format!("The box's machine is called {}.", last_tool_text(c).trim()),
                 tool_calls: vec![],
+                wait_ms: None,
             }),
         2 => ScriptedModel::new()
             .then(|c| {
@@ -185,11 +186,13 @@ pub(crate) async fn step(root: &Path, id: &str, step: usize, in_workspace: bool)
                         name: "write".into(),
                         args: json!({"path": "note.md", "content": format!("{name}\n")}),
                     }],
+                    wait_ms: None,
                 }
             })
             .then(|_| Reply {
                 text: "Noted in note.md.".into(),
                 tool_calls: vec![],
+                wait_ms: None,
             }),
         _ => ScriptedModel::new()
             .then_call("read", json!({"path": "note.md"}))
@@ -201,6 +204,7 @@ pub(crate) async fn step(root: &Path, id: &str, step: usize, in_workspace: bool)
                         last_tool_text(c).trim()
                     ),
                     tool_calls: vec![],
+                    wait_ms: None,
                 }
             }),
     };

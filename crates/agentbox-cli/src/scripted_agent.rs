@@ -30,6 +30,7 @@ impl agent::Model for Counter {
             return Ok(Reply {
                 text: format!("Counted to {}.", self.steps),
                 tool_calls: vec![],
+                wait_ms: None,
             });
         }
         let n = done + 1;
@@ -42,6 +43,7 @@ impl agent::Model for Counter {
                     "command": format!("echo \"{n} on $(hostname)\" >> count.log; sleep {}", self.step_time.as_secs_f64())
                 }),
             }],
+            wait_ms: None,
         })
     }
 }
@@ -72,6 +74,11 @@ pub(crate) async fn run(runs: &Runs, id: &str, steps: usize, step_time: Duration
     match &turn {
         Turn::Answered(text) => println!("answered: {text}"),
         Turn::Moving(m) => println!("moving to {}: letting the run go at a step boundary", m.to),
+        Turn::Parking(until) => {
+            let rec = run.park(*until).await?;
+            println!("parked: {}", crate::runs::show(&rec));
+            return Ok(0);
+        }
     }
     let rec = run.release().await?;
     println!("released: {}", crate::runs::show(&rec));

@@ -262,6 +262,13 @@ mod tests {
 pub trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
+
+    /// Wait until the clock reads `at_ms` or later: the system's time by default; a clock a
+    /// test moves by hand wakes when it is moved past it.
+    fn sleep_until(&self, at_ms: u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        let left = at_ms.saturating_sub(self.now_ms());
+        Box::pin(tokio::time::sleep(std::time::Duration::from_millis(left)))
+    }
 }
 
 /// The system's clock.

@@ -38,6 +38,11 @@ pub struct Reply {
     /// The tools it calls; none ends the turn.
     #[serde(default)]
     pub tool_calls: Vec<ToolCall>,
+    /// Not a step yet: the model can go on only after this many milliseconds (a retry after a
+    /// rate limit, a long poll). Never kept in the conversation. Past the park threshold the
+    /// run parks ([`work_or_park`]); under it the loop waits in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
 }
 
 /// A model: the conversation so far in, the next step out.
@@ -56,7 +61,7 @@ type Step = Box<dyn Fn(&[Message]) -> Reply + Send + Sync>;
 /// use agentbox_runs::agent::{Reply, ScriptedModel};
 /// let model = ScriptedModel::new()
 ///     .then_call("bash", serde_json::json!({"command": "hostname"}))
-///     .then(|conversation| Reply { text: format!("{} messages so far", conversation.len()), tool_calls: vec![] });
+///     .then(|conversation| Reply { text: format!("{} messages so far", conversation.len()), ..Default::default() });
 /// ```
 #[derive(Default)]
 pub struct ScriptedModel {
@@ -85,6 +90,15 @@ impl ScriptedModel {
                 name: tool.clone(),
                 args: args.clone(),
             }],
+            wait_ms: None,
+        })
+    }
+
+    /// Then no step yet: the model can go on only after `wait`.
+    pub fn then_wait(self, wait: std::time::Duration) -> Self {
+        self.then(move |_| Reply {
+            wait_ms: Some(wait.as_millis() as u64),
+            ..Default::default()
         })
     }
 }
@@ -109,6 +123,24 @@ pub fn text_of(m: &Message) -> &str {
 
 /// How long a run's work may only wait before it parks (the seed's 60 s).
 pub const PARK_THRESHOLD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How the loop waits: on which clock, and past how long a wait it parks the run instead.
+#[derive(Clone)]
+pub struct Waits {
+    /// Where time comes from (a test's clock moves by hand).
+    pub clock: std::sync::Arc<dyn agentbox_core::Clock>,
+    /// A wait this long or longer parks the run ([`PARK_THRESHOLD`] by default).
+    pub park_threshold: std::time::Duration,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Waits {
+            clock: std::sync::Arc::new(agentbox_core::SystemClock),
+            park_threshold: PARK_THRESHOLD,
+        }
+    }
+}
 
 /// A run whose work only waits `wait` (a retry, a long poll) parks when that is past
 /// `threshold`: released with its deadline, for a supervisor to start again. Otherwise the run
@@ -158,6 +190,9 @@ pub enum Turn {
     /// A move was asked, and the turn stopped at a step boundary, the agent told: release
     /// the run for the driver to start the next generation on the target.
     Moving(crate::MoveRequest),
+    /// The next step waits past the park threshold, and the turn stopped, the agent told: park
+    /// the run until this time (milliseconds since the epoch; [`Run::park`]).
+    Parking(u64),
 }
 
 /// Whether the conversation's last turn is unfinished (its last message is not an answer):
@@ -215,9 +250,14 @@ pub async fn answer(
     question: &str,
     ctx: &Ctx,
 ) -> Result<String> {
-    match turn(run, model, env, recorder, Some(question), false, ctx).await? {
+    // It neither moves nor parks: a wait is waited in place.
+    let waits = Waits {
+        park_threshold: std::time::Duration::MAX,
+        ..Default::default()
+    };
+    match turn(run, model, env, recorder, Some(question), false, &waits, ctx).await? {
         Turn::Answered(text) => Ok(text),
-        Turn::Moving(_) => unreachable!("answer asks for no move"),
+        Turn::Moving(_) | Turn::Parking(_) => Err(Error::unknown("answer asked for no move and no parking")),
     }
 }
 
@@ -234,9 +274,67 @@ pub async fn work(
     question: Option<&str>,
     ctx: &Ctx,
 ) -> Result<Turn> {
-    turn(run, model, env, recorder, question, true, ctx).await
+    work_with(run, model, env, recorder, question, &Waits::default(), ctx).await
 }
 
+/// [`work`] on `waits`' clock and threshold: a step the model can take only after a wait past
+/// the threshold stops the turn (the agent told) with [`Turn::Parking`].
+pub async fn work_with(
+    run: &Run,
+    model: &dyn Model,
+    env: &dyn ExecutionEnv,
+    recorder: Option<&Recorder>,
+    question: Option<&str>,
+    waits: &Waits,
+    ctx: &Ctx,
+) -> Result<Turn> {
+    turn(run, model, env, recorder, question, true, waits, ctx).await
+}
+
+/// What became of a run handed to [`work_or_park`].
+pub enum Worked {
+    /// The model answered; the run is still held.
+    Answered(String, Run),
+    /// A move was asked and the turn stopped at a step boundary; the run is still held, to
+    /// release for the move's driver.
+    Moving(crate::MoveRequest, Run),
+    /// The next step waited past the threshold: the run is parked until its deadline, when a
+    /// supervisor (`agentbox runs supervise`, [`crate::Runs::due`]) starts it again.
+    Parked(crate::RunRecord),
+}
+
+/// [`work_with`], and a run whose next step waits past the threshold parked by the loop
+/// itself: released with its deadline, so no host holds a run that only waits.
+///
+/// ```no_run
+/// # async fn f(runs: agentbox_runs::Runs, env: &dyn agentbox_hands::ExecutionEnv) -> agentbox_core::Result<()> {
+/// use agentbox_runs::agent::{ScriptedModel, Waits, Worked, work_or_park};
+/// let run = runs.open("chat").await?;
+/// let model = ScriptedModel::new().then_wait(std::time::Duration::from_secs(600));
+/// match work_or_park(run, &model, env, None, Some("poll the build"), &Waits::default(), &agentbox_core::Ctx::background()).await? {
+///     Worked::Parked(record) => println!("parked until {:?}", record.deadline_ms),
+///     Worked::Answered(text, run) => { println!("{text}"); run.release().await?; }
+///     Worked::Moving(_, run) => { run.release().await?; }
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn work_or_park(
+    run: Run,
+    model: &dyn Model,
+    env: &dyn ExecutionEnv,
+    recorder: Option<&Recorder>,
+    question: Option<&str>,
+    waits: &Waits,
+    ctx: &Ctx,
+) -> Result<Worked> {
+    match work_with(&run, model, env, recorder, question, waits, ctx).await? {
+        Turn::Answered(text) => Ok(Worked::Answered(text, run)),
+        Turn::Moving(m) => Ok(Worked::Moving(m, run)),
+        Turn::Parking(until) => Ok(Worked::Parked(run.park(until).await?)),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn turn(
     run: &Run,
     model: &dyn Model,
@@ -244,6 +342,7 @@ async fn turn(
     recorder: Option<&Recorder>,
     question: Option<&str>,
     moves: bool,
+    waits: &Waits,
     ctx: &Ctx,
 ) -> Result<Turn> {
     let store = run.store();
@@ -256,6 +355,32 @@ async fn turn(
     for _ in 0..MAX_STEPS {
         let conversation = store.messages()?;
         let reply = model.respond(&conversation, ctx).await?;
+        if let Some(wait) = reply.wait_ms {
+            let now = waits.clock.now_ms();
+            let until = now.saturating_add(wait);
+            if std::time::Duration::from_millis(wait) >= waits.park_threshold {
+                let note = format!(
+                    "Parked: the next step waits {}s, past the {}s threshold; the run is released until {}.",
+                    wait / 1000,
+                    waits.park_threshold.as_secs(),
+                    agentbox_core::rfc3339(i64::try_from(until).unwrap_or(i64::MAX))
+                );
+                store.append("system", &json!({ "text": note }))?;
+                tracing::info!(
+                    wait_ms = wait,
+                    until_ms = until,
+                    generation = run.generation(),
+                    "parking: the next step waits past the threshold"
+                );
+                return Ok(Turn::Parking(until));
+            }
+            tracing::debug!(
+                wait_ms = wait,
+                "the next step waits, under the park threshold: waiting in place"
+            );
+            ctx.run(waits.clock.sleep_until(until)).await?;
+            continue;
+        }
         store.append(
             "assistant",
             &json!({ "text": reply.text, "tool_calls": reply.tool_calls }),

@@ -1,7 +1,7 @@
 //! The agent loop: every step persisted as it happens, tool calls through an environment, a
 //! conversation that the next generation continues.
 
-use agentbox_core::{Ctx, ErrorCode};
+use agentbox_core::{Clock, Ctx, ErrorCode};
 use agentbox_hands::HostEnv;
 use agentbox_runs::Runs;
 use agentbox_runs::agent::{self, Reply, ScriptedModel, text_of};
@@ -37,6 +37,7 @@ async fn each_step_is_in_the_store_before_the_next_and_a_later_generation_goes_o
             c.iter().find(|m| m.role == "user").map(text_of).unwrap_or("")
         ),
         tool_calls: vec![],
+        wait_ms: None,
     });
     let said = agent::answer(&run, &model, &env, None, "what did I ask?", &ctx)
         .await
@@ -133,6 +134,7 @@ async fn a_generation_taking_over_mid_step_answers_the_lost_call_and_a_fenced_ho
     let model = ScriptedModel::new().then(|c| Reply {
         text: format!("last said: {}", text_of(c.last().unwrap())),
         tool_calls: vec![],
+        wait_ms: None,
     });
     let turn = agent::work(&run, &model, &env, None, None, &ctx).await.unwrap();
     assert_eq!(turn, Turn::Answered(format!("last said: {INTERRUPTED}")));
@@ -151,6 +153,7 @@ async fn a_generation_taking_over_mid_step_answers_the_lost_call_and_a_fenced_ho
                 name: "write".into(),
                 args: json!({"path": "late.txt", "content": "x"}),
             }],
+            wait_ms: None,
         }
     });
     let e = agent::work(&run, &model, &env, None, Some("again"), &ctx)
@@ -158,4 +161,89 @@ async fn a_generation_taking_over_mid_step_answers_the_lost_call_and_a_fenced_ho
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::Fenced);
     assert!(!work.path().join("late.txt").exists());
+}
+
+/// The loop parks a run by itself: a step that can go on only after a wait past the threshold
+/// (60 s) stops the turn, tells the agent, and releases the run with its deadline; the run is
+/// due for a supervisor exactly then (on a clock the test moves), and the next generation
+/// goes on with the unfinished turn. A wait under the threshold is waited in place.
+#[tokio::test]
+async fn a_step_that_waits_past_the_threshold_parks_the_run_until_its_deadline() {
+    use agentbox_runs::agent::{Waits, Worked, work_or_park};
+    use agentbox_testing::fake::FakeClock;
+    use std::time::Duration;
+    let root = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let env = HostEnv::new(work.path().to_string_lossy()).unwrap();
+    let runs = Runs::new(root.path());
+    runs.create(Some("poll")).unwrap();
+    let ctx = Ctx::background();
+    let clock = FakeClock::manual(1_800_000_000_000);
+    let waits = Waits {
+        clock: clock.clone(),
+        park_threshold: agent::PARK_THRESHOLD,
+    };
+    assert_eq!(agent::PARK_THRESHOLD, Duration::from_secs(60), "the seed's threshold");
+
+    let run = runs.open("poll").await.unwrap();
+    let model = ScriptedModel::new()
+        .then_call("write", json!({"path": "started", "content": "yes"}))
+        .then_wait(Duration::from_secs(120));
+    let parked = match work_or_park(run, &model, &env, None, Some("wait for the build"), &waits, &ctx)
+        .await
+        .unwrap()
+    {
+        Worked::Parked(record) => record,
+        _ => panic!("a 120 s wait parks the run"),
+    };
+    assert_eq!(parked.status, agentbox_runs::RunStatus::Parked);
+    let deadline = 1_800_000_000_000 + 120_000;
+    assert_eq!(parked.deadline_ms, Some(deadline));
+    assert_eq!(std::fs::read_to_string(work.path().join("started")).unwrap(), "yes");
+    // Not due a moment early; due at its deadline.
+    assert!(runs.due(clock.now_ms()).unwrap().is_empty());
+    clock.advance(Duration::from_millis(119_999));
+    assert!(runs.due(clock.now_ms()).unwrap().is_empty(), "not before its deadline");
+    clock.advance(Duration::from_millis(1));
+    let due: Vec<String> = runs.due(clock.now_ms()).unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(due, ["poll"]);
+
+    // The supervisor starts it: the next generation goes on with the unfinished turn, told
+    // why it parked; a 5 s wait is waited in place on the clock, not parked.
+    let run = runs.open("poll").await.unwrap();
+    assert_eq!(run.generation(), 2);
+    let conversation = run.store().messages().unwrap();
+    assert!(agent::unfinished(&conversation));
+    let note = conversation.last().unwrap();
+    assert_eq!(note.role, "system");
+    assert!(
+        text_of(note).starts_with("Parked: the next step waits 120s, past the 60s threshold"),
+        "{}",
+        text_of(note)
+    );
+    let model = ScriptedModel::new().then_wait(Duration::from_secs(5)).then(|_| Reply {
+        text: "built".into(),
+        ..Default::default()
+    });
+    let before = clock.now_ms();
+    let task = {
+        let waits = waits.clone();
+        tokio::spawn(async move {
+            let env = env;
+            work_or_park(run, &model, &env, None, None, &waits, &Ctx::background()).await
+        })
+    };
+    // The wait is on the test's clock: it ends when the clock is moved past it.
+    while !task.is_finished() {
+        clock.advance(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    match task.await.unwrap().unwrap() {
+        Worked::Answered(text, run) => {
+            assert_eq!(text, "built");
+            run.release().await.unwrap();
+        }
+        _ => panic!("a 5 s wait is waited in place"),
+    }
+    assert!(clock.now_ms() >= before + 5_000, "it waited on the clock");
 }

@@ -71,7 +71,7 @@ impl FakeClock {
     }
 
     /// Wait until the clock reads `at_ms` or later.
-    pub async fn sleep_until(&self, at_ms: u64) {
+    pub async fn wait_until(&self, at_ms: u64) {
         if !self.manual {
             let now = self.now_ms();
             if at_ms > now {
@@ -96,6 +96,10 @@ impl Clock for FakeClock {
         } else {
             agentbox_core::SystemClock.now_ms()
         }
+    }
+
+    fn sleep_until(&self, at_ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.wait_until(at_ms))
     }
 }
 
@@ -514,7 +518,7 @@ impl FakeProvider {
             Some(Outcome::Refuse(why)) => Err(Error::refused(why.clone())),
             Some(Outcome::Delay(d)) => {
                 let at = self.s.clock.now_ms() + d.as_millis() as u64;
-                ctx.run(self.s.clock.sleep_until(at)).await
+                ctx.run(self.s.clock.wait_until(at)).await
             }
             Some(Outcome::Hang) => Err(ctx.done().await),
             _ => Ok(()),
