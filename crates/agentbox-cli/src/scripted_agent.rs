@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, Result};
+use agentbox_core::{Ctx, Result};
 use agentbox_runs::agent::{self, Reply, ToolCall, Turn};
 use agentbox_runs::{Message, Runs};
 use async_trait::async_trait;
@@ -64,8 +64,8 @@ pub(crate) async fn run(runs: &Runs, id: &str, steps: usize, step_time: Duration
     if let Some(note) = agent::note_move(&run, runs.host())? {
         println!("{note}");
     }
-    let env = agentbox_hands::HostEnv::new(run.workspace().to_string_lossy())
-        .map_err(|e| Error::invalid(format!("the run's workspace: {e}")))?;
+    // Its programs written down: a next generation that takes the run over ends them.
+    let env = run.host_env()?;
     let conversation = run.store().messages()?;
     let question = format!("Count to {steps}, one step at a time.");
     let question = (!agent::unfinished(&conversation)).then_some(question.as_str());

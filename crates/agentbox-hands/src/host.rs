@@ -33,7 +33,13 @@ pub struct HostEnv {
     temps: Mutex<BTreeSet<String>>,
     groups: Arc<Mutex<BTreeSet<i32>>>,
     max_reader_bytes: u64,
+    group_hook: Option<GroupHook>,
 }
+
+/// Told of each command's process group: `(pgid, true)` once it started, `(pgid, false)` once
+/// it ended. What a durable run writes down, so the next generation can end the programs of
+/// a holder that lost its claim.
+pub type GroupHook = Arc<dyn Fn(i32, bool) + Send + Sync>;
 
 impl HostEnv {
     /// An environment whose cwd is `cwd` (absolute).
@@ -51,7 +57,14 @@ impl HostEnv {
             temps: Mutex::new(BTreeSet::new()),
             groups: Arc::new(Mutex::new(BTreeSet::new())),
             max_reader_bytes: MAX_READER_BYTES,
+            group_hook: None,
         })
+    }
+
+    /// The same, telling `hook` of each command's process group as it starts and ends.
+    pub fn with_group_hook(mut self, hook: GroupHook) -> Self {
+        self.group_hook = Some(hook);
+        self
     }
 
     /// The same, with another reader bound.
@@ -389,6 +402,9 @@ impl ExecutionEnv for HostEnv {
             .map_err(|e| ExecError::new(ExecCode::SpawnError, format!("{program}: {e}")))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
         self.groups.lock().unwrap().insert(pgid);
+        if let Some(hook) = &self.group_hook {
+            hook(pgid, true);
+        }
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         let wait = async {
             use std::os::unix::process::ExitStatusExt;
@@ -400,10 +416,23 @@ impl ExecutionEnv for HostEnv {
         };
         let ran = run_command(self, stdout, stderr, wait, &opts, ctx).await;
         self.groups.lock().unwrap().remove(&pgid);
+        let forget = || {
+            if let Some(hook) = &self.group_hook {
+                hook(pgid, false);
+            }
+        };
         match ran? {
-            Ran::Exited(outcome) => Ok(outcome),
+            Ran::Exited(outcome) => {
+                // A program the command left behind in its group still runs: the group stays
+                // written down until it is gone.
+                if !group_alive(pgid) {
+                    forget();
+                }
+                Ok(outcome)
+            }
             Ran::Stopped { code, drain } => {
                 stop_group(pgid).await;
+                forget();
                 let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
                 // What the command printed as it was asked to end still reaches on_output.
                 let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
@@ -416,6 +445,9 @@ impl ExecutionEnv for HostEnv {
         let groups: Vec<i32> = std::mem::take(&mut *self.groups.lock().unwrap()).into_iter().collect();
         for g in groups {
             stop_group(g).await;
+            if let Some(hook) = &self.group_hook {
+                hook(g, false);
+            }
         }
         let temps: Vec<String> = std::mem::take(&mut *self.temps.lock().unwrap()).into_iter().collect();
         for t in temps {
@@ -439,6 +471,13 @@ impl ExecutionEnv for HostEnv {
 /// table of them here would not be the box's.
 const HOST_KEEPS_NONE: &str =
     "the host environment keeps no processes: a command that runs in the background needs a box with a runner";
+
+/// Whether any process is in group `pgid`.
+fn group_alive(pgid: i32) -> bool {
+    rustix::process::Pid::from_raw(pgid)
+        .filter(|_| pgid > 1)
+        .is_some_and(|p| rustix::process::test_kill_process_group(p).is_ok())
+}
 
 /// Ask a process group to end, and kill it a second later.
 async fn stop_group(pgid: i32) {

@@ -19,7 +19,7 @@ pub use boxenv::{BoxEnv, end_left_commands};
 pub use env::*;
 pub use exec::*;
 pub use fs::*;
-pub use host::HostEnv;
+pub use host::{GroupHook, HostEnv};
 pub use watch::{Change, ChangeKind, WatchTarget};
 
 /// Split text into lines on `\n` (a trailing newline ends the last line, it starts none),

@@ -6,7 +6,9 @@
 //!   kernel drops when the holder dies; across hosts a PostgreSQL lease, [`lease`]) and is the
 //!   next generation. A second claim is refused, naming the holder.
 //! - Every write to the store is fenced by the generation ([`store`]): a holder whose claim was
-//!   taken learns it as a typed error, never by a silent lost write.
+//!   taken learns it as a typed error, never by a silent lost write. So is the workspace: the
+//!   programs a generation runs there are written down ([`programs`], [`Run::host_env`]), and
+//!   the next generation ends them before its first step.
 //! - [`Run::release`] seals the run (store checkpointed and synced) and gives up the claim;
 //!   [`Run::park`] releases it with a deadline; [`Runs::fork`] copies a sealed run into new ones.
 //! - [`moves`]: a planned move asks the holder to let the run go at its next step boundary,
@@ -20,6 +22,7 @@ pub mod agent;
 pub mod history;
 pub mod lease;
 pub mod moves;
+pub mod programs;
 pub mod record;
 pub mod run;
 pub mod store;

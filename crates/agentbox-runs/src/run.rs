@@ -232,6 +232,12 @@ impl Runs {
                 return Err(e);
             }
         };
+        // The fence is this generation's: no program an earlier holder started in the
+        // workspace goes on past it (a holder that died, or whose lease ran out, left them).
+        let ended = crate::programs::end_earlier(&dir, generation).await;
+        if ended > 0 {
+            tracing::warn!(generation, ended, "ended the programs an earlier holder left running");
+        }
         // This generation is where a move asked of the last one lands, when it was started by
         // the driver the move named: the request is done.
         let moved = match &self.driver {
@@ -440,6 +446,14 @@ impl Run {
     pub fn workspace(&self) -> PathBuf {
         self.dir.join("workspace")
     }
+    /// The host's environment in the run's workspace, its programs written down so that the
+    /// next generation ends them if this one loses its claim ([`crate::programs`]).
+    pub fn host_env(&self) -> Result<agentbox_hands::HostEnv> {
+        let env = agentbox_hands::HostEnv::new(self.workspace().to_string_lossy())
+            .map_err(|e| Error::invalid(format!("the run's workspace: {e}")))?;
+        Ok(env.with_group_hook(crate::programs::hook(&self.dir, self.record.generation)))
+    }
+
     /// The run's store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
@@ -469,6 +483,7 @@ impl Run {
     pub fn keep_claim(&self) -> Option<ClaimKeeper> {
         let (leases, ttl) = self.lease.clone()?;
         let (id, generation) = (self.record.id.clone(), self.record.generation);
+        let dir = self.dir.clone();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(ttl / 3).await;
@@ -476,6 +491,8 @@ impl Run {
                     Ok(()) => {}
                     Err(e) if e.code() == ErrorCode::Fenced => {
                         tracing::error!(run = %id, generation, "{}", e.message());
+                        // Its programs must not change the run's files any more.
+                        crate::programs::end(&dir, generation).await;
                         return;
                     }
                     // A renewal that failed otherwise (the server unreachable a moment) is
@@ -508,12 +525,14 @@ impl Run {
 
     #[tracing::instrument(name = "run.release", skip(self), fields(run = %self.record.id, generation = self.record.generation))]
     async fn let_go(mut self, status: RunStatus, deadline_ms: Option<u64>) -> Result<RunRecord> {
-        // A holder that lost its claim writes nothing, its record included.
-        self.store.fenced(|_| Ok(()))?;
-        self.store.seal()?;
+        // A holder that lost its claim writes nothing, its record included: the fence is
+        // checked and run.json written as one step, under the store's write lock, so no next
+        // generation takes the fence between them (its record would be overwritten).
         self.record.status = status;
         self.record.deadline_ms = deadline_ms;
-        write_record(&self.dir, &self.record)?;
+        let (dir, record) = (self.dir.clone(), self.record.clone());
+        self.store.fenced_with(|| write_record(&dir, &record))?;
+        self.store.seal()?;
         // Told before the claim goes, so the next generation's line comes after it.
         let how = match status {
             RunStatus::Parked => "parked",

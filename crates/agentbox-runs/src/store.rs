@@ -173,6 +173,18 @@ impl Store {
         self.generation
     }
 
+    /// Run `f` (a write outside the store, run.json) while the store's write lock is held and
+    /// the fence is this generation's: a next generation takes the fence before or after, never
+    /// between the check and the write.
+    pub fn fenced_with<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let mut outside = None;
+        self.fenced(|_| {
+            outside = Some(f());
+            Ok(())
+        })?;
+        outside.unwrap_or_else(|| Err(Error::unknown("run store: the fenced write did not run")))
+    }
+
     /// Run `f` in a write transaction that commits only while the fence is this generation's.
     /// Returned, the write is durable.
     pub fn fenced<T>(&self, f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>) -> Result<T> {

@@ -413,3 +413,68 @@ async fn a_move_is_asked_in_the_run_and_done_by_the_next_generation() {
     let run = there.open("m").await.unwrap();
     assert_eq!((run.moved(), run.move_asked().unwrap()), (None, None));
 }
+
+/// A holder that lost its claim changes no file of the run: the program its tool call left
+/// writing in the workspace is ended when the next generation claims, before that generation's
+/// first step; and a stale holder's release neither writes run.json nor seals over the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holders_programs_end_before_the_next_generation_steps() {
+    use agentbox_core::Ctx;
+    use agentbox_hands::{Command, ExecOptions, ExecutionEnv};
+    let root = tempfile::tempdir().unwrap();
+    let runs = Runs::new(root.path());
+    runs.create(Some("w")).unwrap();
+    let stale = runs.open("w").await.unwrap();
+    let env = stale.host_env().unwrap();
+    let log = stale.workspace().join("log");
+    // A tool call whose program writes on, as a holder that dies leaves it.
+    let tool = tokio::spawn(async move {
+        env.exec(
+            Command::Shell("while :; do echo x >> log; sleep 0.02; done".into()),
+            ExecOptions::default(),
+            &Ctx::background(),
+        )
+        .await
+    });
+    let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let t = std::time::Instant::now();
+    while size(&log) == 0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the writer never wrote");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        runs.dir("w").join("programs/1").exists(),
+        "generation 1 wrote its program down"
+    );
+    // The holder dies (its claim goes with it); its program does not.
+    drop(stale);
+    let before = size(&log);
+    let t = std::time::Instant::now();
+    while size(&log) == before {
+        assert!(t.elapsed() < Duration::from_secs(10), "the writer stopped by itself");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let next = runs.open("w").await.unwrap();
+    assert_eq!(next.generation(), 2);
+    let at_claim = std::fs::read(&log).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        at_claim,
+        "nothing the old writer does after the claim reaches the workspace"
+    );
+    let ended = tool.await.unwrap();
+    assert!(
+        ended.is_err() || ended.as_ref().is_ok_and(|o| o.exit_code != 0),
+        "{ended:?}"
+    );
+    assert!(!runs.dir("w").join("programs/1").exists(), "forgotten once ended");
+
+    // A holder whose fence was taken (here by a store opened as generation 3, as another
+    // host's would be) cannot release: run.json stays what the run's holder wrote.
+    let record = read_status(&runs.dir("w")).unwrap();
+    let _taken = Store::take(&runs.dir("w").join("store.db"), 3, Journal::Wal).unwrap();
+    assert_eq!(next.release().await.unwrap_err().code(), ErrorCode::Fenced);
+    assert_eq!(read_status(&runs.dir("w")).unwrap(), record, "run.json untouched");
+}
