@@ -15,9 +15,16 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 /// One tool call.
+///
+/// The fields of the workflow ledger this one follows (`type: op.called`, `seq`, `op`,
+/// `target`, `at`), with three differences: the run is `run` (`runId` there, read under that
+/// name too); the outcome is kept (`ok`, and `error` when it failed), which a tool call's
+/// history needs; and the workflow platform's own fields (the `connection` snapshot, the
+/// outline `path` of the step) are not, since agentbox runs tools, not workflows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// The run that made it.
+    #[serde(alias = "runId")]
     pub run: String,
     /// Its place in the run, from 1.
     pub seq: u64,

@@ -183,3 +183,19 @@ async fn postgres_a_connection_that_ended_says_why() {
         "the reason is named: {errors:?}"
     );
 }
+
+/// A record names its fields as the workflow ledger does (`type`, `seq`, `op`, `target`, `at`),
+/// its run as `run`, and reads one that names it `runId`.
+#[test]
+fn a_record_has_the_workflow_ledgers_field_names() {
+    let r = rec("r1", 3, "/workspace/a.txt", 1_800_000_000_000);
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"run": "r1", "seq": 3, "type": "op.called", "op": "write",
+            "target": "/workspace/a.txt", "at": 1_800_000_000_000u64, "ok": true})
+    );
+    let theirs = serde_json::json!({"runId": "r1", "seq": 3, "type": "op.called", "op": "write",
+        "target": "/workspace/a.txt", "at": 1_800_000_000_000u64, "ok": true});
+    assert_eq!(serde_json::from_value::<Record>(theirs).unwrap(), r);
+}
