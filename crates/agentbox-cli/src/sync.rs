@@ -112,6 +112,7 @@ pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
                     to: to.clone(),
                     exclude,
                     read_only,
+                    ..Default::default()
                 },
                 &ctx,
             )

@@ -15,8 +15,8 @@ mod remove;
 
 pub use extract::{Admit, Kind, MAX_BYTES, MAX_ENTRIES, MAX_EXTENSION, Observe, Options, Written, extract};
 pub use movers::{
-    Fetched, LEARNING, MAX_LISTING_BYTES, Mark, MarkEntry, Packed, PullOptions, Pulled, SeedOptions, Seeded, fetch,
-    list_box, pack_dir, pull_agent_home, pull_dir, seed_agent_home, seed_dir,
+    Fetched, LEARNING, MAX_LISTING_BYTES, Mark, MarkEntry, Packed, PullOptions, Pulled, STALL_LIMIT, SeedOptions,
+    Seeded, fetch, fetch_within, list_box, pack_dir, pull_agent_home, pull_dir, seed_agent_home, seed_dir,
 };
 pub use receipt::{MAX_NAMED_SKIPS, Receipt, Skip, SkipReason, StopReason, Stopped};
 pub use remove::{Removed, remove_entries};

@@ -28,6 +28,9 @@ use crate::{Options, Receipt, extract_tar};
 pub const MAX_LISTING_BYTES: usize = 64 << 20;
 /// The largest seed archive.
 pub(crate) const MAX_SEED_BYTES: u64 = 1 << 30;
+/// How long a transfer may go without a byte moving before it is stopped (the box stopped
+/// sending, or stopped taking): a box that hangs never holds a seed or a pull for ever.
+pub const STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One path as the box listed it, and the SHA-256 of what the host knows it holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +71,8 @@ pub struct SeedOptions {
     pub exclude: Vec<String>,
     /// Relative paths sent without a write bit.
     pub read_only: Vec<String>,
+    /// How long the box may take no byte before the seed stops ([`STALL_LIMIT`] when absent).
+    pub stall: Option<std::time::Duration>,
 }
 
 /// What a seed did.
@@ -134,6 +139,8 @@ pub struct PullOptions {
     pub max_listing_bytes: Option<usize>,
     /// Bytes of archive read at most (default 1 GiB).
     pub max_bytes: Option<u64>,
+    /// How long the box may send no byte before the pull stops ([`STALL_LIMIT`] when absent).
+    pub stall: Option<std::time::Duration>,
 }
 
 /// What a pull did.
@@ -335,15 +342,46 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
     let argv = ["sh", "-c", UNPACK, "agentbox-seed", &opts.to]
         .map(String::from)
         .to_vec();
-    let p = b.exec(&argv, &ExecOptions::default(), ctx).await?;
-    let out = finish(
-        p,
-        FinishOptions {
-            stdin: archive,
-            max_output: 1 << 20,
-        },
-    )
-    .await?;
+    let mut p = b.exec(&argv, &ExecOptions::default(), ctx).await?;
+    let stall = opts.stall.unwrap_or(STALL_LIMIT);
+    // The archive goes a chunk at a time, each within the stall limit: a box that stops
+    // taking it stops the seed, not the host.
+    let mut stdin = p.stdin.take();
+    let killer = p.killer();
+    let write = async move {
+        let Some(w) = stdin.as_mut() else {
+            return Ok(());
+        };
+        for chunk in archive.chunks(64 << 10) {
+            match tokio::time::timeout(stall, w.write_all(chunk)).await {
+                Ok(Ok(())) => {}
+                // The unpack ended early: its exit says why.
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                Ok(Err(e)) => return Err(Error::io(e, "sending the seed")),
+                Err(_) => {
+                    let _ = killer.signal(agentbox_core::SIGKILL).await;
+                    return Err(Error::timeout(format!(
+                        "seed: the box took no byte for {}s (the stall limit); the unpack was stopped",
+                        stall.as_secs_f64()
+                    )));
+                }
+            }
+        }
+        let _ = w.close().await;
+        Ok(())
+    };
+    let (written, out) = tokio::join!(
+        write,
+        finish(
+            p,
+            FinishOptions {
+                stdin: Vec::new(),
+                max_output: 1 << 20,
+            },
+        )
+    );
+    written?;
+    let out = out?;
     let stopped = (out.status.code != 0).then(|| crate::Stopped {
         reason: crate::StopReason::CopyFailed,
         message: format!(
@@ -515,7 +553,16 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         receipt,
         bytes,
         written,
-    } = fetch(b, &opts.from, &wanted, &opts.to, max_bytes, ctx).await?;
+    } = fetch_within(
+        b,
+        &opts.from,
+        &wanted,
+        &opts.to,
+        max_bytes,
+        opts.stall.unwrap_or(STALL_LIMIT),
+        ctx,
+    )
+    .await?;
     // The next mark: the box's listing, with the hash of what the host now holds.
     let mut mark = listed.clone();
     for (path, e) in mark.entries.iter_mut() {
@@ -635,11 +682,27 @@ pub async fn fetch(
     max_bytes: u64,
     ctx: &Ctx,
 ) -> Result<Fetched> {
+    fetch_within(b, from, names, to, max_bytes, STALL_LIMIT, ctx).await
+}
+
+/// [`fetch`] with a stall limit of its own: a box that sends no byte for `stall` has its pack
+/// stopped, and the receipt says `stalled`.
+pub async fn fetch_within(
+    b: &dyn Sandbox,
+    from: &str,
+    names: &[String],
+    to: &Path,
+    max_bytes: u64,
+    stall: std::time::Duration,
+    ctx: &Ctx,
+) -> Result<Fetched> {
     if names.is_empty() {
         return Ok(Fetched::default());
     }
     let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut p = in_c_locale(b, PACK, "agentbox-pull", from, ctx).await?;
+    let killer = p.killer();
+    let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut list_bytes = Vec::new();
     for w in names {
         list_bytes.extend_from_slice(w.as_bytes());
@@ -686,18 +749,34 @@ pub async fn fetch(
         max_bytes,
         ..Default::default()
     };
-    let (_, mut receipt, errors) = tokio::join!(
-        writer,
-        extract_tar(
+    let extraction = async {
+        let receipt = extract_tar(
             Counted {
                 inner: stdout,
-                bytes: bytes.clone()
+                bytes: bytes.clone(),
+                stall: Stall::new(stall, stalled.clone()),
             },
             to.to_path_buf(),
-            extract_opts
-        ),
-        errors
-    );
+            extract_opts,
+        )
+        .await;
+        // A stalled pack is stopped now: its stderr, read beside, ends with it.
+        if stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = killer.signal(agentbox_core::SIGKILL).await;
+        }
+        receipt
+    };
+    let (_, mut receipt, errors) = tokio::join!(writer, extraction, errors);
+    if stalled.load(std::sync::atomic::Ordering::SeqCst) {
+        // What the extractor made of the cut archive matters less than why it was cut.
+        receipt.stopped = Some(crate::Stopped {
+            reason: crate::StopReason::Stalled,
+            message: format!(
+                "the box sent no byte of {from} for {}s (the stall limit); its pack was stopped",
+                stall.as_secs_f64()
+            ),
+        });
+    }
     let exit = p.wait().await;
     if receipt.stopped.is_none() {
         let failed = match exit {
@@ -745,10 +824,29 @@ pub async fn pull_agent_home(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> 
     pull_dir(b, &o, ctx).await
 }
 
-/// Counts the bytes read through it.
+/// A stall limit on a stream: the time since its last byte.
+struct Stall {
+    limit: std::time::Duration,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    hit: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Stall {
+    fn new(limit: std::time::Duration, hit: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Stall {
+            limit,
+            timer: Box::pin(tokio::time::sleep(limit)),
+            hit,
+        }
+    }
+}
+
+/// Counts the bytes read through it, and ends the stream with an error once no byte came for
+/// the stall limit (the flag says so).
 struct Counted<R> {
     inner: R,
     bytes: Arc<std::sync::atomic::AtomicU64>,
+    stall: Stall,
 }
 
 impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<R> {
@@ -757,11 +855,28 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<R> {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
         let before = buf.filled().len();
         let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
         let n = (buf.filled().len() - before) as u64;
         self.bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        r
+        match r {
+            Poll::Ready(r) => {
+                let deadline = tokio::time::Instant::now() + self.stall.limit;
+                self.stall.timer.as_mut().reset(deadline);
+                Poll::Ready(r)
+            }
+            Poll::Pending => match self.stall.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    self.stall.hit.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no byte within the stall limit",
+                    )))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
     }
 }
 

@@ -52,7 +52,7 @@ pub struct Skip {
 /// Why an extraction stopped before the archive's end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stopped {
-    /// `malformed`, `too_large`, `too_many_entries`, `transfer_failed` or `copy_failed`.
+    /// `malformed`, `too_large`, `too_many_entries`, `transfer_failed`, `copy_failed` or `stalled`.
     pub reason: StopReason,
     /// What happened.
     pub message: String,
@@ -75,6 +75,8 @@ pub enum StopReason {
     /// with an error, a file it listed could not be read): what came is written, and what did
     /// not is named by the pull.
     CopyFailed,
+    /// The other side sent no byte for the stall limit, and the copy was stopped.
+    Stalled,
 }
 
 /// The receipt of one extraction. What was written before a stop stays, every file whole.

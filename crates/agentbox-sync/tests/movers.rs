@@ -73,6 +73,7 @@ async fn seed_then_incremental_pulls_round_trip_a_tree() {
                 to: work.clone(),
                 exclude: vec!["skipme".into()],
                 read_only: vec!["learning".into()],
+                ..Default::default()
             },
             &ctx,
         )
@@ -322,6 +323,8 @@ async fn a_deletion_and_a_host_edit_are_kept_in_the_mark_until_acted_on() {
 struct Hiding {
     inner: Arc<dyn Sandbox>,
     hide: std::sync::Mutex<Option<String>>,
+    /// The box hangs: its pack sends a little and then nothing, its unpack takes nothing.
+    hang: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait::async_trait]
@@ -342,6 +345,15 @@ impl Sandbox for Hiding {
         ctx: &Ctx,
     ) -> agentbox_core::Result<agentbox_core::Process> {
         let hide = self.hide.lock().unwrap().clone();
+        if self.hang.load(std::sync::atomic::Ordering::SeqCst) {
+            let script = match argv.get(3).map(String::as_str) {
+                Some("agentbox-pull") => "head -c 512 /dev/zero; exec sleep 60",
+                Some("agentbox-seed") => "exec sleep 60",
+                _ => return self.inner.exec(argv, opts, ctx).await,
+            };
+            let argv = ["sh", "-c", script].map(String::from);
+            return self.inner.exec(&argv, opts, ctx).await;
+        }
         match hide {
             Some(name) if argv.get(3).is_some_and(|a| a == "agentbox-pull") => {
                 let script = format!(
@@ -387,6 +399,7 @@ async fn a_file_that_was_not_copied_is_named_and_not_marked() {
     let b = Hiding {
         inner,
         hide: std::sync::Mutex::new(None),
+        hang: Default::default(),
     };
     let ctx = Ctx::background();
     let work = format!("{}/run", b.facts().workspace.clone().unwrap());
@@ -452,3 +465,73 @@ async fn a_file_that_was_not_copied_is_named_and_not_marked() {
     assert_eq!(std::fs::read_to_string(h.join("b.txt")).unwrap(), "TWO!\n");
     b.destroy(&ctx).await.unwrap();
 }
+
+/// A box that hangs mid-transfer never holds the host: a pull whose box sends nothing for the
+/// stall limit stops (`stalled`, the pack killed, nothing marked), and so does a seed whose box
+/// takes nothing (`timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_that_stalls_is_stopped_at_the_stall_limit() {
+    agentbox_testing::runner::ensure();
+    let home = tempfile::tempdir().unwrap();
+    let inner = LocalProvider::new(LocalOptions::at(home.path()).unwrap())
+        .unwrap()
+        .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
+        .await
+        .unwrap();
+    let b = Hiding {
+        inner,
+        hide: std::sync::Mutex::new(None),
+        hang: Default::default(),
+    };
+    let ctx = Ctx::background();
+    let work = format!("{}/run", b.facts().workspace.clone().unwrap());
+    let host = tempfile::tempdir().unwrap();
+    let h = host.path();
+    std::fs::write(h.join("a.txt"), "one").unwrap();
+    // 1 MiB: more than a pipe holds, so a box that reads nothing blocks the sender.
+    std::fs::write(h.join("big"), vec![7u8; 1 << 20]).unwrap();
+    let seed = |stall| SeedOptions {
+        from: h.to_path_buf(),
+        to: work.clone(),
+        stall: Some(stall),
+        ..Default::default()
+    };
+    let seeded = seed_dir(&b, &seed(STALL), &ctx).await.unwrap();
+    sh(&b, &format!("echo changed > {work}/a.txt")).await;
+
+    b.hang.store(true, std::sync::atomic::Ordering::SeqCst);
+    let t = std::time::Instant::now();
+    // The listing runs before the pack and is not hung: only the pack is.
+    let opts = PullOptions {
+        from: work.clone(),
+        to: h.to_path_buf(),
+        since: Some(seeded.mark.clone()),
+        stall: Some(STALL),
+        ..Default::default()
+    };
+    let pulled = pull_dir(&b, &opts, &ctx).await.unwrap();
+    let stop = pulled.receipt.stopped.clone().expect("the pull stopped");
+    assert_eq!(stop.reason, agentbox_sync::StopReason::Stalled, "{stop:?}");
+    assert!(stop.message.contains("stall limit"), "{}", stop.message);
+    assert!(
+        t.elapsed() < Duration::from_secs(50),
+        "stopped at the limit, not the box's sleep"
+    );
+    assert_eq!(pulled.copy_failed, vec!["a.txt"]);
+    assert_eq!(std::fs::read_to_string(h.join("a.txt")).unwrap(), "one");
+    assert_eq!(pulled.mark.entries["a.txt"], seeded.mark.entries["a.txt"], "not marked");
+
+    let t = std::time::Instant::now();
+    let e = seed_dir(&b, &seed(STALL), &ctx).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
+    assert!(e.message().contains("took no byte"), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(50),
+        "stopped at the limit, not the box's sleep"
+    );
+    b.destroy(&ctx).await.unwrap();
+}
+
+/// The stall limit of the test above: long enough that a loaded machine starting the pack
+/// never trips it, short enough to keep the test quick.
+const STALL: Duration = Duration::from_secs(3);

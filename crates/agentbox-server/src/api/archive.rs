@@ -85,6 +85,7 @@ fn stopped(receipt: &Receipt, whose: &str) -> Option<ApiError> {
         StopReason::Malformed => ErrorCode::Invalid,
         StopReason::TooLarge | StopReason::TooManyEntries => ErrorCode::TooLarge,
         StopReason::TransferFailed | StopReason::CopyFailed => ErrorCode::TransferFailed,
+        StopReason::Stalled => ErrorCode::Timeout,
     };
     Some(ApiError::new(code, format!("{whose}: {}", s.message)))
 }
