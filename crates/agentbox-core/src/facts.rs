@@ -69,6 +69,11 @@ pub struct Facts {
     /// box): a receipt counts its calls, and a per-second price is never applied to it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub billed_per_call: bool,
+    /// How bulk data (a seed, a pull) moves to and from the box: `stream` through an exec's
+    /// stdin and stdout, or `files` uploaded and downloaded whole where an exec takes no stdin
+    /// (an Archil exec box). Absent: `stream`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bulk: Option<Bulk>,
     /// The longest one exec may run, where the provider bounds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_exec_ms: Option<u64>,
@@ -255,6 +260,18 @@ mod tests {
         };
         assert!(!f.no_port_exposed());
     }
+}
+
+/// How bulk data moves to and from a box ([`Facts::bulk`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Bulk {
+    /// One stream through an exec's stdin and stdout.
+    #[default]
+    Stream,
+    /// A file uploaded, or made in the box and downloaded, whole.
+    Files,
 }
 
 /// Where time comes from, so a test can move it by hand (the fake clock in

@@ -24,7 +24,7 @@ mod time;
 pub use allow::{AllowEntry, AllowTarget, Allowlist, NetRefusal, canonical};
 pub use ctx::Ctx;
 pub use error::{Error, ErrorCode, Result};
-pub use facts::{Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock, now_ms};
+pub use facts::{Bulk, Clock, Facts, KnownNetwork, NetworkFact, PortFact, SystemClock, now_ms};
 pub use files::{FileError, FileMeta, FileType, Files, within_workspace};
 pub use id::SandboxId;
 pub use lifecycle::{

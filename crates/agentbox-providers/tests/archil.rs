@@ -372,6 +372,75 @@ async fn the_limit_the_own_deadline_and_exit_124_are_timeouts() {
     fake.shutdown().await;
 }
 
+/// An archil box's exec takes no stdin, so its facts say bulk data moves as files: a seed
+/// uploads its archive and unpacks it there, a pull has the box pack into a file and downloads
+/// it, through the same extractor; the transfer's files are gone after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_and_a_pull_move_as_files() {
+    let limit = Duration::from_secs(30);
+    let Some((fake, disk)) = fake("a_seed_and_a_pull_move_as_files", limit).await else {
+        return;
+    };
+    let p = provider(options(&fake, &disk, limit));
+    let b = p.create(&spec(), &ctx()).await.unwrap();
+    assert_eq!(b.facts().bulk, Some(agentbox_core::Bulk::Files));
+    let host = tempfile::tempdir().unwrap();
+    let h = host.path();
+    std::fs::create_dir_all(h.join("src")).unwrap();
+    std::fs::write(h.join("src/a.txt"), "alpha\n").unwrap();
+    std::fs::write(h.join("b.bin"), (0..=255u8).collect::<Vec<u8>>()).unwrap();
+    let to = "/mnt/archil/run".to_string();
+    let to = format!("{}/run", b.facts().workspace.clone().unwrap_or(to));
+    let seeded = agentbox_sync::seed_dir(
+        &*b,
+        &agentbox_sync::SeedOptions {
+            from: h.to_path_buf(),
+            to: to.clone(),
+            ..Default::default()
+        },
+        &ctx(),
+    )
+    .await
+    .unwrap()
+    .whole()
+    .unwrap();
+    assert_eq!(seeded.sent, 3);
+    assert!(seeded.mark.entries["src/a.txt"].sha256.is_some());
+    let out = sh(&*b, format!("cat {to}/src/a.txt; wc -c < {to}/b.bin"), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_text(), "alpha\n256\n");
+
+    sh(
+        &*b,
+        format!("echo beta > {to}/src/a.txt; echo new > {to}/c.txt"),
+        &ctx(),
+    )
+    .await
+    .unwrap();
+    let pulled = agentbox_sync::pull_dir(
+        &*b,
+        &agentbox_sync::PullOptions {
+            from: to.clone(),
+            to: h.to_path_buf(),
+            since: Some(seeded.mark),
+            ..Default::default()
+        },
+        &ctx(),
+    )
+    .await
+    .unwrap();
+    assert!(pulled.receipt.stopped.is_none(), "{:?}", pulled.receipt);
+    assert!(pulled.copy_failed.is_empty(), "{:?}", pulled.copy_failed);
+    assert_eq!(std::fs::read_to_string(h.join("src/a.txt")).unwrap(), "beta\n");
+    assert_eq!(std::fs::read_to_string(h.join("c.txt")).unwrap(), "new\n");
+    let left = sh(&*b, "ls -A | grep -c agentbox-transfer || true", &ctx())
+        .await
+        .unwrap();
+    assert_eq!(left.stdout_text().trim(), "0", "the transfer's files are removed");
+    b.destroy(&ctx()).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_is_text_options_it_cannot_give_are_refused_and_bytes_move_exactly() {
     let limit = Duration::from_secs(30);

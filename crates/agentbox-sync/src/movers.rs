@@ -319,6 +319,15 @@ fn pack(opts: &SeedOptions) -> Result<Packed> {
 
 const UNPACK: &str = r#"mkdir -p -- "$1" && exec tar -x -f - -p --no-same-owner -C "$1""#;
 
+/// Unpack the file `$2` into `$1`, and remove it whatever happened.
+const UNPACK_FILE: &str =
+    r#"mkdir -p -- "$1" && tar -x -f "$2" -p --no-same-owner -C "$1"; s=$?; rm -f -- "$2"; exit $s"#;
+
+/// Pack the paths listed NUL-separated in the file `$3`, relative to `$1`, into the file `$2`;
+/// the list is removed whatever happened.
+const PACK_FILE: &str = r#"cd -- "$1" || exit 3
+tar -c -f "$2" --null --no-recursion --hard-dereference -T "$3"; s=$?; rm -f -- "$3"; exit $s"#;
+
 /// Every path under `$1`: kind, size, mode, mtime, path, each NUL-terminated.
 const LIST: &str = r#"cd -- "$1" || exit 3
 exec find . -mindepth 1 -printf '%y\0%s\0%m\0%T@\0%P\0'"#;
@@ -339,49 +348,11 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
         stamps,
     } = pack(opts)?;
     let bytes = archive.len();
-    let argv = ["sh", "-c", UNPACK, "agentbox-seed", &opts.to]
-        .map(String::from)
-        .to_vec();
-    let mut p = b.exec(&argv, &ExecOptions::default(), ctx).await?;
-    let stall = opts.stall.unwrap_or(STALL_LIMIT);
-    // The archive goes a chunk at a time, each within the stall limit: a box that stops
-    // taking it stops the seed, not the host.
-    let mut stdin = p.stdin.take();
-    let killer = p.killer();
-    let write = async move {
-        let Some(w) = stdin.as_mut() else {
-            return Ok(());
-        };
-        for chunk in archive.chunks(64 << 10) {
-            match tokio::time::timeout(stall, w.write_all(chunk)).await {
-                Ok(Ok(())) => {}
-                // The unpack ended early: its exit says why.
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-                Ok(Err(e)) => return Err(Error::io(e, "sending the seed")),
-                Err(_) => {
-                    let _ = killer.signal(agentbox_core::SIGKILL).await;
-                    return Err(Error::timeout(format!(
-                        "seed: the box took no byte for {}s (the stall limit); the unpack was stopped",
-                        stall.as_secs_f64()
-                    )));
-                }
-            }
-        }
-        let _ = w.close().await;
-        Ok(())
+    let out = if b.facts().bulk == Some(agentbox_core::Bulk::Files) {
+        unpack_from_file(b, &opts.to, &archive, ctx).await?
+    } else {
+        unpack_streamed(b, &opts.to, archive, opts.stall.unwrap_or(STALL_LIMIT), ctx).await?
     };
-    let (written, out) = tokio::join!(
-        write,
-        finish(
-            p,
-            FinishOptions {
-                stdin: Vec::new(),
-                max_output: 1 << 20,
-            },
-        )
-    );
-    written?;
-    let out = out?;
     let stopped = (out.status.code != 0).then(|| crate::Stopped {
         reason: crate::StopReason::CopyFailed,
         message: format!(
@@ -437,6 +408,98 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
     })
 }
 
+/// Unpack `archive` in the box at `to` through the unpack's stdin, a chunk at a time, each
+/// within `stall`.
+async fn unpack_streamed(
+    b: &dyn Sandbox,
+    to: &str,
+    archive: Vec<u8>,
+    stall: std::time::Duration,
+    ctx: &Ctx,
+) -> Result<agentbox_core::Finished> {
+    let argv = ["sh", "-c", UNPACK, "agentbox-seed", to].map(String::from).to_vec();
+    let mut p = b.exec(&argv, &ExecOptions::default(), ctx).await?;
+    // The archive goes a chunk at a time, each within the stall limit: a box that stops
+    // taking it stops the seed, not the host.
+    let mut stdin = p.stdin.take();
+    let killer = p.killer();
+    let write = async move {
+        let Some(w) = stdin.as_mut() else {
+            return Ok(());
+        };
+        for chunk in archive.chunks(64 << 10) {
+            match tokio::time::timeout(stall, w.write_all(chunk)).await {
+                Ok(Ok(())) => {}
+                // The unpack ended early: its exit says why.
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                Ok(Err(e)) => return Err(Error::io(e, "sending the seed")),
+                Err(_) => {
+                    let _ = killer.signal(agentbox_core::SIGKILL).await;
+                    return Err(Error::timeout(format!(
+                        "seed: the box took no byte for {}s (the stall limit); the unpack was stopped",
+                        stall.as_secs_f64()
+                    )));
+                }
+            }
+        }
+        let _ = w.close().await;
+        Ok(())
+    };
+    let (written, out) = tokio::join!(
+        write,
+        finish(
+            p,
+            FinishOptions {
+                stdin: Vec::new(),
+                max_output: 1 << 20,
+            },
+        )
+    );
+    written?;
+    out
+}
+
+/// A name for a transfer's file in the box's workspace, unique to this process and moment.
+fn transfer_name(what: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        ".agentbox-transfer-{}-{}-{}.{what}",
+        std::process::id(),
+        agentbox_core::now_ms(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+/// The box's workspace, where a box that moves bulk data as files keeps a transfer's file.
+fn workspace_of(b: &dyn Sandbox) -> Result<String> {
+    b.facts().workspace.clone().ok_or_else(|| {
+        Error::unsupported(format!(
+            "box {}: moves bulk data as files but names no workspace",
+            b.id()
+        ))
+    })
+}
+
+/// Unpack `archive` in the box at `to` from a file uploaded first (a box whose exec takes no
+/// stdin), removed after.
+async fn unpack_from_file(b: &dyn Sandbox, to: &str, archive: &[u8], ctx: &Ctx) -> Result<agentbox_core::Finished> {
+    let name = transfer_name("tar");
+    let path = format!("{}/{name}", workspace_of(b)?);
+    b.upload(&name, archive, ctx).await?;
+    let argv = ["sh", "-c", UNPACK_FILE, "agentbox-seed", to, &path]
+        .map(String::from)
+        .to_vec();
+    let p = b.exec(&argv, &ExecOptions::default(), ctx).await?;
+    finish(
+        p,
+        FinishOptions {
+            stdin: Vec::new(),
+            max_output: 1 << 20,
+        },
+    )
+    .await
+}
+
 /// Run `script` (named `name`, its `$1` the box directory `dir`) under `sh` in the C locale,
 /// so `find` and `tar` print names and times the same way on every box.
 async fn in_c_locale(
@@ -446,12 +509,10 @@ async fn in_c_locale(
     dir: &str,
     ctx: &Ctx,
 ) -> Result<agentbox_core::Process> {
-    let argv = ["sh", "-c", script, name, dir].map(String::from).to_vec();
-    let opts = ExecOptions {
-        env: [("LC_ALL".into(), "C".into())].into(),
-        ..Default::default()
-    };
-    b.exec(&argv, &opts, ctx).await
+    // Set by the script, not the exec's env: a box may carry no env (an archil box).
+    let script = format!("LC_ALL=C; export LC_ALL\n{script}");
+    let argv = ["sh", "-c", &script, name, dir].map(String::from).to_vec();
+    b.exec(&argv, &ExecOptions::default(), ctx).await
 }
 
 /// The box's listing of `dir` (kind, size, mode, mtime of each path under it, links not
@@ -699,6 +760,9 @@ pub async fn fetch_within(
     if names.is_empty() {
         return Ok(Fetched::default());
     }
+    if b.facts().bulk == Some(agentbox_core::Bulk::Files) {
+        return fetch_as_file(b, from, names, to, max_bytes, ctx).await;
+    }
     let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut p = in_c_locale(b, PACK, "agentbox-pull", from, ctx).await?;
     let killer = p.killer();
@@ -796,6 +860,115 @@ pub async fn fetch_within(
     Ok(Fetched {
         receipt,
         bytes: bytes.load(std::sync::atomic::Ordering::Relaxed),
+        written,
+    })
+}
+
+/// The receipt of an extraction that never began.
+fn stopped_before(reason: crate::StopReason, message: String) -> Receipt {
+    Receipt {
+        stopped: Some(crate::Stopped { reason, message }),
+        ..Default::default()
+    }
+}
+
+/// [`fetch`] from a box whose exec takes no stdin: the list goes up as a file, the box packs
+/// into a file of its workspace, and that file comes down whole (refused past `max_bytes`
+/// before a byte moves) and through the same extractor; both files are removed.
+async fn fetch_as_file(
+    b: &dyn Sandbox,
+    from: &str,
+    names: &[String],
+    to: &Path,
+    max_bytes: u64,
+    ctx: &Ctx,
+) -> Result<Fetched> {
+    let workspace = workspace_of(b)?;
+    let (list, archive) = (transfer_name("list"), transfer_name("tar"));
+    let mut list_bytes = Vec::new();
+    for w in names {
+        list_bytes.extend_from_slice(w.as_bytes());
+        list_bytes.push(0);
+    }
+    b.upload(&list, &list_bytes, ctx).await?;
+    let script = format!("LC_ALL=C; export LC_ALL\n{PACK_FILE}");
+    let argv = [
+        "sh",
+        "-c",
+        &script,
+        "agentbox-pull",
+        from,
+        &format!("{workspace}/{archive}"),
+        &format!("{workspace}/{list}"),
+    ]
+    .map(String::from)
+    .to_vec();
+    let packed = finish(
+        b.exec(&argv, &ExecOptions::default(), ctx).await?,
+        FinishOptions {
+            stdin: Vec::new(),
+            max_output: MAX_PACK_ERRORS,
+        },
+    )
+    .await?;
+    let data = b.download(&archive, max_bytes, ctx).await;
+    // The archive is removed whatever came of it.
+    let removed = ["rm", "-f", "--", &format!("{workspace}/{archive}")].map(String::from);
+    if let Ok(p) = b.exec(&removed, &ExecOptions::default(), ctx).await {
+        let _ = finish(p, FinishOptions::default()).await;
+    }
+    let data = match data {
+        Ok(d) => d,
+        Err(e) if e.code() == agentbox_core::ErrorCode::TooLarge => {
+            return Ok(Fetched {
+                receipt: stopped_before(crate::StopReason::TooLarge, e.message().to_string()),
+                ..Default::default()
+            });
+        }
+        // No archive at all: the pack failed before it wrote one, and says why.
+        Err(e) if packed.status.code != 0 => {
+            let why = format!(
+                "packing {from} in the box: exit {}: {} ({e})",
+                packed.status.code,
+                packed.stderr_text().trim()
+            );
+            return Ok(Fetched {
+                receipt: stopped_before(crate::StopReason::CopyFailed, why),
+                ..Default::default()
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let written = Arc::new(StdMutex::new(std::collections::BTreeSet::new()));
+    let told = written.clone();
+    let wanted_set: std::collections::HashSet<String> = names.iter().cloned().collect();
+    let opts = Options {
+        admit: Some(Arc::new(move |path: &str, _| wanted_set.contains(&relative(path)))),
+        on_written: Some(Arc::new(move |path: &str, _| {
+            told.lock().unwrap_or_else(|e| e.into_inner()).insert(relative(path));
+        })),
+        max_bytes,
+        ..Default::default()
+    };
+    let bytes = data.len() as u64;
+    let dest = to.to_path_buf();
+    let mut receipt = tokio::task::spawn_blocking(move || crate::extract(&data[..], &dest, &opts))
+        .await
+        .map_err(|e| Error::unknown(format!("the extractor failed: {e}")))?;
+    if receipt.stopped.is_none() && packed.status.code != 0 {
+        receipt.stopped = Some(crate::Stopped {
+            reason: crate::StopReason::CopyFailed,
+            message: format!(
+                "packing {from} in the box: exit {}: {}",
+                packed.status.code,
+                packed.stderr_text().trim()
+            ),
+        });
+    }
+    let written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(Fetched {
+        receipt,
+        bytes,
         written,
     })
 }

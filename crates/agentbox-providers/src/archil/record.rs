@@ -69,6 +69,8 @@ impl Record {
             ends_at_ms: Some(self.ends_at_ms),
             live_processes: false,
             billed_per_call: true,
+            // Its exec takes no stdin: a seed or a pull moves as a file.
+            bulk: Some(agentbox_core::Bulk::Files),
             max_exec_ms: Some(max_exec_ms),
             workspace: Some(WORKSPACE.into()),
             ..Default::default()
