@@ -767,11 +767,7 @@ pub async fn fetch_within(
     let mut p = in_c_locale(b, PACK, "agentbox-pull", from, ctx).await?;
     let killer = p.killer();
     let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut list_bytes = Vec::new();
-    for w in names {
-        list_bytes.extend_from_slice(w.as_bytes());
-        list_bytes.push(0);
-    }
+    let list_bytes = nul_separated(names);
     let mut stdin = p.stdin.take();
     let writer = async move {
         if let Some(s) = stdin.as_mut() {
@@ -797,22 +793,11 @@ pub async fn fetch_within(
         }
         kept
     };
-    let wanted_set: std::collections::HashSet<String> = names.iter().cloned().collect();
-    let admit: crate::Admit = Arc::new(move |path: &str, _| wanted_set.contains(&relative(path)));
-    let written = Arc::new(StdMutex::new(std::collections::BTreeSet::new()));
-    let told = written.clone();
+    let (extract_opts, written) = asked_for(names, max_bytes);
     let stdout = p
         .stdout
         .take()
         .ok_or_else(|| Error::unknown("the pack has no stdout"))?;
-    let extract_opts = Options {
-        admit: Some(admit),
-        on_written: Some(Arc::new(move |path: &str, _| {
-            told.lock().unwrap_or_else(|e| e.into_inner()).insert(relative(path));
-        })),
-        max_bytes,
-        ..Default::default()
-    };
     let extraction = async {
         let receipt = extract_tar(
             Counted {
@@ -864,6 +849,33 @@ pub async fn fetch_within(
     })
 }
 
+/// `names`, each ended by a NUL: the list a pack reads.
+fn nul_separated(names: &[String]) -> Vec<u8> {
+    let mut list = Vec::new();
+    for n in names {
+        list.extend_from_slice(n.as_bytes());
+        list.push(0);
+    }
+    list
+}
+
+/// The extraction of a pull's archive: only `names` admitted, at most `max_bytes`, and the set
+/// of those written, filled as they are.
+fn asked_for(names: &[String], max_bytes: u64) -> (Options, Arc<StdMutex<std::collections::BTreeSet<String>>>) {
+    let wanted: std::collections::HashSet<String> = names.iter().cloned().collect();
+    let written = Arc::new(StdMutex::new(std::collections::BTreeSet::new()));
+    let told = written.clone();
+    let opts = Options {
+        admit: Some(Arc::new(move |path: &str, _| wanted.contains(&relative(path)))),
+        on_written: Some(Arc::new(move |path: &str, _| {
+            told.lock().unwrap_or_else(|e| e.into_inner()).insert(relative(path));
+        })),
+        max_bytes,
+        ..Default::default()
+    };
+    (opts, written)
+}
+
 /// The receipt of an extraction that never began.
 fn stopped_before(reason: crate::StopReason, message: String) -> Receipt {
     Receipt {
@@ -885,11 +897,7 @@ async fn fetch_as_file(
 ) -> Result<Fetched> {
     let workspace = workspace_of(b)?;
     let (list, archive) = (transfer_name("list"), transfer_name("tar"));
-    let mut list_bytes = Vec::new();
-    for w in names {
-        list_bytes.extend_from_slice(w.as_bytes());
-        list_bytes.push(0);
-    }
+    let list_bytes = nul_separated(names);
     b.upload(&list, &list_bytes, ctx).await?;
     let script = format!("LC_ALL=C; export LC_ALL\n{PACK_FILE}");
     let argv = [
@@ -939,17 +947,7 @@ async fn fetch_as_file(
         }
         Err(e) => return Err(e),
     };
-    let written = Arc::new(StdMutex::new(std::collections::BTreeSet::new()));
-    let told = written.clone();
-    let wanted_set: std::collections::HashSet<String> = names.iter().cloned().collect();
-    let opts = Options {
-        admit: Some(Arc::new(move |path: &str, _| wanted_set.contains(&relative(path)))),
-        on_written: Some(Arc::new(move |path: &str, _| {
-            told.lock().unwrap_or_else(|e| e.into_inner()).insert(relative(path));
-        })),
-        max_bytes,
-        ..Default::default()
-    };
+    let (opts, written) = asked_for(names, max_bytes);
     let bytes = data.len() as u64;
     let dest = to.to_path_buf();
     let mut receipt = tokio::task::spawn_blocking(move || crate::extract(&data[..], &dest, &opts))

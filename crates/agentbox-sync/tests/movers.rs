@@ -327,6 +327,23 @@ struct Hiding {
     hang: std::sync::atomic::AtomicBool,
 }
 
+impl Hiding {
+    /// A local box under `home`, nothing hidden, not hung.
+    async fn local(home: &std::path::Path) -> Hiding {
+        agentbox_testing::runner::ensure();
+        let inner = LocalProvider::new(LocalOptions::at(home).unwrap())
+            .unwrap()
+            .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
+            .await
+            .unwrap();
+        Hiding {
+            inner,
+            hide: std::sync::Mutex::new(None),
+            hang: Default::default(),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Sandbox for Hiding {
     fn id(&self) -> &agentbox_core::SandboxId {
@@ -389,18 +406,8 @@ impl Sandbox for Hiding {
 /// the seed and gets no hash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_that_was_not_copied_is_named_and_not_marked() {
-    agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
-    let inner = LocalProvider::new(LocalOptions::at(home.path()).unwrap())
-        .unwrap()
-        .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
-        .await
-        .unwrap();
-    let b = Hiding {
-        inner,
-        hide: std::sync::Mutex::new(None),
-        hang: Default::default(),
-    };
+    let b = Hiding::local(home.path()).await;
     let ctx = Ctx::background();
     let work = format!("{}/run", b.facts().workspace.clone().unwrap());
     let host = tempfile::tempdir().unwrap();
@@ -471,18 +478,8 @@ async fn a_file_that_was_not_copied_is_named_and_not_marked() {
 /// takes nothing (`timeout`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_that_stalls_is_stopped_at_the_stall_limit() {
-    agentbox_testing::runner::ensure();
     let home = tempfile::tempdir().unwrap();
-    let inner = LocalProvider::new(LocalOptions::at(home.path()).unwrap())
-        .unwrap()
-        .create(&Spec::new(Duration::from_secs(300)), &Ctx::background())
-        .await
-        .unwrap();
-    let b = Hiding {
-        inner,
-        hide: std::sync::Mutex::new(None),
-        hang: Default::default(),
-    };
+    let b = Hiding::local(home.path()).await;
     let ctx = Ctx::background();
     let work = format!("{}/run", b.facts().workspace.clone().unwrap());
     let host = tempfile::tempdir().unwrap();
