@@ -352,16 +352,19 @@ async fn turn(
         }
         None => answer_interrupted(store)?,
     }
+    let mut waited = 0u64;
     for _ in 0..MAX_STEPS {
         let conversation = store.messages()?;
         let reply = model.respond(&conversation, ctx).await?;
         if let Some(wait) = reply.wait_ms {
             let now = waits.clock.now_ms();
             let until = now.saturating_add(wait);
-            if std::time::Duration::from_millis(wait) >= waits.park_threshold {
+            // Waits one after another add up: many short ones hold a host as one long one.
+            waited = waited.saturating_add(wait);
+            if std::time::Duration::from_millis(waited) >= waits.park_threshold {
                 let note = format!(
                     "Parked: the next step waits {}s, past the {}s threshold; the run is released until {}.",
-                    wait / 1000,
+                    waited / 1000,
                     waits.park_threshold.as_secs(),
                     agentbox_core::rfc3339(i64::try_from(until).unwrap_or(i64::MAX))
                 );
@@ -381,6 +384,7 @@ async fn turn(
             ctx.run(waits.clock.sleep_until(until)).await?;
             continue;
         }
+        waited = 0;
         store.append(
             "assistant",
             &json!({ "text": reply.text, "tool_calls": reply.tool_calls }),
@@ -390,8 +394,8 @@ async fn turn(
         }
         for call in &reply.tool_calls {
             // A holder whose claim was taken while the model answered runs no tool: the check
-            // writes nothing and fails `fenced`. (What a tool already running does to the
-            // workspace is not fenced: a program is not stopped mid-way.)
+            // writes nothing and fails `fenced`. (A tool already running is ended by the next
+            // generation's claim, through the programs written down: `crate::programs`.)
             store.fenced(|_| Ok(()))?;
             let result = match recorder {
                 Some(r) => r.call(&call.name, env, call.args.clone(), ctx).await?,

@@ -1,13 +1,14 @@
 //! The programs each generation runs in the workspace, written down so that a claim that moves
-//! takes them with it: `programs/<generation>` in the run's directory, a line per process
+//! takes them with it: `programs/<generation>.<machine>` in the run's directory (the machine's
+//! boot id: a run directory on a shared disk holds the files of many hosts), a line per process
 //! group (`PGID START`, the group leader's start time in clock ticks since boot).
 //!
 //! A holder whose claim was taken must not change the run's files, but a tool call it started
 //! (or a program that call left behind) runs on. So the next generation ends every program an
-//! earlier one wrote down before its first step ([`end_earlier`]), and a holder that learns its
-//! claim was taken ends its own ([`end`]). A group whose leader's pid now names another process
-//! (the same pid, another start time) is not ours and is left alone. This machine's programs
-//! only: a holder on another host ends its own when its lease is lost.
+//! earlier one on this machine wrote down before its first step ([`end_earlier`]), and a holder
+//! that learns its claim was taken ends its own ([`end`]); another host's files are its own
+//! holder's to act on. A group whose leader's pid now names another process (the same pid,
+//! another start time) is not ours and is left alone.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,9 +18,22 @@ use agentbox_hands::GroupHook;
 /// How long the next generation waits for a killed group to be gone.
 const GONE_WITHIN: Duration = Duration::from_secs(5);
 
-fn file(dir: &Path, generation: u64) -> PathBuf {
-    dir.join("programs").join(generation.to_string())
+/// This machine, as long as it runs: its boot id (a pid means nothing on another machine, or
+/// after a reboot), else its host name.
+fn machine() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_string())
+        .ok()
+        .filter(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+        .unwrap_or_else(crate::run::host_name)
 }
+
+fn file(dir: &Path, generation: u64) -> PathBuf {
+    dir.join("programs").join(format!("{generation}.{}", machine()))
+}
+
+/// Writes of every generation's file in this process, one at a time.
+static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The start time of process `pid` (clock ticks since boot), if it exists.
 fn started(pid: i32) -> Option<u64> {
@@ -32,9 +46,8 @@ fn started(pid: i32) -> Option<u64> {
 /// The hook a generation's [`agentbox_hands::HostEnv`] writes its programs down with.
 pub fn hook(dir: &Path, generation: u64) -> GroupHook {
     let path = file(dir, generation);
-    let lock = std::sync::Arc::new(std::sync::Mutex::new(()));
     std::sync::Arc::new(move |pgid: i32, running: bool| {
-        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _held = WRITING.lock().unwrap_or_else(|e| e.into_inner());
         let mut lines: Vec<String> = std::fs::read_to_string(&path)
             .unwrap_or_default()
             .lines()
@@ -44,9 +57,22 @@ pub fn hook(dir: &Path, generation: u64) -> GroupHook {
         if running {
             lines.push(format!("{pgid} {}", started(pgid).unwrap_or(0)));
         }
-        let written = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
-            .and_then(|_| std::fs::write(&path, lines.iter().map(|l| format!("{l}\n")).collect::<String>()));
-        if let Err(e) = written {
+        // None left: no file (and no directory once no generation has one), so a run let go
+        // with nothing running leaves no trace of them.
+        if lines.is_empty() {
+            forget(&path);
+            return;
+        }
+        // Written whole under another name and renamed into place: a reader never sees half.
+        // Tried twice: another process may remove the emptied directory in between.
+        let tmp = path.with_extension("tmp");
+        let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let write = || {
+            std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
+                .and_then(|_| std::fs::write(&tmp, &body))
+                .and_then(|_| std::fs::rename(&tmp, &path))
+        };
+        if let Err(e) = write().or_else(|_| write()) {
             tracing::warn!(path = %path.display(), pgid, "writing the generation's programs down: {e}");
         }
     })
@@ -70,12 +96,12 @@ pub async fn end(dir: &Path, generation: u64) -> usize {
         let Some(pid) = rustix::process::Pid::from_raw(pgid).filter(|_| pgid > 1) else {
             continue;
         };
-        // The leader's pid names another process now: its group is not this run's.
-        if let Some(now) = started(pgid)
-            && start != 0
-            && now != start
-        {
-            continue;
+        // The leader's pid names another process now (or its start was never read): its group
+        // is not known to be this run's. With no leader, a live group is still the one written
+        // down: a pid is not given out while a group of that number has members.
+        match started(pgid) {
+            Some(now) if start == 0 || now != start => continue,
+            _ => {}
         }
         if rustix::process::test_kill_process_group(pid).is_err() {
             continue;
@@ -88,19 +114,28 @@ pub async fn end(dir: &Path, generation: u64) -> usize {
         }
         ended += 1;
     }
-    let _ = std::fs::remove_file(&path);
+    forget(&path);
     ended
 }
 
-/// End every program a generation before `generation` wrote down (before this one's first
-/// step). Answers how many groups were ended.
+/// Remove a generation's file, and the directory when it was the last.
+fn forget(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// End every program a generation before `generation` wrote down on this machine (before this
+/// one's first step). Answers how many groups were ended.
 pub async fn end_earlier(dir: &Path, generation: u64) -> usize {
     let Ok(entries) = std::fs::read_dir(dir.join("programs")) else {
         return 0;
     };
+    let here = format!(".{}", machine());
     let mut earlier: Vec<u64> = entries
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(here.as_str())?.parse().ok())
         .filter(|g| *g < generation)
         .collect();
     earlier.sort();

@@ -528,11 +528,14 @@ impl Run {
         // A holder that lost its claim writes nothing, its record included: the fence is
         // checked and run.json written as one step, under the store's write lock, so no next
         // generation takes the fence between them (its record would be overwritten).
+        // The store is sealed first (checkpointed whole into its file), so a record that says
+        // sealed never names a store whose last writes are still in its WAL.
+        self.store.fenced(|_| Ok(()))?;
+        self.store.seal()?;
         self.record.status = status;
         self.record.deadline_ms = deadline_ms;
         let (dir, record) = (self.dir.clone(), self.record.clone());
         self.store.fenced_with(|| write_record(&dir, &record))?;
-        self.store.seal()?;
         // Told before the claim goes, so the next generation's line comes after it.
         let how = match status {
             RunStatus::Parked => "parked",

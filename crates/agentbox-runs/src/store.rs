@@ -176,9 +176,11 @@ impl Store {
     /// Run `f` (a write outside the store, run.json) while the store's write lock is held and
     /// the fence is this generation's: a next generation takes the fence before or after, never
     /// between the check and the write.
+    /// A store already sealed ([`Store::seal`]) takes this too: it is how release writes
+    /// run.json after the store is whole in its file.
     pub fn fenced_with<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let mut outside = None;
-        self.fenced(|_| {
+        self.fenced_as(false, |_| {
             outside = Some(f());
             Ok(())
         })?;
@@ -188,7 +190,16 @@ impl Store {
     /// Run `f` in a write transaction that commits only while the fence is this generation's.
     /// Returned, the write is durable.
     pub fn fenced<T>(&self, f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>) -> Result<T> {
-        if self.released.load(std::sync::atomic::Ordering::SeqCst) {
+        self.fenced_as(true, f)
+    }
+
+    /// [`Store::fenced`]; `refuse_released`: a store sealed by this holder writes nothing.
+    fn fenced_as<T>(
+        &self,
+        refuse_released: bool,
+        f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        if refuse_released && self.released.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::new(
                 ErrorCode::Fenced,
                 format!(

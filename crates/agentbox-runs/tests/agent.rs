@@ -228,10 +228,7 @@ async fn a_step_that_waits_past_the_threshold_parks_the_run_until_its_deadline()
     let before = clock.now_ms();
     let task = {
         let waits = waits.clone();
-        tokio::spawn(async move {
-            let env = env;
-            work_or_park(run, &model, &env, None, None, &waits, &Ctx::background()).await
-        })
+        tokio::spawn(async move { work_or_park(run, &model, &env, None, None, &waits, &Ctx::background()).await })
     };
     // The wait is on the test's clock: it ends when the clock is moved past it.
     while !task.is_finished() {
@@ -246,4 +243,32 @@ async fn a_step_that_waits_past_the_threshold_parks_the_run_until_its_deadline()
         _ => panic!("a 5 s wait is waited in place"),
     }
     assert!(clock.now_ms() >= before + 5_000, "it waited on the clock");
+
+    // Waits one after another add up: 30 s waited in place, then 31 s more parks the run.
+    let run = runs.open("poll").await.unwrap();
+    let model = ScriptedModel::new()
+        .then_wait(Duration::from_secs(30))
+        .then_wait(Duration::from_secs(31));
+    let task = {
+        let waits = waits.clone();
+        let env = HostEnv::new(work.path().to_string_lossy()).unwrap();
+        tokio::spawn(
+            async move { work_or_park(run, &model, &env, None, Some("again"), &waits, &Ctx::background()).await },
+        )
+    };
+    let started = clock.now_ms();
+    while !task.is_finished() {
+        clock.advance(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    match task.await.unwrap().unwrap() {
+        Worked::Parked(record) => {
+            let until = record.deadline_ms.unwrap();
+            assert!(
+                until >= started + 61_000,
+                "parked for the second wait, after the first: {until}"
+            );
+        }
+        _ => panic!("30 s and then 31 s of waiting parks the run"),
+    }
 }

@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex as StdMutex};
 
-use agentbox_core::{Ctx, Error, ExecOptions, FinishOptions, Result, Sandbox, finish};
+use agentbox_core::{Ctx, Error, ExecOptions, FinishOptions, Result, Sandbox, finish, finish_cut};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
@@ -28,8 +28,12 @@ use crate::{Options, Receipt, extract_tar};
 pub const MAX_LISTING_BYTES: usize = 64 << 20;
 /// The largest seed archive.
 pub(crate) const MAX_SEED_BYTES: u64 = 1 << 30;
-/// How long a transfer may go without a byte moving before it is stopped (the box stopped
-/// sending, or stopped taking): a box that hangs never holds a seed or a pull for ever.
+/// How much of a seed goes at a time, each piece within the stall limit: a slow link that
+/// still moves (8 KiB a minute) is not taken for a stalled one.
+const SEED_CHUNK: usize = 8 << 10;
+/// How long a streamed transfer may go without a byte moving before it is stopped (the box
+/// stopped sending, or stopped taking): a box that hangs never holds a streamed seed or pull for
+/// ever. (A box that moves bulk data as files is bounded by its calls' own deadlines.)
 pub const STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One path as the box listed it, and the SHA-256 of what the host knows it holds.
@@ -383,8 +387,9 @@ pub async fn seed_dir(b: &dyn Sandbox, opts: &SeedOptions, ctx: &Ctx) -> Result<
             }
         }
     }
+    let not_sent: std::collections::HashSet<&String> = copy_failed.iter().collect();
     for (path, e) in mark.entries.iter_mut() {
-        if !copy_failed.contains(path) {
+        if !not_sent.contains(path) {
             e.sha256 = hashes.get(path).cloned();
         }
     }
@@ -419,44 +424,57 @@ async fn unpack_streamed(
 ) -> Result<agentbox_core::Finished> {
     let argv = ["sh", "-c", UNPACK, "agentbox-seed", to].map(String::from).to_vec();
     let mut p = b.exec(&argv, &ExecOptions::default(), ctx).await?;
-    // The archive goes a chunk at a time, each within the stall limit: a box that stops
-    // taking it stops the seed, not the host.
+    // The archive goes a chunk at a time, each within the stall limit, and the unpack ends
+    // within it once the last byte is in: a box that stops taking it, or hangs after, stops
+    // the seed, not the host.
     let mut stdin = p.stdin.take();
     let killer = p.killer();
+    let stopped = |what: &str| {
+        Error::timeout(format!(
+            "seed: the box {what} for {}s (the stall limit); the unpack was stopped",
+            stall.as_secs_f64()
+        ))
+    };
     let write = async move {
         let Some(w) = stdin.as_mut() else {
-            return Ok(());
+            return Ok(true);
         };
-        for chunk in archive.chunks(64 << 10) {
+        for chunk in archive.chunks(SEED_CHUNK) {
             match tokio::time::timeout(stall, w.write_all(chunk)).await {
                 Ok(Ok(())) => {}
                 // The unpack ended early: its exit says why.
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(true),
                 Ok(Err(e)) => return Err(Error::io(e, "sending the seed")),
-                Err(_) => {
-                    let _ = killer.signal(agentbox_core::SIGKILL).await;
-                    return Err(Error::timeout(format!(
-                        "seed: the box took no byte for {}s (the stall limit); the unpack was stopped",
-                        stall.as_secs_f64()
-                    )));
-                }
+                Err(_) => return Ok(false),
             }
         }
-        let _ = w.close().await;
-        Ok(())
+        Ok(tokio::time::timeout(stall, w.close()).await.is_ok())
     };
-    let (written, out) = tokio::join!(
-        write,
-        finish(
-            p,
-            FinishOptions {
-                stdin: Vec::new(),
-                max_output: 1 << 20,
-            },
-        )
-    );
-    written?;
-    out
+    let mut write = std::pin::pin!(write);
+    let mut finishing = std::pin::pin!(finish(
+        p,
+        FinishOptions {
+            stdin: Vec::new(),
+            max_output: 1 << 20,
+        },
+    ));
+    let mut sent = false;
+    loop {
+        tokio::select! {
+            w = &mut write, if !sent => {
+                if !w? {
+                    let _ = killer.signal(agentbox_core::SIGKILL).await;
+                    return Err(stopped("took no byte"));
+                }
+                sent = true;
+            }
+            out = &mut finishing => return out,
+            _ = tokio::time::sleep(stall), if sent => {
+                let _ = killer.signal(agentbox_core::SIGKILL).await;
+                return Err(stopped("did not end the unpack after its last byte"));
+            }
+        }
+    }
 }
 
 /// A name for a transfer's file in the box's workspace, unique to this process and moment.
@@ -829,7 +847,7 @@ pub async fn fetch_within(
     let exit = p.wait().await;
     if receipt.stopped.is_none() {
         let failed = match exit {
-            Ok(s) if s.code == 0 => None,
+            Ok(s) if !pack_failed(s.code) => None,
             Ok(s) => Some(format!("exit {}", s.code)),
             Err(e) => Some(e.to_string()),
         };
@@ -847,6 +865,12 @@ pub async fn fetch_within(
         bytes: bytes.load(std::sync::atomic::Ordering::Relaxed),
         written,
     })
+}
+
+/// Whether a pack's exit code says it failed. GNU tar's 1 is "a file changed as it was read":
+/// the file was sent, and the next listing sees the change; only 2 and the rest are failures.
+fn pack_failed(code: i32) -> bool {
+    code != 0 && code != 1
 }
 
 /// `names`, each ended by a NUL: the list a pack reads.
@@ -897,34 +921,36 @@ async fn fetch_as_file(
 ) -> Result<Fetched> {
     let workspace = workspace_of(b)?;
     let (list, archive) = (transfer_name("list"), transfer_name("tar"));
-    let list_bytes = nul_separated(names);
-    b.upload(&list, &list_bytes, ctx).await?;
-    let script = format!("LC_ALL=C; export LC_ALL\n{PACK_FILE}");
-    let argv = [
-        "sh",
-        "-c",
-        &script,
-        "agentbox-pull",
-        from,
-        &format!("{workspace}/{archive}"),
-        &format!("{workspace}/{list}"),
-    ]
-    .map(String::from)
-    .to_vec();
-    let packed = finish(
-        b.exec(&argv, &ExecOptions::default(), ctx).await?,
-        FinishOptions {
-            stdin: Vec::new(),
-            max_output: MAX_PACK_ERRORS,
-        },
-    )
-    .await?;
-    let data = b.download(&archive, max_bytes, ctx).await;
-    // The archive is removed whatever came of it.
-    let removed = ["rm", "-f", "--", &format!("{workspace}/{archive}")].map(String::from);
+    let (list_path, archive_path) = (format!("{workspace}/{list}"), format!("{workspace}/{archive}"));
+    let moved = async {
+        b.upload(&list, &nul_separated(names), ctx).await?;
+        let script = format!("LC_ALL=C; export LC_ALL\n{PACK_FILE}");
+        let argv = ["sh", "-c", &script, "agentbox-pull", from, &archive_path, &list_path]
+            .map(String::from)
+            .to_vec();
+        // Its stderr cut, not refused: a pack that names many files it could not read is still
+        // a pack whose archive is read.
+        let (packed, _) = finish_cut(
+            b.exec(&argv, &ExecOptions::default(), ctx).await?,
+            FinishOptions {
+                stdin: Vec::new(),
+                max_output: MAX_PACK_ERRORS,
+            },
+        )
+        .await?;
+        Ok::<_, Error>((
+            packed.status.code,
+            packed.stderr_text(),
+            b.download(&archive, max_bytes, ctx).await,
+        ))
+    }
+    .await;
+    // Both files are removed whatever came of it.
+    let removed = ["rm", "-f", "--", &archive_path, &list_path].map(String::from);
     if let Ok(p) = b.exec(&removed, &ExecOptions::default(), ctx).await {
         let _ = finish(p, FinishOptions::default()).await;
     }
+    let (code, said, data) = moved?;
     let data = match data {
         Ok(d) => d,
         Err(e) if e.code() == agentbox_core::ErrorCode::TooLarge => {
@@ -934,12 +960,8 @@ async fn fetch_as_file(
             });
         }
         // No archive at all: the pack failed before it wrote one, and says why.
-        Err(e) if packed.status.code != 0 => {
-            let why = format!(
-                "packing {from} in the box: exit {}: {} ({e})",
-                packed.status.code,
-                packed.stderr_text().trim()
-            );
+        Err(e) if pack_failed(code) => {
+            let why = format!("packing {from} in the box: exit {code}: {} ({e})", said.trim());
             return Ok(Fetched {
                 receipt: stopped_before(crate::StopReason::CopyFailed, why),
                 ..Default::default()
@@ -953,14 +975,10 @@ async fn fetch_as_file(
     let mut receipt = tokio::task::spawn_blocking(move || crate::extract(&data[..], &dest, &opts))
         .await
         .map_err(|e| Error::unknown(format!("the extractor failed: {e}")))?;
-    if receipt.stopped.is_none() && packed.status.code != 0 {
+    if receipt.stopped.is_none() && pack_failed(code) {
         receipt.stopped = Some(crate::Stopped {
             reason: crate::StopReason::CopyFailed,
-            message: format!(
-                "packing {from} in the box: exit {}: {}",
-                packed.status.code,
-                packed.stderr_text().trim()
-            ),
+            message: format!("packing {from} in the box: exit {code}: {}", said.trim()),
         });
     }
     let written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
@@ -995,10 +1013,13 @@ pub async fn pull_agent_home(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> 
     pull_dir(b, &o, ctx).await
 }
 
-/// A stall limit on a stream: the time since its last byte.
+/// A stall limit on a stream: how long it has had nothing to give since a read first found it
+/// empty (time this side spent not reading is not the box's silence).
 struct Stall {
     limit: std::time::Duration,
     timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// The timer runs from the first read that found nothing.
+    armed: bool,
     hit: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -1007,6 +1028,7 @@ impl Stall {
         Stall {
             limit,
             timer: Box::pin(tokio::time::sleep(limit)),
+            armed: false,
             hit,
         }
     }
@@ -1033,20 +1055,26 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<R> {
         self.bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         match r {
             Poll::Ready(r) => {
-                let deadline = tokio::time::Instant::now() + self.stall.limit;
-                self.stall.timer.as_mut().reset(deadline);
+                self.stall.armed = false;
                 Poll::Ready(r)
             }
-            Poll::Pending => match self.stall.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => {
-                    self.stall.hit.store(true, std::sync::atomic::Ordering::SeqCst);
-                    Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "no byte within the stall limit",
-                    )))
+            Poll::Pending => {
+                if !self.stall.armed {
+                    let deadline = tokio::time::Instant::now() + self.stall.limit;
+                    self.stall.timer.as_mut().reset(deadline);
+                    self.stall.armed = true;
                 }
-                Poll::Pending => Poll::Pending,
-            },
+                match self.stall.timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        self.stall.hit.store(true, std::sync::atomic::Ordering::SeqCst);
+                        Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "no byte within the stall limit",
+                        )))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 }

@@ -520,9 +520,18 @@ pub fn totals(path: &Path) -> Result<Vec<Total>> {
         }
         let line: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| Error::invalid(format!("{} line {}: not JSON: {e}", path.display(), n + 1)))?;
-        // A recording's other lines are not receipts.
+        // A recording's other lines are not receipts; a receipt's line that holds none is an
+        // error, never a cost left out of the totals.
         let Some(v) = receipt_in(&line) else {
-            if line.get("kind").is_some() {
+            let kind = line.get("kind").and_then(|k| k.as_str());
+            if kind == Some(LINE_KIND) {
+                return Err(Error::invalid(format!(
+                    "{} line {}: a {LINE_KIND} line whose source is not {LINE_SOURCE:?} or whose data is not a receipt",
+                    path.display(),
+                    n + 1
+                )));
+            }
+            if kind.is_some() {
                 continue;
             }
             return Err(Error::invalid(format!(

@@ -205,6 +205,16 @@ impl Transport {
                 "assign: {role:?} is the local environment {env:?}, which this host serves itself (it passed no local provider): a conversation's environment cannot move to the host"
             )));
         }
+        // A default the host serves itself gives a conversation no environment of the
+        // transport's (`env` is `None`), so there is nothing to point elsewhere.
+        if let Some(h) = &self.inner.config.hands
+            && self.inner.hosts_itself(&h.default)
+        {
+            return Err(Error::unsupported(format!(
+                "assign: the default environment {:?} is this host's own (it passed no local provider), so a conversation has no environment of the transport's to point at {role:?}",
+                h.default
+            )));
+        }
         self.inner
             .host
             .documents

@@ -321,6 +321,18 @@ async fn a_host_labels_its_boxes_from_their_requests_and_names_their_kinds() {
     .unwrap();
     let t = totals(&flat).unwrap();
     assert_eq!((t.len(), t[0].boxes, t[0].usd), (1, 1, 0.25));
+    // A receipt's line that holds no receipt is an error, never a cost left out.
+    let broken = dir.path().join("broken.jsonl");
+    std::fs::write(
+        &broken,
+        "{\"source\":\"transport\",\"kind\":\"box.receipt\",\"data\":null}\n",
+    )
+    .unwrap();
+    let e = totals(&broken).unwrap_err();
+    assert!(
+        e.message().contains("line 1") && e.message().contains("box.receipt"),
+        "{e}"
+    );
     let line: Value = serde_json::from_str(std::fs::read_to_string(&path).unwrap().lines().next().unwrap()).unwrap();
     assert_eq!(receipt_in(&line).unwrap()["box"], "task-b");
 }

@@ -388,10 +388,13 @@ fn what_the_host_cannot_serve_is_refused_at_start() {
         .build()
         .unwrap();
     rt.block_on(async {
-        t.assign("c1", "build").await.unwrap();
+        // The conversation has no environment of the transport's to move: both refused.
         let e = t.assign("c1", "here").await.unwrap_err();
         assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
         assert!(e.message().contains("serves itself"), "{e}");
+        let e = t.assign("c1", "build").await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
+        assert!(e.message().contains("this host's own"), "{e}");
     });
 }
 
