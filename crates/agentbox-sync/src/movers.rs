@@ -852,19 +852,31 @@ pub async fn fetch_within(
             Err(e) => Some(e.to_string()),
         };
         if let Some(how) = failed {
-            let said = String::from_utf8_lossy(&errors);
-            receipt.stopped = Some(crate::Stopped {
-                reason: crate::StopReason::CopyFailed,
-                message: format!("packing {from} in the box: {how}: {}", said.trim()),
-            });
+            receipt.stopped = Some(pack_stopped(from, &how, &String::from_utf8_lossy(&errors)));
         }
     }
-    let written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok(Fetched {
+    Ok(fetched(
         receipt,
-        bytes: bytes.load(std::sync::atomic::Ordering::Relaxed),
-        written,
-    })
+        bytes.load(std::sync::atomic::Ordering::Relaxed),
+        &written,
+    ))
+}
+
+/// Why a pull stopped when the box's pack failed: its exit (`how`) and what it `said`.
+fn pack_stopped(from: &str, how: &str, said: &str) -> crate::Stopped {
+    crate::Stopped {
+        reason: crate::StopReason::CopyFailed,
+        message: format!("packing {from} in the box: {how}: {}", said.trim()),
+    }
+}
+
+/// What a fetch brought: its receipt, its bytes, and the names the extraction wrote.
+fn fetched(receipt: Receipt, bytes: u64, written: &StdMutex<std::collections::BTreeSet<String>>) -> Fetched {
+    Fetched {
+        receipt,
+        bytes,
+        written: std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner())),
+    }
 }
 
 /// Whether a pack's exit code says it failed. GNU tar's 1 is "a file changed as it was read":
@@ -961,9 +973,11 @@ async fn fetch_as_file(
         }
         // No archive at all: the pack failed before it wrote one, and says why.
         Err(e) if pack_failed(code) => {
-            let why = format!("packing {from} in the box: exit {code}: {} ({e})", said.trim());
             return Ok(Fetched {
-                receipt: stopped_before(crate::StopReason::CopyFailed, why),
+                receipt: Receipt {
+                    stopped: Some(pack_stopped(from, &format!("exit {code}"), &format!("{said} ({e})"))),
+                    ..Default::default()
+                },
                 ..Default::default()
             });
         }
@@ -976,17 +990,9 @@ async fn fetch_as_file(
         .await
         .map_err(|e| Error::unknown(format!("the extractor failed: {e}")))?;
     if receipt.stopped.is_none() && pack_failed(code) {
-        receipt.stopped = Some(crate::Stopped {
-            reason: crate::StopReason::CopyFailed,
-            message: format!("packing {from} in the box: exit {code}: {}", said.trim()),
-        });
+        receipt.stopped = Some(pack_stopped(from, &format!("exit {code}"), &said));
     }
-    let written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok(Fetched {
-        receipt,
-        bytes,
-        written,
-    })
+    Ok(fetched(receipt, bytes, &written))
 }
 
 /// The part of an agent's home that is its memory: seeded read-only, never pulled back, never
