@@ -145,3 +145,69 @@ pub async fn end_earlier(dir: &Path, generation: u64) -> usize {
     }
     ended
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    /// A `sleep` in a process group of its own, as a tool call's program is.
+    fn program() -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep starts")
+    }
+
+    fn alive(child: &mut std::process::Child) -> bool {
+        child.try_wait().expect("waiting on the child").is_none()
+    }
+
+    fn write(dir: &Path, name: &str, line: &str) {
+        std::fs::create_dir_all(dir.join("programs")).unwrap();
+        std::fs::write(dir.join("programs").join(name), format!("{line}\n")).unwrap();
+    }
+
+    /// This machine's earlier generation's program is ended and its file forgotten; another
+    /// machine's file, and a line whose leader's pid now names another process, are left alone.
+    #[tokio::test]
+    async fn only_this_machines_programs_of_an_earlier_generation_are_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut ours, mut theirs, mut recycled) = (program(), program(), program());
+        let line = |c: &std::process::Child| format!("{} {}", c.id(), started(c.id() as i32).unwrap());
+        write(dir.path(), &format!("1.{}", machine()), &line(&ours));
+        write(dir.path(), "1.another-machine", &line(&theirs));
+        let wrong_start = started(recycled.id() as i32).unwrap() + 1;
+        write(
+            dir.path(),
+            &format!("2.{}", machine()),
+            &format!("{} {wrong_start}", recycled.id()),
+        );
+        // Its parent reaps it once killed, as a holder's runtime does (a zombie is not gone).
+        let reaped = std::thread::spawn(move || ours.wait());
+        // Generation 3 claims here: generation 1 and 2's programs on this machine are its to end.
+        assert_eq!(end_earlier(dir.path(), 3).await, 1);
+        assert!(!reaped.join().unwrap().unwrap().success(), "ended by a signal");
+        assert!(
+            !dir.path().join(format!("1.{}", machine())).exists(),
+            "forgotten once ended"
+        );
+        assert!(
+            alive(&mut theirs),
+            "another machine's pid is not this machine's process"
+        );
+        assert!(
+            dir.path().join("programs/1.another-machine").exists(),
+            "its holder's to act on"
+        );
+        assert!(
+            alive(&mut recycled),
+            "a leader started at another time is not the one written down"
+        );
+        for c in [&mut theirs, &mut recycled] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
