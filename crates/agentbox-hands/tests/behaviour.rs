@@ -47,6 +47,12 @@ async fn envs(spec_env: &[(&str, &str)]) -> Envs {
         .unwrap();
     assert!(b.files().is_some(), "a local box made with a runner has one");
     list.push(("local runner".into(), Arc::new(BoxEnv::new(b.clone())), Some(b)));
+    let b = protocol_2_box(home.path(), &spec).await;
+    list.push((
+        "local protocol-2 runner".into(),
+        Arc::new(BoxEnv::new(b.clone())),
+        Some(b),
+    ));
     if agentbox_testing::services::docker_available("hands behaviour on a Docker box") {
         let dp = DockerProvider::new(DockerOptions::default()).await.unwrap();
         let b = dp.create(&spec, &Ctx::background()).await.unwrap();
@@ -85,6 +91,9 @@ impl Drop for Envs {
     }
 }
 
+#[path = "common/protocol_2.rs"]
+mod common_protocol_2;
+use common_protocol_2::protocol_2_box;
 #[path = "common/sink.rs"]
 mod common_sink;
 use common_sink::sink;

@@ -17,6 +17,10 @@ use agentbox_providers::namespace::{NamespaceOptions, NamespaceProvider};
 use agentbox_providers::{LocalOptions, LocalProvider};
 use proptest::prelude::*;
 
+#[path = "common/protocol_2.rs"]
+mod common_protocol_2;
+use common_protocol_2::protocol_2_box;
+
 #[derive(Clone, Debug)]
 enum Op {
     Write(String, Vec<u8>),
@@ -241,6 +245,7 @@ struct Boxes {
     rt: tokio::runtime::Runtime,
     local: Arc<dyn Sandbox>,
     local_runner: Arc<dyn Sandbox>,
+    local_protocol_2: Arc<dyn Sandbox>,
     docker: Option<Arc<dyn Sandbox>>,
     docker_runner: Option<Arc<dyn Sandbox>>,
     namespace: Arc<dyn Sandbox>,
@@ -446,6 +451,8 @@ fn boxes() -> &'static Boxes {
             Arc::new(agentbox_testing::one_call::OneCall::new(b).unwrap())
         });
         let spec = Spec::new(Duration::from_secs(600));
+        // A local box through a runner of protocol 2 alone (the seed's).
+        let local_protocol_2 = rt.block_on(protocol_2_box(home.path(), &spec));
         let (fake_archil, archil) = match rt.block_on(archil(&spec)) {
             Some((f, b)) => (Some(f), Some(b)),
             None => (None, None),
@@ -467,6 +474,7 @@ fn boxes() -> &'static Boxes {
             namespace,
             namespace_runner,
             one_call,
+            local_protocol_2,
             daytona: daytona.as_ref().map(|d| d.1.clone()),
             daytona_runner: daytona.as_ref().map(|d| d.2.clone()),
             _daytona: daytona.map(|d| d.0),
@@ -545,6 +553,8 @@ agree!(host_and_a_docker_box_through_its_runner_agree, boxes().docker_runner.as_
 agree!(host_and_a_namespace_box_agree, Some(&boxes().namespace), cases: 32, shrink: 100, ops: 14);
 
 agree!(host_and_a_namespace_box_through_its_runner_agree, Some(&boxes().namespace_runner), cases: 32, shrink: 100, ops: 14);
+
+agree!(host_and_a_local_box_through_a_protocol_2_runner_agree, Some(&boxes().local_protocol_2), cases: 32, shrink: 100, ops: 14);
 
 agree!(host_and_a_box_without_live_processes_agree, Some(&boxes().one_call), cases: 32, shrink: 100, ops: 14);
 

@@ -355,6 +355,33 @@ impl Request {
         }
     }
 
+    /// Its `op`, as it travels.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Run { .. } => "run",
+            Request::StdinEnd { .. } => "stdin-end",
+            Request::Kill { .. } => "kill",
+            Request::Read { .. } => "read",
+            Request::Write { .. } => "write",
+            Request::Stop { .. } => "stop",
+            Request::Hello { .. } => "hello",
+            Request::Ack { .. } => "ack",
+            Request::Resume { .. } => "resume",
+            Request::Release { .. } => "release",
+            Request::Forget { .. } => "forget",
+            Request::Ps { .. } => "ps",
+            Request::Input { .. } => "input",
+            Request::Resize { .. } => "resize",
+            Request::Stat { .. } => "stat",
+            Request::List { .. } => "list",
+            Request::Mkdir { .. } => "mkdir",
+            Request::Remove { .. } => "remove",
+            Request::Rename { .. } => "rename",
+            Request::Append { .. } => "append",
+            Request::Truncate { .. } => "truncate",
+        }
+    }
+
     /// Whether only a protocol-3 connection may send it.
     pub fn is_extended(&self) -> bool {
         match self {
@@ -777,8 +804,10 @@ mod tests {
                 handle: None,
             }
         );
+        assert_eq!(r.op(), "kill");
         let r: Request = serde_json::from_str(r#"{"op":"stdin-end","id":4}"#).unwrap();
         assert_eq!(r, Request::StdinEnd { id: 4 });
+        assert_eq!(r.op(), "stdin-end");
         let r: Request = serde_json::from_str(r#"{"op":"write","id":5,"path":"a"}"#).unwrap();
         assert_eq!(
             r,

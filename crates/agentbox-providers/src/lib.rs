@@ -67,6 +67,7 @@ pub mod runner;
     feature = "modal",
     feature = "e2b"
 ))]
+pub(crate) mod shell;
 pub(crate) mod shim;
 pub mod transfer;
 #[cfg(feature = "vendor")]

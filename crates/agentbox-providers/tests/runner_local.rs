@@ -361,3 +361,146 @@ async fn a_runner_started_again_is_not_taken_for_the_old_one() {
     drop(theirs);
     inner.destroy(&ctx).await.unwrap();
 }
+
+/// A runner of protocol 2 alone (the seed's: `hello` refused), started in `inner` on `sock`.
+async fn protocol_2_runner(inner: &Arc<dyn Sandbox>, runner: &std::path::Path, sock: &std::path::Path, ctx: &Ctx) {
+    let mut argv = vec![runner.to_string_lossy().into_owned()];
+    argv.extend(["serve", "--protocol", "2", "--listen"].map(String::from));
+    argv.push(format!("unix:{}", sock.display()));
+    argv.push("--detach".into());
+    let p = inner.exec(&argv, &ExecOptions::default(), ctx).await.unwrap();
+    let started = finish(p, FinishOptions::default()).await.unwrap();
+    assert_eq!(started.status.code, 0, "{}", started.stderr_text());
+}
+
+/// A box whose runner speaks protocol 2 only is driven with what that protocol offers, not
+/// refused: a command with its directory, variables, stdin, output and exit; a signal; whole
+/// files both ways. What protocol 2 has no message for is refused naming it, and the box
+/// hands out no files or processes, so callers go by its exec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_of_protocol_2_alone_is_driven_with_what_protocol_2_offers() {
+    let root = tempfile::tempdir().unwrap();
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let (inner, runner) = bare_box(root.path(), &ctx).await;
+    let sock = root.path().join("boxes").join(inner.id().name()).join("p2.sock");
+    protocol_2_runner(&inner, &runner, &sock, &ctx).await;
+    let b = RunnerSandbox::new(inner.clone(), Arc::new(agentbox_providers::runner::Address::Unix(sock)));
+    b.check(&ctx).await.expect("a protocol-2 runner answers");
+    assert!(b.client().protocol_2_only());
+    assert!(b.files().is_none() && b.processes().is_none());
+
+    // A command: its directory, its variables, its stdin, both streams and the exit code;
+    // every word of argv as it was.
+    let ws = b.facts().workspace.clone().unwrap();
+    std::fs::create_dir(format!("{ws}/sub")).unwrap();
+    let argv: Vec<String> = [
+        "sh",
+        "-c",
+        r#"read l; printf '%s|%s|%s|%s\n' "$l" "$X" "$(basename "$PWD")" "$1"; echo e >&2; exit 3"#,
+        "sh",
+        "it's a 'word'",
+    ]
+    .map(String::from)
+    .to_vec();
+    let opts = ExecOptions {
+        cwd: Some("sub".into()),
+        env: [("X".to_string(), "x".to_string())].into(),
+        ..Default::default()
+    };
+    let p = b.exec(&argv, &opts, &ctx).await.unwrap();
+    assert_eq!(p.handle(), None, "protocol 2 names no process past its connection");
+    let out = finish(
+        p,
+        FinishOptions {
+            stdin: b"line\n".to_vec(),
+            max_output: 1 << 20,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (out.status.code, out.stdout_text().as_str(), out.stderr_text().as_str()),
+        (3, "line|x|sub|it's a 'word'\n", "e\n")
+    );
+
+    // A megabyte of output arrives whole and in order.
+    let argv: Vec<String> = ["sh", "-c", "seq 1 150000"].map(String::from).to_vec();
+    let out = finish(
+        b.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap(),
+        FinishOptions {
+            stdin: Vec::new(),
+            max_output: 4 << 20,
+        },
+    )
+    .await
+    .unwrap();
+    let want: String = (1..=150000).map(|n| format!("{n}\n")).collect();
+    assert!(out.stdout_text() == want, "{} bytes of seq's output", out.stdout.len());
+
+    // A signal reaches the program.
+    let argv: Vec<String> = ["sleep", "30"].map(String::from).to_vec();
+    let mut p = b.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap();
+    p.signal(15).await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), p.wait())
+        .await
+        .expect("the signal ended sleep")
+        .unwrap();
+    assert_eq!(status.code, 143);
+
+    // What protocol 2 has no message for is refused, naming it.
+    let tty = ExecOptions {
+        tty: Some(agentbox_core::Tty {
+            rows: 24,
+            cols: 80,
+            term: None,
+        }),
+        ..Default::default()
+    };
+    let Err(e) = b.exec(&argv, &tty, &ctx).await else {
+        panic!("a terminal through protocol 2")
+    };
+    assert_eq!(e.code(), agentbox_core::ErrorCode::Unsupported);
+    assert!(e.message().contains("tty") && e.message().contains("protocol 2"), "{e}");
+    let e = agentbox_core::Files::stat(b.client().as_ref(), "sub", false, &ctx)
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("protocol 2"), "{e:?}");
+
+    // Whole files, both ways.
+    b.upload("f.bin", &[0, 1, 2, 255], &ctx).await.unwrap();
+    assert_eq!(std::fs::read(format!("{ws}/f.bin")).unwrap(), [0, 1, 2, 255]);
+    assert_eq!(b.download("f.bin", 10, &ctx).await.unwrap(), [0, 1, 2, 255]);
+    assert_eq!(
+        b.download("f.bin", 3, &ctx).await.unwrap_err().code(),
+        agentbox_core::ErrorCode::TooLarge
+    );
+    assert_eq!(
+        b.download("none", 10, &ctx).await.unwrap_err().code(),
+        agentbox_core::ErrorCode::NotFound
+    );
+
+    // A drop cannot be resumed: the process's wait hears of it, never a second run.
+    let argv: Vec<String> = ["sh", "-c", "sleep 2; echo once >> ran"].map(String::from).to_vec();
+    let mut p = b.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap();
+    b.client().drop_connection().await;
+    let e = tokio::time::timeout(Duration::from_secs(10), p.wait())
+        .await
+        .expect("the drop reached the wait")
+        .unwrap_err();
+    assert_eq!(e.code(), agentbox_core::ErrorCode::Gone, "{e}");
+    assert!(e.message().contains("protocol 2"), "{e}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let argv: Vec<String> = ["cat", "ran"].map(String::from).to_vec();
+    let out = finish(
+        b.exec(&argv, &ExecOptions::default(), &ctx).await.unwrap(),
+        FinishOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.stdout_text(),
+        "once\n",
+        "the next call reconnects; nothing ran twice"
+    );
+    inner.destroy(&ctx).await.unwrap();
+}

@@ -1,5 +1,6 @@
 //! One archil box: its record, its per-box queue, and each operation as Archil calls.
 
+use crate::shell::quote;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -303,11 +304,6 @@ fn relative_to_workspace(path: &str) -> Result<String> {
         WORKSPACE,
         ": an archil box moves files only by paths within its own directory of the disk",
     )
-}
-
-/// A word for `sh`, in single quotes.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// The shell line one exec sends: into the box's directory, into `cwd` (or mark that it is

@@ -12,6 +12,7 @@
 //! Every wait is bounded: a toolbox that stops answering for [`Tuning::silent`] ends the
 //! program's wait with `timeout`, never a hang.
 
+pub(crate) use crate::shell::quote as sq;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
@@ -103,11 +104,6 @@ tail -c +{e1} "$d/err" 2>/dev/null | head -c {CHUNK} | base64 | tr -d '\n'; echo
         None => s.push_str("echo; echo"),
     }
     s
-}
-
-/// `s` as one word of `sh`, quoted.
-pub(crate) fn sq(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r#"'\''"#))
 }
 
 /// The program's own script: its directory, its variables, then the program in place of the

@@ -175,6 +175,11 @@ impl RunnerSandbox {
 
     /// Whether the runner answers (a first connection is opened if there is none).
     pub async fn check(&self, ctx: &Ctx) -> Result<()> {
+        self.client.connect(ctx).await?;
+        if self.client.protocol_2_only() {
+            // Its answer to `hello` was its word; protocol 2 has no `stat` to ask.
+            return Ok(());
+        }
         self.client
             .stat(".", false, ctx)
             .await
@@ -201,6 +206,25 @@ impl RunnerSandbox {
             // A handle taken before the box slept: its runner is gone with its programs.
             Ok(Status::Sleeping) => crate::lifecycle::asleep_error(self.id()),
             _ => e,
+        }
+    }
+
+    /// A download through a runner of protocol 2: one `read` of the whole file, which has no
+    /// size to ask first. A file the runner cannot send in one message (or cannot read) goes by
+    /// the box's own download, which bounds it.
+    async fn download_whole(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
+        match self.client.read(path, ctx).await {
+            Ok(Some(b)) if b.len() as u64 <= max_bytes => Ok(b),
+            Ok(Some(b)) => Err(Error::too_large(format!(
+                "{path}: {} bytes, over the {max_bytes}-byte bound",
+                b.len()
+            ))),
+            Ok(None) => Err(Error::not_found(format!("{path}: no such file"))),
+            Err(FileError::Box(e)) if e.code() == ErrorCode::Gone => Err(e),
+            Err(e) => {
+                tracing::debug!(box_id = %self.id(), path, error = ?e, "the runner did not read the file: the box's own download instead");
+                self.inner.download(path, max_bytes, ctx).await
+            }
         }
     }
 
@@ -260,6 +284,9 @@ impl Sandbox for RunnerSandbox {
     }
 
     async fn download(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
+        if self.client.protocol_2_only() {
+            return self.download_whole(path, max_bytes, ctx).await;
+        }
         let m = match self.client.stat(path, true, ctx).await {
             Ok(m) => m,
             Err(e) => return Err(self.box_error(e, path, ctx).await),
@@ -302,11 +329,14 @@ impl Sandbox for RunnerSandbox {
     }
 
     fn files(&self) -> Option<&dyn Files> {
-        Some(self.client.as_ref())
+        // A runner of protocol 2 reads and writes whole files only: the box's exec serves the
+        // rest, as on a box with no runner.
+        (!self.client.protocol_2_only()).then_some(self.client.as_ref() as &dyn Files)
     }
 
     fn processes(&self) -> Option<&dyn agentbox_core::Processes> {
-        Some(self.client.as_ref())
+        // Nothing of a runner of protocol 2 outlives its connection.
+        (!self.client.protocol_2_only()).then_some(self.client.as_ref() as &dyn agentbox_core::Processes)
     }
 
     async fn net_refusals(&self, max: usize, ctx: &Ctx) -> Result<Vec<agentbox_core::NetRefusal>> {

@@ -129,6 +129,16 @@ impl Conn {
             }
         };
         let id = req.id();
+        if self.runner.protocol_2_only && matches!(req, Request::Hello { .. }) {
+            // What a runner of protocol 2 alone answers a request it does not know.
+            return self
+                .answer(Answer::error(
+                    Some(id),
+                    "invalid",
+                    "a request the runner cannot read: unknown op \"hello\" (this runner speaks protocol 2 only)",
+                ))
+                .await;
+        }
         if req.is_extended() && !self.extended {
             return self
                 .answer(Answer::error(

@@ -87,11 +87,14 @@ pub struct Config {
     pub token_stdin: bool,
     /// The bounds.
     pub limits: Limits,
+    /// Speak protocol 2 alone, as a runner of the seed's does: `hello` is refused as a request
+    /// it does not know (`--protocol 2`), so a client can be tested against such a runner.
+    pub protocol_2_only: bool,
 }
 
 /// The usage line of `agentbox-runner serve`.
 pub const USAGE: &str = "usage: agentbox-runner [serve] [--listen ADDR|unix:PATH]... [--stdio] [--detach] \
-                         [--token-stdin] [--max-processes N] [--max-buffered BYTES]";
+                         [--token-stdin] [--max-processes N] [--max-buffered BYTES] [--protocol 2|3]";
 
 impl Config {
     /// Parse `serve`'s arguments.
@@ -115,6 +118,11 @@ impl Config {
                         .parse()
                         .map_err(|_| "--max-buffered: not a number of bytes".to_string())?
                 }
+                "--protocol" => match value("--protocol")?.as_str() {
+                    "2" => c.protocol_2_only = true,
+                    "3" => c.protocol_2_only = false,
+                    v => return Err(format!("--protocol {v}: 2 (the seed's alone) or 3 (the default)")),
+                },
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -144,6 +152,8 @@ impl Config {
 /// The runner's shared state: its processes, by handle.
 pub(crate) struct Runner {
     limits: Limits,
+    /// `hello` is refused: see [`Config::protocol_2_only`].
+    protocol_2_only: bool,
     token: Option<String>,
     shell: String,
     procs: Mutex<HashMap<u64, Arc<process::Proc>>>,
@@ -152,7 +162,7 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
-    fn new(limits: Limits, token: Option<String>) -> Arc<Self> {
+    fn new(limits: Limits, protocol_2_only: bool, token: Option<String>) -> Arc<Self> {
         let shell = if std::path::Path::new("/bin/bash").exists() {
             "/bin/bash"
         } else {
@@ -160,6 +170,7 @@ impl Runner {
         };
         Arc::new(Runner {
             limits,
+            protocol_2_only,
             token,
             shell: shell.into(),
             procs: Mutex::new(HashMap::new()),
@@ -255,7 +266,7 @@ pub fn main(config: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;
-    let runner = Runner::new(config.limits, token);
+    let runner = Runner::new(config.limits, config.protocol_2_only, token);
     rt.block_on(transport::serve(config, runner, detached))
 }
 
@@ -306,6 +317,8 @@ mod tests {
                 .contains("--max-buffered")
         );
         assert!(args(&["--listen", "unix:"]).unwrap_err().contains("unix:"));
+        assert!(args(&["--protocol", "1"]).unwrap_err().contains("--protocol 1"));
+        assert!(args(&["--protocol", "2"]).unwrap().protocol_2_only);
         // One `ps` answer lists every process: their number is bounded.
         assert!(args(&["--max-processes", "5000"]).unwrap_err().contains("at most 4096"));
     }

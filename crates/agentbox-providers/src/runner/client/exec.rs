@@ -19,6 +19,11 @@ impl Client {
     /// Start `argv` in the box: one message, answered when it started.
     pub async fn exec(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
         opts.validate(argv)?;
+        // Which protocol the runner speaks is known once it was reached.
+        self.link(ctx).await?;
+        if self.protocol_2_only() {
+            return self.exec_protocol_2(argv, opts, ctx).await;
+        }
         let id = self.id();
         // A program that ends with its caller's context ends at the same time in the box,
         // whether or not this host is still there to kill it.
@@ -49,6 +54,33 @@ impl Client {
             .await
     }
 
+    /// Start `argv` through a runner of protocol 2: a command line for its shell, with its
+    /// directory, environment and stdin. A terminal, a detached program, an in-box deadline
+    /// and a secret descriptor have no message there, and are refused.
+    async fn exec_protocol_2(&self, argv: &[String], opts: &ExecOptions, ctx: &Ctx) -> Result<Process> {
+        opts.refuse(
+            false,
+            false,
+            false,
+            &format!("{} speaks protocol 2 only (the seed's runner)", self.describe()),
+        )?;
+        let id = self.id();
+        let req = Request::Run {
+            id,
+            command: Some(crate::shell::command_line(argv)),
+            argv: None,
+            cwd: opts.cwd.clone(),
+            env: (!opts.env.is_empty()).then(|| opts.env.clone()),
+            stdin: true,
+            key: None,
+            tty: None,
+            detach: false,
+            timeout_ms: None,
+            secret: None,
+        };
+        self.start(id, Some(req), None, 0, true, None, ctx, ctx).await
+    }
+
     /// Register process `id` (to be run by `run`, or resumed at `resume` from byte `after`),
     /// send its request, and answer it once the runner said it started (or resumed it).
     #[allow(clippy::too_many_arguments)]
@@ -64,6 +96,10 @@ impl Client {
         governing: &Ctx,
     ) -> Result<Process> {
         let tx = self.link(ctx).await?;
+        let legacy = self.protocol_2_only();
+        if legacy && run.is_none() {
+            return Err(self.refused_by_protocol_2("attach"));
+        }
         let (out, out_rx) = sink();
         let (err, err_rx) = sink();
         let (acks, acks_rx) = mpsc::unbounded_channel();
@@ -78,7 +114,9 @@ impl Client {
                 out: out.clone(),
                 err: err.clone(),
                 acks: acks.clone(),
-                started: Some(started_tx),
+                // Protocol 2 answers no `started`: the process runs once the `run` went out,
+                // and a refusal comes as its exit's error.
+                started: (!legacy).then_some(started_tx),
                 exit: Some(exit_tx),
                 forget,
                 timeout_ms,
@@ -97,8 +135,11 @@ impl Client {
         };
         let started = async {
             send(&tx, &req).await?;
+            if legacy {
+                return Ok(None);
+            }
             match ctx.run(tokio::time::timeout(REQUEST_TIMEOUT, started_rx)).await? {
-                Ok(Ok(r)) => r,
+                Ok(Ok(r)) => r.map(Some),
                 Ok(Err(_)) => Err(self.dropped()),
                 Err(_) => Err(Error::timeout(format!(
                     "{} did not start the program within 60s",
@@ -125,11 +166,13 @@ impl Client {
                             let _ = me
                                 .tell(Request::Kill {
                                     id,
-                                    signal: None,
+                                    signal: Some("SIGKILL".into()),
                                     handle: None,
                                 })
                                 .await;
-                            let _ = me.tell(Request::Forget { id, handle: None }).await;
+                            if !legacy {
+                                let _ = me.tell(Request::Forget { id, handle: None }).await;
+                            }
                         } else {
                             let _ = me.tell(Request::Release { id }).await;
                         }
@@ -157,10 +200,10 @@ impl Client {
         let control = Arc::new(Control {
             client: me,
             id,
-            handle,
+            handle: handle.unwrap_or(0),
             exit: Mutex::new(Some(exit_rx)),
         });
-        Ok(Process::new(
+        let p = Process::new(
             Some(Box::pin(StdinWriter { inner: stdin_w, closed })),
             Some(Box::pin(ChanReader::new(
                 out_rx,
@@ -172,8 +215,12 @@ impl Client {
             Some(Box::pin(ChanReader::new(err_rx, err.room, STDERR, acks, granted))),
             control,
             governing,
-        )
-        .with_handle(handle))
+        );
+        // A process of protocol 2 has no handle: nothing names it past this connection.
+        Ok(match handle {
+            Some(h) => p.with_handle(h),
+            None => p,
+        })
     }
 }
 

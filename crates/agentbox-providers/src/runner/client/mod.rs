@@ -9,6 +9,15 @@
 //! It is also the box's [`Processes`](agentbox_core::Processes): any host process lists, reads,
 //! writes, signals and attaches to the processes of the box through its own client.
 //!
+//! A runner that speaks protocol 2 alone (the seed's, which refuses `hello`) is driven with
+//! what protocol 2 offers ([`Client::protocol_2_only`]): a process is run through the shell,
+//! its stdin, output, signals and exit carried as that protocol carries them, and whole files
+//! read and written. What it has no message for is refused `unsupported`, naming protocol 2,
+//! and its box hands out no [`Files`](agentbox_core::Files) and no
+//! [`Processes`](agentbox_core::Processes), so hands goes by the box's exec instead. Such a
+//! runner ends nothing when a connection drops, but it cannot resume a process either: a drop
+//! ends the wait of each process this client ran there with `gone`.
+//!
 //! This file holds the connection's state: opening it, asking and answering, and routing what
 //! it brings; `exec` a process's I/O, `files` the box's files, `processes` the box's kept
 //! processes.
@@ -129,6 +138,8 @@ pub struct Client {
     granted: std::sync::atomic::AtomicU64,
     /// The pid of the runner last reached (0 before the first), which names it.
     runner_pid: AtomicU32,
+    /// The runner refused `hello`: it speaks protocol 2 alone (see the module's documentation).
+    protocol_2: AtomicBool,
     shared: Arc<Mutex<Shared>>,
     next_id: AtomicU32,
     me: Weak<Client>,
@@ -177,6 +188,7 @@ impl Client {
             flow: AtomicBool::new(false),
             granted: std::sync::atomic::AtomicU64::new(0),
             runner_pid: AtomicU32::new(0),
+            protocol_2: AtomicBool::new(false),
             shared: Arc::new(Mutex::new(Shared::default())),
             next_id: AtomicU32::new(1),
             me: me.clone(),
@@ -201,6 +213,25 @@ impl Client {
     /// Where the runner is, for messages.
     pub fn describe(&self) -> String {
         self.dial.describe()
+    }
+
+    /// Whether the runner, as last reached, speaks protocol 2 alone (it refused `hello`).
+    /// False before the first connection.
+    pub fn protocol_2_only(&self) -> bool {
+        self.protocol_2.load(Ordering::Relaxed)
+    }
+
+    /// What a protocol-2 runner cannot do, refused before anything is sent.
+    fn refused_by_protocol_2(&self, what: &str) -> Error {
+        Error::unsupported(format!(
+            "{what}: {} speaks protocol 2 only (the seed's runner), which has no message for it",
+            self.describe()
+        ))
+    }
+
+    /// Open the connection if none is open (the runner's answer to `hello` is its first word).
+    pub async fn connect(&self, ctx: &Ctx) -> Result<()> {
+        self.link(ctx).await.map(|_| ())
     }
 
     fn id(&self) -> u32 {
@@ -313,6 +344,7 @@ impl Client {
                         );
                     }
                     self.flow.store(window.is_some(), Ordering::Relaxed);
+                    self.protocol_2.store(false, Ordering::Relaxed);
                     self.granted.store(window.unwrap_or(0), Ordering::Relaxed);
                 }
                 Ok(Answer::Hello { protocol, .. }) => {
@@ -321,9 +353,18 @@ impl Client {
                         self.describe()
                     )));
                 }
+                // Refused as a request it does not know: a runner of protocol 2 alone (the
+                // seed's), driven with what that protocol offers.
+                Ok(Answer::Error { .. }) => {
+                    if !self.protocol_2.swap(true, Ordering::SeqCst) {
+                        tracing::info!(runner = %self.describe(), "the runner refused hello: it speaks protocol 2 only, and is driven with what that protocol offers");
+                    }
+                    self.flow.store(false, Ordering::Relaxed);
+                    self.granted.store(0, Ordering::Relaxed);
+                }
                 _ => {
                     return Err(Error::unsupported(format!(
-                        "{} answered hello with {t:?}: it speaks protocol 2 only (an older runner)",
+                        "{} answered hello with {t:?}, which is no answer of protocol 2 or 3",
                         self.describe()
                     )));
                 }
@@ -346,6 +387,14 @@ impl Client {
         // starts free, whatever acks the drop lost), and send again the `run` of those whose answer was lost (its key makes
         // it the same process). Readers that do not hold theirs are told of the drop.
         type Resume = (u32, u64, u64);
+        let legacy = self.protocol_2_only();
+        if legacy {
+            // Nothing can be resumed, and a `run` sent again would run twice.
+            self.lose_all(format!(
+                "the connection to {} dropped, and a runner of protocol 2 cannot resume a process",
+                self.describe()
+            ));
+        }
         let (again, resume, watching): (Vec<Request>, Vec<Resume>, Vec<_>) = {
             let mut sh = self.shared.lock().unwrap();
             let again = sh
@@ -391,6 +440,7 @@ impl Client {
             tx.downgrade(),
             alive.clone(),
             self.me.clone(),
+            legacy,
         ));
         *g = Some(Conn { tx: tx.clone(), alive });
         Ok(tx)
@@ -405,10 +455,14 @@ impl Client {
     async fn ask_on(&self, req: impl FnOnce(u32) -> Request, bytes: Option<(u8, &[u8])>, ctx: &Ctx) -> Result<Reply> {
         let tx = self.link(ctx).await?;
         let id = self.id();
+        let req = req(id);
+        if req.is_extended() && self.protocol_2_only() {
+            return Err(self.refused_by_protocol_2(req.op()));
+        }
         let (rtx, rrx) = oneshot::channel();
         self.shared.lock().unwrap().waiting.insert(id, rtx);
         let sent = async {
-            send(&tx, &req(id)).await?;
+            send(&tx, &req).await?;
             if let Some((stream, b)) = bytes {
                 tx.send(Message::Binary(frame(id, stream, b)))
                     .await
@@ -462,6 +516,7 @@ async fn read(
     tx: mpsc::WeakSender<Message>,
     alive: Arc<AtomicBool>,
     client: Weak<Client>,
+    protocol_2: bool,
 ) {
     while let Some(m) = rx.recv().await {
         match m {
@@ -479,14 +534,21 @@ async fn read(
                     }
                     continue;
                 }
-                let Some((_, _, seq, bytes)) = unframe_seq(&b) else {
-                    tracing::warn!(
-                        id,
-                        stream,
-                        bytes = b.len(),
-                        "the runner sent an output frame shorter than its header: dropped"
-                    );
-                    continue;
+                let (seq, bytes) = if protocol_2 {
+                    // Protocol 2 numbers no byte: each frame follows the last.
+                    let last = shared.lock().unwrap().procs.get(&id).map_or(0, |p| p.last);
+                    (last, &b[5..])
+                } else {
+                    let Some((_, _, seq, bytes)) = unframe_seq(&b) else {
+                        tracing::warn!(
+                            id,
+                            stream,
+                            bytes = b.len(),
+                            "the runner sent an output frame shorter than its header: dropped"
+                        );
+                        continue;
+                    };
+                    (seq, bytes)
                 };
                 // The stream's room first (it may wait for the reader), then, under the lock, the
                 // check against the next byte expected and the hand-over at once: a connection
@@ -571,7 +633,7 @@ async fn read(
                         continue;
                     }
                 };
-                route(&shared, a, &tx).await;
+                route(&shared, a, &tx, protocol_2).await;
             }
         }
     }
@@ -593,6 +655,16 @@ async fn read(
         )));
     }
     if !running {
+        return;
+    }
+    if protocol_2 {
+        // Nothing to resume them with: each process's wait hears of the drop now.
+        if let Some(c) = client.upgrade() {
+            c.lose_all(format!(
+                "the connection to {} dropped, and a runner of protocol 2 cannot resume a process",
+                c.describe()
+            ));
+        }
         return;
     }
     // Processes wait for output and exits: reach the runner again now, not at the next call.
@@ -641,7 +713,7 @@ fn alive_procs(shared: &Mutex<Shared>) -> bool {
     !shared.lock().unwrap().procs.is_empty()
 }
 
-async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>) {
+async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>, protocol_2: bool) {
     // A reader that does not hold its process gets what concerns it as it comes.
     let id = match &a {
         Answer::Resumed { id, .. } | Answer::Exit { id, .. } | Answer::Error { id: Some(id), .. } => Some(*id),
@@ -694,8 +766,8 @@ async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>
                     let _ = x.send(r);
                 }
                 // Seen: the runner may let go of what it kept (a detached process's output
-                // stays for whoever reads it next).
-                if let Some(tx) = tx.upgrade() {
+                // stays for whoever reads it next). Protocol 2 keeps nothing past the exit.
+                if !protocol_2 && let Some(tx) = tx.upgrade() {
                     let req = if p.forget {
                         Request::Forget { id, handle: None }
                     } else {
@@ -749,7 +821,12 @@ async fn route(shared: &Mutex<Shared>, a: Answer, tx: &mpsc::WeakSender<Message>
                 if let Some(s) = p.started.take() {
                     let _ = s.send(Err(e));
                 } else if let Some(x) = p.exit.take() {
-                    let _ = x.send(Err(Error::gone(format!("the runner lost the process: {e}"))));
+                    // A protocol-2 `run` is never answered `started`: its refusal comes here.
+                    let _ = x.send(Err(if protocol_2 {
+                        e
+                    } else {
+                        Error::gone(format!("the runner lost the process: {e}"))
+                    }));
                 }
             }
         }

@@ -47,6 +47,9 @@ impl Client {
         ctx: &Ctx,
     ) -> Result<()> {
         let tx = self.link(ctx).await?;
+        if self.protocol_2_only() {
+            return Err(self.refused_by_protocol_2("read"));
+        }
         let id = self.id();
         let (wtx, mut wrx) = mpsc::unbounded_channel();
         self.shared.lock().unwrap().watching.insert(id, wtx);
