@@ -5,7 +5,11 @@
 //!
 //! `--move docker`: the second generation runs in a Docker container (the supervisor's
 //! docker driver, the run's directory bound in), the third back on this host; each says
-//! where it ran, and the agent is told each time the run moved.
+//! where it ran, and the agent is told each time the run moved. `--move systemd`: the second
+//! is a transient unit of this machine's systemd. `--move daytona --volume NAME --root DIR`:
+//! the second runs in a Daytona sandbox (`DAYTONA_API_KEY`, `DAYTONA_API_URL`) whose volume
+//! NAME holds the run, which this machine sees at DIR (a fake Daytona's volume directory, or
+//! the volume mounted here).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +36,14 @@ pub(crate) struct DemoArgs {
     /// from the box image `scripts/box-image` builds).
     #[arg(long = "move", value_enum, value_name = "DRIVER")]
     pub move_to: Option<crate::drivers::DriverKind>,
+    /// Where the run lives [default: $AGENTBOX_HOME/demo]. With `--move daytona`: the volume
+    /// as this machine sees it.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// With `--move daytona`: the Daytona volume that holds --root, mounted at /runs in the
+    /// sandbox (made when missing).
+    #[arg(long, value_name = "NAME")]
+    pub volume: Option<String>,
 }
 
 /// The parent: make the run, start the three generations one after another, say where it lives.
@@ -41,7 +53,23 @@ pub(crate) async fn run(args: DemoArgs) -> Result<()> {
             "--move kube: the demo's run lives on this machine's disk, which a pod reaches only through a volume claim; move a run with `agentbox runs move RUN --to kube --claim NAME`",
         ));
     }
-    let root = agentbox_providers::home::default_home()?.join("demo");
+    use crate::drivers::DriverKind;
+    let daytona = args.move_to == Some(DriverKind::Daytona);
+    if daytona && (args.volume.is_none() || args.root.is_none()) {
+        return Err(Error::invalid(
+            "--move daytona: the run must live on a Daytona volume both sides see: give --volume NAME and --root DIR, the volume as this machine sees it",
+        ));
+    }
+    if args.volume.is_some() && !daytona {
+        return Err(Error::invalid("--volume: only with --move daytona"));
+    }
+    let root = match &args.root {
+        Some(r) => {
+            std::fs::create_dir_all(r).map_err(|e| Error::io(e, format!("--root {}", r.display())))?;
+            std::fs::canonicalize(r).map_err(|e| Error::io(e, format!("--root {}", r.display())))?
+        }
+        None => agentbox_providers::home::default_home()?.join("demo"),
+    };
     let runs = Runs::new(&root);
     let rec = runs.create(None)?;
     let dir = runs.dir(&rec.id);
@@ -55,19 +83,25 @@ pub(crate) async fn run(args: DemoArgs) -> Result<()> {
             agentbox_runs::moves::ask(&dir, to.name(), &agentbox_runs::run::host_name())?;
             let driver = crate::drivers::DriverArgs {
                 driver: to,
-                volume: None,
+                volume: args.volume.clone(),
                 lifetime: "10m".into(),
                 kube: Default::default(),
             };
+            // On this machine, this binary; in a box, the one its driver put on its PATH.
             let exe_in = match to {
-                crate::drivers::DriverKind::Local => exe.to_string_lossy().into_owned(),
+                DriverKind::Local | DriverKind::Systemd => exe.to_string_lossy().into_owned(),
                 _ => "agentbox".to_string(),
+            };
+            // Where the sandbox sees the run's root: the volume's mount, else the same path.
+            let root_in = match to {
+                DriverKind::Daytona => crate::drivers::DAYTONA_RUNS.to_string(),
+                _ => root.to_string_lossy().into_owned(),
             };
             let command = [
                 exe_in,
                 "demo-step".into(),
                 "--root".into(),
-                root.to_string_lossy().into_owned(),
+                root_in,
                 "--run".into(),
                 rec.id.clone(),
                 "--step".into(),

@@ -144,10 +144,11 @@ pub(crate) enum RunsCommand {
         wait: String,
         #[arg(long, help = ROOT_HELP)]
         root: Option<PathBuf>,
-        /// docker: the runs' root is this named volume (mounted at /runs).
+        /// docker: the runs' root is this named volume (mounted at /runs); daytona
+        /// (required): the Daytona volume holding it, mounted at /runs.
         #[arg(long, value_name = "NAME")]
         volume: Option<String>,
-        /// docker, kube: the generation's lifetime.
+        /// docker, kube, systemd, daytona: the generation's lifetime.
         #[arg(long, default_value = "1h", value_name = "DURATION")]
         lifetime: String,
         #[command(flatten)]

@@ -287,6 +287,52 @@ fn runs_from_the_command_line() {
         (start["driver"].as_str(), start["exit"].as_i64()),
         (Some("local"), Some(0))
     );
+    // The systemd driver: where systemd is this machine's init, the generation is a transient
+    // unit and exits as the command did; elsewhere it is refused, saying why, and nothing is
+    // recorded as started.
+    h.ok(&["runs", "new", "unit"]);
+    let out = h.run(
+        &[
+            "runs",
+            "start",
+            "unit",
+            "--driver",
+            "systemd",
+            "--command",
+            "sh",
+            "-c",
+            pick,
+        ],
+        b"",
+    );
+    if std::path::Path::new("/run/systemd/system").is_dir() {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            std::fs::read_to_string(h.0.path().join("picked")).unwrap(),
+            "picked due\npicked mv\npicked unit\n"
+        );
+    } else {
+        one_line_error(
+            &out,
+            1,
+            "systemd is not this machine's init (/run/systemd/system does not exist)",
+        );
+        assert!(!h.0.path().join("runs/unit/starts.jsonl").exists());
+    }
+    // The daytona driver needs the volume that holds the runs' root.
+    one_line_error(
+        &h.run(
+            &["runs", "start", "unit", "--driver", "daytona", "--command", "true"],
+            b"",
+        ),
+        1,
+        "--volume",
+    );
+    one_line_error(
+        &h.run(&["demo", "--move", "daytona"], b""),
+        1,
+        "--volume NAME and --root DIR",
+    );
     // A move asked of a run that is not there, or to no driver, is refused naming it.
     one_line_error(
         &h.run(&["runs", "move", "nope", "--to", "local", "--command", "true"], b""),

@@ -1,8 +1,9 @@
 //! Runs that move between hosts, with real containers and a real PostgreSQL: a run moved from
 //! this host to a container and on to a second container sharing its Docker volume; two
 //! containers racing for one run; a stale holder that wakes after the move; a holder SIGKILLed
-//! mid-step whose lease runs out; and the demo's move. The "hosts" are this machine and Docker
-//! boxes, each in its own network namespace, reaching PostgreSQL by its unix socket.
+//! mid-step whose lease runs out; and the demo's moves, to Docker and to a (fake) Daytona
+//! sandbox. The "hosts" are this machine and Docker boxes, each in its own network namespace,
+//! reaching PostgreSQL by its unix socket, and Daytona sandboxes sharing a volume.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 mod common;
 
+use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions};
 use agentbox_runs::{Message, Store};
 use agentbox_testing::services::{docker_available, postgres_socket};
 
@@ -496,6 +498,66 @@ fn the_demo_moves_its_run_to_a_container_and_back() {
         .env("AGENTBOX_HOME", home.path())
         .output()
         .unwrap();
+    assert_moved_there_and_back(&out);
+}
+
+/// The demo's move with the daytona driver, against the fake Daytona: the run lives on a
+/// volume, which this machine sees as the fake's volume directory and the sandbox at /runs;
+/// this binary is uploaded into the sandbox, and the sandbox is deleted after.
+#[test]
+fn the_demo_moves_its_run_to_a_daytona_sandbox_and_back() {
+    let test = "the_demo_moves_its_run_to_a_daytona_sandbox_and_back";
+    let Some(rootfs) = agentbox_testing::services::rootfs(test) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let volumes = tempfile::tempdir().unwrap();
+    let key = "demo-key-0123456789";
+    let fake = rt
+        .block_on(FakeDaytona::start(FakeDaytonaOptions {
+            rootfs: Some(rootfs.into()),
+            api_key: key.into(),
+            volumes_dir: Some(volumes.path().to_path_buf()),
+            // This machine writes the run's files, and so does the sandbox.
+            boxes_as_this_user: true,
+            index_lag: std::time::Duration::from_millis(100),
+            ..Default::default()
+        }))
+        .expect("the fake Daytona starts");
+    let home = tempfile::tempdir().unwrap();
+    let root = volumes.path().join("demo-runs");
+    let out = Command::new(BIN)
+        .args(["demo", "--move", "daytona", "--volume", "demo-runs", "--root"])
+        .arg(&root)
+        .env("AGENTBOX_HOME", home.path())
+        .env("DAYTONA_API_URL", fake.api_url())
+        .env("DAYTONA_API_KEY", key)
+        .output()
+        .unwrap();
+    assert_moved_there_and_back(&out);
+    assert!(
+        text(&out.stderr).contains("started in daytona sandbox"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The volume the driver made is the directory the run lives in.
+    assert_eq!(fake.volume_dir("demo-runs").as_deref(), Some(root.as_path()));
+    let left: Vec<_> = fake
+        .sandboxes()
+        .into_iter()
+        .filter(|s| s.desired_state != "destroyed")
+        .collect();
+    assert!(left.is_empty(), "the generation's sandbox is left: {left:?}");
+    rt.block_on(fake.shutdown());
+}
+
+/// What the demo said, moving its second generation to another host and back: three hosts,
+/// the middle one another, the agent told of both moves, the note written there read here.
+fn assert_moved_there_and_back(out: &Output) {
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     let here = this_host();
@@ -517,7 +579,7 @@ fn the_demo_moves_its_run_to_a_container_and_back() {
         said.contains(&format!("from host {} to host {here}", hosts[1])),
         "{said}"
     );
-    // The note generation 2 wrote in the container is read back here.
+    // The note generation 2 wrote there is read back here.
     assert!(
         said.contains(&format!("note.md says: The box's machine is called {here}.")),
         "{said}"

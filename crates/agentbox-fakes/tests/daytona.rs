@@ -2,7 +2,7 @@
 //! answer is lost, the label index that trails each query shape on its own schedule, the soft
 //! delete and `desiredState`, ttl (re-anchored when set later), autoStop and autoDelete on the
 //! fake's clock, validation, networkBlockAll, a bulk download's error part, a hung toolbox,
-//! and preview links.
+//! preview links, and volumes.
 
 use std::time::{Duration, Instant};
 
@@ -864,6 +864,77 @@ async fn sessions_keep_their_shell_and_execute_kills_its_group_at_the_timeout() 
         exec(count95).await["result"],
         "0\n",
         "a deleted session's command runs on"
+    );
+    d.shutdown().await;
+}
+
+/// Volumes: one is mountable only once ready; a create naming a missing volume, a relative
+/// mount path or one path twice is refused making nothing; a volume a sandbox mounts is not
+/// deleted; a deleted volume's name is free again, empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_are_mounted_once_ready_and_kept_while_mounted() {
+    let test = "volumes_are_mounted_once_ready_and_kept_while_mounted";
+    let Some(d) = fake(test, |o| o.volume_lag = Duration::from_millis(800)).await else {
+        return;
+    };
+    let v = call(&d, "POST", "/api/volumes", Some(&json!({"name": "v1"}))).await;
+    assert_eq!(v.status, 200, "{}", String::from_utf8_lossy(&v.body));
+    let v = v.json();
+    assert_eq!(v["state"], "pending_create");
+    let id = v["id"].as_str().unwrap().to_string();
+    let mount = |path: &str| json!({"volumes": [{"volumeId": "v1", "mountPath": path}]});
+    let early = call(&d, "POST", "/api/sandbox", Some(&mount("/data"))).await;
+    assert_eq!(early.status, 400, "{}", String::from_utf8_lossy(&early.body));
+    assert!(String::from_utf8_lossy(&early.body).contains("not in a ready state"));
+    until(Duration::from_secs(10), "the volume is ready", async || {
+        call(&d, "GET", &format!("/api/volumes/{id}"), None).await.json()["state"] == "ready"
+    })
+    .await;
+    for (body, why) in [
+        (
+            json!({"volumes": [{"volumeId": "none", "mountPath": "/data"}]}),
+            "Volume none not found",
+        ),
+        (mount("data"), "an absolute path"),
+        (
+            json!({"volumes": [{"volumeId": "v1", "mountPath": "/a"}, {"volumeId": id, "mountPath": "/a"}]}),
+            "given twice",
+        ),
+    ] {
+        let a = call(&d, "POST", "/api/sandbox", Some(&body)).await;
+        assert!(
+            a.status == 400 || a.status == 404,
+            "{body}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+        assert!(
+            String::from_utf8_lossy(&a.body).contains(why),
+            "{body}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+    }
+    assert!(d.sandboxes().is_empty(), "a refused create made a sandbox");
+    let sb = create(&d, mount("/data")).await;
+    assert_eq!(sb["volumes"], json!([{"volumeId": id, "mountPath": "/data"}]));
+    std::fs::write(d.volume_dir("v1").unwrap().join("f"), "x").unwrap();
+    let busy = call(&d, "DELETE", &format!("/api/volumes/{id}"), None).await;
+    assert_eq!(busy.status, 409, "{}", String::from_utf8_lossy(&busy.body));
+    let sid = sb["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        call(&d, "DELETE", &format!("/api/sandbox/{sid}"), None).await.status,
+        200
+    );
+    assert_eq!(
+        call(&d, "DELETE", &format!("/api/volumes/{id}"), None).await.status,
+        200
+    );
+    assert_eq!(call(&d, "GET", "/api/volumes/by-name/v1", None).await.status, 404);
+    assert!(d.volume_dir("v1").is_none());
+    let again = call(&d, "POST", "/api/volumes", Some(&json!({"name": "v1"}))).await;
+    assert_eq!(again.status, 200);
+    assert!(
+        std::fs::read_dir(d.volume_dir("v1").unwrap()).unwrap().next().is_none(),
+        "a volume made again under a deleted one's name starts empty"
     );
     d.shutdown().await;
 }

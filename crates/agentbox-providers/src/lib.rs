@@ -60,6 +60,7 @@ pub mod pool;
 pub(crate) mod random;
 pub mod registry;
 pub mod runner;
+pub(crate) mod shell;
 #[cfg(any(
     feature = "docker",
     feature = "kube",
@@ -67,7 +68,6 @@ pub mod runner;
     feature = "modal",
     feature = "e2b"
 ))]
-pub(crate) mod shell;
 pub(crate) mod shim;
 pub mod transfer;
 #[cfg(feature = "vendor")]

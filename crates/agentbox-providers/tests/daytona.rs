@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ErrorCode, Labels, Lifecycle, Network, NetworkFact, Provider, Spec, Status};
+use agentbox_core::{Ctx, ErrorCode, Labels, Lifecycle, Network, NetworkFact, Provider, Spec, Status, finish};
 use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions, FakeSnapshot};
-use agentbox_providers::daytona::{ApiKey, DaytonaOptions, DaytonaProvider};
+use agentbox_providers::daytona::{ApiKey, DaytonaOptions, DaytonaProvider, VolumeMount};
 use agentbox_providers::helper::HelperCommand;
 use agentbox_testing::conformance::{self, Options, Outside};
 
@@ -556,6 +556,56 @@ async fn a_sleeping_box_archives_and_wakes_with_its_files() {
     fake.shutdown().await;
 }
 
+/// A volume the options name is made when missing, waited on until ready, and mounted in
+/// every box: what one box writes there the next reads, after the first is gone, and this
+/// machine sees it in the fake's volume directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boxes_mount_their_volume_made_when_missing() {
+    let test = "boxes_mount_their_volume_made_when_missing";
+    let Some(fake) = fake(test, |o| o.volume_lag = Duration::from_millis(700)).await else {
+        return;
+    };
+    let mut o = options(&fake);
+    o.volumes = vec![VolumeMount {
+        name: "runs".into(),
+        mount_path: "/runs".into(),
+    }];
+    let dp = DaytonaProvider::new(o.clone()).unwrap();
+    let argv = |s: &str| vec!["sh".to_string(), "-c".into(), s.into()];
+    let a = dp.create(&spec(), &ctx()).await.unwrap();
+    let out = finish(
+        a.exec(&argv("echo kept > /runs/note"), &Default::default(), &ctx())
+            .await
+            .unwrap(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code, 0, "{}", out.stderr_text());
+    a.destroy(&ctx()).await.unwrap();
+    let b = dp.create(&spec(), &ctx()).await.unwrap();
+    let out = finish(
+        b.exec(&argv("cat /runs/note"), &Default::default(), &ctx())
+            .await
+            .unwrap(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.stdout_text(), "kept\n");
+    let dir = fake.volume_dir("runs").expect("the provider made the volume");
+    assert_eq!(std::fs::read_to_string(dir.join("note")).unwrap(), "kept\n");
+    b.destroy(&ctx()).await.unwrap();
+    // A name Daytona would refuse is refused before any call.
+    o.volumes[0].name = "../x".into();
+    let e = DaytonaProvider::new(o).err().expect("a bad volume name is refused");
+    assert!(
+        e.message().contains("DaytonaOptions::volumes") && e.message().contains("../x"),
+        "{e}"
+    );
+    fake.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_never_reaches_the_box() {
     let Some(fake) = fake("the_key_never_reaches_the_box", |_| {}).await else {
@@ -879,6 +929,9 @@ mod judged {
             "rate-limit-429",
             "not-found-404",
             "delete",
+            "volume-create",
+            "volume-shared",
+            "volume-delete",
             "p-create",
             "p-get",
             "p-list-pages",

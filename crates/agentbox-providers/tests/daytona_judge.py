@@ -5,7 +5,7 @@ Prints `OK <step>` per step and exits non-zero at the first failure. Where the t
 on the fake (its throttle), it prints `WAIT <what>` and reads one line from stdin once the
 test has acted.
 
-Two parts: the SDK's own walk (`sdk_walk`), and `provider_calls`, which makes every HTTP call
+Three parts: the SDK's own walk (`sdk_walk`), its volumes (`volume_walk`), and `provider_calls`, which makes every HTTP call
 agentbox's `daytona` provider makes, each with the request shape the provider sends, through
 Daytona's Python code: the SDK where it has the call, else its generated clients
 (`daytona_api_client`, `daytona_toolbox_api_client`) over an ApiClient configured as the SDK
@@ -41,6 +41,7 @@ from daytona import (
     FileUpload,
     ListSandboxesQuery,
     SessionExecuteRequest,
+    VolumeMount,
 )
 
 
@@ -257,6 +258,61 @@ def sdk_walk(daytona):
     again.delete(wait=True)
     check(gone(again.id) and gone(sandbox.id), "a sandbox deleted with wait=True is still there")
     ok("delete")
+
+
+def volume_walk(daytona):
+    """A volume made by name, ready, mounted by two sandboxes at once (one by its id, one by
+    its name), whose files each sees; then deleted."""
+    name = f"judge-volume-{os.getpid()}"
+    volume = daytona.volume.get(name, create=True)
+    check(volume.name == name, f"the volume's name: {volume.name}")
+    check(daytona.volume.get(name).id == volume.id, "the volume read by name again")
+    until("the volume is ready", lambda: daytona.volume.get(name).state == "ready")
+    check(any(v.id == volume.id for v in daytona.volume.list()), "volume.list")
+    key = os.environ["DAYTONA_API_KEY"]
+    client = headers_of(api.ApiClient(api.Configuration(host=os.environ["DAYTONA_API_URL"])), key)
+    strict(api.VolumesApi(client).get_volume(volume.id), "get_volume")
+    strict(api.VolumesApi(client).get_volume_by_name(name), "get_volume_by_name")
+    ok("volume-create")
+
+    a = daytona.create(
+        CreateSandboxFromSnapshotParams(
+            volumes=[VolumeMount(volume_id=volume.id, mount_path="/shared")], auto_stop_interval=0
+        ),
+        timeout=60,
+    )
+    b = daytona.create(
+        CreateSandboxFromSnapshotParams(
+            volumes=[VolumeMount(volume_id=name, mount_path="/volume", subpath="sub")], auto_stop_interval=0
+        ),
+        timeout=60,
+    )
+    dto = strict(api.SandboxApi(client).get_sandbox(b.id), "get_sandbox with a volume")
+    check(
+        [(v.volume_id, v.mount_path, v.subpath) for v in dto.volumes] == [(volume.id, "/volume", "sub")],
+        f"the sandbox's volumes: {dto.volumes}",
+    )
+    a.process.exec("mkdir -p /shared/sub && echo from-a > /shared/sub/note")
+    r = b.process.exec("cat /volume/note")
+    check(r.result == "from-a\n", f"b read a's file through the volume: {r.result!r}")
+    b.process.exec("echo from-b >> /volume/note")
+    r = a.process.exec("cat /shared/sub/note")
+    check(r.result == "from-a\nfrom-b\n", f"a read b's line: {r.result!r}")
+    ok("volume-shared")
+
+    a.delete(wait=True)
+    b.delete(wait=True)
+    daytona.volume.delete(volume)
+
+    def volume_gone():
+        try:
+            daytona.volume.get(name)
+            return False
+        except DaytonaNotFoundError:
+            return True
+
+    until("the volume's delete", volume_gone)
+    ok("volume-delete")
 
 
 # The provider's own names (crates/agentbox-providers/src/daytona/mod.rs).
@@ -638,6 +694,7 @@ def provider_calls(daytona):
 def main():
     daytona = Daytona()
     sdk_walk(daytona)
+    volume_walk(daytona)
     provider_calls(daytona)
 
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, Error, ExecOptions, Provider, Result, Spec};
+use agentbox_core::{Ctx, Error, Provider, Result, Spec};
 
 use super::{DRIVER_ENV, DriverArgs, canonical, read_postgres_file, socket_dir};
 
@@ -107,36 +107,12 @@ pub(super) async fn run(
     let b = provider.create(&spec, &ctx).await?;
     let place = format!("docker box {}", b.id());
     eprintln!("agentbox: run {id}: started in {place}");
-    let ran = async {
-        let mut p = b
-            .exec(
-                command,
-                &ExecOptions {
-                    env: exec_env,
-                    ..Default::default()
-                },
-                &Ctx::background(),
-            )
-            .await?;
-        let (out, err) = (p.stdout.take(), p.stderr.take());
-        let copy = |r: Option<agentbox_core::ByteReader>, mut w: Box<dyn tokio::io::AsyncWrite + Unpin + Send>| async move {
-            if let Some(mut r) = r {
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            }
-            let _ = tokio::io::AsyncWriteExt::flush(&mut w).await;
-        };
-        tokio::join!(
-            copy(out, Box::new(tokio::io::stdout())),
-            copy(err, Box::new(tokio::io::stderr()))
-        );
-        p.wait().await
-    }
-    .await;
+    let ran = super::run_in_box(b.as_ref(), command, exec_env).await;
     if let Err(e) = b.destroy(&ctx).await {
         tracing::warn!(box_id = %b.id(), "ending the generation's box: {e}");
     }
     drop(secrets);
-    Ok((place, ran?.code))
+    Ok((place, ran?))
 }
 
 fn write_private(path: &Path, data: &[u8]) -> Result<()> {

@@ -14,9 +14,19 @@
 //!   by a hostPath volume at `/tmp/agentbox/bin/agentbox` (`--host-binary`, for a one-node
 //!   cluster). Its `activeDeadlineSeconds` is the lifetime; its log is streamed here;
 //!   the pod and the Secret are deleted when it ends.
+//! - `systemd`: a transient service of this machine's systemd (`systemd-run --wait --pipe`),
+//!   its lifetime the unit's `RuntimeMaxSec`; refused, saying why, where systemd is not the
+//!   init.
+//! - `daytona`: a Daytona sandbox whose volume (`--volume`, made when missing) holds the runs'
+//!   root at `/runs`; this binary uploaded into it; its lifetime Daytona's; deleted when it
+//!   ends.
 
+mod daytona;
 mod docker;
 mod kube;
+mod systemd;
+
+pub(crate) use daytona::RUNS_IN_BOX as DAYTONA_RUNS;
 
 use std::io::Write;
 use std::path::Path;
@@ -33,6 +43,10 @@ pub(crate) enum DriverKind {
     Docker,
     /// A pod of the kubeconfig's cluster, the runs' root on a volume claim.
     Kube,
+    /// A transient service of this machine's systemd.
+    Systemd,
+    /// A Daytona sandbox, the runs' root on a Daytona volume.
+    Daytona,
 }
 
 impl DriverKind {
@@ -41,6 +55,8 @@ impl DriverKind {
             DriverKind::Local => "local",
             DriverKind::Docker => "docker",
             DriverKind::Kube => "kube",
+            DriverKind::Systemd => "systemd",
+            DriverKind::Daytona => "daytona",
         }
     }
 }
@@ -52,11 +68,12 @@ pub(crate) struct DriverArgs {
     #[arg(long, value_enum, default_value = "local")]
     pub driver: DriverKind,
     /// docker: the runs' root is this named volume (mounted at /runs) rather than a bind of
-    /// the root's directory.
+    /// the root's directory. daytona (required): the Daytona volume holding the runs' root,
+    /// mounted at /runs, made when missing.
     #[arg(long, value_name = "NAME")]
     pub volume: Option<String>,
-    /// docker, kube: the generation's lifetime, which the box's provider or the cluster
-    /// enforces (the generation ends with it).
+    /// docker, kube, systemd, daytona: the generation's lifetime, which the box's provider,
+    /// the cluster or systemd enforces (the generation ends with it).
     #[arg(long, default_value = "1h", value_name = "DURATION")]
     pub lifetime: String,
     #[command(flatten)]
@@ -125,6 +142,8 @@ pub(crate) async fn start(
         DriverKind::Local => local(root, id, postgres_file, command).await?,
         DriverKind::Docker => docker::run(args, root, id, postgres_file, command).await?,
         DriverKind::Kube => kube::run(args, id, postgres_file, command).await?,
+        DriverKind::Systemd => systemd::run(args, root, id, postgres_file, command).await?,
+        DriverKind::Daytona => daytona::run(args, id, postgres_file, command).await?,
     };
     let start = Start {
         run: id.to_string(),
@@ -176,6 +195,37 @@ async fn local(root: &Path, id: &str, postgres_file: Option<&Path>, command: &[S
         place,
         status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
     ))
+}
+
+/// Run `command` in box `b` with `env`, its output streamed here as it comes; its exit code.
+/// Its wait is the box's lifetime, which its provider enforces.
+pub(crate) async fn run_in_box(
+    b: &dyn agentbox_core::Sandbox,
+    command: &[String],
+    env: std::collections::BTreeMap<String, String>,
+) -> Result<i32> {
+    let mut p = b
+        .exec(
+            command,
+            &agentbox_core::ExecOptions {
+                env,
+                ..Default::default()
+            },
+            &agentbox_core::Ctx::background(),
+        )
+        .await?;
+    let (out, err) = (p.stdout.take(), p.stderr.take());
+    let copy = |r: Option<agentbox_core::ByteReader>, mut w: Box<dyn tokio::io::AsyncWrite + Unpin + Send>| async move {
+        if let Some(mut r) = r {
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+        }
+        let _ = tokio::io::AsyncWriteExt::flush(&mut w).await;
+    };
+    tokio::join!(
+        copy(out, Box::new(tokio::io::stdout())),
+        copy(err, Box::new(tokio::io::stderr()))
+    );
+    Ok(p.wait().await?.code)
 }
 
 /// The unix socket directory a libpq keyword/value string's `host=` names, if any.

@@ -112,6 +112,14 @@ enum Vendor {
         /// How long a deleted sandbox's record stays before it is destroyed, in ms.
         #[arg(long, default_value_t = 1000)]
         delete_lag_ms: u64,
+        /// Where volumes keep their files, a directory each by name (default: the fake's own,
+        /// removed at its end).
+        #[arg(long, value_name = "DIR")]
+        volumes_dir: Option<PathBuf>,
+        /// The sandboxes' root is this machine's user (root, when the fake runs as root), so
+        /// this machine and the sandboxes write the same files of a volume.
+        #[arg(long)]
+        boxes_as_this_user: bool,
         /// An organization whose tier has no network settings.
         #[arg(long)]
         network_unenforced: bool,
@@ -314,6 +322,8 @@ fn main() {
                 index_lag_ms,
                 minute_ms,
                 delete_lag_ms,
+                volumes_dir,
+                boxes_as_this_user,
                 network_unenforced,
             } => {
                 let Some(api_key) = api_key
@@ -333,6 +343,9 @@ fn main() {
                     minute: Duration::from_millis(minute_ms),
                     network_unenforced,
                     delete_lag: Duration::from_millis(delete_lag_ms),
+                    volumes_dir,
+                    boxes_as_this_user,
+                    ..Default::default()
                 };
                 let d = match FakeDaytona::start(opts).await {
                     Ok(d) => d,

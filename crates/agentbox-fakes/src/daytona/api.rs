@@ -1,6 +1,6 @@
 //! The control plane, under `/api`: sandboxes (create, get, list, delete, start, stop,
-//! archive, labels, the auto intervals, ttl, network settings, the toolbox and preview URLs)
-//! and snapshots (get), answered in the shapes of `daytona_api_client`'s models.
+//! archive, labels, the auto intervals, ttl, network settings, the toolbox and preview URLs),
+//! volumes (see `volume`) and snapshots (get), answered in the shapes of `daytona_api_client`'s models.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -146,6 +146,18 @@ pub(crate) async fn route(s: &Arc<Shared>, m: &Method, seg: &[&str], q: &Query, 
                 "token": rec.preview_token,
             }))
         }
+        ["volumes"] if post => s.volumes.create(&body.unwrap_or(Value::Null)),
+        ["volumes"] if get => s.volumes.list(),
+        ["volumes", "by-name", name] if get => s.volumes.by_name(name),
+        ["volumes", id] if get => s.volumes.get(id),
+        ["volumes", id] if *m == Method::DELETE => {
+            let in_use = s
+                .all()
+                .into_iter()
+                .find(|x| !x.deleting() && x.rec().volumes.iter().any(|v| v.volume_id == *id))
+                .map(|x| x.id.clone());
+            s.volumes.delete(id, in_use)
+        }
         ["snapshots", name] if get => {
             let snap = s
                 .snapshot(name)
@@ -247,6 +259,7 @@ async fn create_sandbox(s: &Arc<Shared>, body: Value) -> DResult {
     }
     let labels = str_map(&body, "labels")?.unwrap_or_default();
     let env = str_map(&body, "env")?.unwrap_or_default();
+    let volumes = s.volumes.mounts(&body)?;
     let user = opt_str(&body, "user")?
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "daytona".into());
@@ -311,6 +324,7 @@ async fn create_sandbox(s: &Arc<Shared>, body: Value) -> DResult {
         last_activity_at: now,
         preview_token: token.iter().map(|x| format!("{x:02x}")).collect(),
         box_id: None,
+        volumes,
     };
     let root = snap.rootfs.clone().or_else(|| s.rootfs.clone());
     let sbx = s.create(NewSandbox { id, rec, root }).await?;

@@ -19,7 +19,11 @@
 //! [`FakeDaytona::hang_toolbox`] (a daemon that accepts and never answers), the label
 //! index's lag ([`FakeDaytonaOptions::index_lag`]), how long a deleted sandbox's record stays
 //! before it is destroyed ([`FakeDaytonaOptions::delete_lag`]) and the length of the API's minute
-//! ([`FakeDaytonaOptions::minute`]), which every interval (ttl, autoStop, autoDelete) counts in.
+//! ([`FakeDaytonaOptions::minute`]), which every interval (ttl, autoStop, autoDelete) counts in;
+//! how long a new volume takes to be ready ([`FakeDaytonaOptions::volume_lag`]), where volumes
+//! keep their files ([`FakeDaytonaOptions::volumes_dir`], read back by
+//! [`FakeDaytona::volume_dir`]) and whose user the sandboxes' root is
+//! ([`FakeDaytonaOptions::boxes_as_this_user`]).
 //!
 //! What is real: programs run in the box (as the box's root, mapped to an unprivileged id of
 //! this machine; the DTO's `user` is the create's, `daytona` by default, but no such user
@@ -35,6 +39,7 @@ mod preview;
 mod session;
 mod state;
 mod toolbox;
+mod volume;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -98,6 +103,15 @@ pub struct FakeDaytonaOptions {
     /// destroyed`, its name already free) before it is destroyed and a read is 404, as the
     /// real API's soft delete waits for its runner. Zero: destroyed before the delete answers.
     pub delete_lag: Duration,
+    /// How long a new volume stays `pending_create` before it is `ready` (and mountable).
+    pub volume_lag: Duration,
+    /// Where volumes keep their files, one directory each by name (`None`: the fake's own
+    /// directory, removed at its end).
+    pub volumes_dir: Option<PathBuf>,
+    /// The sandboxes' root is this machine's user (root, when the fake runs as root) rather
+    /// than an unprivileged id of its own: for tests where this machine and the sandboxes
+    /// write the same files of a volume, as every user of a real Daytona volume may.
+    pub boxes_as_this_user: bool,
 }
 
 impl Default for FakeDaytonaOptions {
@@ -112,6 +126,9 @@ impl Default for FakeDaytonaOptions {
             minute: Duration::from_secs(60),
             network_unenforced: false,
             delete_lag: Duration::from_secs(1),
+            volume_lag: Duration::from_millis(500),
+            volumes_dir: None,
+            boxes_as_this_user: false,
         }
     }
 }
@@ -229,11 +246,19 @@ impl FakeDaytona {
         agentbox_providers::namespace::available(&runner)
             .await
             .map_err(|e| e.to_string())?;
-        let provider = NamespaceProvider::new(NamespaceOptions {
+        let mut ns = NamespaceOptions {
             runner,
             ..NamespaceOptions::at(dir.path().join("home")).map_err(|e| e.to_string())?
-        })
-        .map_err(|e| e.to_string())?;
+        };
+        if o.boxes_as_this_user {
+            ns.host_id = rustix::process::geteuid().as_raw();
+        }
+        let provider = NamespaceProvider::new(ns).map_err(|e| e.to_string())?;
+        let volumes = volume::Volumes::new(
+            o.volumes_dir.clone().unwrap_or_else(|| dir.path().join("volumes")),
+            o.volume_lag,
+            provider.box_owner(),
+        );
         let listener = tokio::net::TcpListener::bind(o.listen)
             .await
             .map_err(|e| format!("listening on {}: {e}", o.listen))?;
@@ -244,6 +269,7 @@ impl FakeDaytona {
             api_key: o.api_key.clone(),
             base: format!("http://{addr}"),
             provider: Arc::new(provider),
+            volumes,
             snapshots,
             default_snapshot: o.default_snapshot.clone(),
             rootfs: o.rootfs.clone(),
@@ -329,6 +355,13 @@ impl FakeDaytona {
         }
         *self.shared.fail_after_create.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
         Ok(())
+    }
+
+    /// The directory of this machine that holds the files of the volume called `name`: what
+    /// a sandbox mounting it sees at its mount path. `None` when there is no such volume.
+    pub fn volume_dir(&self, name: &str) -> Option<std::path::PathBuf> {
+        let s = &self.shared;
+        s.volumes.id_of(name).map(|_| s.volumes.dir_of(name))
     }
 
     /// Every sandbox not destroyed (one deleted and pending its destroy included), as it stands.

@@ -50,6 +50,7 @@ pub(crate) struct Shared {
     pub(crate) api_key: String,
     pub(crate) base: String,
     pub(crate) provider: Arc<NamespaceProvider>,
+    pub(crate) volumes: crate::daytona::volume::Volumes,
     pub(crate) snapshots: BTreeMap<String, FakeSnapshot>,
     pub(crate) default_snapshot: String,
     pub(crate) rootfs: Option<PathBuf>,
@@ -120,6 +121,8 @@ pub(crate) struct Rec {
     pub(crate) last_activity_at: SystemTime,
     pub(crate) preview_token: String,
     pub(crate) box_id: Option<String>,
+    /// The volumes it mounts, as its create named them.
+    pub(crate) volumes: Vec<crate::daytona::volume::Mounted>,
 }
 
 impl Sbx {
@@ -226,7 +229,7 @@ impl Rec {
         let mut v = self.list_item(id, s, &self.labels);
         v["env"] = json!(self.env);
         v["kvm"] = json!(false);
-        v["volumes"] = json!([]);
+        v["volumes"] = Value::Array(self.volumes.iter().map(|m| m.dto()).collect());
         v
     }
 
@@ -331,6 +334,15 @@ impl Shared {
         });
         spec.image = root.as_ref().map(|r| r.to_string_lossy().into_owned());
         spec.env = rec.env.clone();
+        spec.mounts = rec
+            .volumes
+            .iter()
+            .map(|m| agentbox_core::Mount {
+                source: m.source.to_string_lossy().into_owned(),
+                target: m.mount_path.clone(),
+                read_only: false,
+            })
+            .collect();
         // A sandbox's ports are reached on this machine's loopback (the previews' proxy): the
         // box shares this machine's network unless it is blocked.
         spec.network = Some(if rec.network_block_all {

@@ -47,6 +47,7 @@ mod options;
 mod preview;
 mod sandbox;
 mod toolbox;
+mod volume;
 
 pub use options::DaytonaOptions;
 use std::collections::BTreeMap;
@@ -62,6 +63,7 @@ use serde_json::json;
 
 pub use api::ApiKey;
 pub use sandbox::DaytonaSandbox;
+pub use volume::VolumeMount;
 
 use crate::lifecycle::Asleep;
 use crate::random::random_hex;
@@ -147,6 +149,9 @@ impl DaytonaProvider {
         if opts.minute.is_zero() {
             return Err(Error::invalid("DaytonaOptions::minute: must be longer than zero"));
         }
+        for v in &opts.volumes {
+            v.validate().map_err(|e| e.context("DaytonaOptions::volumes"))?;
+        }
         let api = Api::new(&opts.api_url, key, opts.connect_timeout, opts.request_timeout)?;
         Ok(DaytonaProvider {
             api,
@@ -204,8 +209,8 @@ impl DaytonaProvider {
         Ok(())
     }
 
-    /// The create request's body.
-    fn body(&self, name: &str, labels: &Labels, spec: &Spec) -> serde_json::Value {
+    /// The create request's body; `volumes` the ids of [`DaytonaOptions::volumes`], in order.
+    fn body(&self, name: &str, labels: &Labels, spec: &Spec, volumes: &[String]) -> serde_json::Value {
         let ttl = self.minutes(spec.max_lifetime.as_millis() as u64);
         let mut b = json!({
             "name": name,
@@ -221,6 +226,15 @@ impl DaytonaProvider {
         }
         if let Some(t) = &self.opts.target {
             b["target"] = json!(t);
+        }
+        if !volumes.is_empty() {
+            b["volumes"] = self
+                .opts
+                .volumes
+                .iter()
+                .zip(volumes)
+                .map(|(v, id)| json!({ "volumeId": id, "mountPath": v.mount_path }))
+                .collect();
         }
         match &spec.network {
             Some(Network::None) => b["networkBlockAll"] = json!(true),
@@ -262,7 +276,11 @@ impl DaytonaProvider {
             LABEL_MAKING_UNTIL.into(),
             (now_ms() + budget.as_millis() as u64).to_string(),
         );
-        let body = self.body(name, &labels, spec);
+        let mut volumes = Vec::new();
+        for v in &self.opts.volumes {
+            volumes.push(volume::ready(&self.api, &v.name, ctx).await.map_err(Made::Failed)?);
+        }
+        let body = self.body(name, &labels, spec, &volumes);
         let url = self.api.url("/sandbox");
         // Not sent again on a 503: the first may have made it (a 409 would then hide it).
         let sent = self

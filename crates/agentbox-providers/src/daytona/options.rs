@@ -23,6 +23,9 @@ pub struct DaytonaOptions {
     /// A static `agentbox-runner` of this machine's, uploaded into each sandbox: each command
     /// and file operation is then one message through the sandbox's preview URL.
     pub runner: Option<HelperCommand>,
+    /// Volumes every box mounts (each made when missing, and waited on until ready): files
+    /// that outlive the box and that boxes share, such as a run's directory.
+    pub volumes: Vec<super::VolumeMount>,
     /// How long Daytona's minute is: 60 s. Only a fake Daytona whose clock runs fast (a
     /// test's) has another, and both sides must agree.
     pub minute: Duration,
@@ -48,6 +51,7 @@ impl Default for DaytonaOptions {
             target: None,
             snapshot: None,
             runner: None,
+            volumes: Vec::new(),
             minute: Duration::from_secs(60),
             start_timeout: Duration::from_secs(180),
             index_timeout: Duration::from_secs(60),

@@ -193,6 +193,13 @@ impl NamespaceProvider {
         &self.boxes
     }
 
+    /// The host's user and group that own what a box's root writes (the ids its root maps
+    /// to): for a directory of the host's that boxes are to write in, as a bind.
+    pub fn box_owner(&self) -> (u32, u32) {
+        let (uid, gid, _) = self.host_ids();
+        (uid, gid)
+    }
+
     /// The host ids the box's root maps to: this user's own, or for root the configured one
     /// where this user namespace has it (root of a namespace mapping only itself, as in a
     /// rootless container, maps its own ids as any user does).
