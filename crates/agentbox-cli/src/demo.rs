@@ -169,9 +169,7 @@ pub(crate) async fn step(root: &Path, id: &str, step: usize, in_workspace: bool)
     let moved = agent::note_move(&run, runs.host())?;
     let ctx = Ctx::background();
     let (transport, env): (Option<Transport>, Arc<dyn agentbox_hands::ExecutionEnv>) = if in_workspace {
-        let env = agentbox_hands::HostEnv::new(run.workspace().to_string_lossy())
-            .map_err(|e| Error::invalid(format!("the run's workspace: {e}")))?;
-        (None, Arc::new(env))
+        (None, Arc::new(run.host_env()?))
     } else {
         let config = TransportConfig::from_toml(
             "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"10m\"\n",
@@ -190,6 +188,13 @@ pub(crate) async fn step(root: &Path, id: &str, step: usize, in_workspace: bool)
                 prepare: None,
             },
         )?;
+        // A holder that died left its box's programs running: they end before this step.
+        if run.took_over() {
+            let ended = transport.end_left_programs(&ctx).await?;
+            if ended > 0 {
+                eprintln!("agentbox: ended {ended} programs an earlier holder left in the run's box");
+            }
+        }
         let env = transport
             .env("chat")
             .ok_or_else(|| Error::unknown("the demo's config names hands"))?;

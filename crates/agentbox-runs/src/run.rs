@@ -67,6 +67,8 @@ pub struct Run {
     record: RunRecord,
     store: Arc<Store>,
     previous: Option<Holder>,
+    /// The holder before never let the run go ([`Run::took_over`]).
+    took_over: bool,
     moved: Option<MoveRequest>,
     lock: Option<OwnedFd>,
     lease: Option<(Arc<Leases>, Duration)>,
@@ -261,6 +263,7 @@ impl Runs {
             dir,
             record,
             store,
+            took_over: before.status == RunStatus::Open,
             previous: before.holder,
             moved,
             lock,
@@ -465,6 +468,15 @@ impl Run {
     /// Who held the run before this generation (for the agent to be told it moved).
     pub fn previous(&self) -> Option<&Holder> {
         self.previous.as_ref()
+    }
+
+    /// Whether this generation took the run from a holder that never let it go (it died, or
+    /// its lease ran out): what that holder left running in the run's boxes must end before
+    /// this generation's first step ([`agentbox_transport::Transport::end_left_programs`], the
+    /// transport's session being the run's id). A run let go at a step boundary keeps its
+    /// boxes' programs: a program started to outlive its caller outlives a hand-off too.
+    pub fn took_over(&self) -> bool {
+        self.took_over
     }
 
     /// The move the last generation let the run go for, which this one completed.

@@ -490,3 +490,97 @@ async fn a_stale_holders_programs_end_before_the_next_generation_steps() {
     assert_eq!(next.release().await.unwrap_err().code(), ErrorCode::Fenced);
     assert_eq!(read_status(&runs.dir("w")).unwrap(), record, "run.json untouched");
 }
+
+/// The box half of the fence: a holder that dies leaves a program writing in the run's box
+/// (a runner box, the process kept past its caller); the next generation, having taken the
+/// run over, ends it through the transport before its first step. A run let go at a step
+/// boundary keeps its box's programs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holders_box_programs_end_before_the_next_generation_steps() {
+    use agentbox_core::{Ctx, Provider};
+    use agentbox_hands::{Command, StartOptions};
+    use agentbox_transport::{Transport, TransportConfig, TransportHost};
+    let root = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    agentbox_testing::runner::ensure();
+    let mut opts = agentbox_providers::LocalOptions::at(home.path()).unwrap();
+    opts.runner = true;
+    let local: Arc<dyn Provider> = Arc::new(agentbox_providers::LocalProvider::new(opts).unwrap());
+    let transport_of = |run: &agentbox_runs::Run| {
+        let config = TransportConfig::from_toml(
+            "hands = \"sandbox\"\n[environments.sandbox]\nprovider = \"local\"\nmax_lifetime = \"10m\"\n",
+        )
+        .unwrap();
+        Transport::new(
+            config,
+            TransportHost {
+                providers: [("local".to_string(), local.clone())].into(),
+                documents: run.documents(),
+                session: "b".into(),
+                labels: Default::default(),
+                on_lost: None,
+                prepare: None,
+            },
+        )
+        .unwrap()
+    };
+    let ctx = Ctx::background().with_timeout(Duration::from_secs(60));
+    let runs = Runs::new(root.path());
+    runs.create(Some("b")).unwrap();
+    let stale = runs.open("b").await.unwrap();
+    assert!(!stale.took_over(), "a new run is taken from nobody");
+    let t1 = transport_of(&stale);
+    let env = t1.env("chat").unwrap();
+    let writer = "while :; do echo x >> log; sleep 0.02; done";
+    env.start(Command::Shell(writer.into()), StartOptions::default(), &ctx)
+        .await
+        .unwrap();
+    let ws = env.cwd().to_string();
+    let log = std::path::Path::new(&ws).join("log");
+    let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let grows = async || {
+        let before = size(&log);
+        let t = std::time::Instant::now();
+        while size(&log) == before {
+            if t.elapsed() > Duration::from_secs(10) {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    };
+    assert!(grows().await, "the writer writes");
+    // The holder dies: its claim goes, its box and the program in it stay.
+    drop((env, t1, stale));
+    assert!(grows().await, "the writer outlives its holder");
+
+    let next = runs.open("b").await.unwrap();
+    assert!(next.took_over(), "the last holder never let go");
+    let t2 = transport_of(&next);
+    assert_eq!(t2.end_left_programs(&ctx).await.unwrap(), 1);
+    let at_claim = std::fs::read(&log).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        at_claim,
+        "nothing the old writer does after the claim reaches the box"
+    );
+    // The same box serves the next generation.
+    let env = t2.env("chat").unwrap();
+    assert_eq!(env.read_binary_file("log", &ctx).await.unwrap(), at_claim);
+
+    // Let go at a step boundary, a program kept past its caller goes on into the next
+    // generation, which took the run from nobody.
+    env.start(Command::Shell(writer.into()), StartOptions::default(), &ctx)
+        .await
+        .unwrap();
+    // The transport holds the run's documents, which the release seals.
+    drop((env, t2));
+    next.release().await.unwrap();
+    let after = runs.open("b").await.unwrap();
+    assert!(!after.took_over());
+    assert!(grows().await, "a hand-off keeps the box's programs");
+    let t3 = transport_of(&after);
+    t3.destroy(&ctx).await.unwrap();
+    after.release().await.unwrap();
+}

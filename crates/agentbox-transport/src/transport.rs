@@ -261,6 +261,68 @@ impl Transport {
         self.inner.end_named(BOXES_DOC, ctx).await
     }
 
+    /// End every program left running in the boxes the session's documents name, the boxes
+    /// kept: what a holder whose claim was taken (it died, or its lease ran out) left behind,
+    /// ended before the next holder's first step. A box with a runner has each running process
+    /// killed; one without has the command groups its scripts wrote down killed
+    /// ([`agentbox_hands::end_left_commands`]). A box that is gone has nothing to end. Returns
+    /// how many programs (processes or groups) were ended.
+    pub async fn end_left_programs(&self, ctx: &Ctx) -> Result<usize> {
+        let h = &self.inner.host;
+        let mut ended = 0;
+        for (_, value) in h.documents.list(&h.session, BOXES_DOC).await? {
+            let Some(id) = value
+                .get("id")
+                .and_then(|v| v.as_str())
+                .and_then(|s| s.parse::<SandboxId>().ok())
+            else {
+                continue;
+            };
+            let p = h.providers.get(id.provider()).ok_or_else(|| {
+                Error::unsupported(format!(
+                    "ending what a holder left in box {id}: it is a {} box and this host passed no such provider",
+                    id.provider()
+                ))
+            })?;
+            let Some(b) = p.attach(&id, ctx).await? else { continue };
+            let running = |all: Vec<agentbox_core::ProcessInfo>| {
+                all.into_iter()
+                    .filter(|p| matches!(p.state, agentbox_core::ProcessState::Running))
+                    .map(|p| p.handle)
+                    .collect::<Vec<u64>>()
+            };
+            let n = match b.processes() {
+                Some(ps) => {
+                    let mut killed = Vec::new();
+                    for handle in running(ps.list(ctx).await?) {
+                        match ps.signal(handle, 9, ctx).await {
+                            Ok(()) => killed.push(handle),
+                            // Ended meanwhile.
+                            Err(e) if e.code() == ErrorCode::NotFound => {}
+                            Err(e) => return Err(e.context(format!("ending a program in box {id}"))),
+                        }
+                    }
+                    // Gone before the next holder's first step, not only signalled.
+                    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+                    while !killed.is_empty() && tokio::time::Instant::now() < until {
+                        let left = running(ps.list(ctx).await?);
+                        if !killed.iter().any(|h| left.contains(h)) {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    killed.len()
+                }
+                None => agentbox_hands::end_left_commands(&*b, ctx).await?.len(),
+            };
+            if n > 0 {
+                tracing::warn!(box_id = %id, ended = n, "ended the programs a holder left running in the box");
+            }
+            ended += n;
+        }
+        Ok(ended)
+    }
+
     /// End the boxes of one conversation that is leaving (with scope `session`, the session's
     /// boxes, which it shares: every box), and forget them; the other conversations' boxes go
     /// on. Returns the boxes ended.
