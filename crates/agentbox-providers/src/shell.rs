@@ -1,11 +1,8 @@
 //! Words for `sh`: what a box's shell is given when a provider (or a runner of protocol 2)
 //! has no argv to pass, only a command line.
 
-/// `s` as one word of `sh`: in single quotes, each `'` closed, escaped and opened again.
-///
-/// ```ignore
-/// assert_eq!(quote("it's"), r#"'it'\''s'"#);
-/// ```
+/// `s` as one word of `sh`: in single quotes, each `'` closed, escaped and opened again
+/// (`it's` is `'it'\''s'`).
 pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }

@@ -291,10 +291,20 @@ impl Transport {
                     .map(|p| p.handle)
                     .collect::<Vec<u64>>()
             };
-            let n = match b.processes() {
-                Some(ps) => {
+            // A runner reached for the first time may turn out to keep no processes (it
+            // speaks protocol 2 alone): the box's scripts' groups are then what there is.
+            let listed = match b.processes() {
+                Some(ps) => match ps.list(ctx).await {
+                    Ok(all) => Some((ps, all)),
+                    Err(e) if e.code() == ErrorCode::Unsupported => None,
+                    Err(e) => return Err(e.context(format!("listing the programs of box {id}"))),
+                },
+                None => None,
+            };
+            let n = match listed {
+                Some((ps, all)) => {
                     let mut killed = Vec::new();
-                    for handle in running(ps.list(ctx).await?) {
+                    for handle in running(all) {
                         match ps.signal(handle, 9, ctx).await {
                             Ok(()) => killed.push(handle),
                             // Ended meanwhile.
@@ -304,10 +314,16 @@ impl Transport {
                     }
                     // Gone before the next holder's first step, not only signalled.
                     let until = tokio::time::Instant::now() + Duration::from_secs(5);
-                    while !killed.is_empty() && tokio::time::Instant::now() < until {
+                    loop {
                         let left = running(ps.list(ctx).await?);
-                        if !killed.iter().any(|h| left.contains(h)) {
+                        let still: Vec<&u64> = killed.iter().filter(|h| left.contains(h)).collect();
+                        if still.is_empty() {
                             break;
+                        }
+                        if tokio::time::Instant::now() >= until {
+                            return Err(Error::timeout(format!(
+                                "box {id}: the programs {still:?} a holder left were killed and still run after 5s"
+                            )));
                         }
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }

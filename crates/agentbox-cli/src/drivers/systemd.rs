@@ -23,6 +23,17 @@ pub(super) fn refusal() -> Option<String> {
             "the systemd driver starts a generation as a transient unit of systemd, and systemd is not this machine's init ({BOOTED} does not exist): use --driver local or docker here"
         ));
     }
+    if !rustix::process::geteuid().is_root() {
+        let user_manager = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(|d| Path::new(&d).join("systemd").join("private").exists())
+            .unwrap_or(false);
+        if !user_manager {
+            return Some(
+                "the systemd driver starts a non-root user's generation as a unit of that user's manager, and this user has none ($XDG_RUNTIME_DIR/systemd/private does not exist): log in through systemd, or enable lingering (loginctl enable-linger)"
+                    .into(),
+            );
+        }
+    }
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join("systemd-run").is_file()))
         .unwrap_or(false);

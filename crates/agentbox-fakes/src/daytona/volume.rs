@@ -8,11 +8,10 @@
 //! into a sandbox's box at its mount path, so sandboxes that mount one volume share its files
 //! at once. Emulated: a new volume is `pending_create` until [`FakeDaytonaOptions::volume_lag`]
 //! passed, then `ready`, and only a ready volume can be mounted (a create naming another is
-//! 400), as on the real service. A mount path is made where the sandbox can make it: at the
+//! 400), as on the real service; a taken name is 400; a volume is deleted only when ready and
+//! mounted by no sandbox (409). A mount path is made where the sandbox can make it: at the
 //! top level, or under `/workspace`, `/root` or `/tmp` (the snapshot's own directories are
-//! read only here). Left out: the volume's S3 backing and its size; a delete of
-//! a volume a sandbox still mounts is refused 409 where the real service would let the delete
-//! wait.
+//! read only here). Left out: the volume's S3 backing and its size.
 //!
 //! [`FakeDaytonaOptions::volume_lag`]: crate::daytona::FakeDaytonaOptions::volume_lag
 //! [`FakeDaytonaOptions::volumes_dir`]: crate::daytona::FakeDaytonaOptions::volumes_dir
@@ -143,11 +142,8 @@ impl Volumes {
         }
         let mut all = self.lock();
         if all.values().any(|v| v.name == name) {
-            return Err(DError::api(
-                409,
-                "CONFLICT",
-                format!("Volume with name {name} already exists"),
-            ));
+            // The real service's answer to a taken name is a 400, not a 409.
+            return Err(DError::bad_request(format!("Volume with name {name} already exists")));
         }
         if all.len() >= MAX_VOLUMES {
             return Err(DError::api(
@@ -214,6 +210,11 @@ impl Volumes {
                 "CONFLICT",
                 format!("Volume {id} is in use by sandbox {s}"),
             ));
+        }
+        if all.get(id).is_some_and(|v| v.state() != "ready") {
+            return Err(DError::bad_request(format!(
+                "Volume {id} must be in a ready or error state to be deleted"
+            )));
         }
         let Some(v) = all.remove(id) else {
             return ok(Value::Null);

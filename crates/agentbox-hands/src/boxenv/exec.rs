@@ -65,7 +65,17 @@ impl BoxEnv {
         if self.one_call() {
             self.run_one_call(command, cwd, opts, ctx).await
         } else if self.sandbox.files().is_some() {
-            self.run_by_runner(command, cwd, opts, ctx).await
+            match self
+                .run_by_runner(command.clone(), cwd.clone(), opts.clone(), ctx)
+                .await
+            {
+                // The runner, reached for the first time, has no file operations (it speaks
+                // protocol 2 alone): nothing started, and the box's scripts serve instead.
+                Err(e) if e.code == ExecCode::ShellUnavailable && self.sandbox.files().is_none() => {
+                    self.run_by_script(command, cwd, opts, ctx).await
+                }
+                r => r,
+            }
         } else {
             self.run_by_script(command, cwd, opts, ctx).await
         }

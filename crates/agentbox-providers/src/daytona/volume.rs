@@ -75,9 +75,12 @@ pub(crate) async fn ready(api: &Api, name: &str, ctx: &Ctx) -> Result<String> {
                     tracing::info!(volume = name, "daytona: volume created");
                     v
                 }
-                // Made by another host meanwhile.
-                Err(e) if e.code() == ErrorCode::Refused => api.json(&ctx, &what, |c| c.get(&by_name)).await?,
-                Err(e) => return Err(e),
+                // Made by another host meanwhile (Daytona answers a taken name 400), or the
+                // answer lost: it is there if a read finds it, else the create's error stands.
+                Err(e) => match api.json(&ctx, &what, |c| c.get(&by_name)).await {
+                    Ok(v) => v,
+                    Err(_) => return Err(e),
+                },
             }
         }
         Err(e) => return Err(e),

@@ -177,8 +177,7 @@ impl RunnerSandbox {
     pub async fn check(&self, ctx: &Ctx) -> Result<()> {
         self.client.connect(ctx).await?;
         if self.client.protocol_2_only() {
-            // Its answer to `hello` was its word; protocol 2 has no `stat` to ask.
-            return Ok(());
+            return self.client.ping_protocol_2(ctx).await;
         }
         self.client
             .stat(".", false, ctx)
@@ -284,6 +283,10 @@ impl Sandbox for RunnerSandbox {
     }
 
     async fn download(&self, path: &str, max_bytes: u64, ctx: &Ctx) -> Result<Vec<u8>> {
+        // Which protocol the runner speaks is known once it was reached.
+        if let Err(e) = self.client.connect(ctx).await {
+            return Err(self.lost(e, ctx).await);
+        }
         if self.client.protocol_2_only() {
             return self.download_whole(path, max_bytes, ctx).await;
         }

@@ -95,10 +95,17 @@ impl Client {
         ctx: &Ctx,
         governing: &Ctx,
     ) -> Result<Process> {
-        let tx = self.link(ctx).await?;
+        let (tx, alive) = self.link_alive(ctx).await?;
         let legacy = self.protocol_2_only();
         if legacy && run.is_none() {
             return Err(self.refused_by_protocol_2("attach"));
+        }
+        // The runner was replaced by one of the other protocol after the request was made.
+        if run.as_ref().is_some_and(|r| r.is_extended() == legacy) {
+            return Err(Error::transfer_failed(format!(
+                "{} was replaced by a runner of another protocol as the program started: start it again",
+                self.describe()
+            )));
         }
         let (out, out_rx) = sink();
         let (err, err_rx) = sink();
@@ -136,6 +143,11 @@ impl Client {
         let started = async {
             send(&tx, &req).await?;
             if legacy {
+                // No `started` will say the connection held: a drop before the process was
+                // registered reaches nobody, so it is looked at here.
+                if !alive.load(Ordering::SeqCst) {
+                    return Err(self.dropped());
+                }
                 return Ok(None);
             }
             match ctx.run(tokio::time::timeout(REQUEST_TIMEOUT, started_rx)).await? {

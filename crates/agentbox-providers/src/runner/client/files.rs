@@ -49,6 +49,21 @@ impl Client {
         }
     }
 
+    /// One round trip to a runner of protocol 2 (which has no `stat`): a `read` of the
+    /// workspace, answered with whatever it answers (a directory is no file), proves it serves.
+    pub async fn ping_protocol_2(&self, ctx: &Ctx) -> agentbox_core::Result<()> {
+        let read = |id| Request::Read {
+            id,
+            path: ".".into(),
+            offset: None,
+            length: None,
+        };
+        match self.ask(read, None, ctx).await? {
+            Reply::Lost => Err(self.dropped()),
+            Reply::Answer(_) | Reply::File(_) => Ok(()),
+        }
+    }
+
     /// A ranged read (protocol 3): at most `length` bytes from `offset`.
     pub async fn read_range(
         &self,

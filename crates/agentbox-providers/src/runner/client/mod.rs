@@ -128,6 +128,9 @@ struct Conn {
     alive: Arc<AtomicBool>,
 }
 
+/// An open connection's sender, and whether it is still the live one.
+type Opened = (mpsc::Sender<Message>, Arc<AtomicBool>);
+
 /// A connection to one runner, shared by every call on its box.
 pub struct Client {
     dial: Arc<dyn Dial>,
@@ -292,10 +295,20 @@ impl Client {
         &'a self,
         ctx: &'a Ctx,
     ) -> Pin<Box<dyn std::future::Future<Output = Result<mpsc::Sender<Message>>> + Send + 'a>> {
+        Box::pin(async move { self.open(ctx).await.map(|(tx, _)| tx) })
+    }
+
+    /// [`Client::link`], with the connection's liveness: a caller that registers a process
+    /// after it got the connection learns whether that connection dropped meanwhile (its
+    /// reader then never hears of the process).
+    fn link_alive<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+    ) -> Pin<Box<dyn std::future::Future<Output = Result<Opened>> + Send + 'a>> {
         Box::pin(self.open(ctx))
     }
 
-    async fn open(&self, ctx: &Ctx) -> Result<mpsc::Sender<Message>> {
+    async fn open(&self, ctx: &Ctx) -> Result<Opened> {
         if let Some(why) = self.closed.lock().unwrap().clone() {
             return Err(Error::gone(why));
         }
@@ -303,7 +316,7 @@ impl Client {
         if let Some(c) = g.as_ref()
             && c.alive.load(Ordering::Relaxed)
         {
-            return Ok(c.tx.clone());
+            return Ok((c.tx.clone(), c.alive.clone()));
         }
         *g = None;
         let Link { tx, mut rx } = self.dial.dial(ctx).await?;
@@ -320,7 +333,8 @@ impl Client {
         let first = ctx
             .run(tokio::time::timeout(Duration::from_secs(30), rx.recv()))
             .await?;
-        match first {
+        // The protocol this connection speaks: 2 where the runner refused hello.
+        let legacy = match first {
             Ok(Some(Message::Text(t))) => match serde_json::from_str::<Answer>(&t) {
                 Ok(Answer::Hello {
                     protocol, window, pid, ..
@@ -344,8 +358,8 @@ impl Client {
                         );
                     }
                     self.flow.store(window.is_some(), Ordering::Relaxed);
-                    self.protocol_2.store(false, Ordering::Relaxed);
                     self.granted.store(window.unwrap_or(0), Ordering::Relaxed);
+                    false
                 }
                 Ok(Answer::Hello { protocol, .. }) => {
                     return Err(Error::unsupported(format!(
@@ -353,14 +367,13 @@ impl Client {
                         self.describe()
                     )));
                 }
-                // Refused as a request it does not know: a runner of protocol 2 alone (the
-                // seed's), driven with what that protocol offers.
-                Ok(Answer::Error { .. }) => {
-                    if !self.protocol_2.swap(true, Ordering::SeqCst) {
-                        tracing::info!(runner = %self.describe(), "the runner refused hello: it speaks protocol 2 only, and is driven with what that protocol offers");
-                    }
+                // Hello refused as a request it does not know (the error names the hello, or
+                // nothing): a runner of protocol 2 alone (the seed's), driven with what that
+                // protocol offers.
+                Ok(Answer::Error { id, .. }) if id.is_none() || id == Some(hello) => {
                     self.flow.store(false, Ordering::Relaxed);
                     self.granted.store(0, Ordering::Relaxed);
+                    true
                 }
                 _ => {
                     return Err(Error::unsupported(format!(
@@ -381,13 +394,25 @@ impl Client {
                     self.describe()
                 )));
             }
+        };
+        let was = self.protocol_2.swap(legacy, Ordering::SeqCst);
+        if legacy && !was {
+            tracing::info!(runner = %self.describe(), "the runner refused hello: it speaks protocol 2 only, and is driven with what that protocol offers");
+        }
+        if was != legacy {
+            // Another runner than the last one: nothing this client ran there goes on here,
+            // and a `run` of one protocol means nothing (or runs again) in the other.
+            self.lose_all(format!(
+                "{} was replaced by a runner of protocol {}: the processes the last one ran are not reached through it",
+                self.describe(),
+                if legacy { 2 } else { EXTENDED }
+            ));
         }
         // Processes started before the drop: resume those that had started from the byte each
         // expects next (which acknowledges, at the runner, every byte before it: the window
         // starts free, whatever acks the drop lost), and send again the `run` of those whose answer was lost (its key makes
         // it the same process). Readers that do not hold theirs are told of the drop.
         type Resume = (u32, u64, u64);
-        let legacy = self.protocol_2_only();
         if legacy {
             // Nothing can be resumed, and a `run` sent again would run twice.
             self.lose_all(format!(
@@ -402,6 +427,8 @@ impl Client {
                 .values()
                 .filter(|p| p.handle.is_none())
                 .filter_map(|p| p.run.clone())
+                // Only a keyed `run` is the same process when sent again.
+                .filter(|r| matches!(r, Request::Run { key: Some(_), .. }))
                 .collect();
             let resume = sh
                 .procs
@@ -442,8 +469,11 @@ impl Client {
             self.me.clone(),
             legacy,
         ));
-        *g = Some(Conn { tx: tx.clone(), alive });
-        Ok(tx)
+        *g = Some(Conn {
+            tx: tx.clone(),
+            alive: alive.clone(),
+        });
+        Ok((tx, alive))
     }
 
     /// Send one request (and the file bytes that follow it) and wait for its answer.
