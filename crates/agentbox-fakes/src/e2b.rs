@@ -55,6 +55,8 @@ pub struct FakeE2BOptions {
     pub max_timeout: Duration,
     /// The most sandboxes one listing page holds (E2B's: 100).
     pub list_page_max: usize,
+    /// The fault switch every request passes (see [`crate::faults`]).
+    pub faults: Option<Arc<crate::faults::Faults>>,
 }
 
 impl Default for FakeE2BOptions {
@@ -67,6 +69,7 @@ impl Default for FakeE2BOptions {
             keepalive: Duration::from_secs(90),
             max_timeout: Duration::from_secs(3600),
             list_page_max: 100,
+            faults: None,
         }
     }
 }
@@ -247,7 +250,7 @@ impl FakeE2B {
                 domain: None,
             },
         )?);
-        let app = e2b.router();
+        let app = crate::faults::wrap(e2b.router(), o.faults.as_ref());
         let server = crate::server::Server::spawn(|stopped| crate::server::serve(listener, app, stopped), tmp);
         tracing::info!(%addr, "fake E2B listening");
         Ok(FakeE2B {

@@ -10,6 +10,7 @@
 pub mod archil;
 pub mod daytona;
 pub mod e2b;
+pub mod faults;
 mod http;
 mod ids;
 pub mod kube;

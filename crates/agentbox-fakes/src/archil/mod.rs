@@ -83,6 +83,8 @@ pub struct FakeArchilOptions {
     pub exec_limit: Duration,
     /// The root file system of the exec boxes (`None`: this machine's `/`, read only).
     pub rootfs: Option<PathBuf>,
+    /// The fault switch every request passes (see [`crate::faults`]).
+    pub faults: Option<Arc<crate::faults::Faults>>,
 }
 
 impl Default for FakeArchilOptions {
@@ -94,6 +96,7 @@ impl Default for FakeArchilOptions {
             root: None,
             exec_limit: Duration::from_secs(300),
             rootfs: None,
+            faults: None,
         }
     }
 }
@@ -220,6 +223,7 @@ impl FakeArchil {
             .fallback(dispatch)
             .with_state(shared.clone())
             .layer(DefaultBodyLimit::disable());
+        let app = crate::faults::wrap(app, o.faults.as_ref());
         let server = crate::server::Server::spawn(|stopped| crate::server::serve(listener, app, stopped), dir);
         tracing::info!(%addr, "fake Archil listening");
         Ok(FakeArchil { addr, shared, server })

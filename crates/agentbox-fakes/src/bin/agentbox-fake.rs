@@ -384,6 +384,7 @@ fn main() {
                     root,
                     exec_limit: Duration::from_millis(exec_limit_ms),
                     rootfs,
+                    faults: None,
                 };
                 let a = match FakeArchil::start(opts).await {
                     Ok(a) => a,
@@ -482,6 +483,7 @@ fn main() {
                     keepalive: Duration::from_secs(keepalive_secs),
                     max_timeout: Duration::from_secs(max_timeout_secs),
                     list_page_max,
+                    faults: None,
                 };
                 let e = match FakeE2B::start(opts).await {
                     Ok(e) => e,

@@ -112,6 +112,8 @@ pub struct FakeDaytonaOptions {
     /// than an unprivileged id of its own: for tests where this machine and the sandboxes
     /// write the same files of a volume, as every user of a real Daytona volume may.
     pub boxes_as_this_user: bool,
+    /// The fault switch every request passes (see [`crate::faults`]).
+    pub faults: Option<Arc<crate::faults::Faults>>,
 }
 
 impl Default for FakeDaytonaOptions {
@@ -129,6 +131,7 @@ impl Default for FakeDaytonaOptions {
             volume_lag: Duration::from_millis(500),
             volumes_dir: None,
             boxes_as_this_user: false,
+            faults: None,
         }
     }
 }
@@ -289,6 +292,7 @@ impl FakeDaytona {
             .fallback(dispatch)
             .with_state(shared.clone())
             .layer(DefaultBodyLimit::max(toolbox::MAX_UPLOAD));
+        let app = crate::faults::wrap(app, o.faults.as_ref());
         let mut server = crate::server::Server::spawn(|stopped| crate::server::serve(listener, app, stopped), dir);
         let clock = {
             let s = shared.clone();
