@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_core::{Ctx, ErrorCode, Labels, Lifecycle, Network, NetworkFact, Provider, Spec, Status, finish};
+use agentbox_core::{Ctx, ErrorCode, Labels, Lifecycle, Network, NetworkFact, Provider, Spec, Status};
 use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions, FakeSnapshot};
 use agentbox_providers::daytona::{ApiKey, DaytonaOptions, DaytonaProvider, VolumeMount};
 use agentbox_providers::helper::HelperCommand;
@@ -571,28 +571,12 @@ async fn boxes_mount_their_volume_made_when_missing() {
         mount_path: "/runs".into(),
     }];
     let dp = DaytonaProvider::new(o.clone()).unwrap();
-    let argv = |s: &str| vec!["sh".to_string(), "-c".into(), s.into()];
     let a = dp.create(&spec(), &ctx()).await.unwrap();
-    let out = finish(
-        a.exec(&argv("echo kept > /runs/note"), &Default::default(), &ctx())
-            .await
-            .unwrap(),
-        Default::default(),
-    )
-    .await
-    .unwrap();
+    let out = sh(&*a, "echo kept > /runs/note").await;
     assert_eq!(out.status.code, 0, "{}", out.stderr_text());
     a.destroy(&ctx()).await.unwrap();
     let b = dp.create(&spec(), &ctx()).await.unwrap();
-    let out = finish(
-        b.exec(&argv("cat /runs/note"), &Default::default(), &ctx())
-            .await
-            .unwrap(),
-        Default::default(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(out.stdout_text(), "kept\n");
+    assert_eq!(sh(&*b, "cat /runs/note").await.stdout_text(), "kept\n");
     let dir = fake.volume_dir("runs").expect("the provider made the volume");
     assert_eq!(std::fs::read_to_string(dir.join("note")).unwrap(), "kept\n");
     b.destroy(&ctx()).await.unwrap();
