@@ -1340,3 +1340,36 @@ mod live {
         assert!(f.started_at_ms.is_some(), "{f:?}");
     }
 }
+
+/// An answer a proxy or a broken network spoils (a message that is not protobuf, one cut in
+/// half, an HTTP 502 with no gRPC status) is a typed error naming the call, never a panic or a
+/// box the caller cannot see; the next call, the fault gone, works.
+#[tokio::test]
+async fn spoiled_grpc_answers_are_typed_errors() {
+    use agentbox_fakes::faults::{Fault, Faults, Rule};
+    let faults = Faults::new(1);
+    let f = faults.clone();
+    let Some(fake) = fake("spoiled_grpc_answers_are_typed_errors", |o| o.faults = Some(f)).await else {
+        return;
+    };
+    let p = provider(&fake);
+    let create = "/modal.client.ModalClient/SandboxCreate";
+    for fault in [Fault::Malformed, Fault::Truncate, Fault::Drop, Fault::Status(502)] {
+        faults.add(Rule::on("POST", create, fault.clone()).times(8));
+        let before = faults.injected();
+        let err = match p.create(&spec(), &ctx()).await {
+            Ok(_) => panic!("{fault:?}: a create through a spoiled answer succeeded"),
+            Err(e) => e,
+        };
+        assert!(faults.injected() > before, "{fault:?} was met");
+        let text = err.to_string();
+        assert!(
+            text.contains("SandboxCreate") || text.contains("sandbox"),
+            "{fault:?}: {text}"
+        );
+        faults.clear();
+    }
+    let b = p.create(&spec(), &ctx()).await.expect("the next create works");
+    assert_eq!(sh(&*b, "echo ok").await.unwrap().stdout_text(), "ok\n");
+    b.destroy(&ctx()).await.unwrap();
+}

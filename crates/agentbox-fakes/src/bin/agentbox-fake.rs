@@ -298,6 +298,7 @@ fn main() {
                     runner: None,
                     tls: !no_tls,
                     agent_sandbox,
+                    faults: None,
                 };
                 let kube = match FakeKube::start(opts).await {
                     Ok(k) => k,

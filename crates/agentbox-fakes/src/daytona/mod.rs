@@ -368,6 +368,19 @@ impl FakeDaytona {
         s.volumes.id_of(name).map(|_| s.volumes.dir_of(name))
     }
 
+    /// Sandbox `id` (or name) is lost behind every client's back, as a runner's failure loses
+    /// one: destroyed at once, its sessions and box ended, a later read 404. Whether it was
+    /// there.
+    pub async fn lose(&self, id: &str) -> bool {
+        match self.shared.get(id) {
+            Some(sbx) => {
+                self.shared.destroy(&sbx).await;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Every sandbox not destroyed (one deleted and pending its destroy included), as it stands.
     pub fn sandboxes(&self) -> Vec<SandboxView> {
         self.shared.all().iter().map(|s| s.view()).collect()

@@ -145,6 +145,8 @@ pub struct FakeKubeOptions {
     /// module's docs). Off (the default): a cluster without it, whose discovery lists neither
     /// group.
     pub agent_sandbox: bool,
+    /// The fault switch every request passes (see [`crate::faults`]).
+    pub faults: Option<Arc<crate::faults::Faults>>,
 }
 
 impl Default for FakeKubeOptions {
@@ -160,6 +162,7 @@ impl Default for FakeKubeOptions {
             runner: None,
             tls: true,
             agent_sandbox: false,
+            faults: None,
         }
     }
 }
@@ -293,6 +296,7 @@ impl FakeKube {
         let url = format!("{}://{addr}", if tls.is_some() { "https" } else { "http" });
         write_kubeconfig(&kubeconfig, &url, tls.as_ref().map(|t| t.1.as_path()), &shared.token)?;
         let app = axum::Router::new().fallback(api::dispatch).with_state(shared.clone());
+        let app = crate::faults::wrap(app, opts.faults.as_ref());
         let mut server =
             crate::server::Server::spawn(|stopped| tls::serve(listener, tls.map(|t| t.0), app, stopped), dir);
         if opts.agent_sandbox {
@@ -401,6 +405,14 @@ impl FakeKube {
                 }
             })
             .collect()
+    }
+
+    /// Pod `name` is evicted, as a node's pressure or drain evicts one: deleted with no grace,
+    /// its box ended. Whether it was there.
+    pub async fn evict(&self, namespace: &str, name: &str) -> bool {
+        crate::kube::writes::delete_one(&self.shared, Kind::Pod, namespace, name)
+            .await
+            .is_ok()
     }
 
     /// The pod object as the API would answer it.

@@ -123,6 +123,10 @@ pub struct FakeModalOptions {
     pub list_page: usize,
     /// The longest SandboxWait holds, whatever it asks.
     pub max_wait: Duration,
+    /// The fault switch every call passes, by its gRPC path (`/modal.client.ModalClient/
+    /// SandboxCreate`): see [`crate::faults`]. A status fault is an HTTP status a proxy in
+    /// front would answer; a malformed answer is a message that is not protobuf.
+    pub faults: Option<Arc<crate::faults::Faults>>,
 }
 
 impl Default for FakeModalOptions {
@@ -137,6 +141,7 @@ impl Default for FakeModalOptions {
             fuse: false,
             list_page: 100,
             max_wait: Duration::from_secs(55),
+            faults: None,
         }
     }
 }
@@ -252,8 +257,10 @@ impl FakeModal {
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let faults = o.faults.clone();
         let serve = |stopped: tokio::sync::oneshot::Receiver<()>| async move {
             let served = tonic::transport::Server::builder()
+                .layer(crate::faults::FaultLayer::new(faults))
                 .add_service(client)
                 .add_service(router)
                 .serve_with_incoming_shutdown(incoming, async {
