@@ -3,7 +3,7 @@
 //! errno the host would have seen.
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use agentbox_protocol::runner::{Answer, Kind, MAX_MESSAGE, Meta};
@@ -114,11 +114,44 @@ pub(super) fn read(id: u32, path: &str, offset: Option<u64>, length: Option<u64>
 }
 
 /// Write (or append) `bytes` to `path`, making missing parents first.
+///
+/// A write that replaces a file is whole or not at all: the bytes go to a new file beside it,
+/// renamed over it once written, so a runner killed mid-write (or a full disk) leaves the old
+/// file as it was, never a part of the new one. The open the host would make runs first and
+/// decides every error (a directory, a file this user may not write). A file with other hard
+/// links, a symlink, or a directory where no file can be made beside it is written in place,
+/// as the host writes it: replacing it would cut the link or the symlink.
 pub(super) fn write(id: u32, path: &str, bytes: &[u8], mode: Option<u32>, append: bool) -> Answer {
     if let Some(parent) = Path::new(path).parent() {
         // A parent that cannot be made shows as the open's own error below.
         let _ = std::fs::create_dir_all(parent);
     }
+    let done = |r: std::io::Result<()>| match r {
+        Ok(()) => Answer::Ok { id },
+        Err(e) => io_error(id, &e, path),
+    };
+    if append {
+        return done(in_place(path, bytes, mode, true));
+    }
+    let linked = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    let old = match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => match f.metadata() {
+            Ok(m) if m.is_file() && m.nlink() == 1 && !linked => Some(m),
+            Ok(_) => return done(in_place(path, bytes, mode, false)),
+            Err(e) => return io_error(id, &e, path),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !linked => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return done(in_place(path, bytes, mode, false)),
+        Err(e) => return io_error(id, &e, path),
+    };
+    match replace(path, bytes, mode, old.as_ref()) {
+        Some(r) => done(r),
+        None => done(in_place(path, bytes, mode, false)),
+    }
+}
+
+/// The host's own write: open (made when missing), truncated or appended to, written.
+fn in_place(path: &str, bytes: &[u8], mode: Option<u32>, append: bool) -> std::io::Result<()> {
     let mut o = std::fs::OpenOptions::new();
     o.create(true);
     if append {
@@ -129,10 +162,46 @@ pub(super) fn write(id: u32, path: &str, bytes: &[u8], mode: Option<u32>, append
     if let Some(m) = mode {
         o.mode(m & 0o7777);
     }
-    match o.open(path).and_then(|mut f| f.write_all(bytes)) {
-        Ok(()) => Answer::Ok { id },
-        Err(e) => io_error(id, &e, path),
+    o.open(path).and_then(|mut f| f.write_all(bytes))
+}
+
+/// Write `bytes` to a new file beside `path` and rename it over `path`, with the old file's
+/// mode and owner (`old`) or, for a new file, `mode`. `None` when no file can be made beside
+/// it (a directory this user may not write): the caller writes in place.
+fn replace(
+    path: &str,
+    bytes: &[u8],
+    mode: Option<u32>,
+    old: Option<&std::fs::Metadata>,
+) -> Option<std::io::Result<()>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let at = Path::new(path);
+    let name = at.file_name()?.to_string_lossy();
+    let temp = at.with_file_name(format!(
+        ".{name}.agentbox-write-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    o.mode(old.map(|m| m.mode()).or(mode).unwrap_or(0o666) & 0o7777);
+    let mut f = o.open(&temp).ok()?;
+    let written = (|| {
+        if let Some(m) = old {
+            // The old file's mode as it was (the umask narrowed the new one's), and its owner
+            // where this user may give it (root may; others own what they write anyway).
+            let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
+            f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+        }
+        f.write_all(bytes)?;
+        drop(f);
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
     }
+    Some(written)
 }
 
 /// Every other file operation: its answer.
@@ -240,5 +309,60 @@ fn remove(id: u32, path: &str, recursive: bool, force: bool) -> Answer {
     match r {
         Ok(()) => Answer::Ok { id },
         Err(e) => io_error(id, &e, path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(a: Answer) {
+        assert!(matches!(a, Answer::Ok { id: 1 }), "{a:?}");
+    }
+
+    #[test]
+    fn a_write_replaces_a_file_whole_and_keeps_what_the_host_keeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+
+        // Over a file: a new file renamed in, the old mode kept, nothing left beside it.
+        std::fs::write(at("f"), b"old").unwrap();
+        std::fs::set_permissions(at("f"), std::fs::Permissions::from_mode(0o640)).unwrap();
+        let before = std::fs::metadata(at("f")).unwrap().ino();
+        ok(write(1, &at("f"), b"new", Some(0o777), false));
+        let m = std::fs::metadata(at("f")).unwrap();
+        assert_eq!(std::fs::read(at("f")).unwrap(), b"new");
+        assert_eq!(m.mode() & 0o7777, 0o640, "the old file's mode, not the asked one");
+        assert_ne!(m.ino(), before, "replaced, not rewritten in place");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["f"], "no temporary file left");
+
+        // A file with another hard link: written in place, both names see it.
+        std::fs::hard_link(at("f"), at("g")).unwrap();
+        ok(write(1, &at("f"), b"linked", None, false));
+        assert_eq!(std::fs::read(at("g")).unwrap(), b"linked");
+
+        // Through a symlink: the target written, the link still a link.
+        std::fs::write(at("t"), b"target").unwrap();
+        std::os::unix::fs::symlink(at("t"), at("l")).unwrap();
+        ok(write(1, &at("l"), b"through", None, false));
+        assert!(std::fs::symlink_metadata(at("l")).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(at("t")).unwrap(), b"through");
+
+        // A new file, in a new directory; then an append.
+        ok(write(1, &at("d/e/n"), b"a", None, false));
+        ok(write(1, &at("d/e/n"), b"b", None, true));
+        assert_eq!(std::fs::read(at("d/e/n")).unwrap(), b"ab");
+
+        // A directory where the file should be: the host's error.
+        std::fs::create_dir(at("dir")).unwrap();
+        match write(1, &at("dir"), b"x", None, false) {
+            Answer::Error { code, .. } => assert_eq!(code.as_deref(), Some("EISDIR")),
+            a => panic!("{a:?}"),
+        }
     }
 }
