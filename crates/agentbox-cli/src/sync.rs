@@ -117,8 +117,7 @@ pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
                 &ctx,
             )
             .await?;
-            let mark = serde_json::to_vec(&seeded.mark).map_err(|e| Error::unknown(e.to_string()))?;
-            std::fs::write(mark_path(&id, &to, &from)?, mark).map_err(|e| Error::io(e, "keeping the mark"))?;
+            seeded.mark.save(&mark_path(&id, &to, &from)?)?;
             print(&serde_json::json!({
                 "sent": seeded.sent, "skipped": seeded.skipped,
                 "copy_failed": seeded.copy_failed, "stopped": seeded.stopped,
@@ -136,7 +135,12 @@ pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
             let ctx = Ctx::background();
             let b = crate::boxes::attach(&id, &ctx).await?;
             let path = mark_path(&id, &from, &to)?;
-            let since = std::fs::read(&path).ok().and_then(|m| serde_json::from_slice(&m).ok());
+            // A mark that is no mark is said, and the pull goes on without one: a file the host
+            // holds as the box does is still taken as pulled, the others are named.
+            let since = agentbox_sync::Mark::load(&path).unwrap_or_else(|e| {
+                crate::term::say(&format!("sync pull: {e}; pulling as if none was kept"));
+                None
+            });
             let opts = agentbox_sync::PullOptions {
                 from,
                 to,
@@ -152,8 +156,7 @@ pub(crate) async fn run(cmd: SyncCommand) -> Result<i32> {
                     "sync pull: left {p:?} as it is here: it changed here since the last seed or pull (--force takes the box's)"
                 ));
             }
-            let mark = serde_json::to_vec(&pulled.mark).map_err(|e| Error::unknown(e.to_string()))?;
-            std::fs::write(&path, mark).map_err(|e| Error::io(e, "keeping the mark"))?;
+            pulled.mark.save(&path)?;
             print(&serde_json::json!({
                 "fetched": pulled.fetched, "bytes": pulled.bytes, "deleted": pulled.deleted,
                 "host_changed": pulled.host_changed, "copy_failed": pulled.copy_failed,

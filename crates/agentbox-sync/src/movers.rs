@@ -64,6 +64,48 @@ pub struct Mark {
     pub entries: BTreeMap<String, MarkEntry>,
 }
 
+impl Mark {
+    /// Keep the mark at `path`, whole: a new file beside it renamed over it, so a process
+    /// killed while it writes leaves the last mark, never half of one (which no pull could
+    /// read, and after which every file would look changed here).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let at = dir.path().join("mark.json");
+    /// agentbox_sync::Mark::default().save(&at).unwrap();
+    /// assert_eq!(agentbox_sync::Mark::load(&at).unwrap(), Some(agentbox_sync::Mark::default()));
+    /// ```
+    pub fn save(&self, path: &Path) -> Result<()> {
+        use std::io::Write;
+        let bytes = serde_json::to_vec(self).map_err(|e| Error::unknown(format!("the mark: {e}")))?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let written = std::fs::File::create(&tmp)
+            .and_then(|mut f| f.write_all(&bytes).and_then(|_| f.sync_all()))
+            .and_then(|_| std::fs::rename(&tmp, path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(e, format!("keeping the mark at {}", path.display())));
+        }
+        Ok(())
+    }
+
+    /// The mark kept at `path`: `None` when there is none; an error naming the file when it
+    /// is there but is no mark.
+    pub fn load(path: &Path) -> Result<Option<Mark>> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| Error::invalid(format!("the mark at {}: not a mark ({e})", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(e, format!("reading the mark at {}", path.display()))),
+        }
+    }
+}
+
 /// What to seed.
 #[derive(Clone, Debug, Default)]
 pub struct SeedOptions {
@@ -579,6 +621,48 @@ pub async fn list_box(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize
     Ok(mark)
 }
 
+/// The most files [`box_hashes`] hashes in one pull, and in one exec.
+const MAX_HASHED: usize = 4096;
+const HASHED_PER_EXEC: usize = 256;
+
+/// The SHA-256 of each of `paths` (relative to `dir`) as the box now holds them; a path it
+/// could not hash (gone, unreadable, no `sha256sum` in the box) is left out, as is any past
+/// [`MAX_HASHED`]. Never an error: a hash missing only means a file is not known to agree.
+async fn box_hashes(b: &dyn Sandbox, dir: &str, paths: &[String], ctx: &Ctx) -> BTreeMap<String, String> {
+    // One line per argument, in order: its hash, or nothing where it has none.
+    const HASH: &str = r#"cd -- "$1" || exit 1; shift
+for f do h=$(sha256sum 2>/dev/null < "$f") || h=; printf '%.64s\0' "$h"; done"#;
+    let mut out = BTreeMap::new();
+    for chunk in paths[..paths.len().min(MAX_HASHED)].chunks(HASHED_PER_EXEC) {
+        let mut argv = ["sh", "-c", HASH, "agentbox-hash", dir].map(String::from).to_vec();
+        argv.extend(chunk.iter().cloned());
+        let Ok(p) = b.exec(&argv, &ExecOptions::default(), ctx).await else {
+            return out;
+        };
+        let Ok(done) = finish(
+            p,
+            FinishOptions {
+                stdin: Vec::new(),
+                max_output: 65 * HASHED_PER_EXEC + 1,
+            },
+        )
+        .await
+        else {
+            return out;
+        };
+        if done.status.code != 0 {
+            return out;
+        }
+        let hashes: Vec<&[u8]> = done.stdout.split(|&c| c == 0).collect();
+        for (path, h) in chunk.iter().zip(hashes) {
+            if h.len() == 64 && h.iter().all(u8::is_ascii_hexdigit) {
+                out.insert(path.clone(), String::from_utf8_lossy(h).into_owned());
+            }
+        }
+    }
+    out
+}
+
 /// The lock of pulls into `to`. A lock no pull holds is dropped here, so a process that pulls
 /// into many directories (a server's scratch directories) keeps only those in use.
 /// The locks of the directories pulls are running into.
@@ -627,6 +711,28 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         }
         wanted.push(path.clone());
     }
+    // A file the host holds as the box does is no change here, whatever the mark says: a pull
+    // killed after it renamed some files into place (before its mark was kept) left them so.
+    // Taken as pulled, not named, so the box's next change to them comes back.
+    let agreed = if host_changed.is_empty() {
+        BTreeMap::new()
+    } else {
+        let hashes = box_hashes(b, &opts.from, &host_changed, ctx).await;
+        host_changed
+            .iter()
+            .filter_map(|p| {
+                let h = host_hash(p)?;
+                (hashes.get(p) == Some(&h)).then(|| (p.clone(), h))
+            })
+            .collect()
+    };
+    host_changed.retain(|p| !agreed.contains_key(p));
+    if !agreed.is_empty() {
+        tracing::info!(
+            files = agreed.len(),
+            "files the host already holds as the box does, taken as pulled"
+        );
+    }
     let max_bytes = opts.max_bytes.unwrap_or(crate::MAX_BYTES);
     let Fetched {
         receipt,
@@ -650,6 +756,8 @@ pub async fn pull_dir(b: &dyn Sandbox, opts: &PullOptions, ctx: &Ctx) -> Result<
         }
         e.sha256 = if written.contains(path) {
             host_hash(path)
+        } else if let Some(h) = agreed.get(path) {
+            Some(h.clone())
         } else {
             since.entries.get(path).and_then(|o| o.sha256.clone())
         };

@@ -151,11 +151,30 @@ async fn seed_then_incremental_pulls_round_trip_a_tree() {
             "host edit\n"
         );
 
+        // A host copy that is what the box holds is no change here (a pull killed after it
+        // renamed the file in, before its mark was kept): taken as pulled, so the box's next
+        // change comes back.
+        std::fs::write(dest.path().join("new.txt"), "box edit\n").unwrap();
+        let agreed = pull_dir(&*b, &guarded, &ctx).await.unwrap();
+        assert!(agreed.host_changed.is_empty(), "{name}: {:?}", agreed.host_changed);
+        sh(&*b, &format!("cd {work} && echo box again > new.txt")).await;
+        let guarded = PullOptions {
+            if_unchanged: true,
+            ..opts(Some(agreed.mark.clone()))
+        };
+        let again = pull_dir(&*b, &guarded, &ctx).await.unwrap();
+        assert!(again.host_changed.is_empty(), "{name}: {:?}", again.host_changed);
+        assert_eq!(
+            std::fs::read_to_string(dest.path().join("new.txt")).unwrap(),
+            "box again\n",
+            "{name}"
+        );
+
         // A pull that stops keeps the asked-for paths' old entries: the next pull asks again.
         sh(&*b, &format!("cd {work} && head -c 4096 /dev/zero > big.bin")).await;
         let bounded = PullOptions {
             max_bytes: Some(2048),
-            ..opts(Some(kept.mark.clone()))
+            ..opts(Some(again.mark.clone()))
         };
         let stopped = pull_dir(&*b, &bounded, &ctx).await.unwrap();
         assert_eq!(
