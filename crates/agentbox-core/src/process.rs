@@ -385,8 +385,11 @@ impl Process {
             let outcome = tokio::select! {
                 r = ctrl.wait() => r,
                 e = ctx.done() => {
-                    let _ = ctrl.signal(SIGKILL).await;
-                    match tokio::time::timeout(KILL_GRACE, ctrl.wait()).await {
+                    // The kill and its wait are bounded together: a box that died with its
+                    // transport answers neither, and the deadline has already passed.
+                    let grace = tokio::time::Instant::now() + KILL_GRACE;
+                    let _ = tokio::time::timeout_at(grace, ctrl.signal(SIGKILL)).await;
+                    match tokio::time::timeout_at(grace, ctrl.wait()).await {
                         Ok(_) => Err(e),
                         Err(_) => Err(Error::new(
                             e.code(),
@@ -622,11 +625,24 @@ async fn collect(mut p: Process, opts: FinishOptions, cut: bool) -> Result<(Fini
         Ok(())
     };
     let max = opts.max_output;
-    let (w, out, err) = tokio::join!(
-        write,
-        read_up_to(stdout, max, cut, "stdout"),
-        read_up_to(stderr, max, cut, "stderr")
-    );
+    let streams = async {
+        tokio::join!(
+            write,
+            read_up_to(stdout, max, cut, "stdout"),
+            read_up_to(stderr, max, cut, "stderr")
+        )
+    };
+    tokio::pin!(streams);
+    // The program's end is watched beside its output: one that failed (its deadline passed,
+    // its box is gone) answers now, whether or not its output streams ever end (a box that
+    // died with its transport never ends them). One that exited lets its output drain.
+    let (w, out, err) = tokio::select! {
+        all = &mut streams => all,
+        ended = p.wait() => match ended {
+            Err(e) => return Err(e),
+            Ok(_) => streams.await,
+        },
+    };
     if let Err(e) = out.as_ref().and(err.as_ref()) {
         let _ = p.kill().await;
         let _ = p.wait().await;
@@ -752,6 +768,33 @@ mod tests {
         assert_eq!(e.code(), crate::ErrorCode::TooLarge);
         assert!(e.message().contains("stdout"));
         assert_eq!(*f.signals.lock().unwrap(), vec![SIGKILL]);
+    }
+
+    /// A program whose box died with its transport: a kill is never answered, its output never
+    /// ends.
+    struct Dead;
+
+    #[async_trait]
+    impl ProcessControl for Dead {
+        async fn wait(&self) -> Result<ExitStatus> {
+            std::future::pending().await
+        }
+        async fn signal(&self, _: i32) -> Result<()> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finish_answers_at_the_deadline_when_the_output_never_ends() {
+        let (_w, r) = tokio::io::duplex(1024);
+        let ctx = Ctx::background().with_timeout(Duration::from_secs(20));
+        let p = Process::new(None, Some(Box::pin(r)), None, Arc::new(Dead), &ctx);
+        let start = tokio::time::Instant::now();
+        let e = finish(p, FinishOptions::default()).await.unwrap_err();
+        assert_eq!(e.code(), crate::ErrorCode::Timeout, "{e}");
+        assert!(e.message().contains("did not end"), "{e}");
+        // The deadline, then the one grace for the kill and its wait together.
+        assert_eq!(start.elapsed(), Duration::from_secs(20) + KILL_GRACE);
     }
 
     #[test]
