@@ -7,6 +7,7 @@
 //! (for the allowlist's types) and the egress proxy, never on providers, hands or runs, so it stays small enough to copy into any box (a static build needs
 //! nothing there).
 
+pub mod deadline;
 pub mod egress;
 pub mod init;
 pub mod namespace;

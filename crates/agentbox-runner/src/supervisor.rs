@@ -110,16 +110,9 @@ pub fn run(cfg: Config) -> Result<std::convert::Infallible, String> {
     {
         let sup = sup.clone();
         std::thread::spawn(move || {
-            // Wait for the deadline as it stands, again each time it moves.
-            let mut st = sup.state.lock().unwrap();
-            loop {
-                let now = now_ms();
-                if st.deadline_ms <= now {
-                    break;
-                }
-                let left = Duration::from_millis(st.deadline_ms - now);
-                st = sup.moved.wait_timeout(st, left).unwrap().0;
-            }
+            // Wait for the deadline as it stands, again each time it moves, on the monotonic
+            // clock: a wall clock set back must not keep the box alive past its lifetime.
+            let st = crate::deadline::wait(sup.state.lock().unwrap(), &sup.moved, |s| s.deadline_ms);
             drop(st);
             sup.end_box();
             std::process::exit(0);
@@ -376,8 +369,6 @@ fn error(code: &str, message: &str) -> Reply {
         message: message.into(),
     }
 }
-
-use agentbox_core::now_ms;
 
 /// Read one request frame, taking the descriptors that ride with its first bytes.
 fn recv_with_fds(conn: &UnixStream) -> Result<Option<(Request, Vec<OwnedFd>)>, String> {

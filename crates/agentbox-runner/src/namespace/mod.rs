@@ -374,19 +374,10 @@ impl Init {
     /// the kernel kills every program of the box, whether or not the host is alive, asleep or
     /// not.
     fn watch_deadline(&self) -> ! {
-        let mut deadline = self.deadline_ms.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            let now = now_ms();
-            if *deadline <= now {
-                std::process::exit(0);
-            }
-            let left = Duration::from_millis((*deadline - now).min(60_000));
-            deadline = self
-                .moved
-                .wait_timeout(deadline, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        // On the monotonic clock: a wall clock set back must not keep the box alive.
+        let deadline = self.deadline_ms.lock().unwrap_or_else(|p| p.into_inner());
+        let _ended = crate::deadline::wait(deadline, &self.moved, |d| *d);
+        std::process::exit(0);
     }
 
     /// Reap every orphan until the box ends; start a runner that died again, a few times at
@@ -631,5 +622,3 @@ fn start_runner(cfg: &BoxConfig, prefix: &[String]) -> Result<u32, String> {
     let _ = child.wait();
     Err("the runner ended before it listened (its log is the box's box.log)".into())
 }
-
-use agentbox_core::now_ms;
