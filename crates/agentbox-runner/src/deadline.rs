@@ -2,10 +2,11 @@
 //!
 //! The host says a deadline as a wall-clock time (milliseconds since the Unix epoch), which is
 //! what a record keeps and what other hosts can read. But the wall clock jumps (an NTP step, a
-//! clock set by hand, a VM resumed): a box that measured its end against it would live an hour
-//! longer when the clock is set an hour back, or end at once when it is set forward. So the
-//! wall time is turned into "this long from now" once, when it is given, and the wait is on
-//! the monotonic clock, which no one sets.
+//! clock set by hand): a box that measured its end against it would live an hour longer when
+//! the clock is set an hour back, or end at once when it is set forward. So the wall time is
+//! turned into "this long from now" once, when it is given, and the wait is on the monotonic
+//! clock, which no one sets. (The monotonic clock stops while the machine is suspended: a box
+//! on a host that slept lives that much longer. Hosts that run boxes do not sleep.)
 
 use std::time::{Duration, Instant};
 

@@ -624,14 +624,19 @@ pub async fn list_box(b: &dyn Sandbox, dir: &str, exclude: &[String], max: usize
 /// The most files [`box_hashes`] hashes in one pull, and in one exec.
 const MAX_HASHED: usize = 4096;
 const HASHED_PER_EXEC: usize = 256;
+/// How long the hashing of a pull's disagreeing files may take in all.
+const HASH_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The SHA-256 of each of `paths` (relative to `dir`) as the box now holds them; a path it
 /// could not hash (gone, unreadable, no `sha256sum` in the box) is left out, as is any past
 /// [`MAX_HASHED`]. Never an error: a hash missing only means a file is not known to agree.
+/// Only regular files are read (a FIFO the box put there would block the read), each batch
+/// within [`HASH_LIMIT`] whatever the caller's deadline.
 async fn box_hashes(b: &dyn Sandbox, dir: &str, paths: &[String], ctx: &Ctx) -> BTreeMap<String, String> {
+    let ctx = &ctx.with_timeout(HASH_LIMIT);
     // One line per argument, in order: its hash, or nothing where it has none.
     const HASH: &str = r#"cd -- "$1" || exit 1; shift
-for f do h=$(sha256sum 2>/dev/null < "$f") || h=; printf '%.64s\0' "$h"; done"#;
+for f do h=; if [ -f "$f" ] && [ ! -h "$f" ]; then h=$(sha256sum 2>/dev/null < "$f") || h=; fi; printf '%.64s\0' "$h"; done"#;
     let mut out = BTreeMap::new();
     for chunk in paths[..paths.len().min(MAX_HASHED)].chunks(HASHED_PER_EXEC) {
         let mut argv = ["sh", "-c", HASH, "agentbox-hash", dir].map(String::from).to_vec();

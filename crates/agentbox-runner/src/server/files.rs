@@ -120,7 +120,9 @@ pub(super) fn read(id: u32, path: &str, offset: Option<u64>, length: Option<u64>
 /// file as it was, never a part of the new one. The open the host would make runs first and
 /// decides every error (a directory, a file this user may not write). A file with other hard
 /// links, a symlink, or a directory where no file can be made beside it is written in place,
-/// as the host writes it: replacing it would cut the link or the symlink.
+/// as the host writes it: replacing it would cut the link or the symlink. So is one the
+/// rename cannot replace (a file bind-mounted in, as a container's `/etc/hosts`; another
+/// user's file in a sticky directory), which the host's own write can.
 pub(super) fn write(id: u32, path: &str, bytes: &[u8], mode: Option<u32>, append: bool) -> Answer {
     if let Some(parent) = Path::new(path).parent() {
         // A parent that cannot be made shows as the open's own error below.
@@ -167,7 +169,8 @@ fn in_place(path: &str, bytes: &[u8], mode: Option<u32>, append: bool) -> std::i
 
 /// Write `bytes` to a new file beside `path` and rename it over `path`, with the old file's
 /// mode and owner (`old`) or, for a new file, `mode`. `None` when no file can be made beside
-/// it (a directory this user may not write): the caller writes in place.
+/// it (a directory this user may not write) or the rename cannot replace it (a mount point,
+/// a sticky directory): the caller writes in place.
 fn replace(
     path: &str,
     bytes: &[u8],
@@ -194,14 +197,19 @@ fn replace(
             let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
             f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
         }
-        f.write_all(bytes)?;
-        drop(f);
-        std::fs::rename(&temp, path)
+        f.write_all(bytes)
     })();
-    if written.is_err() {
+    if let Err(e) = written {
         let _ = std::fs::remove_file(&temp);
+        return Some(Err(e));
     }
-    Some(written)
+    match std::fs::rename(&temp, path) {
+        Ok(()) => Some(Ok(())),
+        Err(_) => {
+            let _ = std::fs::remove_file(&temp);
+            None
+        }
+    }
 }
 
 /// Every other file operation: its answer.
