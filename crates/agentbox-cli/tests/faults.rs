@@ -5,21 +5,32 @@
 //! must work.
 //!
 //! `scripts/faults [--seed N] [--rounds N]` runs it and prints the table; CI runs a short
-//! round with a fixed seed (`FAULTS_SEED`, `FAULTS_ROUNDS`; 1 and 2 by default). The same
-//! seed draws the same faults, at the same points.
+//! round with a fixed seed (`FAULTS_SEED`, `FAULTS_ROUNDS`; 1 and 2 by default). The seed
+//! draws which fault each round meets, where, and when a process is killed; where a fault
+//! lands among a call's requests, and a kill within a call's time, still depend on the
+//! machine's timing, so a seed repeats a run's faults, not every byte of it.
 //!
-//! Families (each a row per provider it applies to):
-//! - `api <status>`, `api stall`, `api drop`, `api truncate`, `api malformed`: the fake
-//!   Daytona and the fake E2B answer one request of a box's life (made, used, ended) with a
-//!   5xx or 429, an answer stalled past the call's deadline, a connection dropped before the
-//!   body, a body cut in half, a body that is not JSON (the fakes' fault switch,
-//!   `agentbox_fakes::faults`);
-//! - `runner killed mid-stream`, `runner killed mid-write`: a local box's runner SIGKILLed
-//!   while a program streams its output, or while a file is written through it;
-//! - `disk full: extract`, `disk full: pull`, `disk full: commit`: a small tmpfs fills during
-//!   an extraction, a pull from a box, and a run's store commits (root only: it mounts);
+//! Families (each a row per provider it applies to; `FAULTS_ONLY=docker,api` runs some: holder,
+//! maker, clock, runner, disk, serve, docker, api, lost):
+//! - `api <status>`, `api stall`, `api stall mid-body`, `api drop`, `api truncate`,
+//!   `api malformed`: the fake Daytona, E2B, Kubernetes, Modal and Archil answer one request of
+//!   a box's life (made, used, ended) with a 5xx or 429, an answer stalled past the call's
+//!   deadline before its head or mid-body, a connection dropped before the body, a body cut in
+//!   half, a body that is not JSON or not protobuf (the fakes' fault switch,
+//!   `agentbox_fakes::faults`); `api sandbox lost`: the vendor loses a sandbox while a command
+//!   streams in it;
+//! - `runner killed mid-stream`, `mid-write`, `mid-upload`: a local box's runner SIGKILLed
+//!   while a program streams its output, or while a file is written or uploaded through it;
+//! - `disk full: extract`, `pull`, `commit` (here), `snapshot`, `fork` (`faults/boxes.rs`): a
+//!   small tmpfs fills during each (root only: it mounts);
+//! - `box init killed`, `docker engine restarted` (`faults/boxes.rs`): a Docker box's pid 1
+//!   killed, and the `dockerd` the tests run stopped and started, under a streaming command;
 //! - `holder killed`: the process holding a run SIGKILLed at a seeded point of its work, then
-//!   the run opened again by a new process.
+//!   the run opened again by a new process;
+//! - `maker killed`, `puller killed`, `serve killed mid-stream`, `deadline edited back` and
+//!   `forward`, `host clock jumped back` and `forward` (`faults/processes.rs`): the CLI's own
+//!   processes killed at seeded points, a box's record edited, the wall clock of a box's
+//!   supervisor set back and forward.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -34,6 +45,12 @@ use agentbox_fakes::daytona::{FakeDaytona, FakeDaytonaOptions};
 use agentbox_fakes::e2b::{FakeE2B, FakeE2BOptions};
 use agentbox_fakes::faults::{Fault, Faults, Rule};
 
+// The families in files of their own (a test's root takes its modules from `tests/`).
+#[path = "faults/boxes.rs"]
+mod boxes;
+#[path = "faults/processes.rs"]
+mod processes;
+
 const BIN: &str = env!("CARGO_BIN_EXE_agentbox");
 
 /// How long one call of a round may take before it counts as hung: its own deadline, and
@@ -46,6 +63,9 @@ const LIFETIME: Duration = Duration::from_secs(15);
 /// How one round ended.
 enum Outcome {
     Survived,
+    /// The operation ended before the fault's point came: the round tested nothing (it is
+    /// shown, and not counted as injected).
+    Missed(String),
     Lost(String),
     Hung(String),
     Leaked(String),
@@ -54,6 +74,7 @@ enum Outcome {
 #[derive(Default)]
 struct Tally {
     rounds: u32,
+    missed: u32,
     survived: u32,
     lost: u32,
     hung: u32,
@@ -71,6 +92,10 @@ impl Report {
         t.rounds += 1;
         match o {
             Outcome::Survived => t.survived += 1,
+            Outcome::Missed(w) => {
+                t.missed += 1;
+                t.why.push(format!("missed: {w}"));
+            }
             Outcome::Lost(w) => {
                 t.lost += 1;
                 t.why.push(format!("lost: {w}"));
@@ -96,19 +121,19 @@ impl Report {
 
     fn table(&self) -> String {
         let mut s = format!(
-            "{:<28} {:<10} {:>6} {:>8} {:>5} {:>5} {:>6}\n",
-            "fault", "provider", "rounds", "survived", "lost", "hung", "leaked"
+            "{:<28} {:<10} {:>6} {:>8} {:>5} {:>5} {:>6} {:>6}\n",
+            "fault", "provider", "rounds", "survived", "lost", "hung", "leaked", "missed"
         );
         let (mut n, mut ok, mut lost, mut hung, mut leaked) = (0, 0, 0, 0, 0);
         for ((f, p), t) in &self.0 {
             s.push_str(&format!(
-                "{f:<28} {p:<10} {:>6} {:>8} {:>5} {:>5} {:>6}\n",
-                t.rounds, t.survived, t.lost, t.hung, t.leaked
+                "{f:<28} {p:<10} {:>6} {:>8} {:>5} {:>5} {:>6} {:>6}\n",
+                t.rounds, t.survived, t.lost, t.hung, t.leaked, t.missed
             ));
             for w in &t.why {
                 s.push_str(&format!("    {w}\n"));
             }
-            n += t.rounds;
+            n += t.rounds - t.missed;
             ok += t.survived;
             lost += t.lost;
             hung += t.hung;
@@ -143,6 +168,16 @@ impl Rng {
     }
 }
 
+/// Whether the family `name` runs: `FAULTS_ONLY` (comma-separated family names, as
+/// `docker,api`: holder, maker, clock, runner, disk, serve, docker, api, lost) narrows the
+/// suite to some; unset, every family runs.
+fn only(name: &str) -> bool {
+    match std::env::var("FAULTS_ONLY") {
+        Ok(v) if !v.trim().is_empty() => v.split(',').any(|p| name.starts_with(p.trim())),
+        _ => true,
+    }
+}
+
 fn var(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -168,28 +203,51 @@ async fn sh(b: &dyn Sandbox, script: &str, ctx: &Ctx) -> agentbox_core::Result<S
 /// A box's whole life under whatever faults are set: made, a command run, a file read back,
 /// ended. Any step may fail (typed); none may answer wrongly; each must come back.
 async fn a_life(p: &Arc<dyn Provider>) -> Result<Option<String>, Outcome> {
+    life(p, false).await
+}
+
+/// The life after a fault, every fault gone: each step must work.
+async fn the_next_life(p: &Arc<dyn Provider>) -> Outcome {
+    match life(p, true).await {
+        Ok(Some(_)) => Outcome::Survived,
+        Ok(None) => Outcome::Lost("after the fault, a create failed".into()),
+        Err(o) => o,
+    }
+}
+
+/// A life; with `strict`, a step that fails is a loss.
+async fn life(p: &Arc<dyn Provider>, strict: bool) -> Result<Option<String>, Outcome> {
     let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
     let b = match guard("create", p.create(&Spec::new(LIFETIME), &ctx)).await? {
         Ok(b) => b,
         Err(_) => return Ok(None),
     };
     let id = b.id().to_string();
-    if let Ok(out) = guard("exec", sh(&*b, "echo ok > f; cat f", &ctx)).await?
-        && out != "ok\n"
-    {
-        return Err(Outcome::Lost(format!(
-            "box {id}: a command answered {out:?}, not \"ok\\n\""
-        )));
+    match guard("exec", sh(&*b, "echo ok > f; cat f", &ctx)).await? {
+        Ok(out) if out != "ok\n" => {
+            return Err(Outcome::Lost(format!(
+                "box {id}: a command answered {out:?}, not \"ok\\n\""
+            )));
+        }
+        Err(e) if strict => return Err(Outcome::Lost(format!("box {id}: a command failed: {e}"))),
+        _ => {}
     }
-    if let Ok(bytes) = guard("download", b.download("f", 100, &ctx)).await?
-        && bytes != b"ok\n"
-    {
-        return Err(Outcome::Lost(format!("box {id}: a download answered {bytes:?}")));
+    match guard("download", b.download("f", 100, &ctx)).await? {
+        Ok(bytes) if bytes != b"ok\n" => {
+            return Err(Outcome::Lost(format!("box {id}: a download answered {bytes:?}")));
+        }
+        Err(e) if strict => return Err(Outcome::Lost(format!("box {id}: a download failed: {e}"))),
+        _ => {}
     }
     // Ended when it can be; one the fault kept alive must end by its lifetime.
-    let _ = guard("destroy", b.destroy(&ctx)).await?;
-    Ok(Some(id))
+    match guard("destroy", b.destroy(&ctx)).await? {
+        Err(e) if strict => Err(Outcome::Lost(format!("box {id}: its destroy failed: {e}"))),
+        _ => Ok(Some(id)),
+    }
 }
+
+/// How a vendor loses a sandbox: whether it was there.
+type Lose = Box<dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
 
 /// A fake whose sandboxes the rounds make, seen from outside.
 struct Vendor {
@@ -200,6 +258,12 @@ struct Vendor {
     routes: &'static [&'static str],
     /// The sandboxes the fake still keeps alive (not deleted).
     live: Box<dyn Fn() -> Vec<String> + Send + Sync>,
+    /// Whether a box past its lifetime ends only when a call looks at it (Archil's design: no
+    /// timer), so the leak check lists the provider's boxes first.
+    swept_by_list: bool,
+    /// Lose a sandbox (by its id in `live`) behind the client's back, as the vendor's failure
+    /// would; `None` where a vendor has no sandbox that runs between calls.
+    lose: Option<Lose>,
     _keep: Box<dyn std::any::Any + Send + Sync>,
 }
 
@@ -242,6 +306,14 @@ async fn daytona(rootfs: &str, seed: u64) -> Vendor {
                 .map(|s| s.id)
                 .collect()
         }),
+        swept_by_list: false,
+        lose: Some({
+            let fake = fake.clone();
+            Box::new(move |id| {
+                let fake = fake.clone();
+                Box::pin(async move { fake.lose(&id).await })
+            })
+        }),
         _keep: Box::new(fake),
     }
 }
@@ -275,6 +347,160 @@ async fn e2b(rootfs: &str, seed: u64) -> Vendor {
         faults,
         routes: &["/sandboxes", "/process.", "/files"],
         live: Box::new(move || view.sandboxes().into_iter().map(|(id, _)| id).collect()),
+        swept_by_list: false,
+        lose: Some({
+            let fake = fake.clone();
+            Box::new(move |id| {
+                let gone = fake.vanish(&id);
+                Box::pin(async move { gone })
+            })
+        }),
+        _keep: Box::new(fake),
+    }
+}
+
+async fn kube(rootfs: &str, seed: u64) -> Vendor {
+    use agentbox_fakes::kube::{FakeKube, FakeKubeOptions};
+    let faults = Faults::new(seed);
+    let fake = FakeKube::start(FakeKubeOptions {
+        rootfs: Some(rootfs.into()),
+        faults: Some(faults.clone()),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake Kubernetes API server starts");
+    let opts = agentbox_providers::kube::KubeOptions {
+        kubeconfig: Some(fake.kubeconfig().to_path_buf()),
+        start_timeout: Duration::from_secs(15),
+        ..Default::default()
+    };
+    let provider: Arc<dyn Provider> = Arc::new(
+        agentbox_providers::kube::KubeProvider::new(opts)
+            .await
+            .expect("the kubeconfig reads"),
+    );
+    let fake = Arc::new(fake);
+    let view = fake.clone();
+    Vendor {
+        name: "kube",
+        provider,
+        faults,
+        routes: &["/api/v1/namespaces/default/pods", "/apis/"],
+        // A pod whose box still runs: one past its activeDeadlineSeconds has none.
+        live: Box::new(move || {
+            view.pods()
+                .into_iter()
+                .filter(|p| p.has_box)
+                .map(|p| format!("{}/{}", p.namespace, p.name))
+                .collect()
+        }),
+        swept_by_list: false,
+        lose: Some({
+            let fake = fake.clone();
+            Box::new(move |id| {
+                let fake = fake.clone();
+                Box::pin(async move {
+                    let (ns, name) = id.split_once('/').unwrap_or(("default", &id));
+                    fake.evict(ns, name).await
+                })
+            })
+        }),
+        _keep: Box::new(fake),
+    }
+}
+
+async fn modal(rootfs: &str, seed: u64) -> Vendor {
+    use agentbox_fakes::modal::{FakeModal, FakeModalOptions};
+    let faults = Faults::new(seed);
+    let (id, secret) = ("ak-faults", "as-faults-secret");
+    let fake = FakeModal::start(FakeModalOptions {
+        rootfs: Some(rootfs.into()),
+        token_id: id.into(),
+        token_secret: secret.into(),
+        faults: Some(faults.clone()),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake Modal starts");
+    let opts = agentbox_providers::modal::ModalOptions {
+        server_url: fake.url(),
+        token_id: Some(id.into()),
+        token_secret: Some(agentbox_providers::modal::ApiKey::new(secret)),
+        connect_timeout: Duration::from_secs(5),
+        create_timeout: Duration::from_secs(15),
+        ..Default::default()
+    };
+    let provider: Arc<dyn Provider> = Arc::new(agentbox_providers::modal::ModalProvider::new(opts).unwrap());
+    let fake = Arc::new(fake);
+    let view = fake.clone();
+    Vendor {
+        name: "modal",
+        provider,
+        faults,
+        routes: &[
+            "/modal.client.ModalClient/",
+            "/modal.task_command_router.TaskCommandRouter/",
+        ],
+        live: Box::new(move || {
+            view.sandboxes()
+                .into_iter()
+                .filter(|(_, ended)| !ended)
+                .map(|(id, _)| id)
+                .collect()
+        }),
+        swept_by_list: false,
+        lose: Some({
+            let fake = fake.clone();
+            Box::new(move |id| {
+                let gone = fake.end_sandbox(&id);
+                Box::pin(async move { gone })
+            })
+        }),
+        _keep: Box::new(fake),
+    }
+}
+
+async fn archil(rootfs: &str, seed: u64) -> Vendor {
+    use agentbox_fakes::archil::{FakeArchil, FakeArchilOptions};
+    let faults = Faults::new(seed);
+    let key = "archil-faults-key";
+    let fake = FakeArchil::start(FakeArchilOptions {
+        rootfs: Some(rootfs.into()),
+        api_key: key.into(),
+        faults: Some(faults.clone()),
+        ..Default::default()
+    })
+    .await
+    .expect("the fake Archil starts");
+    let disk = fake.create_disk("faults").expect("the fake makes a disk");
+    let opts = agentbox_providers::archil::ArchilOptions {
+        base_url: fake.base_url(),
+        s3_base_url: fake.s3_base_url(),
+        api_key: Some(agentbox_providers::archil::ApiKey::new(key)),
+        disk: Some(disk.clone()),
+        request_timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let provider: Arc<dyn Provider> = Arc::new(agentbox_providers::archil::ArchilProvider::new(opts).unwrap());
+    // A box lives as its record on the disk, seen here from outside.
+    let records = fake.disk_dir(&disk).join("boxes.records");
+    Vendor {
+        name: "archil",
+        provider,
+        faults,
+        routes: &["/api/", "/s3/"],
+        live: Box::new(move || {
+            std::fs::read_dir(&records)
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        }),
+        swept_by_list: true,
+        // Each command is its own short-lived container: nothing runs between calls to lose.
+        lose: None,
         _keep: Box::new(fake),
     }
 }
@@ -290,6 +516,7 @@ async fn api_faults(report: &mut Report, vendors: &[Vendor], rounds: u64, rng: &
         Fault::Status(503),
         Fault::Status(429),
         Fault::Stall(STALL),
+        Fault::StallBody(STALL),
         Fault::Drop,
         Fault::Truncate,
         Fault::Malformed,
@@ -300,28 +527,34 @@ async fn api_faults(report: &mut Report, vendors: &[Vendor], rounds: u64, rng: &
         for fault in &faults {
             let label = format!("api {}", fault.name());
             for _ in 0..rounds {
-                let route = v.routes[rng.below(v.routes.len() as u64) as usize];
+                let first = rng.below(v.routes.len() as u64) as usize;
                 let before = (v.live)();
                 let injected = v.faults.injected();
                 // Each matching request meets it by an even draw, once: somewhere in the life.
+                let route = v.routes[first];
                 v.faults
                     .add(Rule::on("*", route, fault.clone()).times(1).probability(0.5));
                 let mut life = a_life(&v.provider).await;
-                if life.is_ok() && v.faults.injected() == injected {
-                    // The draws spared the whole life: the next one meets it at its first match.
+                // The draws spared the whole life: the next one meets it at its first match,
+                // on this route and then the others (a malformed answer waits for a JSON one).
+                for k in 0..v.routes.len() {
+                    if life.is_err() || v.faults.injected() > injected {
+                        break;
+                    }
                     v.faults.clear();
+                    let route = v.routes[(first + k) % v.routes.len()];
                     v.faults.add(Rule::on("*", route, fault.clone()).times(1));
                     life = a_life(&v.provider).await;
                 }
                 v.faults.clear();
                 let outcome = match life {
                     Err(o) => o,
+                    Ok(_) if v.faults.injected() == injected => Outcome::Lost(format!(
+                        "no request of a box's life met the fault on any of {:?}: the round tested nothing",
+                        v.routes
+                    )),
                     // The next life, faults gone, must go through.
-                    Ok(_) => match a_life(&v.provider).await {
-                        Ok(Some(_)) => Outcome::Survived,
-                        Ok(None) => Outcome::Lost("after the fault, a create failed".into()),
-                        Err(o) => o,
-                    },
+                    Ok(_) => the_next_life(&v.provider).await,
                 };
                 for id in (v.live)() {
                     if !before.contains(&id) {
@@ -335,6 +568,10 @@ async fn api_faults(report: &mut Report, vendors: &[Vendor], rounds: u64, rng: &
     // Past the lifetime (after the longest stall, which may make a box late, and the fakes'
     // clocks' tick), nothing a round made is alive.
     tokio::time::sleep(STALL + LIFETIME + Duration::from_secs(5)).await;
+    for v in vendors.iter().filter(|v| v.swept_by_list) {
+        let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+        let _ = v.provider.list(&Default::default(), &ctx).await;
+    }
     for (label, v, id) in left {
         if (v.live)().contains(&id) {
             report.leaked(&label, v.name, format!("sandbox {id} alive past its lifetime"));
@@ -347,6 +584,80 @@ async fn api_faults(report: &mut Report, vendors: &[Vendor], rounds: u64, rng: &
                 v.name,
                 Outcome::Leaked(format!("sandbox {id} alive past its lifetime")),
             );
+        }
+    }
+}
+
+/// A sandbox lost behind the client's back while a command streams in it: the command's call
+/// ends typed, the lost box answers nothing as if it were alive, and the next life works.
+async fn lost_faults(report: &mut Report, vendors: &[Vendor], rounds: u64, rng: &mut Rng) {
+    let fault = "api sandbox lost";
+    for v in vendors {
+        let Some(lose) = &v.lose else { continue };
+        for _ in 0..rounds {
+            let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+            let before = (v.live)();
+            let b = match guard("create", v.provider.create(&Spec::new(LIFETIME), &ctx)).await {
+                Ok(Ok(b)) => b,
+                Ok(Err(e)) => {
+                    report.add(
+                        fault,
+                        v.name,
+                        Outcome::Lost(format!("a create with no fault failed: {e}")),
+                    );
+                    continue;
+                }
+                Err(o) => {
+                    report.add(fault, v.name, o);
+                    continue;
+                }
+            };
+            let made: Vec<String> = (v.live)().into_iter().filter(|id| !before.contains(id)).collect();
+            let [id] = &made[..] else {
+                report.add(
+                    fault,
+                    v.name,
+                    Outcome::Lost(format!("the create made {made:?}, not one sandbox")),
+                );
+                continue;
+            };
+            let delay = Duration::from_millis(300 + rng.below(700));
+            let call = async {
+                let p = b
+                    .exec(
+                        &argv("while :; do echo tick; sleep 0.05; done"),
+                        &ExecOptions::default(),
+                        &ctx,
+                    )
+                    .await?;
+                finish(p, FinishOptions::default()).await
+            };
+            let lost = async {
+                tokio::time::sleep(delay).await;
+                lose(id.clone()).await
+            };
+            let outcome = match guard(fault, async { tokio::join!(call, lost) }).await {
+                Err(o) => o,
+                Ok((_, false)) => Outcome::Lost(format!("the fake had no sandbox {id} to lose")),
+                // Ended by the loss: a killed program's status is a true answer, an exit 0 is not.
+                Ok((Ok(f), true)) if f.status.code == 0 => Outcome::Lost(format!(
+                    "an endless command in a lost sandbox exited 0 ({} bytes)",
+                    f.stdout.len()
+                )),
+                Ok((_, true)) => match guard("an exec in the lost box", sh(&*b, "echo ok", &ctx)).await {
+                    Err(o) => o,
+                    Ok(Ok(out)) => Outcome::Lost(format!("the lost sandbox {id} still answered {out:?}")),
+                    Ok(Err(_)) => the_next_life(&v.provider).await,
+                },
+            };
+            let _ = guard("destroy", b.destroy(&ctx)).await;
+            let outcome = match outcome {
+                Outcome::Survived if (v.live)().contains(id) => {
+                    Outcome::Leaked(format!("the lost sandbox {id} is still alive"))
+                }
+                o => o,
+            };
+            report.add(fault, v.name, outcome);
         }
     }
 }
@@ -372,35 +683,69 @@ fn kill9(pid: i32) {
     }
 }
 
-/// A local box's runner SIGKILLed mid-stream and mid-write: the call comes back typed, a file
+/// What a `runner killed` round does while its runner is killed: stream a program's output,
+/// write a file through the box's file system, or upload one.
+async fn runner_call(kind: &str, b: &dyn Sandbox, big: &[u8], ctx: &Ctx) -> agentbox_core::Result<()> {
+    if kind.ends_with("stream") {
+        sh(b, "i=0; while [ $i -lt 300000 ]; do echo line$i; i=$((i+1)); done", ctx)
+            .await
+            .map(|_| ())
+    } else if kind.ends_with("upload") {
+        b.upload("big.bin", big, ctx).await
+    } else {
+        // A write through the box's file system (what an agent's write tool does), over a
+        // file that was there.
+        let files = b.files().expect("a runner box has files");
+        let ws = b.facts().workspace.clone().unwrap_or_default();
+        let path = format!("{ws}/big.bin");
+        let failed = |e| agentbox_core::Error::unknown(format!("writing {path}: {e}"));
+        files.write(&path, b"old", false, ctx).await.map_err(failed)?;
+        files.write(&path, big, false, ctx).await.map_err(failed)
+    }
+}
+
+/// A local box's runner SIGKILLed mid-stream, mid-write and mid-upload: the call comes back typed, a file
 /// written is whole or not there, and the box (its runner started again) serves the next call.
 async fn runner_faults(report: &mut Report, rounds: u64, rng: &mut Rng) {
+    let big: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
     let home = tempfile::tempdir().unwrap();
     agentbox_testing::runner::ensure();
     let mut opts = agentbox_providers::LocalOptions::at(home.path()).unwrap();
     opts.runner = true;
     let p: Arc<dyn Provider> = Arc::new(agentbox_providers::LocalProvider::new(opts).unwrap());
-    for kind in ["runner killed mid-stream", "runner killed mid-write"] {
+    for kind in [
+        "runner killed mid-stream",
+        "runner killed mid-write",
+        "runner killed mid-upload",
+    ] {
+        // The call once with no fault: how long it takes on this machine.
+        let took = {
+            let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+            let b = p.create(&Spec::new(LIFETIME), &ctx).await.unwrap();
+            let start = std::time::Instant::now();
+            runner_call(kind, &*b, &big, &ctx)
+                .await
+                .unwrap_or_else(|e| panic!("{kind}: the call with no fault failed: {e}"));
+            let took = start.elapsed();
+            let _ = b.destroy(&ctx).await;
+            took.max(Duration::from_millis(1))
+        };
         for _ in 0..rounds {
             let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
             let b = p.create(&Spec::new(LIFETIME), &ctx).await.unwrap();
             let sock = home.path().join("boxes").join(b.id().name()).join("runner.sock");
             let runner = pids_with(&sock.to_string_lossy());
-            let delay = Duration::from_millis(rng.below(300));
-            let big: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
-            let call = async {
-                if kind.ends_with("stream") {
-                    sh(
-                        &*b,
-                        "i=0; while [ $i -lt 300000 ]; do echo line$i; i=$((i+1)); done",
-                        &ctx,
-                    )
-                    .await
-                    .map(|_| ())
-                } else {
-                    b.upload("big.bin", &big, &ctx).await
-                }
-            };
+            if runner.is_empty() {
+                report.add(
+                    kind,
+                    "local",
+                    Outcome::Lost(format!("box {}: no runner process found to kill", b.id())),
+                );
+                continue;
+            }
+            // A point within the call, as long as it takes here.
+            let delay = Duration::from_millis(rng.below(took.as_millis() as u64));
+            let call = runner_call(kind, &*b, &big, &ctx);
             let kill = async {
                 tokio::time::sleep(delay).await;
                 for pid in &runner {
@@ -417,14 +762,23 @@ async fn runner_faults(report: &mut Report, rounds: u64, rng: &mut Rng) {
                     continue;
                 }
             };
-            let _ = ran;
             let outcome = match again {
                 Ok(Some(again)) => {
                     let ws = again.facts().workspace.clone().unwrap_or_default();
                     let file = Path::new(&ws).join("big.bin");
+                    let acknowledged = ran.is_ok() && !kind.ends_with("stream");
                     match std::fs::read(&file) {
+                        // A write the call said was done is there, whole.
+                        Ok(got) if acknowledged && got != big => Outcome::Lost(format!(
+                            "big.bin is {} bytes after a write of {} that was acknowledged",
+                            got.len(),
+                            big.len()
+                        )),
+                        Err(e) if acknowledged => {
+                            Outcome::Lost(format!("big.bin is gone after a write that was acknowledged: {e}"))
+                        }
                         // Not there, or whole: never a part where a whole file was promised.
-                        Ok(got) if got != big => {
+                        Ok(got) if got != big && got != b"old" => {
                             Outcome::Lost(format!("big.bin is {} bytes of the {} written", got.len(), big.len()))
                         }
                         _ => match guard("the next exec", sh(&*again, "echo ok", &ctx)).await {
@@ -468,7 +822,12 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.at).status();
+        // Lazily when busy (a round that failed may leave a box's process on it): never left
+        // mounted under a directory about to be removed.
+        let unmounted = Command::new("umount").arg(&self.at).status().is_ok_and(|s| s.success());
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+        }
     }
 }
 
@@ -675,13 +1034,48 @@ fn faults_are_survived_and_counted() {
         .enable_all()
         .build()
         .unwrap();
-    holder_faults(&mut report, rounds, &mut rng);
+    if only("holder") {
+        holder_faults(&mut report, rounds, &mut rng);
+    }
+    if only("maker") {
+        processes::maker_faults(&mut report, rounds, &mut rng);
+    }
+    if only("clock") {
+        processes::clock_faults(&mut report, rounds, &mut rng);
+    }
     rt.block_on(async {
-        runner_faults(&mut report, rounds, &mut rng).await;
-        disk_faults(&mut report, rounds, &mut rng).await;
-        if let Some(rootfs) = agentbox_testing::services::rootfs(test) {
-            let vendors = vec![daytona(&rootfs, seed).await, e2b(&rootfs, seed).await];
-            api_faults(&mut report, &vendors, rounds, &mut rng).await;
+        if only("runner") {
+            runner_faults(&mut report, rounds, &mut rng).await;
+        }
+        if only("disk") {
+            disk_faults(&mut report, rounds, &mut rng).await;
+            boxes::snapshot_faults(&mut report, rounds, &mut rng).await;
+        }
+        if only("clock") {
+            processes::host_clock_faults(&mut report, rounds, &mut rng).await;
+        }
+        if only("serve") {
+            processes::serve_faults(&mut report, rounds, &mut rng).await;
+        }
+        if only("docker") {
+            boxes::docker_faults(&mut report, rounds, &mut rng).await;
+        }
+        if (only("api") || only("lost"))
+            && let Some(rootfs) = agentbox_testing::services::rootfs(test)
+        {
+            let vendors = vec![
+                daytona(&rootfs, seed).await,
+                e2b(&rootfs, seed).await,
+                kube(&rootfs, seed).await,
+                modal(&rootfs, seed).await,
+                archil(&rootfs, seed).await,
+            ];
+            if only("api") {
+                api_faults(&mut report, &vendors, rounds, &mut rng).await;
+            }
+            if only("lost") {
+                lost_faults(&mut report, &vendors, rounds, &mut rng).await;
+            }
         }
     });
     let table = report.table();
@@ -689,5 +1083,9 @@ fn faults_are_survived_and_counted() {
     if let Ok(f) = std::env::var("FAULTS_REPORT") {
         std::fs::write(f, &table).unwrap();
     }
+    assert!(
+        !report.0.is_empty(),
+        "no fault was injected: FAULTS_ONLY names no family?"
+    );
     assert!(report.clean(), "faults were not all survived:\n{table}");
 }
