@@ -249,6 +249,14 @@ async fn life(p: &Arc<dyn Provider>, strict: bool) -> Result<Option<String>, Out
 /// How a vendor loses a sandbox: whether it was there.
 type Lose = Box<dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
 
+/// A [`Lose`] of a fake that loses a sandbox at once, by a plain call.
+fn lose_at_once(f: impl Fn(&str) -> bool + Send + Sync + 'static) -> Lose {
+    Box::new(move |id| {
+        let gone = f(&id);
+        Box::pin(async move { gone })
+    })
+}
+
 /// A fake whose sandboxes the rounds make, seen from outside.
 struct Vendor {
     name: &'static str,
@@ -348,13 +356,10 @@ async fn e2b(rootfs: &str, seed: u64) -> Vendor {
         routes: &["/sandboxes", "/process.", "/files"],
         live: Box::new(move || view.sandboxes().into_iter().map(|(id, _)| id).collect()),
         swept_by_list: false,
-        lose: Some({
+        lose: Some(lose_at_once({
             let fake = fake.clone();
-            Box::new(move |id| {
-                let gone = fake.vanish(&id);
-                Box::pin(async move { gone })
-            })
-        }),
+            move |id| fake.vanish(id)
+        })),
         _keep: Box::new(fake),
     }
 }
@@ -449,13 +454,10 @@ async fn modal(rootfs: &str, seed: u64) -> Vendor {
                 .collect()
         }),
         swept_by_list: false,
-        lose: Some({
+        lose: Some(lose_at_once({
             let fake = fake.clone();
-            Box::new(move |id| {
-                let gone = fake.end_sandbox(&id);
-                Box::pin(async move { gone })
-            })
-        }),
+            move |id| fake.end_sandbox(id)
+        })),
         _keep: Box::new(fake),
     }
 }

@@ -395,26 +395,7 @@ async fn engine_round(
     if let Err(why) = restarted {
         return Outcome::Lost(format!("the engine could not be restarted: {why}"));
     }
-    let ran = match ran {
-        Err(o) => return o,
-        Ok(r) => r,
-    };
-    if !started {
-        let why = ran.err().map(|e| e.to_string()).unwrap_or_default();
-        return Outcome::Lost(format!(
-            "box {}: the stream did not start before the fault: {why}",
-            b.id()
-        ));
-    }
-    if let Err(o) = judge_stream(&format!("box {}", b.id()), &ran) {
-        return o;
-    }
-    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
-    if let Err(o) = gone_or_answers(p, &b, &ctx).await {
-        return o;
-    }
-    let _ = guard("destroy", b.destroy(&ctx)).await;
-    next_box_works(p, next, ROW, made).await
+    after_the_fault(p, &b, ran, started, next, ROW, made).await
 }
 
 /// One round of `box init killed`: the box's first process SIGKILLed from this machine
@@ -448,26 +429,7 @@ async fn init_round(p: &Arc<dyn Provider>, [spec, next]: [&Spec; 2], delay: Dura
         started
     };
     let (ran, started) = tokio::join!(call, fault);
-    let ran = match ran {
-        Err(o) => return o,
-        Ok(r) => r,
-    };
-    if !started {
-        let why = ran.err().map(|e| e.to_string()).unwrap_or_default();
-        return Outcome::Lost(format!(
-            "box {}: the stream did not start before the fault: {why}",
-            b.id()
-        ));
-    }
-    if let Err(o) = judge_stream(&format!("box {}", b.id()), &ran) {
-        return o;
-    }
-    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
-    if let Err(o) = gone_or_answers(p, &b, &ctx).await {
-        return o;
-    }
-    let _ = guard("destroy", b.destroy(&ctx)).await;
-    next_box_works(p, next, ROW, made).await
+    after_the_fault(p, &b, ran, started, next, ROW, made).await
 }
 
 /// The containers labelled as this run's (`docker ps -a`: running or not), by name; `None`
@@ -574,6 +536,39 @@ pub(super) async fn docker_faults(report: &mut Report, rounds: u64, rng: &mut Rn
         );
     }
     eprintln!("faults: the docker family took {:.1}s", t.elapsed().as_secs_f64());
+}
+
+/// What a docker round shows once its fault is over: the stream came back (a typed error, or
+/// output that is the program's own), the box reads as gone or answers, and a new box works.
+async fn after_the_fault(
+    p: &Arc<dyn Provider>,
+    b: &Arc<dyn Sandbox>,
+    ran: Result<agentbox_core::Result<Finished>, Outcome>,
+    started: bool,
+    next: &Spec,
+    row: &'static str,
+    made: &mut Made,
+) -> Outcome {
+    let ran = match ran {
+        Err(o) => return o,
+        Ok(r) => r,
+    };
+    if !started {
+        let why = ran.err().map(|e| e.to_string()).unwrap_or_default();
+        return Outcome::Lost(format!(
+            "box {}: the stream did not start before the fault: {why}",
+            b.id()
+        ));
+    }
+    if let Err(o) = judge_stream(&format!("box {}", b.id()), &ran) {
+        return o;
+    }
+    let ctx = Ctx::background().with_timeout(CALL_DEADLINE);
+    if let Err(o) = gone_or_answers(p, b, &ctx).await {
+        return o;
+    }
+    let _ = guard("destroy", b.destroy(&ctx)).await;
+    next_box_works(p, next, row, made).await
 }
 
 /// `o`, its reason saying which kind of box met the fault.

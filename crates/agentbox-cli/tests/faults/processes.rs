@@ -165,23 +165,25 @@ fn sleep_until(t: Instant) {
     }
 }
 
+/// `box create` of a local box with the families' lifetime, its answer as JSON.
+fn create_cmd(home: &Path) -> Command {
+    cli(
+        home,
+        &[
+            "box",
+            "create",
+            "--provider",
+            "local",
+            "--lifetime",
+            &lifetime(),
+            "--json",
+        ],
+    )
+}
+
 /// A local box made by `box create` in a new process: its id and its workspace.
 fn create(home: &Path, what: &str) -> Result<(String, PathBuf), Outcome> {
-    let made = run(
-        cli(
-            home,
-            &[
-                "box",
-                "create",
-                "--provider",
-                "local",
-                "--lifetime",
-                &lifetime(),
-                "--json",
-            ],
-        ),
-        what,
-    )?;
+    let made = run(create_cmd(home), what)?;
     if !made.ok() {
         return Err(Outcome::Lost(format!("{what} failed: {}", made.why())));
     }
@@ -359,18 +361,7 @@ fn maker_rounds(report: &mut Report, rounds: u64, rng: &mut Rng, home: &Path, la
                 .iter()
                 .any(|n| !before.contains(n) && boxes.join(n).join(file).exists())
         };
-        let cmd = cli(
-            home,
-            &[
-                "box",
-                "create",
-                "--provider",
-                "local",
-                "--lifetime",
-                &lifetime(),
-                "--json",
-            ],
-        );
+        let cmd = create_cmd(home);
         let outcome = match run_until(cmd, "the create that is killed", &mut point) {
             Err(o) => o,
             Ok(first) if !first.killed && !first.ok() => {
