@@ -477,14 +477,18 @@ impl Session {
                 "{{\n{}\n}} ; __daytona_rc=$? ; printf '\\037\\037DTN%s\\037:%d\\n' {hex} \"$__daytona_rc\" ; printf '\\037\\037DTN%s\\037\\n' {hex} >&2\n",
                 cmd.command
             );
-            {
-                let mut r = self.route.lock().unwrap_or_else(|p| p.into_inner());
-                r.current = Some(cmd.clone());
-                r.last = Some(cmd.clone());
-                cmd.st.lock().unwrap_or_else(|p| p.into_inner()).started = true;
-            }
             let wrote = {
+                // The shell's stdin is held from before the command is made current until its
+                // script is written: an input for it (which waits for the same lock) then
+                // follows its script, never comes before it (where the shell would read the
+                // input as a command, and the command wait for input that went by).
                 let mut w = self.stdin.lock().await;
+                {
+                    let mut r = self.route.lock().unwrap_or_else(|p| p.into_inner());
+                    r.current = Some(cmd.clone());
+                    r.last = Some(cmd.clone());
+                    cmd.st.lock().unwrap_or_else(|p| p.into_inner()).started = true;
+                }
                 match w.as_mut() {
                     Some(w) => w.write_all(script.as_bytes()).await.is_ok() && w.flush().await.is_ok(),
                     None => false,
